@@ -1,0 +1,40 @@
+# The two commands: `make run` and `make test`. Both create .venv when needed and are idempotent.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The CPU build of torch that lies on this kind of machine; on a GPU host override, e.g. TORCH_SPEC=torch.
+TORCH_SPEC ?= torch==2.13.0
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
+
+.PHONY: run test bench lint clean setup
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Runtime set-up: the package with its web and plot extras.
+$(VENV)/.run-stamp: pyproject.toml | $(PY)
+	$(PIP) -e '.[web,plot]'
+	touch $@
+
+# Test set-up: everything run needs, plus torch (CPU) and the test tools.
+$(VENV)/.test-stamp: $(VENV)/.run-stamp pyproject.toml
+	$(PIP) '$(TORCH_SPEC)'
+	$(PIP) -e '.[web,plot,torch,dev]'
+	touch $@
+
+setup: $(VENV)/.test-stamp
+
+run: $(VENV)/.run-stamp
+	$(VENV)/bin/gpulens demo
+
+test: $(VENV)/.test-stamp
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.test-stamp
+	$(PY) benchmarks/run_all.py
+
+lint: $(VENV)/.test-stamp
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) .gpulens .pytest_cache

@@ -1,0 +1,42 @@
+"""gpulens: GPU observability that knows training from inference.
+
+Public API (tests import only from here):
+- GPU seam: `GpuBackend`, `FakeBackend`, `ReplayBackend`, `GpuSample`, `GpuInfo`, `XidEvent`
+- the store: `Store`
+- errors: `GpulensError` and its subclasses
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from gpulens.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    GpulensError,
+    MonitorUsageError,
+    PortInUseError,
+    StoreError,
+    TraceError,
+)
+from gpulens.gpu import FakeBackend, GpuBackend, GpuInfo, GpuProcess, GpuSample, ReplayBackend, XidEvent
+from gpulens.store import Store
+
+__all__ = [
+    "BackendUnavailableError",
+    "BadInputError",
+    "FakeBackend",
+    "GpuBackend",
+    "GpuInfo",
+    "GpuProcess",
+    "GpuSample",
+    "GpulensError",
+    "MonitorUsageError",
+    "PortInUseError",
+    "ReplayBackend",
+    "Store",
+    "StoreError",
+    "TraceError",
+    "XidEvent",
+    "__version__",
+]

@@ -1,0 +1,55 @@
+"""One exception tree for gpulens. Each error says what went wrong and what to do.
+
+Exit codes (documented in the README):
+  0  success
+  1  a finding the caller asked to gate on (e.g. `gpulens compare` found a regression)
+  2  bad input: a wrong argument, an unreadable file, a port in use, a path that cannot be written
+  3  an outside system is unavailable (no NVIDIA driver, a server that cannot be reached)
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_GATE = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 3
+
+
+class GpulensError(Exception):
+    """Root of every error gpulens raises on purpose. `str(err)` is a complete sentence for a user."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} {self.hint}" if self.hint else self.message
+
+
+class BadInputError(GpulensError):
+    """Something the user typed or pointed at is wrong (an argument, a file, a config field)."""
+
+
+class TraceError(BadInputError):
+    """A trace cannot be read at all (missing, unreadable, wrong format)."""
+
+
+class StoreError(BadInputError):
+    """The store cannot be opened or written (path, permissions, corrupt file)."""
+
+
+class PortInUseError(BadInputError):
+    """A listen address is taken."""
+
+
+class BackendUnavailableError(GpulensError):
+    """A GPU backend cannot start (no driver, no GPU)."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+class MonitorUsageError(GpulensError):
+    """A monitor API is used in the wrong order (e.g. a step inside a step)."""

@@ -1,0 +1,61 @@
+"""The hardware seam: `GpuBackend` and its implementations (NVML, fake, replay).
+
+`gpulens.gpu.nvml` is imported only when the NVML backend is asked for.
+"""
+
+from __future__ import annotations
+
+from gpulens.errors import BadInputError
+from gpulens.gpu.backend import GpuBackend
+from gpulens.gpu.fake import FakeBackend
+from gpulens.gpu.replay import ReplayBackend
+from gpulens.gpu.types import ClockEvent, GpuInfo, GpuProcess, GpuSample, XidEvent, decode_clock_events
+
+__all__ = [
+    "ClockEvent",
+    "FakeBackend",
+    "GpuBackend",
+    "GpuInfo",
+    "GpuProcess",
+    "GpuSample",
+    "ReplayBackend",
+    "XidEvent",
+    "decode_clock_events",
+    "open_backend",
+    "nvidia_driver_present",
+]
+
+
+def nvidia_driver_present() -> bool:
+    from gpulens.gpu.nvml import driver_available
+
+    return driver_available()
+
+
+def open_backend(spec: str | None, *, speed: float | None = 1.0, rebase: bool = True, loop: bool = False) -> GpuBackend:
+    """A backend from a command-line spec: `nvml`, `fake`, `fake:N`, `replay:PATH` (or `replay` for the
+    bundled H200 session). None picks NVML when a driver is present."""
+    from gpulens.errors import BackendUnavailableError
+
+    if spec is None:
+        if nvidia_driver_present():
+            spec = "nvml"
+        else:
+            raise BackendUnavailableError(
+                "No NVIDIA driver was found on this machine, so there are no real GPUs to watch.",
+                hint="Use --backend fake (simulated GPUs) or --backend replay (the bundled H200 session).",
+            )
+    kind, _, arg = spec.partition(":")
+    if kind == "nvml":
+        from gpulens.gpu.nvml import NvmlBackend
+
+        return NvmlBackend()
+    if kind == "fake":
+        from gpulens.gpu.fake import parse_fake_spec
+
+        return FakeBackend(gpus=parse_fake_spec(spec))
+    if kind == "replay":
+        from gpulens.data import bundled_trace
+
+        return ReplayBackend(arg or bundled_trace(), speed=speed, rebase=rebase, loop=loop)
+    raise BadInputError(f"Unknown backend {spec!r}.", hint="Use nvml, fake, fake:N, replay or replay:PATH.")

@@ -1,0 +1,251 @@
+"""FakeBackend: N GPUs with scriptable values and injectable faults.
+
+Public on purpose: use it for demos and in your own tests, e.g.
+
+    fake = FakeBackend(gpus=2)
+    fake.set(0, temperature_celsius=86)          # pin a value
+    fake.inject_xid(0, 79)                       # the GPU fell off the bus
+    fake.add_ecc(1, uncorrected=1)               # a double-bit error
+    fake.throttle(0, "hw_thermal")               # clock-event reason + lower clocks
+    fake.lose(1)                                 # NVML_ERROR_GPU_IS_LOST from now on
+    fake.unsupported(0, "power_watts")           # NOT_SUPPORTED, as NVML says on some boards
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import fields, replace
+
+from gpulens.errors import BadInputError
+from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuInfo, GpuProcess, GpuSample, XidEvent
+
+_SAMPLE_FIELDS = {f.name for f in fields(GpuSample)}
+_REASON_BITS = {name: int(bit) for bit, name in CLOCK_EVENT_LABELS.items()}
+
+H200_LIKE = dict(
+    name="NVIDIA H200",
+    memory_total_bytes=150_754_820_096,
+    temperature_slowdown_celsius=89.0,
+    temperature_shutdown_celsius=95.0,
+    sm_clock_max_hz=1980e6,
+    memory_clock_max_hz=3201e6,
+    power_limit_watts=700.0,
+)
+
+
+class FakeBackend:
+    """A scriptable stand-in for NVML. Values follow a smooth, seeded load pattern unless pinned."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        gpus: int = 1,
+        *,
+        clock: Callable[[], float] = time.time,
+        seed: int = 0,
+        model: str = H200_LIKE["name"],  # type: ignore[assignment]
+    ):
+        if gpus < 1:
+            raise BadInputError(f"A fake backend needs at least one GPU, not {gpus}.", hint="Use fake:1 or more.")
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._infos = [
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-fake-{seed:04d}-{i:04d}",
+                name=model,
+                memory_total_bytes=H200_LIKE["memory_total_bytes"],  # type: ignore[arg-type]
+                temperature_slowdown_celsius=H200_LIKE["temperature_slowdown_celsius"],  # type: ignore[arg-type]
+                temperature_shutdown_celsius=H200_LIKE["temperature_shutdown_celsius"],  # type: ignore[arg-type]
+                sm_clock_max_hz=H200_LIKE["sm_clock_max_hz"],  # type: ignore[arg-type]
+                memory_clock_max_hz=H200_LIKE["memory_clock_max_hz"],  # type: ignore[arg-type]
+                power_limit_watts=H200_LIKE["power_limit_watts"],  # type: ignore[arg-type]
+                pci_bus_id=f"00000000:{i + 1:02x}:00.0",
+            )
+            for i in range(gpus)
+        ]
+        n = len(self._infos)
+        self._pinned: list[dict[str, object]] = [{} for _ in range(n)]
+        self._unsupported: list[set[str]] = [set() for _ in range(n)]
+        self._lost = [False] * n
+        self._throttle = [0] * n
+        self._ecc = [{"corrected": 0, "uncorrected": 0} for _ in range(n)]
+        self._remap = [{"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False} for _ in range(n)]
+        self._energy_j = [0.0] * n
+        self._last_t: float | None = None
+        self._processes: list[list[GpuProcess]] = [[] for _ in range(n)]
+        self._xids: list[XidEvent] = []
+        self._scheduled: list[tuple[float, Callable[[], None]]] = []
+        self._t0 = clock()
+
+    # ------------------------------------------------------------ scripting
+    def _check(self, gpu: int) -> None:
+        if not 0 <= gpu < len(self._infos):
+            raise BadInputError(f"The fake backend has GPUs 0..{len(self._infos) - 1}, not {gpu}.")
+
+    def set(self, gpu: int, **values: object) -> None:
+        """Pin sample fields of one GPU (e.g. temperature_celsius=85). None un-pins a field."""
+        self._check(gpu)
+        for k, v in values.items():
+            if k not in _SAMPLE_FIELDS:
+                raise BadInputError(f"GpuSample has no field {k!r}.", hint="See gpulens.gpu.types.GpuSample.")
+            if v is None:
+                self._pinned[gpu].pop(k, None)
+            else:
+                self._pinned[gpu][k] = v
+
+    def unsupported(self, gpu: int, *field_names: str) -> None:
+        """Make fields read as NOT_SUPPORTED (None) on one GPU."""
+        self._check(gpu)
+        self._unsupported[gpu].update(field_names)
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        self._check(gpu)
+        self._xids.append(XidEvent(t=self._clock(), gpu=gpu, uuid=self._infos[gpu].uuid, xid=int(xid)))
+
+    def add_ecc(self, gpu: int, *, corrected: int = 0, uncorrected: int = 0) -> None:
+        self._check(gpu)
+        self._ecc[gpu]["corrected"] += corrected
+        self._ecc[gpu]["uncorrected"] += uncorrected
+
+    def fail_remapping(self, gpu: int, *, pending: bool = False) -> None:
+        """A remapping failure (or, with pending=True, a remapping waiting for reset)."""
+        self._check(gpu)
+        r = self._remap[gpu]
+        r["uncorrectable"] += 1  # type: ignore[operator]
+        if pending:
+            r["pending"] = True
+        else:
+            r["failure"] = True
+
+    def throttle(self, gpu: int, *reasons: str) -> None:
+        """Activate clock-event reasons (hw_slowdown, hw_thermal, sw_thermal, hw_power_brake, sw_power_cap)."""
+        self._check(gpu)
+        for r in reasons:
+            if r not in _REASON_BITS:
+                raise BadInputError(f"Unknown clock-event reason {r!r}.", hint=f"Use one of {sorted(_REASON_BITS)}.")
+            self._throttle[gpu] |= _REASON_BITS[r]
+
+    def lose(self, gpu: int) -> None:
+        """From now on the GPU answers NVML_ERROR_GPU_IS_LOST."""
+        self._check(gpu)
+        self._lost[gpu] = True
+
+    def add_process(self, gpu: int, pid: int, name: str, used_memory_bytes: int | None) -> None:
+        self._check(gpu)
+        self._processes[gpu].append(GpuProcess(pid=pid, name=name, used_memory_bytes=used_memory_bytes))
+
+    def clear(self, gpu: int) -> None:
+        """Clear every fault of one GPU (not pinned values, processes or counters)."""
+        self._check(gpu)
+        self._throttle[gpu] = 0
+        self._lost[gpu] = False
+        self._unsupported[gpu].clear()
+        self._remap[gpu]["pending"] = False
+        self._remap[gpu]["failure"] = False
+
+    def schedule(self, after_seconds: float, action: Callable[[], None]) -> None:
+        """Run `action` at the first sample at least `after_seconds` after the backend was made."""
+        self._scheduled.append((self._t0 + after_seconds, action))
+
+    # ------------------------------------------------------------ backend
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._infos)
+
+    @property
+    def exhausted(self) -> bool:
+        return False
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        out, self._xids = self._xids, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+    def sample(self) -> list[GpuSample]:
+        now = self._clock()
+        due = [a for when, a in self._scheduled if when <= now]
+        self._scheduled = [(w, a) for w, a in self._scheduled if w > now]
+        for action in due:
+            action()
+        dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
+        self._last_t = now
+        return [self._sample_one(info, now, dt) for info in self._infos]
+
+    def _sample_one(self, info: GpuInfo, now: float, dt: float) -> GpuSample:
+        i = info.index
+        if self._lost[i]:
+            return GpuSample(t=now, gpu=i, uuid=info.uuid, name=info.name, lost=True)
+        phase = (now - self._t0) / 60.0 * 2 * math.pi + i
+        load = 0.55 + 0.35 * math.sin(phase) + self._rng.uniform(-0.03, 0.03)
+        load = min(1.0, max(0.0, load))
+        mask = self._throttle[i] or (0x1 if load < 0.05 else 0)
+        slowed = self._throttle[i] & (0x8 | 0x40 | 0x80 | 0x20)
+        sm_hz = info.sm_clock_max_hz * (0.5 if slowed else 0.95)  # type: ignore[operator]
+        power_w = 90.0 + 560.0 * load
+        self._energy_j[i] += power_w * dt
+        total = info.memory_total_bytes or 0
+        r, e = self._remap[i], self._ecc[i]
+        s = GpuSample(
+            t=now,
+            gpu=i,
+            uuid=info.uuid,
+            name=info.name,
+            utilization_gpu_ratio=round(load, 2),
+            utilization_memory_copy_ratio=round(load * 0.4, 2),
+            memory_used_bytes=float(int(total * (0.2 + 0.3 * load))),
+            memory_total_bytes=float(total),
+            temperature_celsius=float(round(35 + 40 * load)),
+            temperature_slowdown_celsius=info.temperature_slowdown_celsius,
+            temperature_shutdown_celsius=info.temperature_shutdown_celsius,
+            power_watts=round(power_w, 3),
+            power_limit_watts=info.power_limit_watts,
+            energy_joules=round(self._energy_j[i], 3),
+            sm_clock_hz=sm_hz,
+            memory_clock_hz=info.memory_clock_max_hz,
+            sm_clock_max_hz=info.sm_clock_max_hz,
+            memory_clock_max_hz=info.memory_clock_max_hz,
+            clock_event_mask=mask,
+            performance_state=0,
+            pcie_tx_bytes_per_second=1.0e6 * load,
+            pcie_rx_bytes_per_second=0.5e6 * load,
+            ecc_corrected_volatile_total=float(e["corrected"]),
+            ecc_uncorrected_volatile_total=float(e["uncorrected"]),
+            ecc_corrected_aggregate_total=float(e["corrected"]),
+            ecc_uncorrected_aggregate_total=float(e["uncorrected"]),
+            remapped_rows_correctable=float(r["correctable"]),  # type: ignore[arg-type]
+            remapped_rows_uncorrectable=float(r["uncorrectable"]),  # type: ignore[arg-type]
+            remapped_rows_pending=bool(r["pending"]),
+            remapped_rows_failure=bool(r["failure"]),
+            sm_active_ratio=round(load * 0.9, 3),
+            sm_occupancy_ratio=round(load * 0.3, 3),
+            tensor_active_ratio=round(load * 0.5, 3),
+            dram_active_ratio=round(load * 0.4, 3),
+            processes=list(self._processes[i]),
+        )
+        if self._pinned[i]:
+            s = replace(s, **self._pinned[i])
+        for name in self._unsupported[i]:
+            setattr(s, name, None)
+            s.errors[name] = "NVML_ERROR_NOT_SUPPORTED"
+        return s
+
+
+def parse_fake_spec(spec: str) -> int:
+    """`fake` or `fake:N` -> N GPUs."""
+    _, _, n = spec.partition(":")
+    if not n:
+        return 1
+    n = n.removeprefix("gpus=")
+    try:
+        count = int(n)
+    except ValueError:
+        raise BadInputError(f"Cannot read the GPU count in --backend {spec!r}.", hint="Write fake:8 for eight fake GPUs.") from None
+    if count < 1:
+        raise BadInputError(f"--backend {spec!r} asks for {count} GPUs.", hint="Ask for at least one: fake:1.")
+    return count

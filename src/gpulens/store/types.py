@@ -1,0 +1,64 @@
+"""Typed results of store queries. Times are unix seconds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Resolution = Literal["raw", "1m", "1h"]
+
+
+def canonical_labels(labels: dict[str, str] | None) -> str:
+    """The one spelling of a label set used as part of a series' identity."""
+    if not labels:
+        return "{}"
+    return json.dumps({k: str(v) for k, v in sorted(labels.items())}, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesKey:
+    name: str
+    labels: dict[str, str] = field(hash=False, compare=True)
+
+    @property
+    def labels_json(self) -> str:
+        return canonical_labels(self.labels)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.labels_json))
+
+
+@dataclass(slots=True)
+class SeriesData:
+    """Points of one series. For roll-up resolutions `value` is the mean per bucket and
+    `value_min`/`value_max` the extremes; for raw data all three are the same samples."""
+
+    key: SeriesKey
+    resolution: Resolution
+    t: list[float]
+    value: list[float]
+    value_min: list[float]
+    value_max: list[float]
+    count: list[int]
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+@dataclass(frozen=True, slots=True)
+class LatestValue:
+    key: SeriesKey
+    t: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A discrete record: an XID, an alert, a training step, a request, a phase marker..."""
+
+    id: int
+    t: float
+    kind: str
+    labels: dict[str, str]
+    data: dict[str, Any]

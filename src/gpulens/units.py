@@ -1,0 +1,65 @@
+"""Parsing of the durations, sizes and addresses a user types."""
+
+from __future__ import annotations
+
+import re
+
+from gpulens.errors import BadInputError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d|w)?\s*$")
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0, None: 1.0}
+
+
+def parse_duration(text: str | float | int, *, what: str = "duration", allow_zero: bool = False) -> float:
+    """'500ms', '1s', '15m', '7d' or a bare number of seconds -> seconds."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        m = _DURATION.match(str(text))
+        if not m:
+            raise BadInputError(
+                f"Cannot read {what} {text!r}.", hint="Write a number with a unit: 500ms, 1s, 15m, 2h, 7d."
+            )
+        seconds = float(m.group(1)) * _SECONDS[m.group(2)]
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise BadInputError(f"The {what} must be above zero, not {text!r}.", hint="Give a positive value such as 1s.")
+    return seconds
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9464' or ':9464' or '9464' -> (host, port)."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", str(text)
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        p = int(port)
+        if not 0 <= p <= 65535:
+            raise ValueError
+    except ValueError:
+        raise BadInputError(f"Cannot read the listen address {text!r}.", hint="Write HOST:PORT, e.g. 127.0.0.1:9464.") from None
+    return host, p
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "–"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None:
+        return "–"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    if s < 120:
+        return f"{s:.2f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"

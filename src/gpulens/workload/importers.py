@@ -1,0 +1,93 @@
+"""Recorded workload events (a trace's events.jsonl) -> the store.
+
+An event of a kind no importer claims is stored as it was recorded (kind, time, fields), so nothing
+is lost. Feature modules turn the kinds they understand into series and labelled events by
+registering an importer (which then stores the event itself, e.g. with `store_raw`):
+
+    @register_importer("train_step")
+    def _train_step(record: dict, store: Store, ctx: ImportContext) -> None: ...
+
+Importers live beside the feature (e.g. gpulens.workload.training); `BUILTIN_IMPORTER_MODULES` lists
+the modules loaded before an import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulens.store import Store
+
+# Modules that register importers when imported. Missing ones are skipped.
+BUILTIN_IMPORTER_MODULES = (
+    "gpulens.workload.training.importer",
+    "gpulens.workload.inference.importer",
+    "gpulens.workload.colocation_importer",
+)
+
+
+@dataclass
+class ImportContext:
+    """Labels for imported workload series: the training job name, the service name, the host."""
+
+    job: str = "h200-demo"
+    service: str = "h200-demo"
+    model: str = ""
+    host: str = "replay"
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+EventImporter = Callable[[dict[str, Any], Store, ImportContext], None]
+_IMPORTERS: dict[str, list[EventImporter]] = {}
+
+
+def register_importer(kind: str) -> Callable[[EventImporter], EventImporter]:
+    def deco(fn: EventImporter) -> EventImporter:
+        _IMPORTERS.setdefault(kind, []).append(fn)
+        return fn
+
+    return deco
+
+
+def load_builtin_importers() -> None:
+    for name in BUILTIN_IMPORTER_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except ModuleNotFoundError:
+            continue
+        importlib.import_module(name)
+
+
+def event_time(record: dict[str, Any]) -> float | None:
+    """The moment a record describes: its end for spans (steps, requests), else `t`."""
+    for key in ("t_end", "end", "t"):
+        v = record.get(key)
+        if isinstance(v, int | float):
+            return float(v)
+    return None
+
+
+def import_event(record: dict[str, Any], store: Store, ctx: ImportContext) -> bool:
+    """Store one recorded event and feed it to the importers of its kind. False if it has no time."""
+    t = event_time(record)
+    kind = record.get("kind")
+    if t is None or not isinstance(kind, str):
+        return False
+    importers = _IMPORTERS.get(kind)
+    if not importers:
+        store_raw(record, store, {"source": "replay"})
+    for fn in importers or ():
+        fn(record, store, ctx)
+    ctx.counts[kind] = ctx.counts.get(kind, 0) + 1
+    return True
+
+
+def store_raw(record: dict[str, Any], store: Store, labels: dict[str, str] | None = None) -> None:
+    """Store a recorded event unchanged under its own kind."""
+    t = event_time(record)
+    if t is not None:
+        store.event(str(record.get("kind")), t, labels or {}, record)

@@ -1,0 +1,95 @@
+"""Shared fixtures. Tests use real parts: an SQLite file in a temp folder, local servers on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from gpulens.data import bundled_colocation_trace, bundled_trace
+from gpulens.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def _nvidia_driver_present() -> bool:
+    try:
+        from gpulens.gpu import nvidia_driver_present
+
+        return nvidia_driver_present()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _nvidia_driver_present():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a driver")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "gpulens.db"
+
+
+@pytest.fixture
+def store(store_path: Path):
+    s = Store(store_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def h200_trace() -> Path:
+    return bundled_trace()
+
+
+@pytest.fixture(scope="session")
+def colocation_trace() -> Path:
+    return bundled_colocation_trace()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, laid beside the clone as in CI."""
+    p = SHARED / "data"
+    if not p.is_dir():
+        pytest.skip("../shared/data is not beside this checkout")
+    return p
+
+
+@pytest.fixture(scope="session")
+def replayed_store(tmp_path_factory) -> Path:
+    """A store holding the bundled H200 session, imported once per test session. Read-only use."""
+    from gpulens.ingest import import_trace
+
+    path = tmp_path_factory.mktemp("replayed") / "h200.db"
+    with Store(path) as s:
+        import_trace(bundled_trace(), s)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+def which_or_skip(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{binary} is not installed; .ci/run should install it")
+        pytest.skip(f"{binary} is not installed (run .ci/run or apt-get install it)")
+    return path
