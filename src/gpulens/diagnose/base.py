@@ -1,0 +1,73 @@
+"""Findings: what `gpulens diagnose` reports. Analyzers are pure functions of a store's data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from gpulens.store import Store
+
+Workload = Literal["training", "inference", "gpu"]
+Severity = Literal["info", "warning", "critical"]
+
+
+@dataclass
+class Finding:
+    kind: str  # e.g. input_bound, checkpoint_stall, slo_violation, colocation
+    workload: Workload
+    start: float  # unix seconds
+    end: float
+    severity: Severity
+    summary: str  # one sentence a beginner understands
+    evidence: dict[str, Any] = field(default_factory=dict)  # the numbers that support it
+    advice: list[str] = field(default_factory=list)  # ordered: the step that pays most first
+    labels: dict[str, str] = field(default_factory=dict)  # job / service / gpu
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DiagnoseScope:
+    """What to look at: a time window and optional job / service selection."""
+
+    start: float | None = None
+    end: float | None = None
+    job: str | None = None
+    service: str | None = None
+
+
+Analyzer = Callable[[Store, DiagnoseScope], list[Finding]]
+_ANALYZERS: list[tuple[str, Analyzer]] = []
+
+
+def register_analyzer(name: str) -> Callable[[Analyzer], Analyzer]:
+    def deco(fn: Analyzer) -> Analyzer:
+        _ANALYZERS.append((name, fn))
+        return fn
+
+    return deco
+
+
+# Modules that register analyzers when imported; missing ones are skipped.
+ANALYZER_MODULES = (
+    "gpulens.diagnose.training",
+    "gpulens.diagnose.inference",
+    "gpulens.diagnose.colocation",
+)
+
+
+def diagnose(store: Store, scope: DiagnoseScope | None = None) -> list[Finding]:
+    """Every registered analyzer over the store, findings sorted by start time."""
+    import importlib
+    import importlib.util
+
+    for mod in ANALYZER_MODULES:
+        if importlib.util.find_spec(mod) is not None:
+            importlib.import_module(mod)
+    scope = scope or DiagnoseScope()
+    findings: list[Finding] = []
+    for _name, fn in _ANALYZERS:
+        findings.extend(fn(store, scope))
+    return sorted(findings, key=lambda f: (f.start, f.kind))

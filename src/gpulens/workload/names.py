@@ -1,0 +1,53 @@
+"""Series and event names of workload metrics, shared by the sources (monitors, importers, scrapers)
+and the consumers (rules, diagnosis, dashboard, exporter). Base units in the names.
+
+Training series carry labels `job`, `rank`, `host`; inference series carry `service`, `model`, `host`.
+"""
+
+# ---- training: one sample per step, at the step's end time
+TRAIN_STEP_SECONDS = "train_step_seconds"
+TRAIN_DATA_WAIT_SECONDS = "train_data_wait_seconds"
+TRAIN_COMPUTE_SECONDS = "train_compute_seconds"
+TRAIN_COMM_WAIT_SECONDS = "train_comm_wait_seconds"
+TRAIN_CHECKPOINT_SECONDS = "train_checkpoint_seconds"
+TRAIN_DATA_WAIT_RATIO = "train_data_wait_ratio"  # data wait / step time
+TRAIN_COMM_WAIT_RATIO = "train_comm_wait_ratio"
+TRAIN_SAMPLES_PER_SECOND = "train_samples_per_second"
+TRAIN_TOKENS_PER_SECOND = "train_tokens_per_second"
+TRAIN_MFU_RATIO = "train_mfu_ratio"
+TRAIN_MEMORY_ALLOCATED_BYTES = "train_memory_allocated_bytes"
+TRAIN_MEMORY_PEAK_BYTES = "train_memory_peak_bytes"
+TRAIN_MEMORY_RESERVED_BYTES = "train_memory_reserved_bytes"
+TRAIN_LOSS = "train_loss"
+TRAIN_LOSS_SCALE = "train_loss_scale"
+TRAIN_BATCH_SIZE = "train_batch_size"
+
+# ---- training events (Store.event kinds)
+EV_TRAIN_STEP = "train_step"  # data: the whole step record (incl. pid, rank)
+EV_TRAIN_OOM = "train_oom"  # data: allocated/reserved/largest free block bytes, message
+EV_TRAIN_NAN = "train_nan_loss"
+EV_TRAIN_STEP_OUTLIER = "train_step_outlier"
+EV_TRAIN_START = "train_start"  # data: pid, rank, world_size, config
+
+# ---- inference: one sample per request at its end time, unless noted
+INFER_LATENCY_SECONDS = "infer_request_latency_seconds"  # from arrival (or intended send) to end
+INFER_SERVICE_SECONDS = "infer_service_seconds"  # from start of processing to end
+INFER_QUEUE_WAIT_SECONDS = "infer_queue_wait_seconds"
+INFER_TTFT_SECONDS = "infer_ttft_seconds"
+INFER_TPOT_SECONDS = "infer_tpot_seconds"
+INFER_ITL_SECONDS = "infer_itl_seconds"
+INFER_OUTPUT_TOKENS = "infer_output_tokens"
+INFER_PROMPT_TOKENS = "infer_prompt_tokens"
+INFER_BATCH_SIZE = "infer_batch_size"
+INFER_IN_FLIGHT = "infer_in_flight"  # gauge
+INFER_QUEUE_DEPTH = "infer_queue_depth"  # gauge
+INFER_REQUESTS_TOTAL = "infer_requests_total"  # counter, label status=ok|error|timeout|rejected
+INFER_KV_CACHE_USAGE_RATIO = "infer_kv_cache_usage_ratio"
+INFER_MEMORY_ALLOCATED_BYTES = "infer_memory_allocated_bytes"
+INFER_MEMORY_RESERVED_BYTES = "infer_memory_reserved_bytes"
+INFER_COLD_START_SECONDS = "infer_cold_start_seconds"  # one sample per model load
+
+# ---- inference events
+EV_REQUEST = "request"  # data: arrival/intended, start, first_token, end, status, tokens, pid
+EV_COLD_START = "cold_start"
+EV_INFER_START = "infer_start"  # data: pid, service, model
