@@ -1,0 +1,44 @@
+"""Runs and changes: every training job, load test or benchmark stored with its configuration,
+environment fingerprint and summary, so that the next run can be compared with statistics."""
+
+from gpulens.runs.diff import Change, diff
+from gpulens.runs.fingerprint import Fingerprint, take_fingerprint
+from gpulens.runs.registry import (
+    EV_NOTE,
+    EV_RUN,
+    EV_RUN_CHANGE,
+    RecordedChange,
+    Run,
+    add_note,
+    baseline_for,
+    get_run,
+    last_known_good,
+    list_runs,
+    resolve_run,
+    run_changes,
+    save_run,
+    set_baseline,
+    set_verdict,
+)
+
+__all__ = [
+    "EV_NOTE",
+    "EV_RUN",
+    "EV_RUN_CHANGE",
+    "Change",
+    "Fingerprint",
+    "RecordedChange",
+    "Run",
+    "add_note",
+    "baseline_for",
+    "diff",
+    "get_run",
+    "last_known_good",
+    "list_runs",
+    "resolve_run",
+    "run_changes",
+    "save_run",
+    "set_baseline",
+    "set_verdict",
+    "take_fingerprint",
+]
