@@ -249,3 +249,63 @@ def parse_fake_spec(spec: str) -> int:
     if count < 1:
         raise BadInputError(f"--backend {spec!r} asks for {count} GPUs.", hint="Ask for at least one: fake:1.")
     return count
+
+
+FAULT_HELP = (
+    "KIND[:ARG]@SECONDS[:gpu=N]; kinds: xid:CODE, ecc:corrected=N|uncorrected=N, throttle:REASON, "
+    "remap-failure, remap-pending, lost, temp:CELSIUS, unsupported:FIELD. Example: xid:79@5s:gpu=0"
+)
+
+
+def schedule_fault(fake: FakeBackend, spec: str) -> None:
+    """Schedule a fault from a command-line spec such as `xid:79@5s:gpu=1` (see FAULT_HELP)."""
+    from gpulens.units import parse_duration
+
+    body, _, when = spec.partition("@")
+    gpu = 0
+    if ":gpu=" in when:
+        when, _, g = when.partition(":gpu=")
+        try:
+            gpu = int(g)
+        except ValueError:
+            raise BadInputError(f"Cannot read the GPU in --fault {spec!r}.", hint=FAULT_HELP) from None
+    after = parse_duration(when or "0", what="fault time", allow_zero=True)
+    kind, _, arg = body.partition(":")
+    fake._check(gpu)
+
+    def bad() -> BadInputError:
+        return BadInputError(f"Cannot read --fault {spec!r}.", hint=FAULT_HELP)
+
+    action: Callable[[], None]
+    try:
+        if kind == "xid":
+            code = int(arg)
+            action = lambda: fake.inject_xid(gpu, code)  # noqa: E731
+        elif kind == "ecc":
+            which, _, n = arg.partition("=")
+            if which not in ("corrected", "uncorrected"):
+                raise bad()
+            count = int(n or 1)
+            action = lambda: fake.add_ecc(gpu, **{which: count})  # noqa: E731
+        elif kind == "throttle":
+            if arg not in _REASON_BITS:
+                raise bad()
+            action = lambda: fake.throttle(gpu, arg)  # noqa: E731
+        elif kind == "remap-failure":
+            action = lambda: fake.fail_remapping(gpu)  # noqa: E731
+        elif kind == "remap-pending":
+            action = lambda: fake.fail_remapping(gpu, pending=True)  # noqa: E731
+        elif kind == "lost":
+            action = lambda: fake.lose(gpu)  # noqa: E731
+        elif kind == "temp":
+            celsius = float(arg)
+            action = lambda: fake.set(gpu, temperature_celsius=celsius)  # noqa: E731
+        elif kind == "unsupported":
+            if arg not in _SAMPLE_FIELDS:
+                raise bad()
+            action = lambda: fake.unsupported(gpu, arg)  # noqa: E731
+        else:
+            raise bad()
+    except ValueError:
+        raise bad() from None
+    fake.schedule(after, action)

@@ -156,7 +156,7 @@ class ReplayBackend:
         self._done = False
         self._wall0: float | None = None
         self._rec0: float | None = None
-        self._loop_offset = 0.0
+        self.last_recorded_t: float | None = None  # recorded time of the frame last returned
         self._advance()
 
     # ------------------------------------------------------------ reading
@@ -265,6 +265,7 @@ class ReplayBackend:
             return []
         frame = self._next
         rec_t = frame[0].t
+        self.last_recorded_t = rec_t
         if self._rec0 is None:
             self._rec0 = rec_t
             self._wall0 = self._clock()

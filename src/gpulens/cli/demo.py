@@ -1,0 +1,144 @@
+"""`gpulens demo`: what `make run` runs. Real GPUs when a driver is present; otherwise the bundled
+H200 session imported into the store, summarised, then replayed live behind /metrics (and the
+dashboard, when the web extra is installed)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import STORE_HELP, console, console_err
+
+DEMO_DIR = Path(".gpulens")
+
+
+def _start_dashboard(store_path: Path, host: str, port: int) -> str | None:
+    """The dashboard in a background thread, when gpulens.web is installed. Returns its address."""
+    try:
+        import uvicorn
+
+        from gpulens.web import create_app
+    except ImportError:
+        return None
+    app = create_app(store_path=store_path)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    threading.Thread(target=server.run, name="gpulens-dashboard", daemon=True).start()
+    return f"http://{host}:{port}/"
+
+
+def _summary(store_path: Path) -> None:
+    """What the session holds and what gpulens concludes from it."""
+    from rich.table import Table
+
+    from gpulens.store import Store
+    from gpulens.units import format_bytes, format_seconds
+
+    with Store(store_path, readonly=True) as st:
+        rng = st.time_range()
+        table = Table(title="the recorded H200 session", title_justify="left", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        if rng:
+            table.add_row("span", format_seconds(rng[1] - rng[0]))
+        for name, label, fmt in (
+            ("gpu_utilization_ratio", "GPU utilization (mean / max)", lambda v: f"{v * 100:.0f} %"),
+            ("gpu_power_watts", "power (mean / max)", lambda v: f"{v:.0f} W"),
+            ("gpu_temperature_celsius", "temperature (mean / max)", lambda v: f"{v:.0f} °C"),
+            ("gpu_memory_used_bytes", "memory used (mean / max)", format_bytes),
+        ):
+            for d in st.query(name):
+                if d.value:
+                    table.add_row(label, f"{fmt(sum(d.value) / len(d.value))} / {fmt(max(d.value))}")
+        kinds = {k: len(st.events(k)) for k in st.event_kinds()}
+        if kinds:
+            table.add_row("workload records", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+        console.print(table)
+        try:
+            from gpulens.diagnose import diagnose
+
+            findings = diagnose(st)
+        except Exception as e:  # diagnosis is a bonus here, never a reason to stop the demo
+            console_err.print(f"[dim]diagnosis unavailable: {e}[/]")
+            findings = []
+        if findings:
+            ft = Table(title="what gpulens finds (gpulens diagnose)", title_justify="left")
+            for col in ("from", "to", "workload", "finding", "first advice"):
+                ft.add_column(col)
+            t0 = rng[0] if rng else 0.0
+            for f in findings:
+                ft.add_row(f"+{f.start - t0:.0f} s", f"+{f.end - t0:.0f} s", f.workload, f.summary, f.advice[0] if f.advice else "")
+            console.print(ft)
+
+
+def demo_command(
+    store: Path = typer.Option(DEMO_DIR / "gpulens.db", "--store", help=STORE_HELP),
+    listen: str = typer.Option("127.0.0.1:9464", "--listen", help="Where /metrics is served."),
+    dashboard: str = typer.Option("127.0.0.1:8642", "--dashboard", help="Where the dashboard listens ('off' for none)."),
+    duration: str = typer.Option(None, "--duration", help="Stop after this long. Default: until Ctrl-C."),
+    backend: str = typer.Option(None, "--backend", help="Force a backend (nvml, fake[:N], replay[:PATH]); default: nvml if a driver is present, else the bundled replay."),
+) -> None:
+    """Watch the real GPUs, or, without a driver, replay the bundled H200 session: import it into the
+    store, print what it shows, then keep replaying it live behind /metrics and the dashboard."""
+    from gpulens.agent import Agent
+    from gpulens.cli.agent import attach_alerts, install_stop_handlers
+    from gpulens.data import bundled_trace
+    from gpulens.export.prometheus import LatestReadings, make_registry, serve_metrics
+    from gpulens.gpu import nvidia_driver_present, open_backend
+    from gpulens.ingest import import_trace
+    from gpulens.store import Store
+    from gpulens.units import parse_duration, parse_listen
+    from gpulens.workload.importers import ImportContext
+
+    duration_s = parse_duration(duration, what="--duration") if duration else None
+    host, port = parse_listen(listen)
+    if backend is None:
+        backend = "nvml" if nvidia_driver_present() else "replay"
+    live_store = store
+    if backend.startswith("replay"):
+        trace = backend.partition(":")[2] or str(bundled_trace())
+        console.print(f"[bold]No NVIDIA driver here[/]: replaying the recorded H200 session ({trace}).")
+        with Store(store) as st:
+            evaluators = []
+            try:
+                from gpulens.alerts.runtime import AlertRuntime
+
+                evaluators.append(AlertRuntime(st, learn_seconds=5.0))
+            except ImportError:
+                pass
+            with console_err.status("importing the session into the store …"):
+                s = import_trace(trace, st, ctx=ImportContext(), evaluators=evaluators)
+            for ev in evaluators:
+                ev.close()
+        if s.already_imported:
+            console.print(f"(already imported into {store})")
+        else:
+            console.print(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}")
+        _summary(store)
+        # The live replay goes to its own store, so the imported session stays as recorded.
+        live_store = store.with_name("live.db")
+    st = Store(live_store)
+    be = open_backend(backend, speed=1.0, rebase=True, loop=True)
+    readings = LatestReadings(host=__import__("socket").gethostname())
+    agent = Agent(be, st, interval_seconds=1.0, readings=readings)
+    if backend == "nvml":
+        attach_alerts(agent, st, "7d", None, ["log"])
+    server = serve_metrics(make_registry(readings, store=st), host, port)
+    lines = [f"Prometheus metrics: http://{host}:{port}/metrics"]
+    if dashboard != "off":
+        dh, dp = parse_listen(dashboard)
+        url = _start_dashboard(store, dh, dp)
+        lines.append(f"dashboard: {url}" if url else "dashboard: not installed (pip install 'gpulens[web]')")
+    console.print("\n".join(lines) + "\nCtrl-C stops.")
+    install_stop_handlers(agent.stop_event)
+    try:
+        agent.run(duration_s)
+    finally:
+        agent.close()
+        st.close()
+        server.shutdown()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_command)

@@ -1,0 +1,66 @@
+"""`gpulens replay`: import a recorded trace into a store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import STORE_HELP, console, console_err
+from gpulens.store import DEFAULT_STORE_PATH
+
+
+def replay_command(
+    trace: Path = typer.Argument(None, help="A trace folder (telemetry.jsonl + events.jsonl) or a `gpulens record` file. Default: the bundled H200 session."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    speed: str = typer.Option("max", "--speed", help="max = import as fast as possible; N = play at N times the recorded pace."),
+    job: str = typer.Option("h200-demo", "--job", help="Job label for imported training steps."),
+    service: str = typer.Option("h200-demo", "--service", help="Service label for imported requests."),
+    force: bool = typer.Option(False, "--force", help="Import even if this trace was already imported into this store."),
+    learn: str = typer.Option("7d", "--learn", help="How long each series is learned (from its first sample) before learned alert rules may fire."),
+    rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
+    notify: list[str] = typer.Option([], "--notify", help="Where alerts go: log, file:PATH, webhook:URL. Repeatable."),
+) -> None:
+    """Import a recorded trace (GPU telemetry and workload events) as if it had been sampled live.
+
+    Recorded times are kept, alert rules are evaluated along the recorded timeline, and a malformed
+    line is skipped and counted while the rest is imported.
+
+        gpulens replay                                   # the bundled H200 session
+        gpulens replay path/to/trace --store run.db --learn 20s
+    """
+    from gpulens.data import bundled_trace
+    from gpulens.ingest import import_trace
+    from gpulens.store import Store
+    from gpulens.units import parse_duration, format_seconds
+    from gpulens.workload.importers import ImportContext
+
+    speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
+    path = trace or bundled_trace()
+    learn_seconds = parse_duration(learn, what="--learn", allow_zero=True)
+    with Store(store) as st:
+        evaluators = []
+        try:
+            from gpulens.alerts.runtime import AlertRuntime
+
+            evaluators.append(AlertRuntime(st, learn_seconds=learn_seconds, rules_file=rules, notify=list(notify)))
+        except ImportError:
+            pass
+        with console_err.status(f"importing {path} …"):
+            summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service), force=force, evaluators=evaluators)
+        for ev in evaluators:
+            ev.close()
+    if summary.already_imported:
+        console.print(f"{summary.trace} is already in {store}; nothing imported (use --force to import it again).")
+        return
+    events = ", ".join(f"{n} {k}" for k, n in sorted(summary.events.items())) or "none"
+    console.print(
+        f"imported {summary.gpu_frames} GPU samples ({summary.gpu_values} values) over "
+        f"{format_seconds(summary.duration_seconds)} from {', '.join(summary.gpus)}; events: {events}"
+    )
+    if summary.skipped_lines:
+        console_err.print(f"[yellow]skipped {summary.skipped_lines} malformed line(s)[/]; the rest was imported.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay_command)

@@ -1,0 +1,1 @@
+"""Exporters: Prometheus exposition (the fleet path) and, in other modules, dashboards."""
