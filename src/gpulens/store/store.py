@@ -297,10 +297,11 @@ class Store:
             if resolution == "raw":
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     step = (hi - lo) / max_points
+                    # min(..., max_points - 1) keeps a sample at exactly `end` in the last bucket
                     rows = self._conn.execute(
                         "SELECT min(t), avg(value), min(value), max(value), count(*) FROM samples "
-                        "WHERE series_id = ? AND t >= ? AND t <= ? GROUP BY CAST((t - ?) / ? AS INTEGER) ORDER BY 1",
-                        (sid, lo, hi, lo, step),
+                        "WHERE series_id = ? AND t >= ? AND t <= ? GROUP BY min(CAST((t - ?) / ? AS INTEGER), ?) ORDER BY 1",
+                        (sid, lo, hi, lo, step, max_points - 1),
                     ).fetchall()
                 else:
                     rows = self._conn.execute(
@@ -312,12 +313,12 @@ class Store:
                 width = ROLLUPS[table]
                 blo = math.floor(lo / width) * width if math.isfinite(lo) else lo
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
-                    step = (hi - lo) / max_points
+                    step = (hi - blo) / max_points
                     rows = self._conn.execute(
                         f"SELECT min(bucket), sum(vsum) / sum(n), min(vmin), max(vmax), sum(n) FROM {table} "
                         "WHERE series_id = ? AND bucket >= ? AND bucket <= ? "
-                        "GROUP BY CAST((bucket - ?) / ? AS INTEGER) ORDER BY 1",
-                        (sid, blo, hi, blo, step),
+                        "GROUP BY min(CAST((bucket - ?) / ? AS INTEGER), ?) ORDER BY 1",
+                        (sid, blo, hi, blo, step, max_points - 1),
                     ).fetchall()
                 else:
                     rows = self._conn.execute(

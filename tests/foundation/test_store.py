@@ -1,0 +1,177 @@
+"""The store: roll-ups, downsampling, retention, several processes, a kill mid-write."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gpulens import Store, StoreError
+
+
+def test_write_query_and_labels(store):
+    store.write("gpu_temperature_celsius", {"gpu": "0"}, 10.0, 40)
+    store.write("gpu_temperature_celsius", {"gpu": "1"}, 10.0, 50)
+    store.write("gpu_temperature_celsius", {"gpu": "0"}, 11.0, None)  # missing: no sample
+    store.flush()
+    assert [d.key.labels["gpu"] for d in store.query("gpu_temperature_celsius")] == ["0", "1"]
+    (only,) = store.query("gpu_temperature_celsius", {"gpu": "1"})
+    assert only.t == [10.0] and only.value == [50.0]
+    assert store.latest("gpu_temperature_celsius", {"gpu": "0"})[0].value == 40.0
+
+
+def test_rollups_equal_recomputation_from_raw(store):
+    rng = random.Random(7)
+    sid_a = store.series_id("m", {"gpu": "0"})
+    sid_b = store.series_id("m", {"gpu": "1"})
+    t0 = 1_700_000_000.0
+    rows = [(rng.choice((sid_a, sid_b)), t0 + rng.uniform(0, 3 * 3600), rng.uniform(-5, 100)) for _ in range(20_000)]
+    # several flushes, out of time order, so buckets are folded incrementally
+    for i in range(0, len(rows), 3_001):
+        store.write_many(rows[i : i + 3_001])
+        store.flush()
+    conn = sqlite3.connect(store.path)
+    for table, width in (("rollup_1m", 60), ("rollup_1h", 3600)):
+        expected = conn.execute(
+            f"SELECT series_id, CAST(t / {width} AS INTEGER) * {width} AS b, min(value), max(value), sum(value), count(*) "
+            "FROM samples GROUP BY 1, 2 ORDER BY 1, 2"
+        ).fetchall()
+        got = conn.execute(f"SELECT series_id, bucket, vmin, vmax, vsum, n FROM {table} ORDER BY 1, 2").fetchall()
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert g[:4] == pytest.approx(e[:4]) and g[4] == pytest.approx(e[4]) and g[5] == e[5]
+
+
+def test_chart_query_reads_rollups_and_downsamples(store):
+    sid = store.series_id("gpu_power_watts", {"gpu": "0"})
+    t0 = 1_700_000_000.0
+    store.write_many((sid, t0 + i, float(i % 600)) for i in range(3 * 86400 // 10 * 10) if i % 10 == 0)
+    store.flush()
+    (week,) = store.query("gpu_power_watts", start=t0, end=t0 + 3 * 86400, max_points=500)
+    assert week.resolution == "1m"
+    assert 0 < len(week) <= 500
+    assert min(week.value_min) == 0.0 and max(week.value_max) == 590.0
+    (raw,) = store.query("gpu_power_watts", start=t0, end=t0 + 590)  # both ends inclusive
+    assert raw.resolution == "raw" and len(raw) == 60
+    (few,) = store.query("gpu_power_watts", start=t0, end=t0 + 600, max_points=6)
+    assert len(few) == 6 and sum(few.count) == 61
+
+
+def test_events_round_trip_and_filters(store):
+    store.event("xid", 5.0, {"gpu": "0"}, {"xid": 79})
+    store.event("phase", 1.0, {}, {"name": "idle"})
+    store.flush()
+    assert [e.kind for e in store.events()] == ["phase", "xid"]
+    (x,) = store.events("xid", labels={"gpu": "0"})
+    assert x.data == {"xid": 79} and x.t == 5.0
+    assert store.events("xid", start=6.0) == []
+
+
+def test_retention_drops_old_data_only(store):
+    now = 10 * 86400.0
+    store.write("m", {}, now - 9 * 86400, 1.0)
+    store.write("m", {}, now - 100, 2.0)
+    store.flush()
+    store.apply_retention(now)
+    (d,) = store.query("m")
+    assert d.value == [2.0]
+    (hourly,) = store.query("m", resolution="1h")
+    assert len(hourly) == 2  # roll-ups outlive raw samples
+
+
+def test_unwritable_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="Cannot"):
+        Store(blocker / "sub" / "db.sqlite")
+    with pytest.raises(StoreError, match="no store"):
+        Store(tmp_path / "missing.db", readonly=True)
+
+
+def test_not_a_database_is_a_clear_error(tmp_path):
+    p = tmp_path / "junk.db"
+    p.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError):
+        Store(p)
+
+
+def _writer(path: str, n_batches: int, per_batch: int) -> None:
+    s = Store(path, batch_size=10**9)
+    sid = s.series_id("w", {"p": "writer"})
+    for b in range(n_batches):
+        s.write_many((sid, b * per_batch + i, float(i)) for i in range(per_batch))
+        s.flush()
+    s.close()
+
+
+def _reader(path: str, rounds: int, q: mp.Queue) -> None:
+    s = Store(path, readonly=True)
+    seen = []
+    for _ in range(rounds):
+        d = s.query("w")
+        seen.append(len(d[0]) if d else 0)
+        time.sleep(0.005)
+    s.close()
+    q.put(seen)
+
+
+def test_one_writer_and_concurrent_readers_in_other_processes(store_path):
+    Store(store_path).close()  # schema exists before readers open read-only
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    writer = ctx.Process(target=_writer, args=(str(store_path), 40, 500))
+    readers = [ctx.Process(target=_reader, args=(str(store_path), 60, q)) for _ in range(2)]
+    writer.start()
+    for r in readers:
+        r.start()
+    writer.join(60)
+    results = [q.get(timeout=60) for _ in readers]
+    for r in readers:
+        r.join(10)
+    assert writer.exitcode == 0
+    for seen in results:
+        # readers only ever see whole committed batches, and never go backwards
+        assert all(n % 500 == 0 for n in seen)
+        assert seen == sorted(seen)
+    with Store(store_path) as s:
+        assert len(s.query("w")[0]) == 40 * 500
+
+
+def test_killed_writer_loses_at_most_the_unflushed_batch(tmp_path):
+    path = tmp_path / "kill.db"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from gpulens import Store
+        s = Store({str(path)!r}, batch_size=10**9)
+        sid = s.series_id("k")
+        b = 0
+        while True:
+            s.write_many((sid, b * 1000 + i, 1.0) for i in range(1000))
+            s.flush()
+            b += 1
+            if b == 5:
+                print("ready", flush=True)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    n = conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+    assert n >= 5000 and n % 1000 == 0  # whole batches only
+    rollup_n = conn.execute("SELECT sum(n) FROM rollup_1m").fetchone()[0]
+    assert rollup_n == n  # roll-ups committed with their batch
+    conn.close()
+    with Store(path) as s:  # and it opens for writing again
+        s.write("k", None, 1e9, 2.0)
