@@ -1,0 +1,40 @@
+"""Recorded training events -> training series, as `gpulens replay` imports a trace.
+
+Reads the H200 session's `train_step` lines (data wait, compute, checkpoint, loss, memory), the
+co-location recording's sparser ones (`t_start`, `t_end`, `tokens`, `pid`) and gpulens's own
+recordings (the monitor's `train_step`, `train_start`, `train_oom`, `train_nan_loss` and
+`train_step_outlier` events). Series carry labels job / rank / host; step events carry the pid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulens.store import Store
+from gpulens.workload import names as N
+from gpulens.workload.importers import ImportContext, event_time, register_importer
+from gpulens.workload.training.records import record_from_dict, write_step
+
+
+def _labels(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
+    rank = record.get("rank", 0)
+    return {"job": str(record.get("job") or ctx.job), "rank": str(rank if rank is not None else 0), "host": str(record.get("host") or ctx.host)}
+
+
+@register_importer(N.EV_TRAIN_STEP)
+def import_train_step(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    rec = record_from_dict(record)
+    if rec is None:
+        return
+    write_step(store, _labels(record, ctx), rec)
+
+
+def _import_labelled(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    t = event_time(record)
+    if t is not None:
+        data = {k: v for k, v in record.items() if k not in ("kind", "phase")}
+        store.event(str(record["kind"]), t, _labels(record, ctx), data)
+
+
+for _kind in (N.EV_TRAIN_START, N.EV_TRAIN_OOM, N.EV_TRAIN_NAN, N.EV_TRAIN_STEP_OUTLIER):
+    register_importer(_kind)(_import_labelled)
