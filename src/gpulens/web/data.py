@@ -1,0 +1,216 @@
+"""Panel data: a panel's charts and headline numbers over a time window, read through a Reader.
+
+The dashboard's JSON API and the reports both build their content here, so the page, the HTML
+report and the Markdown report show the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpulens.errors import BadInputError
+from gpulens.units import parse_duration
+from gpulens.web.format import format_value
+from gpulens.web.panels import LEGEND_LABELS, PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, SeriesSpec, StatSpec
+from gpulens.web.readers import Band, Line, Reader
+
+# The time-range picker's choices; the API accepts any duration.
+RANGE_CHOICES = ("15m", "1h", "6h", "24h", "7d")
+DEFAULT_RANGE = "15m"
+MAX_RANGE_SECONDS = 400 * 86400
+DEFAULT_POINTS = 600
+MAX_POINTS = 4000
+
+
+@dataclass
+class Window:
+    start: float
+    end: float
+    # True when the data ends before the picked range would start (a recorded session): the window
+    # then covers the data (at most the picked length), so the picked range still shows something.
+    snapped_to_data: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Selection:
+    gpu: str | None = None
+    job: str | None = None
+    service: str | None = None
+    host: str | None = None
+
+    def match(self, workload: str) -> dict[str, str]:
+        return {k: v for k in SELECTION_KEYS[workload] if (v := getattr(self, k))}  # type: ignore[index]
+
+
+def resolve_window(
+    reader: Reader,
+    *,
+    range_text: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    now: float | None = None,
+) -> Window:
+    """The window to show: explicit [start, end], or the picked range ending now; when the data is
+    older than that range, the range ends at the data's end instead."""
+    if start is not None or end is not None:
+        if start is None or end is None:
+            raise BadInputError("Give both start and end, or neither.", hint="Use range=15m for the latest data.")
+        if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
+            raise BadInputError(f"The window end {end} must come after its start {start}.", hint="Swap them.")
+        if end - start > MAX_RANGE_SECONDS:
+            raise BadInputError("The window is longer than 400 days.", hint="Pick a shorter range.")
+        return Window(start, end)
+    seconds = parse_duration(range_text or DEFAULT_RANGE, what="range")
+    if seconds > MAX_RANGE_SECONDS:
+        raise BadInputError(f"The range {range_text!r} is longer than 400 days.", hint="Pick a shorter range, e.g. 7d.")
+    now = time.time() if now is None else now
+    end_t = now
+    snapped = False
+    start_t = now - seconds
+    rng = reader.data_range()
+    if rng is not None and rng[1] < start_t:
+        end_t, snapped = rng[1], True
+        start_t = max(rng[0], end_t - seconds)
+        if end_t - start_t < 1.0:  # a single instant: widen so a chart has an x-axis
+            start_t = end_t - 1.0
+    return Window(start_t, end_t, snapped)
+
+
+@dataclass
+class SeriesOut:
+    label: str
+    metric: str
+    labels: dict[str, str]
+    t: list[float]
+    v: list[float | None]
+
+
+@dataclass
+class ChartOut:
+    id: str
+    title: str
+    unit: str
+    help: str
+    series: list[SeriesOut]
+    band: dict[str, Any] | None = None
+
+    @property
+    def has_data(self) -> bool:
+        return any(len(s.t) for s in self.series)
+
+
+@dataclass
+class StatOut:
+    id: str
+    label: str
+    unit: str
+    value: float | None
+    display: str
+
+
+@dataclass
+class PanelOut:
+    id: str
+    title: str
+    start: float
+    end: float
+    has_data: bool
+    empty_hint: str
+    stats: list[StatOut] = field(default_factory=list)
+    charts: list[ChartOut] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _clean(values: list[float | None]) -> list[float | None]:
+    return [v if v is not None and math.isfinite(v) else None for v in values]
+
+
+def _legend(spec: SeriesSpec, line: Line, varying: list[str]) -> str:
+    parts = [f"{k} {line.labels[k]}" for k in varying if k in line.labels]
+    if spec.metric.endswith("clock_event_active") and "reason" in line.labels:
+        return line.labels["reason"]
+    return spec.label + (f" · {', '.join(parts)}" if parts else "")
+
+
+def _series_lines(reader: Reader, spec: SeriesSpec, match: dict[str, str], w: Window, points: int) -> list[Line]:
+    m = {**match, **spec.match_dict}
+    if spec.kind == "quantile":
+        return reader.quantile(spec.metric, m, spec.quantile or 0.5, w.start, w.end, points)
+    if spec.kind == "rate":
+        return reader.rate(spec.metric, m, w.start, w.end, points)
+    if spec.kind == "events_per_second":
+        return reader.events_per_second(spec.metric, m, w.start, w.end, points)
+    return reader.line(spec.metric, m, w.start, w.end, points)
+
+
+def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, sel: Selection, points: int) -> ChartOut:
+    out = ChartOut(chart.id, chart.title, chart.unit, chart.help, [])
+    band: Band | None = None
+    for spec in chart.series:
+        match = sel.match(spec.workload or panel.id)
+        lines = _series_lines(reader, spec, match, w, points)
+        # Name the labels that tell the lines apart (e.g. two GPUs), not the ones they share.
+        varying = [k for k in LEGEND_LABELS if len({ln.labels.get(k) for ln in lines}) > 1]
+        for ln in lines:
+            out.series.append(SeriesOut(_legend(spec, ln, varying), spec.metric, ln.labels, list(ln.t), _clean(ln.value)))
+        if band is None and spec.kind == "line" and lines:
+            band = reader.band(spec.metric, {**match, **spec.match_dict})
+    if band is not None:
+        out.band = asdict(band)
+    return out
+
+
+def build_stat(reader: Reader, panel: PanelSpec, stat: StatSpec, w: Window, sel: Selection) -> StatOut:
+    match = {**sel.match(panel.id), **dict(stat.match)}
+    value: float | None
+    if stat.agg == "event_count":
+        if not reader.supports_events:
+            value = None
+        else:
+            value = float(len(reader.events((stat.metric,), w.start, w.end, sel.match(panel.id))))
+    elif stat.agg == "sum_ratio":
+        num = reader.aggregate(stat.metric, match, "sum", w.start, w.end)
+        den = reader.aggregate(stat.denominator or "", match, "sum", w.start, w.end)
+        value = num / den if num is not None and den else None
+    else:
+        value = reader.aggregate(stat.metric, match, stat.agg, w.start, w.end)
+        if stat.agg == "count" and not value:
+            value = None
+    if value is not None and not math.isfinite(value):
+        value = None
+    return StatOut(stat.id, stat.label, stat.unit, value, format_value(value, stat.unit))
+
+
+def panel_has_data(reader: Reader, panel: PanelSpec, w: Window, sel: Selection) -> bool:
+    match = sel.match(panel.id)
+    return any(reader.has_data(m, match, w.start, w.end) for m in panel.feeds)
+
+
+def build_panel(reader: Reader, panel_id: str, w: Window, sel: Selection, points: int = DEFAULT_POINTS) -> PanelOut:
+    panel = PANELS.get(panel_id)
+    if panel is None:
+        raise BadInputError(f"There is no panel {panel_id!r}.", hint=f"Choose one of: {', '.join(PANELS)}.")
+    has = panel_has_data(reader, panel, w, sel)
+    out = PanelOut(panel.id, panel.title, w.start, w.end, has, panel.empty_hint)
+    if not has:
+        return out
+    out.stats = [build_stat(reader, panel, s, w, sel) for s in panel.stats]
+    out.charts = [build_chart(reader, panel, c, w, sel, points) for c in panel.charts]
+    return out
+
+
+def clamp_points(points: int | None) -> int:
+    if points is None:
+        return DEFAULT_POINTS
+    if not 2 <= points <= MAX_POINTS:
+        raise BadInputError(f"points must be between 2 and {MAX_POINTS}, not {points}.", hint="Use about the chart's width in pixels.")
+    return points

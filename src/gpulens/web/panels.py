@@ -1,0 +1,339 @@
+"""The three panels (training | inference | GPU health) as data: which series each chart draws and
+which headline numbers each panel shows.
+
+The dashboard, the Grafana export and the reports all read these definitions, so the three views
+always show the same things under the same names (those of `workload/names.py` and `gpu/metrics.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpulens.gpu import metrics as gm
+from gpulens.workload import names as wn
+
+Workload = Literal["training", "inference", "gpu"]
+# How a series is drawn: its samples as they are, quantiles of per-event samples per time bucket,
+# the per-second rate of a counter, or the number of per-event samples per second.
+SeriesKind = Literal["line", "quantile", "rate", "events_per_second"]
+# Units a value is formatted in (base units, as in the metric names).
+Unit = Literal["seconds", "ratio", "bytes", "celsius", "watts", "hertz", "per_second", "count"]
+StatAgg = Literal["count", "mean", "max", "min", "p50", "p95", "p99", "sum_ratio", "event_count"]
+
+# Which selection keys apply to a workload's series.
+SELECTION_KEYS: dict[Workload, tuple[str, ...]] = {
+    "training": ("job", "host"),
+    "inference": ("service", "host"),
+    "gpu": ("gpu", "host"),
+}
+# Labels that tell apart several series drawn in one chart, in the order they are named.
+LEGEND_LABELS = ("reason", "status", "xid", "gpu", "job", "rank", "service", "model", "process", "pid", "host")
+
+
+@dataclass(frozen=True)
+class SeriesSpec:
+    metric: str
+    label: str
+    kind: SeriesKind = "line"
+    quantile: float | None = None  # for kind == "quantile"
+    match: tuple[tuple[str, str], ...] = ()  # fixed label matchers, e.g. (("status", "timeout"),)
+    workload: Workload | None = None  # overrides the chart's workload for selection (e.g. GPU capacity)
+
+    @property
+    def match_dict(self) -> dict[str, str]:
+        return dict(self.match)
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    id: str
+    title: str
+    unit: Unit
+    series: tuple[SeriesSpec, ...]
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class StatSpec:
+    id: str
+    label: str
+    metric: str  # for event_count: the event kind
+    agg: StatAgg
+    unit: Unit
+    denominator: str | None = None  # for sum_ratio: sum(metric) / sum(denominator)
+    match: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    id: Workload
+    title: str
+    charts: tuple[ChartSpec, ...]
+    stats: tuple[StatSpec, ...]
+    feeds: tuple[str, ...]  # metrics whose presence means the panel has data
+    empty_hint: str  # what feeds this panel, shown when it has no data
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _q(metric: str, label: str, q: float) -> SeriesSpec:
+    return SeriesSpec(metric, label, "quantile", quantile=q)
+
+
+TRAINING = PanelSpec(
+    id="training",
+    title="Training",
+    feeds=(wn.TRAIN_STEP_SECONDS, wn.TRAIN_TOKENS_PER_SECOND, wn.TRAIN_SAMPLES_PER_SECOND),
+    empty_hint=(
+        "No training steps in this range. Wrap the training loop with the training monitor "
+        "(`from gpulens import TrainingMonitor`, or the Lightning / Hugging Face callback) and run "
+        "`gpulens agent`, or import a recorded session with `gpulens replay`."
+    ),
+    charts=(
+        ChartSpec(
+            "train_step",
+            "Step time and where it goes",
+            "seconds",
+            (
+                SeriesSpec(wn.TRAIN_STEP_SECONDS, "step"),
+                SeriesSpec(wn.TRAIN_DATA_WAIT_SECONDS, "data wait"),
+                SeriesSpec(wn.TRAIN_COMPUTE_SECONDS, "compute"),
+                SeriesSpec(wn.TRAIN_COMM_WAIT_SECONDS, "communication"),
+                SeriesSpec(wn.TRAIN_CHECKPOINT_SECONDS, "checkpoint"),
+            ),
+            "Per step: total time, and the time spent waiting for data, computing, communicating and checkpointing.",
+        ),
+        ChartSpec(
+            "train_throughput",
+            "Throughput (tokens/s)",
+            "per_second",
+            (SeriesSpec(wn.TRAIN_TOKENS_PER_SECOND, "tokens/s"),),
+            "Tokens processed per second of step time.",
+        ),
+        ChartSpec(
+            "train_samples",
+            "Throughput (samples/s)",
+            "per_second",
+            (SeriesSpec(wn.TRAIN_SAMPLES_PER_SECOND, "samples/s"),),
+        ),
+        ChartSpec(
+            "train_mfu",
+            "MFU and wait shares",
+            "ratio",
+            (
+                SeriesSpec(wn.TRAIN_MFU_RATIO, "MFU"),
+                SeriesSpec(wn.TRAIN_DATA_WAIT_RATIO, "data wait share"),
+                SeriesSpec(wn.TRAIN_COMM_WAIT_RATIO, "communication share"),
+            ),
+            "Model FLOPs utilization (6·N per token over the GPU's peak) and the share of each step spent waiting.",
+        ),
+        ChartSpec(
+            "train_memory",
+            "Training memory",
+            "bytes",
+            (
+                SeriesSpec(wn.TRAIN_MEMORY_ALLOCATED_BYTES, "allocated"),
+                SeriesSpec(wn.TRAIN_MEMORY_PEAK_BYTES, "peak"),
+                SeriesSpec(wn.TRAIN_MEMORY_RESERVED_BYTES, "reserved"),
+                SeriesSpec("gpu_memory_total_bytes", "GPU capacity", workload="gpu"),
+            ),
+            "The allocator's view against the GPU's capacity: peak close to capacity means the next batch may not fit.",
+        ),
+    ),
+    stats=(
+        StatSpec("steps", "steps", wn.TRAIN_STEP_SECONDS, "count", "count"),
+        StatSpec("step_p50", "step time p50", wn.TRAIN_STEP_SECONDS, "p50", "seconds"),
+        StatSpec("step_p95", "step time p95", wn.TRAIN_STEP_SECONDS, "p95", "seconds"),
+        StatSpec(
+            "data_wait_share", "data wait share", wn.TRAIN_DATA_WAIT_SECONDS, "sum_ratio", "ratio",
+            denominator=wn.TRAIN_STEP_SECONDS,
+        ),
+        StatSpec("tokens_p50", "tokens/s p50", wn.TRAIN_TOKENS_PER_SECOND, "p50", "per_second"),
+        StatSpec("mfu_p50", "MFU p50", wn.TRAIN_MFU_RATIO, "p50", "ratio"),
+        StatSpec("memory_peak", "peak memory", wn.TRAIN_MEMORY_PEAK_BYTES, "max", "bytes"),
+    ),
+)
+
+INFERENCE = PanelSpec(
+    id="inference",
+    title="Inference",
+    feeds=(wn.INFER_LATENCY_SECONDS, wn.INFER_REQUESTS_TOTAL, wn.INFER_QUEUE_DEPTH),
+    empty_hint=(
+        "No inference requests in this range. Add the inference middleware to the serving app "
+        "(`gpulens.workload.inference`), point `gpulens agent --scrape` at a vLLM / TGI / Triton "
+        "`/metrics` endpoint, or import a recorded session with `gpulens replay`."
+    ),
+    charts=(
+        ChartSpec(
+            "infer_latency",
+            "Request latency p50 / p95 / p99",
+            "seconds",
+            (
+                _q(wn.INFER_LATENCY_SECONDS, "p50", 0.50),
+                _q(wn.INFER_LATENCY_SECONDS, "p95", 0.95),
+                _q(wn.INFER_LATENCY_SECONDS, "p99", 0.99),
+            ),
+            "Percentiles of the requests that ended in each interval, computed from every request (never averaged).",
+        ),
+        ChartSpec(
+            "infer_ttft_tpot",
+            "Time to first token / time per output token",
+            "seconds",
+            (
+                _q(wn.INFER_TTFT_SECONDS, "TTFT p50", 0.50),
+                _q(wn.INFER_TTFT_SECONDS, "TTFT p95", 0.95),
+                _q(wn.INFER_TPOT_SECONDS, "TPOT p50", 0.50),
+                _q(wn.INFER_TPOT_SECONDS, "TPOT p95", 0.95),
+            ),
+        ),
+        ChartSpec(
+            "infer_rps",
+            "Requests per second",
+            "per_second",
+            (SeriesSpec(wn.INFER_LATENCY_SECONDS, "completed", "events_per_second"),),
+            "Requests that ended per second.",
+        ),
+        ChartSpec(
+            "infer_queue",
+            "Queue depth and requests in flight",
+            "count",
+            (SeriesSpec(wn.INFER_QUEUE_DEPTH, "queued"), SeriesSpec(wn.INFER_IN_FLIGHT, "in flight")),
+        ),
+        ChartSpec(
+            "infer_errors",
+            "Errors and timeouts per second",
+            "per_second",
+            (
+                SeriesSpec(wn.INFER_REQUESTS_TOTAL, "errors", "rate", match=(("status", "error"),)),
+                SeriesSpec(wn.INFER_REQUESTS_TOTAL, "timeouts", "rate", match=(("status", "timeout"),)),
+                SeriesSpec(wn.INFER_REQUESTS_TOTAL, "rejected", "rate", match=(("status", "rejected"),)),
+            ),
+        ),
+        ChartSpec(
+            "infer_memory",
+            "Memory against capacity",
+            "bytes",
+            (
+                SeriesSpec(wn.INFER_MEMORY_ALLOCATED_BYTES, "allocated"),
+                SeriesSpec(wn.INFER_MEMORY_RESERVED_BYTES, "reserved"),
+                SeriesSpec("gpu_memory_used_bytes", "GPU used", workload="gpu"),
+                SeriesSpec("gpu_memory_total_bytes", "GPU capacity", workload="gpu"),
+            ),
+            "Headroom is the gap to capacity: the KV cache and batch growth need it under load.",
+        ),
+        ChartSpec(
+            "infer_cold_start",
+            "Cold starts",
+            "seconds",
+            (SeriesSpec(wn.INFER_COLD_START_SECONDS, "model load"),),
+            "Time from process start (or model load) to ready, one point per load.",
+        ),
+    ),
+    stats=(
+        StatSpec("requests", "requests", wn.INFER_LATENCY_SECONDS, "count", "count"),
+        StatSpec("latency_p50", "latency p50", wn.INFER_LATENCY_SECONDS, "p50", "seconds"),
+        StatSpec("latency_p95", "latency p95", wn.INFER_LATENCY_SECONDS, "p95", "seconds"),
+        StatSpec("latency_p99", "latency p99", wn.INFER_LATENCY_SECONDS, "p99", "seconds"),
+        StatSpec("ttft_p50", "TTFT p50", wn.INFER_TTFT_SECONDS, "p50", "seconds"),
+        StatSpec("tpot_p50", "TPOT p50", wn.INFER_TPOT_SECONDS, "p50", "seconds"),
+        StatSpec("cold_start", "cold start", wn.INFER_COLD_START_SECONDS, "max", "seconds"),
+        StatSpec("memory_peak", "peak memory", wn.INFER_MEMORY_RESERVED_BYTES, "max", "bytes"),
+    ),
+)
+
+GPU = PanelSpec(
+    id="gpu",
+    title="GPU health",
+    feeds=("gpu_utilization_ratio", "gpu_temperature_celsius", "gpu_power_watts"),
+    empty_hint=(
+        "No GPU telemetry in this range. Run `gpulens agent` on the GPU machine (it samples NVML), "
+        "or `gpulens replay` to import a recorded trace."
+    ),
+    charts=(
+        ChartSpec(
+            "gpu_util",
+            "Utilization",
+            "ratio",
+            (
+                SeriesSpec("gpu_utilization_ratio", "GPU busy"),
+                SeriesSpec("gpu_sm_active_ratio", "SM active"),
+                SeriesSpec("gpu_tensor_active_ratio", "tensor active"),
+            ),
+            "'GPU busy' only says a kernel ran; SM and tensor activity say how much of the GPU worked.",
+        ),
+        ChartSpec(
+            "gpu_temperature",
+            "Temperature",
+            "celsius",
+            (
+                SeriesSpec("gpu_temperature_celsius", "temperature"),
+                SeriesSpec("gpu_temperature_slowdown_celsius", "slowdown at"),
+            ),
+        ),
+        ChartSpec(
+            "gpu_power",
+            "Power against its limit",
+            "watts",
+            (SeriesSpec("gpu_power_watts", "power"), SeriesSpec("gpu_power_limit_watts", "limit")),
+        ),
+        ChartSpec(
+            "gpu_clocks",
+            "Clocks",
+            "hertz",
+            (
+                SeriesSpec("gpu_sm_clock_hertz", "SM clock"),
+                SeriesSpec("gpu_sm_clock_max_hertz", "SM clock max"),
+                SeriesSpec("gpu_memory_clock_hertz", "memory clock"),
+            ),
+        ),
+        ChartSpec(
+            "gpu_throttle",
+            "Clock-event (throttle) reasons",
+            "ratio",
+            (SeriesSpec(gm.GPU_CLOCK_EVENT_ACTIVE, "active"),),
+            "1 while the reason holds the clocks down (idle is harmless; power and thermal reasons cost speed).",
+        ),
+        ChartSpec(
+            "gpu_memory",
+            "GPU memory",
+            "bytes",
+            (SeriesSpec("gpu_memory_used_bytes", "used"), SeriesSpec("gpu_memory_total_bytes", "capacity")),
+        ),
+        ChartSpec(
+            "gpu_errors",
+            "XID and ECC errors",
+            "count",
+            (
+                SeriesSpec(gm.GPU_XID_TOTAL, "XID"),
+                SeriesSpec("gpu_ecc_uncorrected_volatile_total", "ECC uncorrected"),
+                SeriesSpec("gpu_ecc_corrected_volatile_total", "ECC corrected"),
+                SeriesSpec("gpu_remapped_rows_pending", "row remap pending"),
+            ),
+        ),
+    ),
+    stats=(
+        StatSpec("util_mean", "utilization mean", "gpu_utilization_ratio", "mean", "ratio"),
+        StatSpec("temperature_max", "temperature max", "gpu_temperature_celsius", "max", "celsius"),
+        StatSpec("power_max", "power max", "gpu_power_watts", "max", "watts"),
+        StatSpec("power_limit", "power limit", "gpu_power_limit_watts", "max", "watts"),
+        StatSpec("memory_max", "memory used max", "gpu_memory_used_bytes", "max", "bytes"),
+        StatSpec("xid_events", "XID errors", "xid", "event_count", "count"),
+    ),
+)
+
+PANELS: dict[str, PanelSpec] = {p.id: p for p in (TRAINING, INFERENCE, GPU)}
+
+
+def chart_workload(chart: ChartSpec, series: SeriesSpec, panel: PanelSpec) -> Workload:
+    return series.workload or panel.id
+
+
+def metrics_used() -> list[str]:
+    """Every metric a panel reads, for the Grafana export and the docs."""
+    out: list[str] = []
+    for p in PANELS.values():
+        for c in p.charts:
+            for s in c.series:
+                if s.metric not in out:
+                    out.append(s.metric)
+    return out

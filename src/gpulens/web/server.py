@@ -1,0 +1,110 @@
+"""Running the dashboard: choose the listen address safely, bind, print the address, serve."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import secrets
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from gpulens.errors import BadInputError, PortInUseError
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ListenPlan:
+    host: str
+    port: int
+    token: str | None
+    token_generated: bool
+    allowed_hosts: list[str] | None  # Host header values accepted; None = any (a token guards it)
+
+    def url(self, port: int | None = None) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if self.host in ("0.0.0.0", "::"):
+            host = socket.gethostname()
+        base = f"http://{host}:{port if port is not None else self.port}/"
+        return base + (f"?token={self.token}" if self.token else "")
+
+
+def plan_listen(host: str, port: int, token: str | None = None) -> ListenPlan:
+    """Loopback needs nothing; any other address needs a token, generated here when none is given."""
+    if token is not None and len(token) < 8:
+        raise BadInputError("The token is too short to protect anything.", hint="Use at least 8 characters, or leave --token out to get a random one.")
+    if is_loopback(host):
+        return ListenPlan(host, port, token, False, sorted({*LOOPBACK_NAMES, host.lower()}))
+    if token:
+        return ListenPlan(host, port, token, False, None)
+    return ListenPlan(host, port, secrets.token_urlsafe(24), True, None)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a taken port is one clear sentence, not a traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                f"Port {port} on {host} is already in use.", hint="Pick another with --listen 127.0.0.1:PORT, or stop what holds it."
+            ) from None
+        raise BadInputError(f"Cannot listen on {host}:{port}: {e.strerror}.", hint="Use an address of this machine, e.g. 127.0.0.1:8642.") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def serve(
+    store_path: str | Path | None,
+    host: str = "127.0.0.1",
+    port: int = 8642,
+    token: str | None = None,
+    open_browser: bool = False,
+    *,
+    prometheus_url: str | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Serve the dashboard until interrupted (blocking). Prints the address to open."""
+    from gpulens.web.app import create_app
+
+    out = out or sys.stdout
+    plan = plan_listen(host, port, token)
+    app = create_app(store_path=store_path, prometheus_url=prometheus_url, token=plan.token, allowed_hosts=plan.allowed_hosts)
+    sock = bind(plan.host, plan.port)
+    actual_port = sock.getsockname()[1]
+    url = plan.url(actual_port)
+    source = f"Prometheus at {prometheus_url}" if prometheus_url else f"the store {store_path}"
+    print(f"gpulens dashboard on {url} reading {source} (Ctrl+C to stop)", file=out, flush=True)
+    if plan.token_generated:
+        print(f"It listens beyond this machine, so it needs this token (generated now): {plan.token}", file=out, flush=True)
+
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    if open_browser:
+        import webbrowser
+
+        threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
