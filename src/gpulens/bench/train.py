@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from gpulens.errors import BackendUnavailableError, BadInputError
+from gpulens.runs.fingerprint import cpu_model
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
@@ -270,7 +271,7 @@ def run_train_bench(config: TrainBenchConfig) -> TrainBenchResult:
     x = torch.randn(config.batch_size, config.seq_len, hidden, device=device)
     n_params = sum(p.numel() for p in model.parameters())
     cuda = device.type == "cuda"
-    device_name = torch.cuda.get_device_name(device) if cuda else (_cpu_name() or "CPU")
+    device_name = torch.cuda.get_device_name(device) if cuda else (cpu_model() or "CPU")
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -331,20 +332,10 @@ def run_train_bench(config: TrainBenchConfig) -> TrainBenchResult:
     )
 
 
-def _cpu_name() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def _is_oom(torch: Any, e: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(e, oom)) or "out of memory" in str(e).lower()
+    msg = str(e).lower()  # CUDA: "out of memory"; the CPU allocator: "not enough memory"
+    return (oom is not None and isinstance(e, oom)) or "out of memory" in msg or "not enough memory" in msg
 
 
 def sweep_batch(

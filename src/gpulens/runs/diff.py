@@ -33,16 +33,13 @@ class Change:
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}, "c": [x, y]} -> {"a.b": 1, "c.0": x, "c.1": y}."""
+    """{"a": {"b": 1}, "c": [x, y]} -> {"a.b": 1, "c.0": x, "c.1": y}. Empty containers vanish:
+    "no variables set" and "no variables key" are the same environment."""
     out: dict[str, Any] = {}
     if isinstance(obj, Mapping):
-        if not obj and prefix:
-            out[prefix] = {}
         for k, v in obj.items():
             out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     elif isinstance(obj, list | tuple):
-        if not obj and prefix:
-            out[prefix] = []
         for i, v in enumerate(obj):
             out.update(flatten(v, f"{prefix}.{i}" if prefix else str(i)))
     else:

@@ -111,6 +111,17 @@ def _cuda_runtime(packages: dict[str, str]) -> str | None:
     return rt
 
 
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def take_fingerprint(
     *, nvml_versions: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
 ) -> Fingerprint:
@@ -138,7 +149,7 @@ def take_fingerprint(
         host=socket.gethostname(),
         os=f"{platform.system()} {platform.release()}",
         python=platform.python_version() + f" ({sys.implementation.name})",
-        cpu=platform.processor() or platform.machine(),
+        cpu=cpu_model() or platform.processor() or platform.machine(),
         cpu_count=os.cpu_count() or 1,
         driver=nvml_versions.get("driver"),
         nvml=nvml_versions.get("nvml"),
@@ -152,3 +163,38 @@ def take_fingerprint(
 
 def fingerprint_dict() -> dict[str, Any]:
     return take_fingerprint().to_dict()
+
+
+def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, Any]]:
+    """A fingerprint from what a user typed: "current" (this machine now), a JSON file written by
+    `gpulens env --format json`, or a run id in the store. Returns (a label, the fingerprint)."""
+    import json
+    from pathlib import Path
+
+    from gpulens.errors import BadInputError
+
+    if ref == "current":
+        return "this machine now", fingerprint_dict()
+    p = Path(ref)
+    if p.is_file():
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadInputError(f"{ref} is not a fingerprint JSON file ({e}).", hint="Write one with `gpulens env --format json > env.json`.") from None
+        if not isinstance(data, dict):
+            raise BadInputError(f"{ref} holds JSON but not a fingerprint object.", hint="Write one with `gpulens env --format json > env.json`.")
+        return str(p), data
+    r = ref.lstrip("#")
+    if r.isdigit():
+        from gpulens.runs.registry import get_run
+        from gpulens.store import Store
+
+        if store_path is None or not Path(store_path).exists():
+            raise BadInputError(f"There is no store at {store_path} to look up run #{r} in.", hint="Point --store at your gpulens store.")
+        with Store(store_path) as st:
+            run = get_run(st, int(r), with_samples=False)
+        return run.label, run.fingerprint
+    raise BadInputError(
+        f"{ref!r} is neither a file, a run id nor 'current'.",
+        hint="Give a JSON file from `gpulens env --format json`, a run id from `gpulens runs list`, or 'current'.",
+    )

@@ -1,0 +1,246 @@
+"""`gpulens runs`, `gpulens note` and `gpulens compare`: the record of runs and changes, and the
+statistical comparison that gates a regression."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import STORE_HELP, console
+from gpulens.store import DEFAULT_STORE_PATH
+
+runs_app = typer.Typer(help="Stored runs (training jobs, load tests, benchmarks) and what changed between them.", no_args_is_help=True)
+
+
+def _check_format(fmt: str) -> None:
+    from gpulens.errors import BadInputError
+
+    if fmt not in ("table", "json"):
+        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+
+
+def _open(store: Path):  # noqa: ANN202
+    from gpulens.errors import BadInputError
+    from gpulens.store import Store
+
+    if not store.exists():
+        raise BadInputError(f"There is no store at {store}, so there are no runs.", hint="Record one with `gpulens bench train`, or point --store at your store.")
+    return Store(store)
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "–"
+
+
+@runs_app.command("list")
+def runs_list_command(
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    kind: str = typer.Option(None, "--kind", help="Only runs of this kind (e.g. bench-train, loadtest)."),
+    name: str = typer.Option(None, "--name", help="Only runs of this name."),
+    limit: int = typer.Option(50, "--limit", min=1, help="At most this many, newest first."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """List stored runs, newest first, with their verdict from `gpulens compare`.
+
+        gpulens runs list --kind bench-train
+    """
+    from gpulens.runs import list_runs, run_changes
+
+    _check_format(fmt)
+    with _open(store) as st:
+        runs = list_runs(st, kind, name, limit=limit)
+        changed = {r.id: len(run_changes(st, r.id)) for r in runs}
+    if fmt == "json":
+        typer.echo(json.dumps([{k: v for k, v in r.__dict__.items() if k != "samples"} for r in runs], indent=2))
+        return
+    if not runs:
+        console.print("No runs stored yet. `gpulens bench train` records one.")
+        return
+    from rich.table import Table
+
+    t = Table()
+    for col in ("id", "kind", "name", "when", "verdict", "changes", "summary"):
+        t.add_column(col)
+    for r in runs:
+        verdict = {"good": "[green]good[/]", "regression": "[red]regression[/]"}.get(r.verdict or "", "")
+        if r.baseline:
+            verdict = (verdict + " baseline").strip()
+        summ = _headline(r.summary)
+        t.add_row(str(r.id), r.kind, r.name, _when(r.ended or r.created), verdict, str(changed[r.id] or ""), summ)
+    console.print(t)
+
+
+# Summary figures worth a column, in this order; other numbers follow, times and counts never.
+_HEADLINE = ("step_seconds_median", "tokens_per_second", "mfu_ratio", "latency_p95_seconds", "requests_per_second")
+_NOT_HEADLINE = ("started", "ended", "created", "flops_per_token", "parameters", "tokens_per_step")
+
+
+def _headline(summary: dict) -> str:
+    nums = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool) and k not in _NOT_HEADLINE}
+    keys = [k for k in _HEADLINE if k in nums] + [k for k in nums if k not in _HEADLINE]
+    return ", ".join(f"{k}={nums[k]:.4g}" for k in keys[:3])
+
+
+@runs_app.command("show")
+def runs_show_command(
+    run: str = typer.Argument(..., help="A run id, or 'latest'."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Show one run: configuration, summary, fingerprint and what changed since the previous run."""
+    from gpulens.runs import resolve_run, run_changes
+
+    _check_format(fmt)
+    with _open(store) as st:
+        r = resolve_run(st, run)
+        changes = run_changes(st, r.id)
+    if fmt == "json":
+        d = dict(r.__dict__)
+        d["changes"] = [{"section": c.section, "key": c.change.key, "old": c.change.old, "new": c.change.new} for c in changes]
+        typer.echo(json.dumps(d, indent=2))
+        return
+    console.print(f"[bold]{r.label}[/]  {_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}")
+    for title, d in (("config", r.config), ("summary", r.summary)):
+        console.print(f"[bold]{title}[/]: " + json.dumps(d, default=str), highlight=False, soft_wrap=True)
+    console.print(f"[bold]samples[/]: " + ", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none")
+    if changes:
+        console.print(f"[bold]changed since run #{changes[0].previous_run_id}[/]:")
+        for c in changes:
+            console.print(f"  {c.section}: {c.change}", highlight=False)
+
+
+@runs_app.command("baseline")
+def runs_baseline_command(
+    run: str = typer.Argument(..., help="The run id to use as the baseline of its kind and name."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+) -> None:
+    """Mark a run as the baseline that `gpulens compare baseline NEW` compares against."""
+    from gpulens.runs import resolve_run, set_baseline
+
+    with _open(store) as st:
+        r = resolve_run(st, run)
+        set_baseline(st, r.id)
+    console.print(f"run {r.label} is now the baseline of {r.kind}/{r.name}.")
+
+
+def note_command(
+    text: str = typer.Argument(..., help='What you changed, e.g. "raised micro-batch to 16".'),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    job: str = typer.Option(None, "--job", help="Attach the note to this training job."),
+    service: str = typer.Option(None, "--service", help="Attach the note to this service."),
+) -> None:
+    """Attach a change to the timeline, so the next comparison and the dashboard show what you did.
+
+        gpulens note "raised micro-batch to 16" --job llama-ft
+    """
+    from gpulens.runs import add_note
+    from gpulens.store import Store
+
+    labels = {k: v for k, v in (("job", job), ("service", service)) if v}
+    with Store(store) as st:
+        t = add_note(st, text, labels=labels)
+    console.print(f"noted at {_when(t)}: {text.strip()}", highlight=False)
+
+
+def _parse_threshold(text: str) -> float:
+    from gpulens.errors import BadInputError
+
+    s = text.strip()
+    try:
+        v = float(s.rstrip("%"))
+    except ValueError:
+        raise BadInputError(f"--threshold {text!r} is not a number.", hint="Use e.g. --threshold 5% (or 0.05).") from None
+    ratio = v / 100 if s.endswith("%") or v >= 1 else v
+    if not (0 < ratio < 10):
+        raise BadInputError(f"--threshold {text} is out of range.", hint="Use a positive percentage such as 5%.")
+    return ratio
+
+
+def compare_command(
+    a: str = typer.Argument(..., help="The reference run (an id, 'baseline' or 'latest'); alone, the new run, compared with its baseline."),
+    b: str = typer.Argument(None, help="The new run (an id or 'latest')."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    threshold: str = typer.Option("5%", "--threshold", help="A median change smaller than this is 'no change' even when significant."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the Mann-Whitney test."),
+    metric: list[str] = typer.Option([], "--metric", help="Compare only this metric (repeatable). Default: every metric both runs sampled."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    record: bool = typer.Option(True, "--record/--no-record", help="Mark the new run good or regression (what 'last known-good' uses)."),
+) -> None:
+    """Compare run B with run A, metric by metric, with statistics rather than eyeballing.
+
+    Per metric: the median change with a bootstrap 95 % interval, a Mann-Whitney test, and a
+    verdict (regression, improvement, no change, not enough data). Beside it: what changed in the
+    configuration and the environment, and the last known-good run to roll back to.
+
+    Exit code 1 when any metric regressed, so it can gate a CI job.
+
+        gpulens compare 12 17
+        gpulens compare baseline latest --threshold 3%
+        gpulens compare 17                  # run 17 against its baseline
+    """
+    from gpulens.bench.compare import compare_runs
+    from gpulens.runs import resolve_run
+
+    _check_format(fmt)
+    ratio = _parse_threshold(threshold)
+    with _open(store) as st:
+        if b is None:
+            new = resolve_run(st, a)
+            ref = resolve_run(st, "baseline", other=new)
+        else:
+            new = resolve_run(st, b)
+            ref = resolve_run(st, a, other=new)
+        cmp = compare_runs(ref, new, threshold_ratio=ratio, alpha=alpha, metrics=list(metric) or None, store=st, record=record)
+    if fmt == "json":
+        typer.echo(json.dumps(cmp.to_dict(), indent=2, default=str))
+    else:
+        _render(cmp)
+    if cmp.regression:
+        raise typer.Exit(1)
+
+
+def _render(cmp) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    colour = {"regression": "red", "improvement": "green", "no change": "default", "not enough data": "yellow"}
+    console.print(f"[bold]{cmp.b.label}[/] against [bold]{cmp.a.label}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g})")
+    t = Table()
+    for col in ("metric", "A median", "B median", "change", "95 % CI", "p", "verdict"):
+        t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
+    for m in cmp.metrics:
+        f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
+        pc = lambda v: "–" if v is None else f"{v:+.1%}"  # noqa: E731
+        ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
+        arrow = "↓ better" if m.direction == "lower_is_better" else "↑ better"
+        t.add_row(
+            f"{m.metric} [dim]{arrow}[/]", f"{f(m.median_a)} [dim]n={m.n_a}[/]", f"{f(m.median_b)} [dim]n={m.n_b}[/]",
+            pc(m.change_ratio), ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
+        )
+    console.print(t)
+    for m in cmp.metrics:
+        if m.verdict == "not enough data":
+            console.print(f"[yellow]{m.metric}[/]: {m.reason}", highlight=False)
+    if cmp.config_changes or cmp.fingerprint_changes:
+        console.print("[bold]what changed[/]:")
+        for section, changes in (("config", cmp.config_changes), ("environment", cmp.fingerprint_changes)):
+            for c in changes:
+                console.print(f"  {section}: {c}", highlight=False)
+    else:
+        console.print("[bold]what changed[/]: nothing in configuration or environment.")
+    v = cmp.verdict
+    console.print(f"verdict: [{colour[v]}]{v}[/]")
+    if cmp.regression:
+        good = cmp.last_known_good
+        if good is not None:
+            console.print(f"last known-good: [bold]{good.label}[/] — roll back to its configuration (`gpulens runs show {good.id}`).")
+        else:
+            console.print("last known-good: none recorded yet.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(runs_app, name="runs")
+    app.command("note")(note_command)
+    app.command("compare")(compare_command)
