@@ -1,0 +1,235 @@
+"""Evaluates a parsed rule expression at one instant against the store, with PromQL's meaning for
+the subset in `expr.py` (comparisons filter, vectors match on identical label sets, ranges are
+left-open (t - range, t]). Without extrapolation: `increase` is the plain sum of counter steps,
+which is what an alert on "any new XID" wants."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpulens.alerts.expr import (
+    AGGREGATIONS,
+    BAND_FUNCTIONS,
+    COMPARISONS,
+    EVENT_FUNCTIONS,
+    Aggregate,
+    Binary,
+    Call,
+    Neg,
+    Node,
+    Number,
+    Selector,
+)
+from gpulens.alerts.source import LabelKey, SeriesRef, StoreSource, label_key
+
+Vector = dict[LabelKey, float]
+# (series, now, upper?, quantile or None) -> the learned threshold, or None while still learning
+BandFn = Callable[[SeriesRef, float, bool, float | None], float | None]
+
+DEFAULT_LOOKBACK_SECONDS = 300.0  # as Prometheus: an instant selector sees values up to 5 minutes old
+
+
+@dataclass
+class Evaluator:
+    source: StoreSource
+    lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS
+
+    def vector(self, node: Node, t: float, band: BandFn | None = None) -> Vector:
+        """The result of a rule expression as a vector (a scalar result becomes one unlabelled element)."""
+        out = self._eval(node, t, band)
+        if isinstance(out, float):
+            return {} if math.isnan(out) else {(): out}
+        return out
+
+    # ------------------------------------------------------------------
+    def _eval(self, node: Node, t: float, band: BandFn | None) -> Vector | float:
+        if isinstance(node, Number):
+            return node.value
+        if isinstance(node, Selector):
+            out: Vector = {}
+            for s in self.source.series(node):
+                v = self.source.last(s.id, t, self.lookback_seconds)
+                if v is not None:
+                    out[s.key] = v
+            return out
+        if isinstance(node, Neg):
+            inner = self._eval(node.expr, t, band)
+            return -inner if isinstance(inner, float) else {k: -v for k, v in inner.items()}
+        if isinstance(node, Call):
+            return self._call(node, t, band)
+        if isinstance(node, Aggregate):
+            return self._aggregate(node, t, band)
+        if isinstance(node, Binary):
+            return self._binary(node, t, band)
+        raise TypeError(node)
+
+    def _call(self, node: Call, t: float, band: BandFn | None) -> Vector:
+        f = node.func
+        if f in BAND_FUNCTIONS:
+            sel = node.args[0]
+            assert isinstance(sel, Selector)
+            q = node.args[1].value if len(node.args) > 1 else None  # type: ignore[union-attr]
+            out: Vector = {}
+            if band is None:
+                return out
+            for s in self.source.series(sel):
+                v = band(s, t, f == "upper_band", q)
+                if v is not None:
+                    out[s.key] = v
+            return out
+        if f in EVENT_FUNCTIONS:
+            sel = node.args[0]
+            assert isinstance(sel, Selector) and sel.range_seconds is not None
+            counts: Vector = {}
+            for _, labels in self.source.events(sel.name, t - sel.range_seconds, t):
+                if all(m.matches(labels) for m in sel.matchers):
+                    k = label_key(labels)
+                    counts[k] = counts.get(k, 0.0) + 1.0
+            return counts
+        q = None
+        rng = node.args[-1]
+        if f == "quantile_over_time":
+            q = node.args[0].value  # type: ignore[union-attr]
+        assert isinstance(rng, Selector) and rng.range_seconds is not None
+        w = rng.range_seconds
+        out = {}
+        for s in self.source.series(rng):
+            pts = self.source.window(s.id, t - w, t)
+            if f in ("increase", "rate"):
+                if not pts:
+                    continue
+                base = self.source.before(s.id, t - w)
+                # A counter first seen inside the window counts from zero: its first error is news.
+                prev = 0.0 if base is None else base
+                total = 0.0
+                for _, v in pts:
+                    total += v - prev if v >= prev else v  # a drop is a counter reset
+                    prev = v
+                out[s.key] = total / w if f == "rate" else total
+                continue
+            if not pts:
+                continue
+            vals = [v for _, v in pts]
+            if f == "avg_over_time":
+                out[s.key] = sum(vals) / len(vals)
+            elif f == "max_over_time":
+                out[s.key] = max(vals)
+            elif f == "min_over_time":
+                out[s.key] = min(vals)
+            elif f == "count_over_time":
+                out[s.key] = float(len(vals))
+            elif f == "last_over_time":
+                out[s.key] = vals[-1]
+            elif f == "delta":
+                out[s.key] = vals[-1] - vals[0]
+            elif f == "quantile_over_time":
+                out[s.key] = quantile(sorted(vals), q)  # type: ignore[arg-type]
+        return out
+
+    def _aggregate(self, node: Aggregate, t: float, band: BandFn | None) -> Vector:
+        inner = self._eval(node.expr, t, band)
+        if isinstance(inner, float):
+            inner = {(): inner}
+        groups: dict[LabelKey, list[float]] = {}
+        for key, v in inner.items():
+            if node.by is not None:
+                g = tuple((k, val) for k, val in key if k in node.by)
+            elif node.without is not None:
+                g = tuple((k, val) for k, val in key if k not in node.without)
+            else:
+                g = ()
+            groups.setdefault(g, []).append(v)
+        op = node.op
+        assert op in AGGREGATIONS
+        fn = {"sum": sum, "max": max, "min": min, "count": len, "avg": lambda xs: sum(xs) / len(xs)}[op]
+        return {g: float(fn(vs)) for g, vs in groups.items()}
+
+    def _binary(self, node: Binary, t: float, band: BandFn | None) -> Vector | float:
+        left = self._eval(node.left, t, band)
+        if node.op in ("and", "unless") and isinstance(left, dict) and not left:
+            return {}  # nothing to filter: skip the right side's queries
+        right = self._eval(node.right, t, band)
+        op = node.op
+        if op in ("and", "or", "unless"):
+            assert isinstance(left, dict) and isinstance(right, dict)
+            if op == "and":
+                return {k: v for k, v in left.items() if k in right}
+            if op == "unless":
+                return {k: v for k, v in left.items() if k not in right}
+            return {**right, **left}
+        if isinstance(left, float) and isinstance(right, float):
+            r = _apply(op, left, right)
+            if op in COMPARISONS:
+                return left if r else math.nan
+            return r
+        if isinstance(left, float):
+            assert isinstance(right, dict)
+            out = {}
+            for k, v in right.items():
+                r = _apply(op, left, v)
+                if op in COMPARISONS:
+                    if r:
+                        out[k] = v
+                elif not math.isnan(r):
+                    out[k] = r
+            return out
+        if isinstance(right, float):
+            out = {}
+            for k, v in left.items():
+                r = _apply(op, v, right)
+                if op in COMPARISONS:
+                    if r:
+                        out[k] = v
+                elif not math.isnan(r):
+                    out[k] = r
+            return out
+        out = {}
+        for k, v in left.items():
+            if k not in right:
+                continue
+            r = _apply(op, v, right[k])
+            if op in COMPARISONS:
+                if r:
+                    out[k] = v
+            elif not math.isnan(r):
+                out[k] = r
+        return out
+
+
+def _apply(op: str, a: float, b: float) -> float:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        if b == 0:
+            return math.nan if a == 0 else math.copysign(math.inf, a)
+        return a / b
+    if op == ">":
+        return float(a > b)
+    if op == "<":
+        return float(a < b)
+    if op == ">=":
+        return float(a >= b)
+    if op == "<=":
+        return float(a <= b)
+    if op == "==":
+        return float(a == b)
+    if op == "!=":
+        return float(a != b)
+    raise ValueError(op)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (what PromQL's quantile_over_time does)."""
+    n = len(sorted_values)
+    if n == 0:
+        return math.nan
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
