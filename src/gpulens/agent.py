@@ -45,7 +45,7 @@ class Agent:
         store: Store,
         *,
         interval_seconds: float = 1.0,
-        flush_seconds: float = 1.0,
+        flush_seconds: float = 5.0,
         evaluate_seconds: float = 1.0,
         retention_seconds: float = 3600.0,
         host: str | None = None,
@@ -56,7 +56,8 @@ class Agent:
         self.backend = backend
         self.store = store
         self.interval_seconds = interval_seconds
-        # Commit at most once per flush_seconds: at 10 Hz one transaction a second, not ten.
+        # Commit once per flush_seconds: one transaction (and roll-up fold) for many ticks. A crash
+        # loses at most that much; evaluators always see flushed data (they flush first).
         self.flush_seconds = max(flush_seconds, interval_seconds)
         self.evaluate_seconds = max(evaluate_seconds, interval_seconds)
         self.retention_seconds = retention_seconds

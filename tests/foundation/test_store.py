@@ -175,3 +175,25 @@ def test_killed_writer_loses_at_most_the_unflushed_batch(tmp_path):
     conn.close()
     with Store(path) as s:  # and it opens for writing again
         s.write("k", None, 1e9, 2.0)
+
+
+def test_sample_writer_writes_exactly_the_metric_table(store):
+    from gpulens import FakeBackend
+    from gpulens.gpu.metrics import gpu_labels, sample_values
+    from gpulens.sampling import SampleWriter
+
+    fake = FakeBackend(gpus=2, clock=lambda: 50.0)
+    fake.add_process(1, 7, "serve", 1024)
+    fake.throttle(0, "sw_power_cap")
+    fake.lose(1)
+    fake.clear(1)
+    samples = fake.sample()
+    SampleWriter(store, host="h").write_samples(samples)
+    store.flush()
+    expected = {(n, tuple(sorted({**gpu_labels(s, "h"), **e}.items())), v) for s in samples for n, e, v in sample_values(s)}
+    got = set()
+    for key in store.series():
+        (d,) = store.query(key.name, key.labels)
+        for v in d.value:
+            got.add((key.name, tuple(sorted(key.labels.items())), v))
+    assert got == expected
