@@ -1,0 +1,117 @@
+"""`gpulens runs`, `note`, `compare` and `env` as a user meets them: real store files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpulens.cli.main import main
+from gpulens.runs import get_run, save_run
+from gpulens.store import Store
+
+from test_runs_compare import step_times
+
+
+@pytest.fixture
+def two_runs(store_path):
+    """Run 1 (reference) and run 2, 10 % slower, with a config change."""
+    rng = np.random.default_rng(5)
+    with Store(store_path) as st:
+        a = save_run(st, "bench-train", "small", {"batch": 8}, {"step_seconds_median": 0.2}, {"step_seconds": step_times(rng, 0.2)}, fingerprint={"driver": "1"})
+        b = save_run(st, "bench-train", "small", {"batch": 16}, {"step_seconds_median": 0.22}, {"step_seconds": step_times(rng, 0.22)}, fingerprint={"driver": "1"})
+    return store_path, a, b
+
+
+def test_compare_exits_1_on_regression_and_shows_rollback(two_runs, capsys):
+    db, a, b = two_runs
+    assert main(["compare", str(a), str(b), "--store", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "regression" in out and "batch_size" not in out and "batch: 8 → 16" in out
+    assert f"last known-good: #{a}" in out
+
+
+def test_compare_json_and_threshold(two_runs, capsys):
+    db, a, b = two_runs
+    assert main(["compare", str(a), str(b), "--store", str(db), "--format", "json", "--threshold", "50%", "--no-record"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "no change" and d["threshold_ratio"] == 0.5 and d["metrics"][0]["p_value"] < 0.05
+    with Store(db) as st:
+        assert get_run(st, b).verdict is None  # --no-record
+
+
+def test_compare_against_the_baseline(two_runs, capsys):
+    db, a, b = two_runs
+    assert main(["runs", "baseline", str(a), "--store", str(db)]) == 0
+    assert main(["compare", "latest", "--store", str(db), "--format", "json"]) == 1
+    d = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert (d["a"]["id"], d["b"]["id"]) == (a, b)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["compare", "1", "99"], "no run #99"),
+        (["compare", "1", "3"], "only runs of the same kind"),
+        (["compare", "1", "2", "--threshold", "five"], "not a number"),
+        (["compare", "1", "2", "--format", "xml"], "unknown --format"),
+        (["compare", "1", "1"], "compared with itself"),
+        (["runs", "show", "x"], "is not a run"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(two_runs, capsys, args, needle):
+    db, _a, _b = two_runs
+    with Store(db) as st:
+        save_run(st, "loadtest", "small", {}, {}, fingerprint={})
+    assert main([*args, "--store", str(db)]) == 2
+    err = " ".join(capsys.readouterr().err.lower().split())  # rich wraps at the console width
+    assert needle.lower() in err and "traceback" not in err
+
+
+def test_compare_in_a_store_that_does_not_exist(tmp_path, capsys):
+    assert main(["compare", "1", "2", "--store", str(tmp_path / "none.db")]) == 2
+    assert "no store" in " ".join(capsys.readouterr().err.lower().split())
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_note_and_runs_list(two_runs, capsys):
+    db, a, b = two_runs
+    assert main(["note", "raised micro-batch to 16", "--job", "llama", "--store", str(db)]) == 0
+    assert main(["runs", "list", "--store", str(db), "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    runs = json.loads(out[out.index("["):])
+    assert [r["id"] for r in runs] == [b, a]
+    with Store(db) as st:
+        (ev,) = st.events("note")
+    assert ev.data["text"] == "raised micro-batch to 16" and ev.labels == {"job": "llama"}
+    assert main(["runs", "show", str(b), "--store", str(db)]) == 0
+    assert f"changed since run #{a}" in capsys.readouterr().out
+
+
+def test_env_json_and_diff(tmp_path, capsys):
+    assert main(["env", "--format", "json"]) == 0
+    fp = json.loads(capsys.readouterr().out)
+    assert fp["python"] and isinstance(fp["packages"], dict)
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(fp))
+    fp2 = {**fp, "driver": "999.1", "env": {**fp["env"], "NCCL_P2P_DISABLE": "1"}}
+    after = tmp_path / "after.json"
+    after.write_text(json.dumps(fp2))
+    assert main(["env", "diff", str(before), str(after), "--format", "json"]) == 0
+    got = {c["key"]: c["new"] for c in json.loads(capsys.readouterr().out)}
+    assert got == {"driver": "999.1", "env.NCCL_P2P_DISABLE": "1"}
+    (tmp_path / "bad.json").write_text("{nope")
+    assert main(["env", "diff", str(tmp_path / "bad.json")]) == 2
+    assert "not a fingerprint json" in " ".join(capsys.readouterr().err.lower().split())
+
+
+def test_compare_gates_a_ci_job_as_a_subprocess(two_runs):
+    db, a, b = two_runs
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "compare", str(a), str(b), "--store", str(db)],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 1 and "verdict: regression" in r.stdout and "Traceback" not in r.stderr

@@ -1,0 +1,109 @@
+"""Run comparison: real regressions are caught, noise is not called a change, bad input is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpulens.bench.compare import compare_runs, compare_samples, direction_of
+from gpulens.errors import BadInputError
+from gpulens.runs import get_run, save_run
+
+
+def step_times(rng: np.random.Generator, median_seconds: float, n: int = 30) -> list[float]:
+    """Realistic step times: ~4 % log-normal jitter plus occasional slow steps (GC, a data hiccup,
+    a neighbour's burst) that take 1.3-2x as long."""
+    x = median_seconds * rng.lognormal(0.0, 0.04, n)
+    slow = rng.random(n) < 0.05
+    x[slow] *= rng.uniform(1.3, 2.0, slow.sum())
+    return x.tolist()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ten_percent_slower_steps_are_a_regression(seed):
+    rng = np.random.default_rng(1000 + seed)
+    r = compare_samples("step_seconds", step_times(rng, 0.200), step_times(rng, 0.220), seed=seed)
+    assert r.verdict == "regression", r.reason
+    assert 0.05 < r.change_ratio < 0.15 and r.ci95_low_ratio > 0 and r.p_value < 0.05
+
+
+def test_same_distribution_is_no_change_in_at_least_95_of_100_trials():
+    verdicts = []
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        verdicts.append(compare_samples("step_seconds", step_times(rng, 0.2), step_times(rng, 0.2), seed=seed).verdict)
+    assert verdicts.count("no change") >= 95, {v: verdicts.count(v) for v in set(verdicts)}
+
+
+def test_direction_decides_regression_or_improvement():
+    rng = np.random.default_rng(7)
+    slow, fast = step_times(rng, 0.22), step_times(rng, 0.20)
+    assert compare_samples("step_seconds", slow, fast).verdict == "improvement"
+    tps_a = [8192 / s for s in slow]
+    tps_b = [8192 / s for s in fast]
+    assert direction_of("tokens_per_second") == "higher_is_better"
+    assert compare_samples("tokens_per_second", tps_b, tps_a).verdict == "regression"
+
+
+def test_significant_but_within_threshold_is_no_change():
+    rng = np.random.default_rng(3)
+    a = (0.2 * rng.lognormal(0, 0.005, 200)).tolist()
+    b = (0.204 * rng.lognormal(0, 0.005, 200)).tolist()  # +2 %, very significant
+    r = compare_samples("step_seconds", a, b, threshold_ratio=0.05)
+    assert r.p_value < 1e-6 and r.verdict == "no change" and "within the 5% threshold" in r.reason
+    assert compare_samples("step_seconds", a, b, threshold_ratio=0.01).verdict == "regression"
+
+
+def test_too_few_samples_is_not_a_verdict():
+    r = compare_samples("step_seconds", [0.2, 0.2, 0.21], [0.4, 0.41, 0.42, 0.4, 0.43, 0.44])
+    assert r.verdict == "not enough data" and "A has 3" in r.reason and r.p_value is None
+
+
+def test_identical_constant_samples():
+    r = compare_samples("step_seconds", [0.2] * 10, [0.2] * 10)
+    assert r.verdict == "no change" and r.change_ratio == 0
+
+
+def _runs(store, a_samples, b_samples, kind_b="bench-train", cfg_b=None):
+    fp = {"driver": "580.1", "host": "x"}
+    a = save_run(store, "bench-train", "s", {"batch": 8}, {}, a_samples, fingerprint=fp)
+    b = save_run(store, kind_b, "s", cfg_b or {"batch": 8}, {}, b_samples, fingerprint={**fp, "driver": "580.2", "host": "y"})
+    return get_run(store, a), get_run(store, b)
+
+
+def test_compare_runs_reports_what_changed_and_last_known_good(store):
+    rng = np.random.default_rng(11)
+    a, b = _runs(store, {"step_seconds": step_times(rng, 0.2)}, {"step_seconds": step_times(rng, 0.23)}, cfg_b={"batch": 16})
+    cmp = compare_runs(a, b, store=store, record=True)
+    assert cmp.regression and cmp.verdict == "regression"
+    assert [(c.key, c.old, c.new) for c in cmp.config_changes] == [("batch", 8, 16)]
+    assert [(c.key, c.old, c.new) for c in cmp.fingerprint_changes] == [("driver", "580.1", "580.2")]
+    assert cmp.last_known_good.id == a.id  # nothing compared before: the reference itself
+    assert get_run(store, b.id).verdict == "regression"
+    d = cmp.to_dict()
+    assert d["regression"] is True and d["metrics"][0]["verdict"] == "regression"
+
+
+def test_runs_of_different_kinds_or_the_same_run_are_refused(store):
+    a, b = _runs(store, {"x": [1.0] * 5}, {"x": [1.0] * 5}, kind_b="loadtest")
+    with pytest.raises(BadInputError, match="only runs of the same kind compare"):
+        compare_runs(a, b)
+    with pytest.raises(BadInputError, match="cannot be compared with itself"):
+        compare_runs(a, a)
+
+
+def test_metric_on_one_side_only_and_unknown_metric(store):
+    a, b = _runs(store, {"step_seconds": [0.2] * 8, "loss": [1.0] * 8}, {"step_seconds": [0.2] * 8})
+    cmp = compare_runs(a, b)
+    by = {m.metric: m for m in cmp.metrics}
+    assert by["loss"].verdict == "not enough data" and "run B has no samples" in by["loss"].reason
+    assert cmp.verdict == "no change" and not cmp.regression
+    with pytest.raises(BadInputError, match="Neither run has samples of mfu"):
+        compare_runs(a, b, metrics=["mfu"])
+
+
+def test_runs_without_samples_never_get_a_verdict(store):
+    a, b = _runs(store, {}, {})
+    cmp = compare_runs(a, b, store=store, record=True)
+    assert cmp.metrics == [] and cmp.verdict == "not enough data" and not cmp.regression
+    assert get_run(store, b.id).verdict is None  # nothing judged, nothing recorded
