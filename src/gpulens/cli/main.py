@@ -64,7 +64,10 @@ _register_all()
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the CLI and turns a GpulensError into one sentence and its exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns a command's typer.Exit code instead of exiting.
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and not isinstance(rc, bool):
+            return rc
     except GpulensError as e:
         console_err.print(f"[bold red]error:[/] {e.message}" + (f"\n[dim]→[/] {e.hint}" if e.hint else ""), highlight=False)
         return e.exit_code
