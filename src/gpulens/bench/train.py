@@ -338,6 +338,18 @@ def _is_oom(torch: Any, e: BaseException) -> bool:
     return (oom is not None and isinstance(e, oom)) or "out of memory" in msg or "not enough memory" in msg
 
 
+def find_knee(points: list[SweepPoint], gain_ratio: float) -> int | None:
+    """The batch after which doubling raises tokens/s by less than `gain_ratio` (the last fitting
+    batch when throughput never stops growing)."""
+    fitting = [p for p in points if p.fits and p.tokens_per_second is not None]
+    if not fitting:
+        return None
+    for prev, cur in zip(fitting, fitting[1:]):
+        if cur.tokens_per_second < prev.tokens_per_second * (1 + gain_ratio):  # type: ignore[operator]
+            return prev.batch_size
+    return fitting[-1].batch_size
+
+
 def sweep_batch(
     config: TrainBenchConfig, *, max_batch: int = 1024, gain_ratio: float = 0.05, start_batch: int = 1
 ) -> SweepResult:
@@ -368,14 +380,7 @@ def sweep_batch(
         points.append(SweepPoint(b, True, r.tokens_per_second, r.step_seconds_median, r.peak_memory_bytes))
         b *= 2
     fitting = [p for p in points if p.fits]
-    knee = None
-    for prev, cur in zip(fitting, fitting[1:]):
-        knee = prev.batch_size
-        if cur.tokens_per_second < prev.tokens_per_second * (1 + gain_ratio):  # type: ignore[operator]
-            break
-        knee = cur.batch_size
-    if knee is None and fitting:
-        knee = fitting[0].batch_size
+    knee = find_knee(points, gain_ratio)
     largest = fitting[-1].batch_size if fitting else None
     return SweepResult(points, largest, knee, gain_ratio, stopped, results.get(knee) if knee else None)
 

@@ -1,0 +1,1 @@
+"""Benchmarks that measure: the serving load tester (`bench.serve`) and, beside it, training ones."""

@@ -1,0 +1,17 @@
+"""`gpulens bench serve`: a load tester free of coordinated omission, with SLO sweeps.
+
+    from gpulens.bench.serve import LoadSpec, Target, run_load, sweep, parse_slos
+"""
+
+from gpulens.bench.serve.api import Probe, SweepResult, run_load, sweep
+from gpulens.bench.serve.client import RequestRecord, Target, openai_body, target_kind_for
+from gpulens.bench.serve.runner import LoadSpec, Progress, TargetUnreachableError
+from gpulens.bench.serve.slo import Slo, parse_slo, parse_slos
+from gpulens.bench.serve.stats import LoadSummary, Percentiles
+from gpulens.bench.serve.summary import LoadResult
+
+__all__ = [
+    "LoadResult", "LoadSpec", "LoadSummary", "Percentiles", "Probe", "Progress", "RequestRecord", "Slo",
+    "SweepResult", "Target", "TargetUnreachableError", "openai_body", "parse_slo", "parse_slos", "run_load",
+    "sweep", "target_kind_for",
+]

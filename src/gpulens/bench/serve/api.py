@@ -1,0 +1,170 @@
+"""Entry points of the load tester: `run_load` (one run) and `sweep` (the highest rate or
+concurrency at which every SLO holds, by bracketing then bisection)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpulens.bench.serve.runner import LoadSpec, Progress, check_reachable, run_processes, run_worker
+from gpulens.bench.serve.slo import Slo
+from gpulens.bench.serve.summary import LoadResult, summarize
+from gpulens.errors import BadInputError
+
+
+def run_load(
+    spec: LoadSpec,
+    slos: list[Slo] | None = None,
+    *,
+    progress: Progress | None = None,
+    on_tick: Callable[[], None] | None = None,
+    check_target: bool = True,
+) -> LoadResult:
+    """Run one load test and summarize it. Raises TargetUnreachableError (exit 3) when no connection
+    to the target can be opened; every other failure of the server is in the result."""
+    spec.validate()
+    if check_target:
+        asyncio.run(check_reachable(spec.target.url))
+    progress = progress or Progress()
+    if spec.duration_seconds is not None and spec.rate is not None:
+        mean_rate = spec.rate if spec.ramp_to is None else (spec.rate + spec.ramp_to) / 2
+        progress.planned = int(mean_rate * spec.duration_seconds)
+        if spec.max_requests is not None:
+            progress.planned = min(progress.planned, spec.max_requests)
+    elif spec.max_requests is not None:
+        progress.planned = spec.max_requests
+    wall_start = time.time()
+    if spec.workers == 1:
+        results = [run_worker(spec, 0, 1, progress)]
+    else:
+        results = run_processes(spec, progress, on_tick)
+    return summarize(spec, results, slos or [], wall_start)
+
+
+@dataclass
+class Probe:
+    """One step of a sweep: the load offered and whether every SLO held."""
+
+    value: float  # rate (requests/s) or concurrency
+    passed: bool
+    result: LoadResult
+    failed_slos: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.result.summary
+        return {
+            "value": self.value, "passed": self.passed, "failed_slos": self.failed_slos,
+            "achieved_rate": s.achieved_rate, "goodput": s.goodput, "client_bound": s.client_bound,
+            "latency": s.latency.to_dict() if s.latency else None,
+            "ttft": s.ttft.to_dict() if s.ttft else None,
+            "requests": s.requests, "slo_results": s.slo_results,
+        }
+
+
+@dataclass
+class SweepResult:
+    mode: str  # "open" (rates) or "closed" (concurrencies)
+    slos: list[str]
+    best: float | None  # highest value that passed; None when even the lowest probe failed
+    lowest_failing: float | None  # lowest value that failed; None when no probe failed
+    probes: list[Probe]
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "slos": self.slos, "best": self.best, "lowest_failing": self.lowest_failing,
+                "note": self.note, "probes": [p.to_dict() for p in self.probes]}
+
+
+def sweep(
+    spec: LoadSpec,
+    slos: list[Slo],
+    *,
+    tolerance_ratio: float = 0.05,
+    max_probes: int = 14,
+    max_value: float | None = None,
+    on_probe: Callable[[Probe], None] | None = None,
+    progress_factory: Callable[[], Progress] | None = None,
+    on_tick: Callable[[], None] | None = None,
+) -> SweepResult:
+    """Find the highest rate (open loop) or concurrency (closed loop) at which every SLO holds.
+
+    Start at the spec's rate/concurrency; double while probes pass (or halve while they fail) to
+    bracket the boundary, then bisect until the bracket is within `tolerance_ratio`. Each probe is
+    a full run of `spec.duration_seconds`, so the answer is for sustained load, not a burst."""
+    if not slos:
+        raise BadInputError("--sweep needs at least one --slo to sweep against.", hint='E.g. --slo "p99_latency<=500ms".')
+    spec.validate()
+    asyncio.run(check_reachable(spec.target.url))
+    closed = spec.mode == "closed"
+    probes: list[Probe] = []
+
+    def probe(value: float) -> bool:
+        s = replace(spec, concurrency=int(value)) if closed else replace(spec, rate=value, ramp_to=None)
+        if closed and spec.workers > int(value):
+            s = replace(s, workers=max(1, int(value)))
+        def once() -> LoadResult:
+            return run_load(s, slos, progress=progress_factory() if progress_factory else None, on_tick=on_tick,
+                            check_target=False)
+
+        res = once()
+        failed = [r["slo"] for r in res.summary.slo_results if not r["met"]]
+        if failed and res.summary.client_bound:
+            # The client, not the server, missed the schedule: measure that load again before
+            # concluding the server cannot take it.
+            res = once()
+            failed = [r["slo"] for r in res.summary.slo_results if not r["met"]]
+        p = Probe(value, not failed, res, failed)
+        probes.append(p)
+        if on_probe:
+            on_probe(p)
+        return p.passed
+
+    start = float(spec.concurrency if closed else spec.rate)  # type: ignore[arg-type]
+    lo: float | None = None
+    hi: float | None = None
+    x = start
+    note = None
+    # bracket
+    while len(probes) < max_probes:
+        if probe(x):
+            lo = x
+            if hi is not None:
+                break
+            if max_value is not None and x >= max_value:
+                note = f"every probe up to the limit {max_value:g} passed"
+                break
+            x = x * 2 if max_value is None else min(x * 2, max_value)
+        else:
+            hi = x
+            if lo is not None:
+                break
+            nxt = x / 2
+            if (closed and nxt < 1) or (not closed and nxt < start / 64):
+                note = "even the lowest load tried failed the SLOs"
+                break
+            x = max(1.0, float(int(nxt))) if closed else nxt
+            if closed and x == hi:
+                note = "even one concurrent request fails the SLOs"
+                break
+    # bisect
+    while lo is not None and hi is not None and len(probes) < max_probes:
+        if closed:
+            if hi - lo <= 1:
+                break
+            mid = float((int(lo) + int(hi)) // 2)
+        else:
+            if hi <= lo * (1 + tolerance_ratio):
+                break
+            mid = (lo + hi) / 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    if lo is not None and hi is not None and len(probes) >= max_probes and note is None:
+        note = f"stopped after {max_probes} probes; the boundary lies between {lo:g} and {hi:g}"
+    if any(p.passed and p.result.summary.client_bound for p in probes):
+        note = (note + "; " if note else "") + "the client was the bottleneck in some probes: add --workers"
+    return SweepResult("closed" if closed else "open", [s.text for s in slos], lo, hi, probes, note)

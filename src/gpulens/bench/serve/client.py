@@ -1,0 +1,166 @@
+"""One request against the target: plain HTTP, or an OpenAI-compatible completion streamed as
+server-sent events. Every time is measured on one monotonic clock (`time.perf_counter`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+import aiohttp
+
+TargetKind = Literal["http", "completions", "chat"]
+Status = Literal["ok", "error", "timeout", "rejected"]
+REJECT_CODES = frozenset({429, 503})  # the server said "not now": load shedding, not a failure
+
+
+@dataclass(frozen=True)
+class Target:
+    """What each request sends. `kind` chooses how the response is read."""
+
+    url: str
+    method: str = "GET"
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    kind: TargetKind = "http"
+    stream: bool = True
+
+
+def target_kind_for(url: str) -> TargetKind:
+    """OpenAI-compatible endpoints are recognised by their path."""
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if path.endswith("/completions"):
+        return "completions"
+    return "http"
+
+
+def openai_body(kind: TargetKind, *, model: str, prompt: str, max_tokens: int, stream: bool) -> bytes:
+    body: dict[str, object] = {"model": model, "max_tokens": max_tokens, "stream": stream, "temperature": 0}
+    if kind == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if stream:
+        body["stream_options"] = {"include_usage": True}  # the last chunk then carries the token count
+    return json.dumps(body).encode()
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request. Times are seconds on the run's clock (0 = the run's start)."""
+
+    index: int
+    worker: int
+    intended: float
+    sent: float | None = None
+    first_token: float | None = None
+    end: float | None = None
+    status: Status = "error"
+    http_status: int | None = None
+    output_tokens: int | None = None
+    itl_mean: float | None = None
+    error: str | None = None
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.end is None else self.end - self.intended
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.intended
+
+    @property
+    def tpot(self) -> float | None:
+        """vLLM's definition: (latency − TTFT) / (output tokens − 1)."""
+        if self.end is None or self.first_token is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.end - self.first_token) / (self.output_tokens - 1)
+
+
+def _chunk_text(obj: dict, kind: TargetKind) -> str:
+    choices = obj.get("choices") or []
+    if not choices:
+        return ""
+    c = choices[0]
+    if kind == "chat":
+        return (c.get("delta") or {}).get("content") or ""
+    return c.get("text") or ""
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, kind: TargetKind, rec: RequestRecord, t0: float, itl: list[float]) -> None:
+    last = None
+    chunks = 0
+    usage_tokens = None
+    async for raw in resp.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            break
+        now = time.perf_counter() - t0
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            continue
+        usage = obj.get("usage") or {}
+        if isinstance(usage, dict) and usage.get("completion_tokens"):
+            usage_tokens = int(usage["completion_tokens"])
+        if not _chunk_text(obj, kind):
+            continue  # role-only or usage-only chunks carry no token
+        chunks += 1
+        if last is None:
+            rec.first_token = now
+        else:
+            itl.append(now - last)
+        last = now
+    rec.output_tokens = usage_tokens if usage_tokens is not None else chunks
+    if itl:
+        rec.itl_mean = sum(itl) / len(itl)
+
+
+async def send_one(
+    session: aiohttp.ClientSession, target: Target, rec: RequestRecord, t0: float, timeout: float, itl: list[float]
+) -> RequestRecord:
+    """Send one request and fill `rec`. Never raises for the server's behaviour: a refused
+    connection, an error status or a timeout become the record's status."""
+    rec.sent = time.perf_counter() - t0
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.request(target.method, target.url, data=target.body, headers=target.headers) as resp:
+                rec.http_status = resp.status
+                if resp.status >= 400:
+                    body = await resp.content.read(200)
+                    rec.status = "rejected" if resp.status in REJECT_CODES else "error"
+                    rec.error = f"HTTP {resp.status} {resp.reason or ''}".strip() + (
+                        f": {body.decode(errors='replace').strip()}" if body.strip() else ""
+                    )
+                elif target.kind != "http" and target.stream:
+                    await _read_stream(resp, target.kind, rec, t0, itl)
+                    rec.status = "ok"
+                else:
+                    data = await resp.read()
+                    if target.kind != "http":
+                        try:
+                            usage = json.loads(data).get("usage") or {}
+                            rec.output_tokens = usage.get("completion_tokens")
+                        except (ValueError, AttributeError):
+                            pass
+                    rec.status = "ok"
+        rec.end = time.perf_counter() - t0
+    except TimeoutError:
+        rec.end = time.perf_counter() - t0
+        rec.status = "timeout"
+        rec.error = f"no complete response within {timeout:g} s"
+    except aiohttp.ClientConnectorError as e:
+        rec.status = "error"
+        rec.error = f"cannot connect: {e.os_error.strerror if e.os_error and e.os_error.strerror else e}"
+    except (aiohttp.ClientError, OSError) as e:
+        rec.status = "error"
+        rec.error = f"{type(e).__name__}: {e}"
+    return rec

@@ -1,0 +1,148 @@
+"""Worker results -> one `LoadSummary`: merged histograms, counts, goodput, SLO verdicts, and the
+warnings a user needs (the client was the bottleneck, every request failed, the run was cut short)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from gpulens.bench.serve.client import RequestRecord
+from gpulens.bench.serve.runner import DIST_NAMES, LoadSpec, WorkerResult
+from gpulens.bench.serve.slo import Slo
+from gpulens.bench.serve.stats import STATUSES, Distribution, LoadSummary
+
+# Sends later than this against the schedule mean the client, not the server, set the pace.
+CLIENT_LAG_P99_SECONDS = 0.010
+CLIENT_CPU_BUSY_RATIO = 0.9
+DEFAULT_MAX_ERROR_RATIO = 0.01  # a probe with more failures than this fails the sweep, SLOs or not
+
+
+@dataclass
+class LoadResult:
+    summary: LoadSummary
+    records: list[RequestRecord]
+    wall_start_unix: float  # the run's start on the wall clock, for the store and the CSV
+
+
+def _request_value(rec: RequestRecord, metric: str) -> float | None:
+    if metric == "latency":
+        return rec.latency
+    if metric == "ttft":
+        return rec.ttft
+    if metric == "tpot":
+        return rec.tpot
+    if metric == "itl":
+        return rec.itl_mean
+    return None
+
+
+def request_meets(rec: RequestRecord, slos: list[Slo]) -> bool:
+    """A request counts toward goodput when it succeeded and each of its own values is in bound."""
+    if rec.status != "ok":
+        return False
+    for s in slos:
+        if s.metric == "error_rate":
+            continue
+        v = _request_value(rec, s.metric)
+        if v is not None and not s.holds(v):
+            return False
+    return True
+
+
+def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall_start_unix: float) -> LoadResult:
+    dists = {k: Distribution() for k in DIST_NAMES}
+    records: list[RequestRecord] = []
+    not_sent = 0
+    cpu = wall = 0.0
+    interrupted = False
+    for r in results:
+        for k, d in r.dists.items():
+            dists[k].merge(d)
+        records.extend(r.records)
+        not_sent += r.not_sent
+        cpu += r.cpu_seconds
+        wall = max(wall, r.wall_seconds)
+        interrupted |= r.interrupted
+    records.sort(key=lambda x: (x.intended, x.index))
+    counts = Counter(rec.status for rec in records)
+    requests = {s: counts.get(s, 0) for s in STATUSES}
+    requests["total"] = len(records)
+    requests["not_sent"] = not_sent
+    http = Counter(str(rec.http_status) for rec in records if rec.http_status is not None)
+    first_error = next((rec.error for rec in records if rec.status != "ok" and rec.error), None)
+
+    first = min((rec.intended for rec in records), default=0.0)
+    last_end = max((rec.end for rec in records if rec.end is not None), default=first)
+    last_sent = max((rec.sent for rec in records if rec.sent is not None), default=first)
+    span = max(last_end - first, 1e-9)
+    completed = sum(1 for rec in records if rec.status in ("ok", "error", "rejected") and rec.end is not None)
+    send_span = max(last_sent - first, 1e-9)
+    tokens = sum(rec.output_tokens or 0 for rec in records if rec.status == "ok")
+
+    summary = LoadSummary(
+        mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency,
+        arrival=spec.arrival if spec.mode == "open" else "closed",
+        duration_seconds=span if records else 0.0,
+        requests=requests,
+        achieved_rate=completed / span if records else 0.0,
+        sent_rate=(len(records) - 1) / send_span if len(records) > 1 else float(len(records)),
+        latency=dists["latency"].summary(),
+        latency_uncorrected=dists["latency_uncorrected"].summary(),
+        send_lag=dists["send_lag"].summary(),
+        ttft=dists["ttft"].summary(), itl=dists["itl"].summary(), tpot=dists["tpot"].summary(),
+        output_tokens=tokens,
+        output_tokens_per_second=(tokens / span) if tokens else None,
+        http_statuses=dict(http), first_error=first_error, interrupted=interrupted,
+    )
+    _verdicts(summary, records, slos)
+    _warnings(summary, spec, cpu, wall)
+    return LoadResult(summary, records, wall_start_unix)
+
+
+def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo]) -> None:
+    if not slos:
+        return
+    total = summary.requests["total"] or 1
+    failed = summary.requests["error"] + summary.requests["timeout"] + summary.requests["rejected"]
+    error_ratio = failed / total
+    for s in slos:
+        if s.metric == "error_rate":
+            value = error_ratio
+        else:
+            dist = getattr(summary, s.metric)
+            value = None if dist is None else dist.get(s.stat or "p99")
+        summary.slo_results.append({"slo": s.text, "metric": s.metric, "stat": s.stat, "bound": s.bound,
+                                    "value": value, "met": s.holds(value)})
+    if not any(s.metric == "error_rate" for s in slos):
+        summary.slo_results.append({"slo": f"error_rate<={DEFAULT_MAX_ERROR_RATIO:.0%} (implied)", "metric": "error_rate",
+                                    "stat": None, "bound": DEFAULT_MAX_ERROR_RATIO, "value": error_ratio,
+                                    "met": error_ratio <= DEFAULT_MAX_ERROR_RATIO})
+    good = sum(1 for rec in records if request_meets(rec, slos))
+    summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
+
+
+def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> None:
+    w = summary.warnings
+    lag = summary.send_lag
+    busy = cpu / (wall * max(spec.workers, 1)) if wall > 0 else 0.0
+    if spec.mode == "open" and lag is not None and lag.p99 > CLIENT_LAG_P99_SECONDS:
+        summary.client_bound = True
+        w.append(f"The client could not keep the schedule: 1 % of sends left more than {lag.p99 * 1e3:.1f} ms late "
+                 f"(client CPU {busy:.0%} busy). Latencies are still measured from the intended times; "
+                 "add --workers or lower the rate for a cleaner run.")
+    elif busy >= CLIENT_CPU_BUSY_RATIO:
+        summary.client_bound = True
+        w.append(f"The client used {busy:.0%} of its CPU: it may have limited the load. Add --workers.")
+    total = summary.requests["total"]
+    ok = summary.requests["ok"]
+    if total and ok == 0:
+        why = summary.first_error or "no response"
+        w.append(f"Every request failed ({why}).")
+    elif total and ok < total:
+        failed = total - ok
+        w.append(f"{failed} of {total} requests did not succeed (first: {summary.first_error or 'unknown'}).")
+    if summary.requests["timeout"]:
+        w.append(f"{summary.requests['timeout']} requests timed out after {spec.timeout_seconds:g} s; they are in the "
+                 "latency percentiles at that lower bound.")
+    if summary.interrupted:
+        w.append("The run was interrupted; these are the partial results.")
