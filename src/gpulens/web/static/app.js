@@ -69,8 +69,9 @@ async function getJSON(path) {
 function fillSelect(select, values) {
   const keep = select.value;
   while (select.options.length > 1) select.remove(1);
-  for (const v of values) select.add(new Option(v, v));  // Option(text, value) sets text, not HTML
-  select.value = values.includes(keep) ? keep : "";
+  const all = keep && !values.includes(keep) ? values.concat([keep]) : values;  // keep a picked value with no data
+  for (const v of all) select.add(new Option(v, v));  // Option(text, value) sets text, not HTML
+  select.value = keep;
 }
 
 function timeText(t) { return new Date(t * 1000).toLocaleString(); }
@@ -277,6 +278,7 @@ document.addEventListener("DOMContentLoaded", async () => {
     const v = params.get(s.dataset.key);
     if (v) { s.add(new Option(v, v)); s.value = v; }
   }
+  if (params.get("refresh") !== null) document.getElementById("refresh").value = params.get("refresh");
   document.getElementById("controls").addEventListener("change", (e) => {
     if (e.target.id === "refresh") schedule(); else load();
   });
