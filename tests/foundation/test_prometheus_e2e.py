@@ -4,7 +4,6 @@ through its HTTP API are the trace's values at the recorded moments it scraped."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,7 +11,6 @@ import urllib.parse
 import urllib.request
 
 import pytest
-
 from conftest import free_port, which_or_skip
 
 pytestmark = pytest.mark.slow

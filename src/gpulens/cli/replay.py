@@ -32,7 +32,7 @@ def replay_command(
     from gpulens.data import bundled_trace
     from gpulens.ingest import import_trace
     from gpulens.store import Store
-    from gpulens.units import parse_duration, format_seconds
+    from gpulens.units import format_seconds, parse_duration
     from gpulens.workload.importers import ImportContext
 
     speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
