@@ -269,6 +269,41 @@ class TrainingMonitor:
         finally:
             self._queue.append(("ckpt", t0, self._perf()))
 
+    # ------------------------------------------------------------ for framework callbacks
+    def begin_step(self, samples: int | None = None, tokens: int | None = None) -> StepContext:
+        """Open a step without a `with` block (for callbacks with separate begin/end hooks)."""
+        ctx = self.step(samples, tokens)
+        ctx.__enter__()
+        return ctx
+
+    def end_step(self, exc: BaseException | None = None) -> None:
+        """Close the step opened by `begin_step`; pass the exception if the step failed."""
+        if not self._in_step:
+            raise MonitorUsageError("end_step() was called with no step open.", hint="Call begin_step() first.")
+        self._exit_step(self._ctx, exc)
+
+    @property
+    def current_step(self) -> StepContext | None:
+        return self._ctx if self._in_step else None
+
+    def record_data_wait(self, seconds: float) -> None:
+        """The wait for the next batch, measured by the caller (charged to the next step)."""
+        now = self._perf()
+        self._wait_t0 = now - max(0.0, seconds)
+        self._wait_s = max(0.0, seconds)
+
+    def record_checkpoint(self, seconds: float) -> None:
+        """A checkpoint that just ended after `seconds`, measured by the caller."""
+        if self._closed:
+            raise MonitorUsageError("record_checkpoint() was used after mon.close().", hint="Save checkpoints while the monitor is open.")
+        now = self._perf()
+        self._queue.append(("ckpt_begin",))
+        self._queue.append(("ckpt", now - max(0.0, seconds), now))
+
+    def record_loss(self, loss: Any) -> None:
+        """A loss reported after its step (e.g. by a logging hook): attached to the last step."""
+        self._queue.append(("loss", self._perf(), loss))
+
     # ------------------------------------------------------------ failures
     def _record_oom(self, exc: BaseException, t1: float) -> None:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sqlite3
 import statistics
 import threading
 import time
@@ -59,6 +60,7 @@ class StepWriter:
         self._scaler = scaler
         self._ids: dict[str, int] = {}
         self._recent: deque[float] = deque(maxlen=64)
+        self._retry: deque[StepRecord] = deque()  # steps not yet buffered (store locked), oldest first
         self._held: StepRecord | None = None  # the last step, kept open for a checkpoint that may follow
         self._ckpt_open = False
         self._held_cycles = 0
@@ -136,12 +138,15 @@ class StepWriter:
         return self._commit()
 
     def _commit(self) -> bool:
+        if self._retry:
+            self._retry_unwritten()
+            if self._retry:
+                self._note_failure(StoreError(f"{len(self._retry)} step(s) wait for the store to accept writes."))
+                return False
         try:
             self.store.flush()
-        except StoreError as e:
-            self.write_failures += 1
-            if self._last_ok or self.write_failures % 10 == 0:
-                log.warning("gpulens: writing training steps failed (%s); retrying, the training continues.", e)
+        except (StoreError, sqlite3.Error) as e:
+            self._note_failure(e)
             return False
         except Exception:
             self.write_failures += 1
@@ -151,8 +156,14 @@ class StepWriter:
             log.info("gpulens: the store accepts writes again.")
         return True
 
+    def _note_failure(self, e: Exception) -> None:
+        self.write_failures += 1
+        if self._last_ok or self.write_failures % 10 == 0:
+            log.warning("gpulens: writing training steps failed (%s); retrying, the training continues.", e)
+
     # ------------------------------------------------------------ queue -> records
     def _drain(self, final: bool) -> None:
+        self._retry_unwritten()
         q = self._q
         while q:
             item = q[0]
@@ -169,6 +180,9 @@ class StepWriter:
             elif kind == "ckpt":
                 q.popleft()
                 self._add_checkpoint(item[1], item[2])
+            elif kind == "loss":
+                q.popleft()
+                self._add_loss(item[1], item[2])
             else:  # ("event", kind, t, data)
                 q.popleft()
                 self._guard(lambda it=item: self.store.event(it[1], it[2], self.labels, it[3]))
@@ -223,6 +237,19 @@ class StepWriter:
         rec.step_s = (rec.step_s or 0.0) + seconds
         rec.t_end = self._wall_of(t1)
 
+    def _add_loss(self, t: float, loss: Any) -> None:
+        value = _to_float(loss)
+        if value is None:
+            return
+        if self._held is not None and self._held.loss is None:
+            self._held.loss = value
+            return
+        # The step is already written: a sample of its own (and the NaN check).
+        self._guard(lambda: self.store.write(N.TRAIN_LOSS, self.labels, self._wall_of(t), value))
+        if not math.isfinite(value):
+            self.nan_losses += 1
+            self._guard(lambda: self.store.event(N.EV_TRAIN_NAN, self._wall_of(t), self.labels, {"loss": repr(value), "pid": os.getpid(), "rank": int(self.labels.get("rank", 0))}))
+
     def _scale(self) -> float | None:
         if self._scaler is None:
             return None
@@ -240,21 +267,41 @@ class StepWriter:
         if rec.loss is not None and not math.isfinite(rec.loss):
             self.nan_losses += 1
             self._guard(lambda: self.store.event(N.EV_TRAIN_NAN, rec.t_end, self.labels, {"step": rec.step, "loss": repr(rec.loss), "pid": rec.pid, "rank": rec.rank}))
-        self._guard(lambda: self._write(rec))
-        self.steps_written += 1
+        if self._retry or not self._write(rec):
+            self._retry.append(rec)
+        else:
+            self.steps_written += 1
         for fn in self.listeners:
             try:
                 fn(rec)
             except Exception:
                 log.exception("gpulens: a step listener failed")
 
-    def _write(self, rec: StepRecord) -> None:
-        for name, value in step_series_values(rec):
-            sid = self._ids.get(name)
-            if sid is None:
-                sid = self._ids[name] = self.store.series_id(name, self.labels)
-            self.store.write_id(sid, rec.t_end, value)
-        self.store.event(N.EV_TRAIN_STEP, rec.t_end, self.labels, rec.to_event_data())
+    def _write(self, rec: StepRecord) -> bool:
+        """Buffer one step in the store. False (nothing buffered) if a new series cannot be
+        created now; the step is then retried on the next cycle, in order."""
+        rows = []
+        try:
+            for name, value in step_series_values(rec):
+                sid = self._ids.get(name)
+                if sid is None:
+                    sid = self._ids[name] = self.store.series_id(name, self.labels)
+                rows.append((sid, value))
+        except (StoreError, sqlite3.Error) as e:
+            self.write_failures += 1
+            log.debug("gpulens: step %s deferred: %s", rec.step, e)
+            return False
+        for sid, value in rows:
+            self._guard(lambda sid=sid, value=value: self.store.write_id(sid, rec.t_end, value))
+        self._guard(lambda: self.store.event(N.EV_TRAIN_STEP, rec.t_end, self.labels, rec.to_event_data()))
+        return True
+
+    def _retry_unwritten(self) -> None:
+        while self._retry:
+            if not self._write(self._retry[0]):
+                return
+            self._retry.popleft()
+            self.steps_written += 1
 
     def _check_outlier(self, rec: StepRecord) -> None:
         """Flag a step far outside the recent baseline (median of the last 64 steps after warm-up)."""
@@ -271,10 +318,10 @@ class StepWriter:
         self._recent.append(dur)
 
     def _guard(self, fn: Callable[[], None]) -> None:
-        """Run a store call; a failing write stays buffered in the store for the next commit."""
+        """Run a store call; a failing commit keeps its rows buffered in the store for the next one."""
         try:
             fn()
-        except StoreError as e:
+        except (StoreError, sqlite3.Error) as e:
             self.write_failures += 1
             log.debug("gpulens: store write deferred: %s", e)
 

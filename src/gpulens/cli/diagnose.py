@@ -1,0 +1,121 @@
+"""`gpulens diagnose`: name the bottleneck of the training jobs and services in a store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpulens.cli.common import STORE_HELP, console
+from gpulens.errors import BadInputError, StoreError
+from gpulens.store import DEFAULT_STORE_PATH
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+FORMATS = ("text", "json")
+
+
+def diagnose_command(
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    job: str = typer.Option(None, "--job", help="Only this training job (its `job` label)."),
+    service: str = typer.Option(None, "--service", help="Only this inference service (its `service` label)."),
+    fmt: str = typer.Option("text", "--format", help="text (for people) or json (a list of findings, for scripts)."),
+) -> None:
+    """Find what slows a training job or an inference service, with the evidence and the fixes in
+    the order that pays.
+
+    Each finding names a bottleneck (e.g. input_bound: the GPU waits for data; checkpoint_stall;
+    underutilized: the batch is too small to fill the GPU; straggler: one rank is slow), when it
+    happened, the numbers behind it and what to do first. Fix one thing, then measure again.
+
+        gpulens replay                      # import the bundled H200 session into .gpulens/gpulens.db
+        gpulens diagnose                    # every job and service in the store
+        gpulens diagnose --job llama-ft --format json
+    """
+    from gpulens.diagnose import DiagnoseScope, diagnose
+    from gpulens.store import Store
+
+    if fmt not in FORMATS:
+        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
+    with Store(store, readonly=True) as st:
+        try:
+            _check_selection(st, job, service)
+            findings = diagnose(st, DiagnoseScope(job=job, service=service))
+        except sqlite3.Error as e:
+            raise StoreError(f"{store} is not a readable gpulens store ({e}).", hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
+    if fmt == "json":
+        typer.echo(json.dumps([f.to_dict() for f in findings], indent=2, default=str))
+        return
+    _render_text(findings, store, job, service)
+
+
+def _check_selection(st: Any, job: str | None, service: str | None) -> None:
+    """A --job or --service that the store does not hold is a typo more often than a healthy job."""
+    if job:
+        jobs = sorted({k.labels.get("job", "") for k in st.series("train_step_seconds")})
+        if job not in jobs:
+            have = ", ".join(jobs) if jobs else "none"
+            raise BadInputError(f"The store {st.path} has no training steps of job {job!r} (jobs there: {have}).", hint="Check the spelling, or leave out --job to see every job.")
+    if service:
+        services = sorted({k.labels.get("service", "") for k in st.series() if k.name.startswith("infer_")})
+        if service not in services:
+            have = ", ".join(services) if services else "none"
+            raise BadInputError(f"The store {st.path} has no requests of service {service!r} (services there: {have}).", hint="Check the spelling, or leave out --service.")
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _value(key: str, v: Any) -> str:
+    from gpulens.units import format_bytes, format_seconds
+
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {_value(key, x)}" for k, x in v.items())
+    if isinstance(v, int | float):
+        if key.endswith("_bytes"):
+            return format_bytes(v)
+        if key.endswith("_seconds"):
+            return format_seconds(float(v))
+        if key.endswith(("_ratio", "_share")):
+            return f"{v:.0%}"
+        return f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
+    return str(v)
+
+
+def _render_text(findings: list[Any], store: Path, job: str | None, service: str | None) -> None:
+    what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
+    if not findings:
+        console.print(f"No bottleneck found for {what} in {store}.")
+        console.print("[dim]That means none of the checks fired (input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
+        return
+    console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {store}, oldest first.")
+    console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
+    for n, f in enumerate(findings, 1):
+        style = SEVERITY_STYLE.get(f.severity, "")
+        who = ", ".join(f"{k} {v}" for k, v in f.labels.items() if k in ("job", "rank", "service", "gpu", "host"))
+        dur = f.end - f.start
+        console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}; {who}[/]")
+        span = f"{_when(f.start)}" + (f" → {datetime.fromtimestamp(f.end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
+        console.print(f"   [dim]{span}[/]")
+        console.print(f"   {f.summary}", highlight=False)
+        if f.evidence:
+            console.print("   [bold]Evidence[/]")
+            for k, v in f.evidence.items():
+                if isinstance(v, dict) and len(v) > 6:
+                    continue  # nested detail stays in --format json
+                console.print(f"     {k.replace('_', ' ')}: {_value(k, v)}", highlight=False)
+        if f.advice:
+            console.print("   [bold]What to do, in order[/]")
+            for i, a in enumerate(f.advice, 1):
+                console.print(f"     {i}. {a}", highlight=False)
+        console.print()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diagnose")(diagnose_command)

@@ -1,0 +1,79 @@
+"""A Hugging Face `Trainer` callback that feeds a TrainingMonitor.
+
+    from gpulens.workload.training.hf import GpulensTrainerCallback
+    trainer = Trainer(..., callbacks=[GpulensTrainerCallback(job="llama-ft", store="run.db", tokens_per_sample=1024)])
+
+Per optimizer step (all its gradient-accumulation micro-batches) it records the step time, the
+wait for the next batches (the Trainer fetches them between steps), the time spent saving
+checkpoints and the logged loss. The Trainer has no hook around an exception, so an
+out-of-memory error is recorded only with `TrainingMonitor.step()` or the Lightning callback.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpulens.workload.training.monitor import TrainingMonitor
+
+
+def _callback_base() -> type:
+    try:
+        from transformers import TrainerCallback
+    except ImportError:
+        raise ImportError("The Trainer callback needs transformers: pip install 'gpulens[hf]'.") from None
+    return TrainerCallback
+
+
+class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
+    """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument, or a ready
+    `monitor=`. tokens_per_sample: sequence length, so tokens/s and MFU can be computed."""
+
+    def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
+                 tokens_per_sample: int | None = None, **monitor_args: Any):
+        if monitor is None and not job:
+            from gpulens.errors import MonitorUsageError
+
+            raise MonitorUsageError("GpulensTrainerCallback needs a job name or a monitor.", hint="GpulensTrainerCallback(job='my-run', store='run.db').")
+        self.monitor = monitor
+        self._owns = monitor is None
+        self._args = dict(job=job, store=store, **monitor_args)
+        self._tokens_per_sample = tokens_per_sample
+        self._samples: int | None = None
+        self._last_end: float | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.monitor is None:
+            self.monitor = TrainingMonitor(rank=args.process_index, world_size=args.world_size, **self._args)
+        self._samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        mon = self.monitor
+        if mon is None:
+            return
+        if self._last_end is not None:
+            mon.record_data_wait(time.perf_counter() - self._last_end)
+        tokens = self._samples * self._tokens_per_sample if self._samples and self._tokens_per_sample else None
+        mon.begin_step(self._samples, tokens)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        mon = self.monitor
+        if mon is None or mon.current_step is None:
+            return
+        mon.end_step()
+        self._last_end = time.perf_counter()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.monitor is not None and logs and "loss" in logs:
+            self.monitor.record_loss(logs["loss"])
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Called right after the save; the save began after logging/evaluation that followed the step.
+        if self.monitor is not None and self._last_end is not None:
+            now = time.perf_counter()
+            self.monitor.record_checkpoint(now - self._last_end)
+            self._last_end = now
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.monitor is not None and self._owns:
+            self.monitor.close()

@@ -1,0 +1,100 @@
+"""A PyTorch Lightning callback that feeds a TrainingMonitor.
+
+    from gpulens.workload.training.lightning import GpulensCallback
+    trainer = L.Trainer(callbacks=[GpulensCallback(job="llama-ft", store="run.db", flops_per_token=6 * n)])
+
+Per optimizer batch it records the step (forward, backward, optimizer), the wait for the batch
+(the time between one batch's end and the next one's start, which is where Lightning fetches it),
+the loss, and the time spent saving checkpoints. An out-of-memory error inside a batch is
+recorded with the allocator's numbers before Lightning re-raises it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpulens.workload.training.batch import batch_counts
+from gpulens.workload.training.monitor import TrainingMonitor
+
+
+def _callback_base() -> type:
+    try:
+        from lightning.pytorch import Callback
+    except ImportError:
+        try:
+            from pytorch_lightning import Callback  # the older package name
+        except ImportError:
+            raise ImportError("The Lightning callback needs PyTorch Lightning: pip install 'gpulens[lightning]'.") from None
+    return Callback
+
+
+class GpulensCallback(_callback_base()):  # type: ignore[misc]
+    """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument; or pass a
+    ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids."""
+
+    def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
+                 tokens_per_sample: int | None = None, **monitor_args: Any):
+        super().__init__()
+        if monitor is None and not job:
+            from gpulens.errors import MonitorUsageError
+
+            raise MonitorUsageError("GpulensCallback needs a job name or a monitor.", hint="GpulensCallback(job='my-run', store='run.db').")
+        self.monitor = monitor
+        self._owns = monitor is None
+        self._args = dict(job=job, store=store, **monitor_args)
+        self._tokens_per_sample = tokens_per_sample
+        self._last_end: float | None = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or self.monitor is not None:
+            return
+        self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
+        original = trainer.save_checkpoint
+        mon = self.monitor
+
+        def timed_save(*args: Any, **kwargs: Any) -> Any:
+            if mon.in_step:  # saved from inside the batch hooks: count it with the step
+                return original(*args, **kwargs)
+            with mon.checkpoint():
+                return original(*args, **kwargs)
+
+        trainer.save_checkpoint = timed_save
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        mon = self.monitor
+        if mon is None:
+            return
+        now = time.perf_counter()
+        if self._last_end is not None:
+            mon.record_data_wait(now - self._last_end)
+        samples, tokens = batch_counts(batch)
+        if tokens is None and samples and self._tokens_per_sample:
+            tokens = samples * self._tokens_per_sample
+        mon.begin_step(samples, tokens)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        mon = self.monitor
+        if mon is None or mon.current_step is None:
+            return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        mon.current_step.loss = loss
+        mon.end_step()
+        self._last_end = time.perf_counter()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        mon = self.monitor
+        if mon is not None and mon.current_step is not None:
+            mon.end_step(exception)  # records an OOM; Lightning re-raises the error
+        self._close()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._last_end = None  # the gap to the next epoch is validation and bookkeeping, not data wait
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._close()
+
+    def _close(self) -> None:
+        if self.monitor is not None and self._owns:
+            self.monitor.close()
