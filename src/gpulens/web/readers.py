@@ -124,11 +124,20 @@ class StoreReader:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.store = Store(self.path, readonly=True)
+        self._store: Store | None = Store(self.path, readonly=True)  # fails early on a bad path
         self.description = f"store {self.path}"
 
+    @property
+    def store(self) -> Store:
+        # Reopened on demand: an ASGI server may run the app's lifespan (which closes it) more than once.
+        if self._store is None:
+            self._store = Store(self.path, readonly=True)
+        return self._store
+
     def close(self) -> None:
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     # ------------------------------------------------------------ series lookup
     def _series(self, metric: str, match: Mapping[str, str]) -> list[tuple[int, dict[str, str]]]:
