@@ -12,6 +12,7 @@ itself is the bottleneck and the report says so.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 import time
@@ -145,7 +146,10 @@ async def check_reachable(url: str, timeout: float = 5.0) -> None:
         _r, w = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout)
         w.close()
     except (OSError, TimeoutError) as e:
-        why = "no answer within {:g} s".format(timeout) if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        if isinstance(e, TimeoutError):
+            why = f"no answer within {timeout:g} s"
+        else:
+            why = os.strerror(e.errno).lower() if e.errno else str(e)
         raise TargetUnreachableError(
             f"Cannot reach {parts.hostname}:{port} ({why}).",
             hint="Check that the server is running and that the URL's host and port are right.",

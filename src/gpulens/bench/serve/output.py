@@ -1,0 +1,82 @@
+"""Where a load run's results go besides the screen: a CSV of every request and a run in the store
+(`gpulens.runs`), so `gpulens compare` can test the next run against this one."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpulens.bench.serve.runner import LoadSpec
+from gpulens.bench.serve.summary import LoadResult
+from gpulens.errors import BadInputError
+from gpulens.store import Store
+
+RUN_KIND = "bench-serve"
+CSV_COLUMNS = (
+    "index", "worker", "intended_s", "sent_s", "first_token_s", "end_s", "latency_s", "send_lag_s", "ttft_s",
+    "tpot_s", "itl_mean_s", "output_tokens", "status", "http_status", "error",
+)
+
+
+def _r(v: float | None) -> str:
+    return "" if v is None else f"{v:.6f}"
+
+
+def write_csv(result: LoadResult, path: str | Path) -> int:
+    """One row per request, times in seconds from the run's start. Returns the rows written."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(CSV_COLUMNS)
+            for rec in result.records:
+                lag = None if rec.sent is None else rec.sent - rec.intended
+                w.writerow([
+                    rec.index, rec.worker, _r(rec.intended), _r(rec.sent), _r(rec.first_token), _r(rec.end),
+                    _r(rec.latency), _r(lag), _r(rec.ttft), _r(rec.tpot), _r(rec.itl_mean),
+                    "" if rec.output_tokens is None else rec.output_tokens, rec.status,
+                    "" if rec.http_status is None else rec.http_status, rec.error or "",
+                ])
+    except OSError as e:
+        raise BadInputError(f"Cannot write the CSV {path}: {e.strerror}.", hint="Choose a --csv path in a folder you can write to.") from None
+    return len(result.records)
+
+
+def run_name(url: str) -> str:
+    """Runs of the same endpoint share a name, so each is compared with the one before."""
+    p = urlsplit(url)
+    return f"{p.hostname}:{p.port or (443 if p.scheme == 'https' else 80)}{p.path or '/'}"
+
+
+def spec_config(spec: LoadSpec, slos: list[str] | None = None) -> dict[str, Any]:
+    d = asdict(spec)
+    target = d.pop("target")
+    target.pop("body", None)  # prompts can be large; the shape of the load is what matters
+    target["headers"] = sorted(target.get("headers", {}))  # names only: values may be secrets
+    return {**d, "target": target, "slos": list(slos or [])}
+
+
+def save_result(store: Store, spec: LoadSpec, result: LoadResult, slos: list[str] | None = None,
+                extra_summary: dict[str, Any] | None = None) -> int:
+    """Store the run (config, summary, per-request samples) and return its id."""
+    from gpulens.runs import save_run
+
+    s = result.summary
+    samples: dict[str, list[float]] = {"latency_seconds": [], "ttft_seconds": [], "tpot_seconds": []}
+    for rec in result.records:
+        if rec.status in ("ok", "timeout") and rec.latency is not None:
+            samples["latency_seconds"].append(rec.latency)
+        if rec.status == "ok" and rec.ttft is not None:
+            samples["ttft_seconds"].append(rec.ttft)
+        if rec.status == "ok" and rec.tpot is not None:
+            samples["tpot_seconds"].append(rec.tpot)
+    samples = {k: v for k, v in samples.items() if v}
+    summary = {**s.to_dict(), **(extra_summary or {})}
+    return save_run(
+        store, RUN_KIND, run_name(spec.target.url), spec_config(spec, slos), summary, samples,
+        started=result.wall_start_unix, ended=result.wall_start_unix + s.duration_seconds,
+    )

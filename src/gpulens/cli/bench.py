@@ -1,0 +1,282 @@
+"""`gpulens bench …`: honest baseline measurements. This module owns the `bench` group and its
+`serve` command; other modules add commands to the same group by importing `bench_app`
+(e.g. `cli/bench_train.py`: `@bench_app.command("train")`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import console, console_err, store_option
+from gpulens.errors import BadInputError, GpulensError
+from gpulens.units import parse_duration
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Measure: a load test of a serving endpoint (`serve`), training throughput (`train`).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+
+class Arrival(str, Enum):
+    constant = "constant"
+    poisson = "poisson"
+    gamma = "gamma"
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+SERVE_HELP = """Load-test an HTTP or OpenAI-compatible endpoint, free of coordinated omission.
+
+**Open loop** (`--rate R`): requests leave on a schedule (constant, Poisson or gamma arrivals,
+optionally ramping to `--ramp-to`) whatever the server does, and each latency is counted from the
+request's *intended* send time, so a stall is charged to every request that should have been sent
+during it. **Closed loop** (`--concurrency C`): C users, each sending when its last answer arrives.
+
+For `/v1/completions` and `/v1/chat/completions` the request is a streamed completion and the
+report adds TTFT, inter-token latency (ITL) and TPOT = (latency − TTFT) / (output tokens − 1).
+
+**Sweep** (`--sweep --slo "p99_latency<=500ms"`): the highest rate (or concurrency) at which
+every SLO holds, by doubling then bisection, with goodput (requests/s meeting every SLO) per probe.
+
+Examples:
+
+    gpulens bench serve --url http://127.0.0.1:8000/health --rate 200 --duration 30s
+    gpulens bench serve --url http://127.0.0.1:8000/v1/completions --model my-model --rate 5 --arrival poisson
+    gpulens bench serve --url http://127.0.0.1:8000/v1/chat/completions --concurrency 16 --requests 500
+    gpulens bench serve --url http://host:8000/v1/completions --sweep --rate 2 --slo "p99_ttft<=300ms" --slo "p99_latency<=5s"
+
+Results: a table (or `--format json` on standard output), `--csv` with every request, and a run
+in the store that `gpulens compare` can test later runs against.
+"""
+
+
+@bench_app.command("serve", help=SERVE_HELP)
+def serve(
+    url: str = typer.Option(..., "--url", help="The endpoint, e.g. http://127.0.0.1:8000/v1/completions."),
+    rate: float = typer.Option(None, "--rate", help="Open loop: requests per second (the sweep's starting point with --sweep)."),
+    concurrency: int = typer.Option(None, "--concurrency", help="Closed loop: this many users, each waiting for its answer."),
+    arrival: Arrival = typer.Option(Arrival.constant, "--arrival", help="Open-loop arrival process."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape for --arrival gamma: 1 = Poisson, <1 burstier."),
+    ramp_to: float = typer.Option(None, "--ramp-to", help="Ramp the rate linearly from --rate to this over --duration."),
+    duration: str = typer.Option("10s", "--duration", help="How long to send (per probe with --sweep): 30s, 2m."),
+    requests: int = typer.Option(None, "--requests", help="Stop after this many requests (with or instead of --duration)."),
+    timeout: str = typer.Option("30s", "--timeout", help="Per-request timeout; a request past it counts as a timeout."),
+    method: str = typer.Option(None, "--method", help="HTTP method (default GET; POST for completions or with --body)."),
+    body: str = typer.Option(None, "--body", help="Request body, or @FILE to read it from a file."),
+    header: list[str] = typer.Option([], "--header", "-H", help='Extra header "Name: value" (repeatable).'),
+    model: str = typer.Option("default", "--model", help="Model name sent to an OpenAI-compatible endpoint."),
+    prompt: str = typer.Option("Explain how a GPU schedules warps.", "--prompt", help="Prompt for completions."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate per completion."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream completions (needed for TTFT and ITL)."),
+    sweep: bool = typer.Option(False, "--sweep", help="Find the highest rate/concurrency meeting every --slo."),
+    slo: list[str] = typer.Option([], "--slo", help='Objective, e.g. "p99_latency<=500ms", "p95_ttft<=200ms", "error_rate<=1%".'),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="Sweep: stop bisecting when the bracket is this close (ratio)."),
+    max_probes: int = typer.Option(14, "--max-probes", help="Sweep: at most this many probes."),
+    workers: int = typer.Option(1, "--workers", help="Client processes sharing the load (add them when the client is the bottleneck)."),
+    max_connections: int = typer.Option(1000, "--max-connections", help="Open connections per worker at most."),
+    seed: int = typer.Option(None, "--seed", help="Seed for Poisson/gamma arrivals, for a repeatable schedule."),
+    csv_path: Path = typer.Option(None, "--csv", help="Write every request (times, status, tokens) to this CSV."),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (human) or json (standard output)."),
+    store: Path = store_option(),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record the run in the store."),
+) -> None:
+    from gpulens.bench.serve import LoadSpec, Progress, Target, openai_body, parse_slos, run_load, target_kind_for
+    from gpulens.bench.serve import sweep as run_sweep
+
+    slos = parse_slos(slo)
+    if sweep and not slos:
+        raise BadInputError("--sweep needs at least one --slo to sweep against.", hint='E.g. --slo "p99_latency<=500ms".')
+    if sweep and rate is None and concurrency is None:
+        rate = 1.0
+    kind = target_kind_for(url)
+    headers = _headers(header)
+    data = _body(body)
+    if kind != "http" and data is None:
+        data = openai_body(kind, model=model, prompt=prompt, max_tokens=max_tokens, stream=stream)
+        headers.setdefault("Content-Type", "application/json")
+    spec = LoadSpec(
+        target=Target(url=url, method=(method or ("POST" if data is not None else "GET")).upper(), body=data,
+                      headers=headers, kind=kind, stream=stream),
+        rate=rate, concurrency=concurrency, arrival=arrival.value, burstiness=burstiness, ramp_to=ramp_to,
+        duration_seconds=parse_duration(duration, what="--duration") if duration else None,
+        max_requests=requests, timeout_seconds=parse_duration(timeout, what="--timeout"),
+        max_connections=max_connections, seed=seed, workers=workers,
+    )
+    spec.validate()
+    out_json = fmt is Format.json
+
+    if sweep:
+        result = _with_progress(lambda progress_factory, tick: run_sweep(
+            spec, slos, tolerance_ratio=tolerance, max_probes=max_probes, progress_factory=progress_factory,
+            on_tick=tick, on_probe=None if out_json else _print_probe))
+        if not no_store and result.probes:
+            _save(store, spec, result.probes[-1].result, slo, {"sweep": result.to_dict()})
+        if out_json:
+            sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        else:
+            _render_sweep(result)
+        return
+
+    load = _with_progress(lambda progress_factory, tick: run_load(spec, slos, progress=progress_factory(), on_tick=tick))
+    if csv_path is not None:
+        from gpulens.bench.serve.output import write_csv
+
+        n = write_csv(load, csv_path)
+        console_err.print(f"[dim]wrote {n} requests to {csv_path}[/]")
+    run_id = None if no_store else _save(store, spec, load, slo)
+    if out_json:
+        sys.stdout.write(json.dumps({**load.summary.to_dict(), "run_id": run_id}, indent=2, default=str) + "\n")
+    else:
+        _render_summary(load.summary, run_id)
+    s = load.summary
+    if s.requests["total"] and s.requests["ok"] == 0:
+        raise _AllFailed(f"Every request to {url} failed: {s.first_error or 'no response'}.",
+                         hint="Check the URL, method and body against the server's API; the results above are kept.")
+
+
+class _AllFailed(GpulensError):
+    exit_code = 3
+
+
+def _headers(items: list[str]) -> dict[str, str]:
+    out = {}
+    for h in items:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise BadInputError(f"Cannot read the header {h!r}.", hint='Write --header "Name: value".')
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _body(body: str | None) -> bytes | None:
+    if body is None:
+        return None
+    if body.startswith("@"):
+        try:
+            return Path(body[1:]).read_bytes()
+        except OSError as e:
+            raise BadInputError(f"Cannot read the body file {body[1:]}: {e.strerror}.", hint="Give --body @PATH of a readable file.") from None
+    return body.encode()
+
+
+def _save(store: Path, spec, load, slo_texts, extra=None) -> int | None:
+    from gpulens.bench.serve.output import save_result
+    from gpulens.store import Store
+
+    with Store(store) as s:
+        return save_result(s, spec, load, slo_texts, extra)
+
+
+def _with_progress(fn):
+    """Run `fn(progress_factory, on_tick)` under a live view on standard error (when it is a terminal)."""
+    from rich.live import Live
+    from rich.text import Text
+
+    from gpulens.bench.serve import Progress
+
+    current: list[Progress] = []
+
+    def factory() -> Progress:
+        current.append(Progress())
+        return current[-1]
+
+    def render() -> Text:
+        if not current:
+            return Text("starting…", style="dim")
+        p = current[-1]
+        elapsed = 0.0 if p.started_at is None else max(time.perf_counter() - p.started_at, 0.0)
+        st = p.by_status
+        line = (f"{elapsed:5.1f} s  sent {p.sent}" + (f"/{p.planned}" if p.planned else "") +
+                f"  done {p.done}  in flight {p.in_flight}  ok {st['ok']}  errors {st['error']}  "
+                f"timeouts {st['timeout']}  rejected {st['rejected']}")
+        if p.latency is not None and p.latency.count:
+            line += f"  p99 {p.latency.percentile(99) * 1e3:.1f} ms"
+        return Text(line)
+
+    if not console_err.is_terminal:
+        return fn(factory, None)
+    with Live(get_renderable=render, console=console_err, refresh_per_second=4, transient=True):
+        return fn(factory, None)
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else (f"{v * 1e3:.2f}" if v < 10 else f"{v * 1e3:.0f}")
+
+
+def _render_summary(s, run_id: int | None) -> None:
+    from rich.table import Table
+
+    target = f"{s.target_rate:g} req/s {s.arrival}" if s.mode == "open" else f"concurrency {s.target_concurrency}"
+    console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s: achieved {s.achieved_rate:.1f} req/s, "
+                  f"sent {s.sent_rate:.1f} req/s")
+    req = s.requests
+    console.print(f"requests: {req['total']} ({req['ok']} ok, {req['error']} errors, {req['timeout']} timeouts, "
+                  f"{req['rejected']} rejected" + (f", {req['not_sent']} not sent" if req["not_sent"] else "") + ")")
+    t = Table(title="milliseconds", caption="latency counts from each request's intended send time; "
+              "'from send' from its actual send, as a closed-loop tool would report it")
+    t.add_column("", no_wrap=True)
+    for c in ("p50", "p90", "p95", "p99", "p99.9", "mean", "max", "n"):
+        t.add_column(c, justify="right", no_wrap=True)
+    rows = [("latency", s.latency), ("from send", s.latency_uncorrected),
+            ("TTFT", s.ttft), ("ITL", s.itl), ("TPOT", s.tpot), ("send lag", s.send_lag)]
+    for name, d in rows:
+        if d is not None:
+            t.add_row(name, *(_ms(getattr(d, k)) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "max")), str(d.count))
+    console.print(t)
+    if s.output_tokens_per_second:
+        console.print(f"output tokens: {s.output_tokens} ({s.output_tokens_per_second:.1f} tokens/s)")
+    for r in s.slo_results:
+        mark = "[green]met[/]" if r["met"] else "[red]missed[/]"
+        v = r["value"]
+        shown = "–" if v is None else (f"{v:.2%}" if r["metric"] == "error_rate" else f"{v * 1e3:.1f} ms")
+        console.print(f"SLO {r['slo']}: {shown} {mark}")
+    if s.goodput is not None:
+        console.print(f"goodput: {s.goodput:.1f} req/s meeting every SLO")
+    for w in s.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    if run_id is not None:
+        console.print(f"[dim]stored as run #{run_id}[/]")
+
+
+def _print_probe(p) -> None:
+    s = p.result.summary
+    verdict = "[green]pass[/]" if p.passed else "[red]fail[/] " + ", ".join(p.failed_slos)
+    p99 = _ms(s.latency.p99) if s.latency else "–"
+    console_err.print(f"probe {p.value:g}: achieved {s.achieved_rate:.1f} req/s, goodput {s.goodput or 0:.1f}, "
+                      f"p99 {p99} ms: {verdict}", highlight=False)
+
+
+def _render_sweep(r) -> None:
+    from rich.table import Table
+
+    unit = "req/s" if r.mode == "open" else "users"
+    t = Table(title=f"sweep against {', '.join(r.slos)}")
+    for c in (unit, "achieved req/s", "goodput req/s", "p50 ms", "p99 ms", "verdict"):
+        t.add_column(c, justify="right")
+    for p in sorted(r.probes, key=lambda p: p.value):
+        s = p.result.summary
+        t.add_row(f"{p.value:g}", f"{s.achieved_rate:.1f}", f"{s.goodput or 0:.1f}",
+                  _ms(s.latency.p50 if s.latency else None), _ms(s.latency.p99 if s.latency else None),
+                  "pass" if p.passed else "fail: " + ", ".join(p.failed_slos))
+    console.print(t)
+    if r.best is None:
+        console.print(f"[red]No load met every SLO[/] (lowest tried failed{': ' + r.note if r.note else ''}).")
+    else:
+        console.print(f"[bold green]Highest {unit} meeting every SLO: {r.best:g}[/]"
+                      + (f" (fails at {r.lowest_failing:g})" if r.lowest_failing is not None else ""))
+    if r.note:
+        console.print(f"[yellow]note:[/] {r.note}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")

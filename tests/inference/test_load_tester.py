@@ -1,0 +1,111 @@
+"""The load tester against local servers with known behaviour (tests/inference/servers.py)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from gpulens.bench.serve import LoadSpec, Target, openai_body, parse_slos, run_load, sweep
+from gpulens.bench.serve.schedule import intended_times
+
+
+def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
+    """Done-when: 10 ms server with a 1 s stall, 200 req/s for 10 s. Open loop: p50 ≈ 10 ms and
+    p99 shows the stall; the same server under a closed loop hides it at p99."""
+    floor = run_load(LoadSpec(Target(f"{timed_server}/fixed/floor?ms=0"), rate=200, duration_seconds=1.5)).summary
+    res = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-open?ms=10&at=4&dur=1"), rate=200, duration_seconds=10))
+    s = res.summary
+    assert s.requests["ok"] == s.requests["total"] >= 1990
+    # p50: the server's 10 ms plus this machine's loopback round trip (measured above at the same
+    # rate), within 10 % of 10 ms
+    assert s.latency.p50 - floor.latency.p50 == pytest.approx(0.010, rel=0.10)
+    assert s.latency.p50 < 0.0125
+    # ~200 requests fell into the stall, 2 % of 2000: p99 is the stall's hundreds of ms, and the
+    # request sent first in it waited the whole second
+    assert 0.3 < s.latency.p99 < 1.1
+    assert 0.95 < s.latency.max < 1.2
+    stalled = [r for r in res.records if r.latency > 0.1]
+    assert 150 <= len(stalled) <= 230
+
+    closed = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-closed?ms=10&at=1&dur=1"), concurrency=2,
+                               duration_seconds=3)).summary
+    assert closed.latency.p99 < 0.05  # only two requests saw the stall: a closed loop hides it
+    assert closed.latency.max > 0.9
+
+
+def test_streaming_ttft_and_itl_match_the_server(test_server):
+    """Done-when: a streaming server with known TTFT (60 ms) and token interval (15 ms)."""
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        kind = "chat" if "chat" in path else "completions"
+        target = Target(f"{test_server}{path}?ttft_ms=60&itl_ms=15", method="POST", kind=kind,
+                        body=openai_body(kind, model="m", prompt="hi", max_tokens=12, stream=True),
+                        headers={"Content-Type": "application/json"})
+        s = run_load(LoadSpec(target, rate=10, duration_seconds=1.5)).summary
+        assert s.requests["ok"] == s.requests["total"] == 15
+        assert s.ttft.p50 == pytest.approx(0.060, rel=0.10)
+        assert s.itl.p50 == pytest.approx(0.015, rel=0.10)
+        assert s.tpot.mean == pytest.approx(0.015, rel=0.10)
+        assert s.output_tokens == 15 * 12
+        assert s.latency.p50 == pytest.approx(0.060 + 11 * 0.015, rel=0.10)
+
+
+def test_sweep_finds_the_known_capacity(timed_server):
+    """Done-when: a server that serves one request at a time in 20 ms has a capacity of exactly
+    50 req/s; the sweep must land within 10 % of it."""
+    # Above capacity the backlog grows for the whole probe: at 54 req/s for 2.5 s the last request
+    # waits (54 − 50) × 2.5 / 50 s = 200 ms, so the SLO below fails from 8 % over capacity.
+    spec = LoadSpec(Target(f"{timed_server}/capacity/sweep?ms=20"), rate=30, duration_seconds=2.5)
+    result = sweep(spec, parse_slos(["p99_latency<=200ms"]), tolerance_ratio=0.08)
+    assert result.best == pytest.approx(50, rel=0.10), [(p.value, p.passed) for p in result.probes]
+    assert result.lowest_failing is not None and result.lowest_failing > result.best
+    passed = [p for p in result.probes if p.passed]
+    assert all(p.result.summary.goodput > 0.8 * p.value for p in passed)
+    overloaded = max(result.probes, key=lambda p: p.value)
+    assert not overloaded.passed and overloaded.result.summary.latency.p99 > 0.2
+
+
+def test_closed_loop_concurrency_sweep(timed_server):
+    """Concurrency sweep: each user adds 20 ms of queueing on a one-at-a-time server, so
+    p99 ≤ 110 ms holds up to 5 users (5 × 20 ms) and fails from 6."""
+    spec = LoadSpec(Target(f"{timed_server}/capacity/users?ms=20"), concurrency=2, duration_seconds=1)
+    result = sweep(spec, parse_slos(["p99_latency<=110ms"]))
+    assert result.best in (4, 5)
+    assert result.lowest_failing in (5, 6, 7, 8)
+
+
+def test_requests_bound_and_closed_loop_count(timed_server):
+    s = run_load(LoadSpec(Target(f"{timed_server}/fixed/n?ms=1"), concurrency=3, duration_seconds=None,
+                          max_requests=30)).summary
+    assert s.requests["total"] == 30 and s.requests["ok"] == 30
+
+
+def test_poisson_and_gamma_schedules_have_the_right_rate_and_spread():
+    const = list(intended_times(100, duration=10))
+    assert len(const) == 1000 and statistics.pstdev(b - a for a, b in zip(const, const[1:])) < 1e-9
+    pois = list(intended_times(100, arrival="poisson", duration=100, seed=1))
+    gaps = [b - a for a, b in zip(pois, pois[1:])]
+    assert len(pois) == pytest.approx(10_000, rel=0.03)
+    assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, rel=0.05)  # CV of exponential
+    bursty = list(intended_times(100, arrival="gamma", burstiness=0.25, duration=100, seed=1))
+    bgaps = [b - a for a, b in zip(bursty, bursty[1:])]
+    assert len(bursty) == pytest.approx(10_000, rel=0.1)
+    assert statistics.pstdev(bgaps) / statistics.mean(bgaps) == pytest.approx(2.0, rel=0.1)  # CV = 1/sqrt(k)
+
+
+def test_ramp_and_worker_split():
+    ramp = list(intended_times(10, ramp_to=30, duration=10))
+    assert len(ramp) == pytest.approx(200, abs=1)  # mean rate 20 over 10 s
+    first = sum(1 for t in ramp if t < 1)
+    last = sum(1 for t in ramp if t >= 9)
+    assert first == pytest.approx(11, abs=1) and last == pytest.approx(29, abs=1)
+    # two workers at half the rate, offset by half a gap, interleave into the full schedule
+    a = list(intended_times(100, duration=1, share=2, phase=0.0))
+    b = list(intended_times(100, duration=1, share=2, phase=0.5))
+    assert sorted(a + b) == pytest.approx(list(intended_times(100, duration=1)))
+
+
+def test_multiple_worker_processes_share_the_load(timed_server):
+    s = run_load(LoadSpec(Target(f"{timed_server}/fixed/w?ms=2"), rate=100, duration_seconds=1, workers=2)).summary
+    assert s.requests["total"] == 100 and s.requests["ok"] == 100
+    assert s.latency.count == 100
