@@ -138,3 +138,39 @@ def test_nearest_rank_percentile():
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 3.0  # an observed value, never interpolated
     assert percentile([float(i) for i in range(1, 101)], 99) == 100.0
+
+
+def test_live_series_raises_and_resolves_an_alert_in_the_rule_engine(store, tmp_path):
+    """The guard as an alert: the agent writes the co-location series, gpulens's own rule engine
+    evaluates the rule shipped beside it."""
+    from gpulens.alerts.runtime import AlertRuntime
+    from gpulens.diagnose.colocation import ALERT_RULE_YAML, COLOCATION_SERIES, update_colocation_series
+
+    rules = tmp_path / "coloc.yaml"
+    rules.write_text(ALERT_RULE_YAML)
+    clock = Clock()
+    fake = FakeBackend(1, clock=clock)
+    fake.add_process(0, 4242, "python", GiB)
+    fake.add_process(0, 5151, "python", GiB)
+    store.event(N.EV_TRAIN_START, clock.t, {"job": "j"}, {"pid": 4242})
+    store.event(N.EV_INFER_START, clock.t, {"service": "s"}, {"pid": 5151})
+    w = SampleWriter(store, host="n")
+    rt = AlertRuntime(store, learn_seconds=60, rules_file=rules, packs=())
+    firing = []
+    for i in range(100):
+        if i == 60:  # the service moves to another GPU: the listing no longer shows it here
+            fake = FakeBackend(1, clock=clock)
+            fake.add_process(0, 4242, "python", GiB)
+        w.write_samples(fake.sample())
+        store.flush()
+        if i % 5 == 0:
+            update_colocation_series(store, clock.t, window_seconds=10)
+            firing.append([a.state for a in rt.evaluate(clock.t) if a.rule == "GpuTrainingServingColocated"])
+        clock.t += 1
+    rt.close()
+    states = [x[0] if x else None for x in firing]  # one evaluation every 5 s
+    assert states[0] == "pending" and "firing" in states  # held for the rule's 1 minute, then fired
+    assert states.index("firing") >= 11 and "resolved" in states[states.index("firing"):]
+    assert states[-1] is None  # resolved after the service left
+    (lv,) = store.latest(COLOCATION_SERIES)
+    assert lv.value == 0 and lv.key.labels["training_pid"] == "4242" and lv.key.labels["serving_pid"] == "5151"

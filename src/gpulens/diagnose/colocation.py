@@ -34,6 +34,21 @@ MPS_SERVER_NAME = "nvidia-cuda-mps-server"
 STARTUP_GUARD_SECONDS = 20.0
 MIN_REQUESTS = 5  # per window, for a percentile worth reporting
 
+# For alerts: 1 while a training and a serving process share a GPU, 0 once they no longer do.
+# Labels: gpu, uuid, host, training_pid, serving_pid. Written by `update_colocation_series`.
+COLOCATION_SERIES = "gpu_training_serving_colocated"
+ALERT_RULE_YAML = """\
+pack: colocation
+metrics: [gpu_training_serving_colocated]
+rules:
+  - name: GpuTrainingServingColocated
+    expr: gpu_training_serving_colocated > 0
+    for: 1m
+    severity: warning
+    summary: "GPU {{ $labels.gpu }} on {{ $labels.host }}: training pid {{ $labels.training_pid }} and serving pid {{ $labels.serving_pid }} share it without isolation"
+    advice: "Separate GPUs or pools; else MIG instances, or MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for training. `gpulens diagnose` quantifies the interference."
+"""
+
 
 @dataclass
 class LatencyStats:
@@ -109,7 +124,10 @@ def _roles(store: Store, scope: DiagnoseScope) -> tuple[dict[int, ProcessInfo], 
     for role, kinds, sel in (("training", TRAINING_EVENT_KINDS, scope.job), ("serving", SERVING_EVENT_KINDS, scope.service)):
         key = "job" if role == "training" else "service"
         for kind in kinds:
-            for e in store.events(kind, start=scope.start, end=scope.end):
+            # A job that started before the window still runs in it: start events are read from
+            # the beginning (they are few); steps and requests only inside the window.
+            since = None if kind in (N.EV_TRAIN_START, N.EV_INFER_START) else scope.start
+            for e in store.events(kind, start=since, end=scope.end):
                 pid = _pid(e)
                 if pid is None or (sel and e.labels.get(key, sel) != sel):
                     continue
@@ -335,3 +353,23 @@ def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
             )
         )
     return findings
+
+
+def update_colocation_series(store: Store, now: float, window_seconds: float = 60.0) -> list[Colocation]:
+    """For a live agent, every few seconds: look at the last `window_seconds` and write
+    COLOCATION_SERIES = 1 at `now` for each pair sharing a GPU, and 0 for a pair that was 1 and no
+    longer shares it (so the alert resolves). Returns the pairs found."""
+    found = [
+        c for c in find_colocations(store, DiagnoseScope(start=now - window_seconds, end=now))
+        if c.together_end >= now - window_seconds and not c.mps_server
+    ]
+    current = set()
+    for c in found:
+        labels = {"gpu": c.gpu, "uuid": c.uuid, "host": c.host, "training_pid": str(c.training.pid), "serving_pid": str(c.serving.pid)}
+        store.write(COLOCATION_SERIES, labels, now, 1.0)
+        current.add(tuple(sorted(labels.items())))
+    for lv in store.latest(COLOCATION_SERIES):
+        if lv.value > 0 and tuple(sorted(lv.key.labels.items())) not in current:
+            store.write(COLOCATION_SERIES, lv.key.labels, now, 0.0)
+    store.flush()
+    return found
