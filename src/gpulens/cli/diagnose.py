@@ -31,8 +31,8 @@ def diagnose_command(
     underutilized: the batch is too small to fill the GPU; straggler: one rank is slow), when it
     happened, the numbers behind it and what to do first. Fix one thing, then measure again.
 
-        gpulens replay                      # import the bundled H200 session into .gpulens/gpulens.db
-        gpulens diagnose                    # every job and service in the store
+        gpulens replay          # the bundled H200 session into the store
+        gpulens diagnose        # every job and service in the store
         gpulens diagnose --job llama-ft --format json
     """
     from gpulens.diagnose import DiagnoseScope, diagnose
@@ -82,6 +82,8 @@ def _value(key: str, v: Any) -> str:
             return format_bytes(v)
         if key.endswith("_seconds"):
             return format_seconds(float(v))
+        if "_vs_" in key or key == "ratio":
+            return f"{v:.2f}×"
         if key.endswith(("_ratio", "_share")):
             return f"{v:.0%}"
         return f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
@@ -107,7 +109,7 @@ def _render_text(findings: list[Any], store: Path, job: str | None, service: str
         if f.evidence:
             console.print("   [bold]Evidence[/]")
             for k, v in f.evidence.items():
-                if isinstance(v, dict) and len(v) > 6:
+                if v is None or (isinstance(v, dict) and len(v) > 6):
                     continue  # nested detail stays in --format json
                 console.print(f"     {k.replace('_', ' ')}: {_value(k, v)}", highlight=False)
         if f.advice:

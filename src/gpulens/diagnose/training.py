@@ -358,10 +358,10 @@ def checkpoint_stall(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Find
             "steps_lost": _r(ck / base, 1) if base else None,
             "baseline_busy_step_seconds": _r(base, 4),
             "steps_since_previous_checkpoint": (i - idx[n - 1]) if n else None,
-            "share_of_run_in_checkpoints": _r(total_ckpt / span) if span > 0 else None,
+            "checkpoint_time_share": _r(total_ckpt / span) if span > 0 else None,
             "gpu_utilization_ratio": _r(util),
         }
-        sev = "warning" if ev["share_of_run_in_checkpoints"] and ev["share_of_run_in_checkpoints"] >= 0.05 else "info"
+        sev = "warning" if ev["checkpoint_time_share"] and ev["checkpoint_time_share"] >= 0.05 else "info"
         summary = f"Checkpoint stall: saving a checkpoint stopped training for {ck:.2f} s (about {ck / base:.0f} steps of work)." if base else f"Checkpoint stall: saving a checkpoint stopped training for {ck:.2f} s."
         out.append(Finding("checkpoint_stall", "training", start, s.t_end, sev, summary, ev, list(ADVICE_CHECKPOINT), run.labels))  # type: ignore[arg-type]
     return out
