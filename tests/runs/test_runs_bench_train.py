@@ -91,7 +91,7 @@ def test_grad_checkpointing_gives_the_same_gradients():
     x = torch.randn(2, 8, 32)
     for m in (plain, ckpt):
         m(x).pow(2).mean().backward()
-    for p, q in zip(plain.parameters(), ckpt.parameters()):
+    for p, q in zip(plain.parameters(), ckpt.parameters(), strict=True):
         assert torch.allclose(p.grad, q.grad, atol=1e-6)
 
 

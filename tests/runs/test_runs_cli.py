@@ -14,11 +14,9 @@ from gpulens.cli.main import main
 from gpulens.runs import get_run, save_run
 from gpulens.store import Store
 
-from test_runs_compare import step_times
-
 
 @pytest.fixture
-def two_runs(store_path):
+def two_runs(store_path, step_times):
     """Run 1 (reference) and run 2, 10 % slower, with a config change."""
     rng = np.random.default_rng(5)
     with Store(store_path) as st:

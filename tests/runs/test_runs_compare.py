@@ -10,24 +10,15 @@ from gpulens.errors import BadInputError
 from gpulens.runs import get_run, save_run
 
 
-def step_times(rng: np.random.Generator, median_seconds: float, n: int = 30) -> list[float]:
-    """Realistic step times: ~4 % log-normal jitter plus occasional slow steps (GC, a data hiccup,
-    a neighbour's burst) that take 1.3-2x as long."""
-    x = median_seconds * rng.lognormal(0.0, 0.04, n)
-    slow = rng.random(n) < 0.05
-    x[slow] *= rng.uniform(1.3, 2.0, slow.sum())
-    return x.tolist()
-
-
 @pytest.mark.parametrize("seed", range(10))
-def test_ten_percent_slower_steps_are_a_regression(seed):
+def test_ten_percent_slower_steps_are_a_regression(seed, step_times):
     rng = np.random.default_rng(1000 + seed)
     r = compare_samples("step_seconds", step_times(rng, 0.200), step_times(rng, 0.220), seed=seed)
     assert r.verdict == "regression", r.reason
     assert 0.05 < r.change_ratio < 0.15 and r.ci95_low_ratio > 0 and r.p_value < 0.05
 
 
-def test_same_distribution_is_no_change_in_at_least_95_of_100_trials():
+def test_same_distribution_is_no_change_in_at_least_95_of_100_trials(step_times):
     verdicts = []
     for seed in range(100):
         rng = np.random.default_rng(seed)
@@ -35,7 +26,7 @@ def test_same_distribution_is_no_change_in_at_least_95_of_100_trials():
     assert verdicts.count("no change") >= 95, {v: verdicts.count(v) for v in set(verdicts)}
 
 
-def test_direction_decides_regression_or_improvement():
+def test_direction_decides_regression_or_improvement(step_times):
     rng = np.random.default_rng(7)
     slow, fast = step_times(rng, 0.22), step_times(rng, 0.20)
     assert compare_samples("step_seconds", slow, fast).verdict == "improvement"
@@ -71,7 +62,7 @@ def _runs(store, a_samples, b_samples, kind_b="bench-train", cfg_b=None):
     return get_run(store, a), get_run(store, b)
 
 
-def test_compare_runs_reports_what_changed_and_last_known_good(store):
+def test_compare_runs_reports_what_changed_and_last_known_good(store, step_times):
     rng = np.random.default_rng(11)
     a, b = _runs(store, {"step_seconds": step_times(rng, 0.2)}, {"step_seconds": step_times(rng, 0.23)}, cfg_b={"batch": 16})
     cmp = compare_runs(a, b, store=store, record=True)

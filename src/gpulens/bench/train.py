@@ -344,7 +344,7 @@ def find_knee(points: list[SweepPoint], gain_ratio: float) -> int | None:
     fitting = [p for p in points if p.fits and p.tokens_per_second is not None]
     if not fitting:
         return None
-    for prev, cur in zip(fitting, fitting[1:]):
+    for prev, cur in zip(fitting, fitting[1:], strict=False):
         if cur.tokens_per_second < prev.tokens_per_second * (1 + gain_ratio):  # type: ignore[operator]
             return prev.batch_size
     return fitting[-1].batch_size
