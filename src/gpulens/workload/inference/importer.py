@@ -1,0 +1,126 @@
+"""Recorded inference events (a trace's events.jsonl) -> the store, as a live monitor would write them.
+
+Two request shapes are accepted:
+- the H200 session's: arrival, start, first_token, end, batch, queue_depth_at_start, status, tpot_s,
+  prompt_tokens, output_tokens;
+- the co-location recording's: intended (scheduled send time), start, first_token, end, pid, role,
+  prompt_tokens, output_tokens (no status: every request completed).
+Latency counts from `arrival` (or `intended`), so queueing is part of it. `cold_start` records become
+`infer_cold_start_seconds`, `mem` records the allocator series. Series carry service, model, host.
+"""
+
+from __future__ import annotations
+
+import bisect
+import weakref
+from typing import Any
+
+from gpulens.store import Store
+from gpulens.workload import names as N
+from gpulens.workload.importers import ImportContext, register_importer
+
+
+class _State:
+    """Per-import running state: status counters and the ends of requests still in flight."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.ends: list[float] = []  # sorted ends of requests that arrived before the current one
+        self.model: str | None = None  # the model of the last cold start: the one now serving
+
+
+# ImportContext is an unhashable dataclass: key by id and keep a weak reference to tell a reused id
+_STATES: dict[int, tuple[weakref.ref, _State]] = {}
+
+
+def _state(ctx: ImportContext) -> _State:
+    entry = _STATES.get(id(ctx))
+    if entry is None or entry[0]() is not ctx:
+        for k in [k for k, (ref, _s) in _STATES.items() if ref() is None]:
+            del _STATES[k]
+        entry = _STATES[id(ctx)] = (weakref.ref(ctx), _State())
+    return entry[1]
+
+
+def labels_for(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
+    model = record.get("model") or _state(ctx).model or ctx.model or ""
+    return {"service": ctx.service, "model": str(model), "host": ctx.host}
+
+
+def _num(record: dict[str, Any], key: str) -> float | None:
+    v = record.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+@register_importer(N.EV_REQUEST)
+def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    end = _num(record, "end")
+    if end is None:
+        return
+    arrival = _num(record, "arrival")
+    if arrival is None:
+        arrival = _num(record, "intended")
+    start = _num(record, "start")
+    arrival = arrival if arrival is not None else (start if start is not None else end)
+    start = start if start is not None else arrival
+    first = _num(record, "first_token")
+    status = str(record.get("status") or "ok")
+    out_tokens = _num(record, "output_tokens")
+    tpot = _num(record, "tpot_s")
+    if tpot is None and first is not None and out_tokens and out_tokens > 1:
+        tpot = (end - first) / (out_tokens - 1)
+    labels = labels_for(record, ctx)
+    st = _state(ctx)
+    st.totals[status] = st.totals.get(status, 0) + 1
+
+    def w(name: str, value: float | None, t: float = end, **extra: str) -> None:
+        if value is not None:
+            store.write(name, {**labels, **extra} if extra else labels, t, value)
+
+    # in flight at this arrival: earlier requests not yet ended (records come in arrival order)
+    del st.ends[: bisect.bisect_right(st.ends, arrival)]
+    bisect.insort(st.ends, end)
+    w(N.INFER_IN_FLIGHT, float(len(st.ends)), t=arrival)
+    w(N.INFER_REQUESTS_TOTAL, float(st.totals[status]), status=status)
+    if status in ("ok", "timeout"):
+        w(N.INFER_LATENCY_SECONDS, end - arrival)
+        w(N.INFER_SERVICE_SECONDS, end - start)
+        w(N.INFER_QUEUE_WAIT_SECONDS, start - arrival)
+    if status == "ok":
+        if first is not None:
+            w(N.INFER_TTFT_SECONDS, first - arrival)
+        w(N.INFER_TPOT_SECONDS, tpot)
+        w(N.INFER_OUTPUT_TOKENS, out_tokens)
+        w(N.INFER_PROMPT_TOKENS, _num(record, "prompt_tokens"))
+    w(N.INFER_BATCH_SIZE, _num(record, "batch"))
+    w(N.INFER_QUEUE_DEPTH, _num(record, "queue_depth_at_start"), t=start)
+    data = {k: v for k, v in record.items() if k not in ("kind", "phase")}
+    data.update(arrival=arrival, start=start, status=status, tpot_s=tpot)
+    if "phase" in record:  # kept for tests as ground truth; analyzers never read it
+        data["recorded_phase"] = record["phase"]
+    store.event(N.EV_REQUEST, end, labels, data)
+
+
+@register_importer(N.EV_COLD_START)
+def import_cold_start(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    t, seconds = _num(record, "t"), _num(record, "seconds")
+    if t is None or seconds is None:
+        return
+    if record.get("model"):
+        _state(ctx).model = str(record["model"])
+    labels = labels_for(record, ctx)
+    store.write(N.INFER_COLD_START_SECONDS, labels, t, seconds)
+    store.event(N.EV_COLD_START, t, labels, {k: v for k, v in record.items() if k != "kind"})
+
+
+@register_importer("mem")
+def import_mem(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    t = _num(record, "t")
+    if t is None:
+        return
+    labels = labels_for(record, ctx)
+    for key, name in (("alloc", N.INFER_MEMORY_ALLOCATED_BYTES), ("reserved", N.INFER_MEMORY_RESERVED_BYTES)):
+        v = _num(record, key)
+        if v is not None:
+            store.write(name, labels, t, v)
+    store.event("mem", t, labels, {k: v for k, v in record.items() if k != "kind"})

@@ -1,0 +1,229 @@
+"""`InferenceMonitor`: what a serving process records about itself, per request.
+
+    monitor = InferenceMonitor("gpulens.db", service="chat", model="llama-8b")
+    with monitor.model_load():            # cold start: model construction and move to the GPU
+        model = load()
+    h = monitor.start_request()           # arrival
+    h.started()                           # left the queue, processing begins (optional)
+    h.token()                             # each streamed token (the first one sets TTFT)
+    h.finish("ok", output_tokens=32, batch_size=4)
+
+Every finished request becomes one sample of each `infer_*` series at its end time (labels service,
+model, host) and one `request` event holding its timestamps, which is what diagnosis reads.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpulens.errors import MonitorUsageError
+from gpulens.store import Store
+from gpulens.workload import names as N
+
+RequestStatus = Literal["ok", "error", "timeout", "rejected"]
+STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected")
+
+
+@dataclass
+class RequestHandle:
+    """One request in flight. Times are unix seconds from the monitor's clock."""
+
+    monitor: InferenceMonitor
+    arrival: float
+    start: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    tokens: int = 0
+    itl_sum: float = 0.0
+    finished: bool = False
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def started(self) -> None:
+        """Processing begins (the request left the server's queue)."""
+        if self.start is None:
+            self.start = self.monitor.clock()
+
+    def token(self, n: int = 1) -> None:
+        """`n` output tokens were produced (streamed); the first call sets time to first token."""
+        now = self.monitor.clock()
+        if self.start is None:
+            self.start = self.arrival
+        if self.first_token is None:
+            self.first_token = now
+        elif self.last_token is not None:
+            self.itl_sum += now - self.last_token
+        self.last_token = now
+        self.tokens += n
+
+    def set(self, **fields: Any) -> None:
+        """Attach what the server knows: output_tokens, prompt_tokens, batch_size."""
+        self.fields.update(fields)
+
+    def finish(self, status: RequestStatus = "ok", **fields: Any) -> None:
+        if self.finished:
+            raise MonitorUsageError("This request was already finished.", hint="Call finish() once per request.")
+        if status not in STATUSES:
+            raise MonitorUsageError(f"Unknown request status {status!r}.", hint=f"Use one of {', '.join(STATUSES)}.")
+        self.finished = True
+        self.fields.update(fields)
+        self.monitor._finish(self, status, self.monitor.clock())
+
+
+class InferenceMonitor:
+    """Records requests, gauges and model loads of one service into a store. Thread-safe."""
+
+    def __init__(
+        self,
+        store: Store | str | Path,
+        *,
+        service: str,
+        model: str = "",
+        host: str | None = None,
+        clock: Callable[[], float] = time.time,
+        write_events: bool = True,
+        flush_interval_seconds: float | None = 1.0,
+    ):
+        self._own_store = not isinstance(store, Store)
+        self.store = Store(store) if self._own_store else store  # type: ignore[arg-type]
+        self.labels = {"service": service, "model": model, "host": host or socket.gethostname()}
+        self.clock = clock
+        self.write_events = write_events
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._totals = dict.fromkeys(STATUSES, 0)
+        self._ids: dict[tuple[str, str], int] = {}
+        self._stop = threading.Event()
+        self._flusher = None
+        if flush_interval_seconds:
+            # Commit in the background so the request path only appends to a buffer.
+            self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_seconds,), daemon=True,
+                                             name="gpulens-inference-flush")
+            self._flusher.start()
+
+    # ------------------------------------------------------------------ requests
+    def start_request(self, arrival: float | None = None) -> RequestHandle:
+        now = self.clock() if arrival is None else arrival
+        with self._lock:
+            self._in_flight += 1
+            self._write(N.INFER_IN_FLIGHT, now, self._in_flight)
+        return RequestHandle(self, now)
+
+    @contextmanager
+    def request(self) -> Iterator[RequestHandle]:
+        """`with monitor.request() as h:` finishes ok, or error when the block raises."""
+        h = self.start_request()
+        try:
+            yield h
+        except TimeoutError:
+            if not h.finished:
+                h.finish("timeout")
+            raise
+        except BaseException:
+            if not h.finished:
+                h.finish("error")
+            raise
+        if not h.finished:
+            h.finish("ok")
+
+    def _finish(self, h: RequestHandle, status: str, end: float) -> None:
+        start = h.start if h.start is not None else h.arrival
+        out_tokens = h.fields.get("output_tokens", h.tokens or None)
+        tpot = None
+        if h.first_token is not None and out_tokens and out_tokens > 1:
+            tpot = (end - h.first_token) / (out_tokens - 1)
+        itl = h.itl_sum / (h.tokens - 1) if h.tokens > 1 else None
+        with self._lock:
+            self._in_flight -= 1
+            self._totals[status] += 1
+            w = self._write
+            w(N.INFER_IN_FLIGHT, end, self._in_flight)
+            w(N.INFER_REQUESTS_TOTAL, end, self._totals[status], status=status)
+            if status in ("ok", "timeout"):
+                w(N.INFER_LATENCY_SECONDS, end, end - h.arrival)
+                w(N.INFER_SERVICE_SECONDS, end, end - start)
+                w(N.INFER_QUEUE_WAIT_SECONDS, end, start - h.arrival)
+            if status == "ok":
+                if h.first_token is not None:
+                    w(N.INFER_TTFT_SECONDS, end, h.first_token - h.arrival)
+                w(N.INFER_TPOT_SECONDS, end, tpot)
+                w(N.INFER_ITL_SECONDS, end, itl)
+                w(N.INFER_OUTPUT_TOKENS, end, out_tokens)
+                w(N.INFER_PROMPT_TOKENS, end, h.fields.get("prompt_tokens"))
+            w(N.INFER_BATCH_SIZE, end, h.fields.get("batch_size"))
+            if self.write_events:
+                data = {"arrival": h.arrival, "start": start, "first_token": h.first_token, "end": end,
+                        "status": status, "output_tokens": out_tokens, "tpot_s": tpot,
+                        **{k: v for k, v in h.fields.items() if k != "output_tokens"}}
+                self.store.event(N.EV_REQUEST, end, self.labels, data)
+
+    # ------------------------------------------------------------------ gauges and loads
+    def set_queue_depth(self, depth: int, t: float | None = None) -> None:
+        with self._lock:
+            self._write(N.INFER_QUEUE_DEPTH, self.clock() if t is None else t, depth)
+
+    def set_memory(self, allocated_bytes: float | None = None, reserved_bytes: float | None = None,
+                   kv_cache_usage_ratio: float | None = None, t: float | None = None) -> None:
+        t = self.clock() if t is None else t
+        with self._lock:
+            self._write(N.INFER_MEMORY_ALLOCATED_BYTES, t, allocated_bytes)
+            self._write(N.INFER_MEMORY_RESERVED_BYTES, t, reserved_bytes)
+            self._write(N.INFER_KV_CACHE_USAGE_RATIO, t, kv_cache_usage_ratio)
+
+    def record_cold_start(self, seconds: float, *, t: float | None = None, **data: Any) -> None:
+        """A model load of `seconds` that ended at `t` (now by default)."""
+        t = self.clock() if t is None else t
+        with self._lock:
+            self._write(N.INFER_COLD_START_SECONDS, t, seconds)
+            self.store.event(N.EV_COLD_START, t, self.labels, {"seconds": seconds, **data})
+
+    @contextmanager
+    def model_load(self, **data: Any) -> Iterator[None]:
+        """Time a model load (construction, weights, move to the GPU, warm-up) as a cold start."""
+        t0 = self.clock()
+        yield
+        self.record_cold_start(self.clock() - t0, **data)
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    # ------------------------------------------------------------------ plumbing
+    def _write(self, name: str, t: float, value: float | None, **extra: str) -> None:
+        if value is None:
+            return
+        key = (name, extra.get("status", ""))
+        sid = self._ids.get(key)
+        if sid is None:
+            sid = self._ids[key] = self.store.series_id(name, {**self.labels, **extra})
+        self.store.write_id(sid, t, float(value))
+
+    def _flush_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.store.flush()
+            except Exception:  # a busy or full disk must not kill the server; the data stays buffered
+                pass
+
+    def flush(self) -> None:
+        self.store.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=2)
+        self.store.flush()
+        if self._own_store:
+            self.store.close()
+
+    def __enter__(self) -> InferenceMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
