@@ -163,7 +163,7 @@ def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, s
         for ln in lines:
             out.series.append(SeriesOut(_legend(spec, ln, varying), spec.metric, ln.labels, list(ln.t), _clean(ln.value)))
         if band is None and spec.kind == "line" and lines:
-            band = reader.band(spec.metric, {**match, **spec.match_dict})
+            band = reader.band(spec.metric, {**match, **spec.match_dict}, w.end)
     if band is not None:
         out.band = asdict(band)
     return out

@@ -20,7 +20,7 @@ def format_value(value: float | None, unit: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if unit == "seconds":
-        return format_seconds(value)
+        return "0 s" if value == 0 else format_seconds(value)
     if unit == "bytes":
         return format_bytes(value)
     if unit == "ratio":

@@ -73,17 +73,8 @@ def _alert_row(obj: Any) -> AlertRow | None:
 
 
 def alert_history(store: Store, start: float, end: float) -> list[AlertRow]:
-    """Alerts that fired or resolved in [start, end]: through gpulens.alerts when it offers a
-    history reader, else the store's `alert` events."""
-    mod = _optional("gpulens.alerts")
-    for fname in ("alert_history", "history"):
-        fn = getattr(mod, fname, None) if mod else None
-        if callable(fn):
-            try:
-                rows = [_alert_row(a) for a in fn(store, start=start, end=end)]
-                return [r for r in rows if r is not None]
-            except Exception:  # a different signature: fall back to the events
-                log.debug("gpulens.alerts.%s could not be used", fname, exc_info=True)
+    """Alerts that fired or resolved in [start, end]. The alert engine (gpulens.alerts) records each
+    transition as an `alert` event, which is read here without touching its tables."""
     rows = []
     for e in store.events(ALERT_EVENT_KIND, start=start, end=end, limit=1000):
         r = _alert_row({"t": e.t, **e.data, "labels": {**e.labels, **(e.data.get("labels") or {})}})
@@ -92,26 +83,29 @@ def alert_history(store: Store, start: float, end: float) -> list[AlertRow]:
     return rows
 
 
-def baseline_band(store: Store, metric: str, match: Mapping[str, str]) -> Band | None:
-    """The learned normal range of a metric, when gpulens.alerts has learned one."""
-    mod = _optional("gpulens.alerts")
-    fn = None
-    for fname in ("baseline_band", "load_band", "band"):
-        fn = getattr(mod, fname, None) if mod else None
-        if callable(fn):
-            break
-    if fn is None:
+def _has_table(store: Store, table: str) -> bool:
+    with store.lock:
+        return store.connection.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone() is not None
+
+
+def baseline_band(store: Store, metric: str, match: Mapping[str, str], t: float) -> Band | None:
+    """The learned normal range of a metric at time t, when gpulens.alerts has learned one."""
+    # Check for the table first: the alerts module creates it on load, and the dashboard must not write.
+    if _optional("gpulens.alerts.baseline") is None or not _has_table(store, "alert_baselines"):
         return None
+    from gpulens.alerts.baseline import BandSpec, describe_band, load_baselines
+
     try:
-        b = fn(store, metric, dict(match))
-    except Exception:
+        ready = [b for b in load_baselines(store, metric, dict(match) or None) if b.ready]
+        if not ready:
+            return None
+        b = ready[0]
+        low, high = describe_band(b, BandSpec(), t)
+    except Exception:  # a baseline this version cannot read must not break the page
         log.debug("no baseline band for %s", metric, exc_info=True)
         return None
-    if b is None:
+    if low is None or high is None:
         return None
-    low = getattr(b, "low", None) if not isinstance(b, Mapping) else b.get("low")
-    high = getattr(b, "high", None) if not isinstance(b, Mapping) else b.get("high")
-    center = getattr(b, "center", None) if not isinstance(b, Mapping) else b.get("center")
-    if isinstance(low, int | float) and isinstance(high, int | float):
-        return Band(float(low), float(high), float(center) if isinstance(center, int | float) else None)
-    return None
+    return Band(float(low), float(high), b.stats.median if b.stats else None)

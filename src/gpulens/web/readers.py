@@ -77,7 +77,7 @@ class Reader(Protocol):
     def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None: ...
     def events(self, kinds: tuple[str, ...], start: float, end: float, match: Mapping[str, str]) -> list[EventRow]: ...
     def alerts(self, start: float, end: float) -> list[AlertRow]: ...
-    def band(self, metric: str, match: Mapping[str, str]) -> Band | None: ...
+    def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None: ...
     def close(self) -> None: ...
 
 
@@ -245,10 +245,10 @@ class StoreReader:
 
         return alert_history(self.store, start, end)
 
-    def band(self, metric: str, match: Mapping[str, str]) -> Band | None:
+    def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None:
         from gpulens.web.integrations import baseline_band
 
-        return baseline_band(self.store, metric, match)
+        return baseline_band(self.store, metric, match, t)
 
 
 def finite_or_none(x: float | None) -> float | None:

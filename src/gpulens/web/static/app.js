@@ -28,6 +28,7 @@ function fmt(v, unit) {
   if (v === null || v === undefined || Number.isNaN(v)) return "–";
   switch (unit) {
     case "seconds":
+      if (v === 0) return "0 s";
       if (Math.abs(v) < 1e-3) return `${(v * 1e6).toFixed(0)} µs`;
       if (Math.abs(v) < 1) return `${(v * 1e3).toFixed(1)} ms`;
       if (Math.abs(v) < 120) return `${v.toFixed(2)} s`;

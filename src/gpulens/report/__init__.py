@@ -1,0 +1,67 @@
+"""Run reports: one self-contained HTML file (charts as embedded PNGs) or Markdown, with the run's
+summary, the dashboard panels' charts, findings and advice, alerts, and the comparison with a
+baseline window. Charts need the plot extra: pip install 'gpulens[plot]'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpulens.errors import BadInputError
+from gpulens.report.build import ReportData, build_report_data, parse_time, parse_window
+
+ReportFormat = Literal["html", "md"]
+
+
+@dataclass
+class ReportResult:
+    path: Path
+    format: ReportFormat
+    charts: int
+    findings: int
+    panels_with_data: list[str]
+    extra_files: list[Path] = field(default_factory=list)
+
+
+def write_report(
+    store_path: str | Path,
+    out: str | Path,
+    *,
+    fmt: ReportFormat | None = None,
+    job: str | None = None,
+    service: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    baseline: str | None = None,
+) -> ReportResult:
+    """Build the report of a store's run and write it to `out` (format from `fmt` or the suffix)."""
+    from gpulens.report.render import render_html, write_markdown
+
+    out = Path(out)
+    fmt = fmt or ("md" if out.suffix.lower() in (".md", ".markdown") else "html")
+    if fmt not in ("html", "md"):
+        raise BadInputError(f"Unknown report format {fmt!r}.", hint="Use --format html or --format md.")
+    if job and service:
+        raise BadInputError("Give --job or --service, not both.", hint="A report covers one training job or one service.")
+    if not Path(store_path).exists():
+        raise BadInputError(f"There is no store at {store_path}.", hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote.")
+    if not out.parent.exists():
+        raise BadInputError(f"The folder {out.parent} does not exist.", hint="Create it or choose another --out.")
+    data = build_report_data(
+        store_path, job=job, service=service, start=start, end=end,
+        baseline=parse_window(baseline) if baseline else None,
+    )
+    charts = sum(1 for p in data.panels for c in p.charts if c.has_data)
+    extra: list[Path] = []
+    try:
+        if fmt == "html":
+            out.write_text(render_html(data), encoding="utf-8")
+        else:
+            extra = write_markdown(data, out)
+    except OSError as e:
+        raise BadInputError(f"Cannot write the report to {out}: {e.strerror}.", hint="Choose an --out path you can write to.") from None
+    return ReportResult(out, fmt, charts, len(data.findings), [p.id for p in data.panels if p.has_data], extra)
+
+
+__all__ = ["ReportData", "ReportResult", "build_report_data", "parse_time", "parse_window", "write_report"]

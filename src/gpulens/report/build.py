@@ -1,0 +1,173 @@
+"""What a report holds: the run's summary, the panels' charts and numbers, findings with advice,
+alerts, and the comparison with a baseline. Built from the same panel data as the dashboard."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from gpulens.errors import BadInputError
+from gpulens.web.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
+from gpulens.web.format import format_value
+from gpulens.web.integrations import findings as find_all
+from gpulens.web.panels import PANELS
+from gpulens.web.readers import AlertRow, StoreReader
+
+# Charts are drawn about this many points wide: enough for a printed page.
+REPORT_POINTS = 500
+
+
+@dataclass
+class BaselineRow:
+    panel: str
+    stat: str
+    unit: str
+    value: float | None
+    baseline: float | None
+
+    @property
+    def change_ratio(self) -> float | None:
+        """(value - baseline) / baseline; None when either is missing or the baseline is 0."""
+        if self.value is None or self.baseline is None or self.baseline == 0:
+            return None
+        return (self.value - self.baseline) / abs(self.baseline)
+
+    @property
+    def value_text(self) -> str:
+        return format_value(self.value, self.unit)
+
+    @property
+    def baseline_text(self) -> str:
+        return format_value(self.baseline, self.unit)
+
+    @property
+    def change_text(self) -> str:
+        if self.unit == "ratio" and self.value is not None and self.baseline is not None:
+            return f"{(self.value - self.baseline) * 100:+.1f} points"  # a share changes in points, not percent
+        c = self.change_ratio
+        return "–" if c is None else f"{c * 100:+.1f} %"
+
+
+@dataclass
+class ReportData:
+    title: str
+    source: str
+    generated_at: float
+    window: Window
+    selection: Selection
+    panels: list[PanelOut]
+    findings: list[dict]
+    findings_note: str
+    alerts: list[AlertRow]
+    baseline_window: Window | None = None
+    baseline: list[BaselineRow] = field(default_factory=list)
+    baseline_note: str = ""
+
+
+def parse_time(text: str, what: str) -> float:
+    """Unix seconds or an ISO 8601 time (UTC unless it says otherwise)."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInputError(
+            f"Cannot read the {what} {text!r}.", hint="Give unix seconds or an ISO time such as 2026-11-30T01:28:00."
+        ) from None
+    if dt.tzinfo is None:
+        from datetime import UTC
+
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def parse_window(text: str, what: str = "baseline window") -> Window:
+    """'START,END' (unix seconds or ISO times) -> a Window."""
+    parts = [p for p in text.split(",") if p.strip()]
+    if len(parts) != 2:
+        raise BadInputError(f"Cannot read the {what} {text!r}.", hint="Write START,END, e.g. 1796002127,1796002132.")
+    start, end = parse_time(parts[0], what), parse_time(parts[1], what)
+    if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
+        raise BadInputError(f"The {what} must end after it starts: {text!r}.", hint="Write START,END with START first.")
+    return Window(start, end)
+
+
+def build_report_data(
+    store_path: str | Path,
+    *,
+    job: str | None = None,
+    service: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    baseline: Window | None = None,
+) -> ReportData:
+    """Everything a report shows, read from a store. The window defaults to all of the store's data."""
+    reader = StoreReader(store_path)
+    try:
+        rng = reader.data_range()
+        if rng is None:
+            raise BadInputError(f"The store {store_path} holds no data.", hint="Run `gpulens agent` or `gpulens replay` first.")
+        window = Window(start if start is not None else rng[0], end if end is not None else rng[1])
+        if window.end <= window.start:
+            window = Window(window.start, window.start + 1.0)
+        sel = Selection(job=job, service=service)
+        panels = [build_panel(reader, pid, window, sel, REPORT_POINTS) for pid in PANELS]
+        if job and not panels[0].has_data:
+            raise BadInputError(f"The store has no training data for job {job!r}.", hint=f"Jobs in it: {', '.join(reader.label_values()['job']) or 'none'}.")
+        if service and not panels[1].has_data:
+            raise BadInputError(
+                f"The store has no inference data for service {service!r}.",
+                hint=f"Services in it: {', '.join(reader.label_values()['service']) or 'none'}.",
+            )
+        res = find_all(reader.store, window.start, window.end, job, service)
+        data = ReportData(
+            title=_title(job, service),
+            source=str(store_path),
+            generated_at=time.time(),
+            window=window,
+            selection=sel,
+            panels=panels,
+            findings=res.findings,
+            findings_note=res.note,
+            alerts=reader.alerts(window.start, window.end),
+        )
+        if baseline is None:
+            data.baseline_note = (
+                "No baseline window was given: pass --baseline START,END (a run you trust) to compare every "
+                "headline number with it."
+            )
+        else:
+            data.baseline_window = baseline
+            data.baseline = _compare(reader, panels, window, baseline, sel)
+        return data
+    finally:
+        reader.close()
+
+
+def _title(job: str | None, service: str | None) -> str:
+    if job:
+        return f"gpulens report: training job {job}"
+    if service:
+        return f"gpulens report: service {service}"
+    return "gpulens report"
+
+
+def _compare(reader: StoreReader, panels: list[PanelOut], window: Window, base: Window, sel: Selection) -> list[BaselineRow]:
+    rows = []
+    for out in panels:
+        spec = PANELS[out.id]
+        if not out.has_data or not panel_has_data(reader, spec, base, sel):
+            continue
+        now = {s.id: s for s in out.stats}
+        for st in spec.stats:
+            if st.agg in ("count", "event_count"):  # counts grow with the window's length: not comparable
+                continue
+            then = build_stat(reader, spec, st, base, sel)
+            rows.append(BaselineRow(spec.title, st.label, st.unit, now[st.id].value if st.id in now else None, then.value))
+    return rows

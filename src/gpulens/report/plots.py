@@ -1,0 +1,58 @@
+"""The panels' charts as PNG images (matplotlib, headless), for self-contained reports."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime
+
+from gpulens.errors import BadInputError
+from gpulens.web.data import ChartOut, Window
+from gpulens.web.format import format_value
+
+PALETTE = ["#2f6fdf", "#e07a1f", "#2e9e5b", "#c23b6e", "#7a52c7", "#8a8f2c", "#1aa3b5", "#b0503a"]
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise BadInputError(
+            "Reports draw their charts with matplotlib, which is not installed.",
+            hint="Install the plot extra: pip install 'gpulens[plot]'.",
+        ) from None
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_in: float = 2.6, dpi: int = 100) -> bytes:
+    """One chart as a PNG: every series against time, the baseline band behind them, values in the chart's unit."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(width_in, height_in), dpi=dpi)
+    try:
+        if chart.band:
+            ax.axhspan(chart.band["low"], chart.band["high"], color="#2e9e5b", alpha=0.12, label="baseline", lw=0)
+        for i, s in enumerate(chart.series):
+            pts = [(datetime.fromtimestamp(t), v) for t, v in zip(s.t, s.v, strict=True) if v is not None]
+            if not pts:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            style = "o-" if len(xs) < 40 else "-"
+            ax.plot(xs, ys, style, color=PALETTE[i % len(PALETTE)], lw=1.2, ms=3, label=s.label)
+        ax.set_title(chart.title, fontsize=10, loc="left")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_value(v, chart.unit)))
+        ax.set_xlim(datetime.fromtimestamp(window.start), datetime.fromtimestamp(window.end))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        if chart.series:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
