@@ -1,0 +1,234 @@
+"""Recommendations: the fixes that make a plan fit, in the order that costs least, each with the
+memory it reaches; and for serving, how many replicas x tensor-parallel GPUs meet a target rate."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.cost import serving_cost
+from gpulens.plan.memory import TrainSetup, fits_in, training_memory
+from gpulens.plan.models import ModelSpec
+from gpulens.plan.serve import ServeSetup, max_batch_that_fits, serving_memory, serving_speed, weight_bytes
+from gpulens.plan.speed import Efficiency, training_speed
+from gpulens.units import format_bytes
+
+
+@dataclass
+class Fix:
+    action: str  # what to change, in words a beginner can follow
+    why: str
+    peak_bytes: int  # the memory this step reaches (with every earlier fix applied)
+    fits: bool
+    change: dict[str, Any]  # the option values that express it (e.g. {"grad_ckpt": true})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _train_mem(m: ModelSpec, s: TrainSetup, gpu: GpuSpec, eff: Efficiency, ctx: int) -> int:
+    return training_memory(m, s, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
+                           cuda_context_bytes=ctx, activation_scale=eff.activation_scale).peak_bytes
+
+
+def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency, ctx: int) -> list[Fix]:
+    """Cumulative fixes until the step fits (empty when it already fits)."""
+    cap = gpu.memory_bytes
+    cur = setup
+    fixes: list[Fix] = []
+
+    def ok(s: TrainSetup) -> tuple[int, bool]:
+        peak = _train_mem(m, s, gpu, eff, ctx)
+        return peak, fits_in(peak, ctx, cap)
+
+    peak, fits = ok(cur)
+    if fits:
+        return []
+    def attempt(trial: TrainSetup, action: str, why: str, change: dict[str, Any]) -> None:
+        # keep a fix only if it lowers the peak: when the optimizer step is the peak, activation
+        # savings buy nothing
+        nonlocal cur, peak, fits
+        p, f = ok(trial)
+        if p < peak * 0.99:
+            cur, peak, fits = trial, p, f
+            fixes.append(Fix(action, why, p, f, change))
+
+    if not cur.grad_ckpt:
+        attempt(replace(cur, grad_ckpt=True), "turn on activation checkpointing (--grad-ckpt)",
+                "keeps one tensor per layer instead of every activation; costs ~1/3 more compute", {"grad_ckpt": True})
+    if not fits and cur.micro_batch > 1:
+        global_batch = cur.micro_batch * cur.grad_accum
+        trial = cur
+        while trial.micro_batch > 1:
+            mb = trial.micro_batch // 2
+            trial = replace(trial, micro_batch=mb, grad_accum=max(1, global_batch // mb))
+            if ok(trial)[1]:
+                break
+        attempt(trial, f"use micro-batch {trial.micro_batch} with gradient accumulation x{trial.grad_accum}",
+                "the same global batch in smaller pieces: activations and logits shrink with the micro-batch",
+                {"batch": trial.micro_batch, "grad_accum": trial.grad_accum})
+    if not fits and cur.precision in ("fp32", "amp_bf16", "amp_fp16") and gpu.supports("bf16"):
+        attempt(replace(cur, precision="bf16"), "keep weights and optimizer states in bf16 (--precision bf16)",
+                "halves weights, gradients and states; watch for stalled updates (use Kahan summation or "
+                "stochastic rounding for long runs)", {"precision": "bf16"})
+    if not fits and cur.optimizer == "adamw":
+        attempt(replace(cur, optimizer="adamw8bit"), "use 8-bit AdamW (bitsandbytes)",
+                "stores both Adam moments in 1 byte each", {"optimizer": "adamw8bit"})
+    if not fits:
+        for n in (2, 4, 8, 16, 32, 64, 128, 256):
+            if n <= cur.num_gpus:
+                continue
+            trial = replace(cur, num_gpus=n, zero_stage=3)
+            peak, fits = ok(trial)
+            if fits:
+                cur = trial
+                fixes.append(Fix(f"shard weights, gradients and states across {n} GPUs (ZeRO-3 / FSDP)",
+                                 "each GPU keeps 1/N of the model state and gathers one layer at a time",
+                                 peak, True, {"gpus": n, "zero": 3}))
+                break
+    weights_one_card = weight_bytes(m, "bf16")
+    if not fits and not fits_in(weights_one_card, ctx, cap):
+        tp = 2 ** math.ceil(math.log2(max(2, weights_one_card / (cap * 0.5))))
+        fixes.append(Fix(f"tensor parallelism across {tp} GPUs (with pipeline or FSDP beyond)",
+                         "even the 16-bit weights alone do not fit on one card",
+                         int(peak), False, {"tensor_parallel": tp}))
+    return fixes
+
+
+def training_tips(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency, ctx: int, peak: int) -> list[str]:
+    """Advice for a plan that fits: room to grow, or costs to drop."""
+    tips: list[str] = []
+    cap = gpu.memory_bytes
+    headroom = cap - ctx - peak
+    if headroom < 0.05 * cap:
+        tips.append(f"Tight: only {format_bytes(headroom)} left. Fragmentation can still cause an OOM; "
+                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or lower the micro-batch.")
+    else:
+        lo, hi = setup.micro_batch, setup.micro_batch * 2
+        while hi <= 4096 and fits_in(_train_mem(m, replace(setup, micro_batch=hi), gpu, eff, ctx), ctx, cap):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            ok = fits_in(_train_mem(m, replace(setup, micro_batch=mid), gpu, eff, ctx), ctx, cap)
+            lo, hi = (mid, hi) if ok else (lo, mid)
+        if lo > setup.micro_batch:
+            tips.append(f"Memory allows a micro-batch up to {lo} (bigger matmuls usually mean more tokens/s).")
+    if setup.grad_ckpt:
+        no_ck = replace(setup, grad_ckpt=False)
+        if fits_in(_train_mem(m, no_ck, gpu, eff, ctx), ctx, cap):
+            t0 = training_speed(m, setup, gpu, eff).step_seconds
+            t1 = training_speed(m, no_ck, gpu, eff).step_seconds
+            tips.append(f"It also fits without activation checkpointing, which would save ~{(1 - t1 / t0) * 100:.0f} % of the step time.")
+    if setup.precision == "fp32" and gpu.supports("bf16"):
+        amp = replace(setup, precision="amp_bf16")
+        t0 = training_speed(m, setup, gpu, eff).step_seconds
+        t1 = training_speed(m, amp, gpu, eff).step_seconds
+        tips.append(f"fp32 runs on the slow non-tensor path: bf16 autocast (--precision amp_bf16) would be ~{t0 / t1:.1f}x faster.")
+    return tips
+
+
+def serving_fixes(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, ctx: int) -> list[Fix]:
+    cap = gpu.memory_bytes
+    cur = setup
+    fixes: list[Fix] = []
+
+    def ok(s: ServeSetup) -> tuple[int, bool]:
+        est = serving_memory(m, s, capacity_bytes=cap, eff=eff, cuda_context_bytes=ctx)
+        return est.peak_bytes, est.fits
+
+    peak, fits = ok(cur)
+    if fits:
+        return []
+    order = ["fp8", "int8", "int4"] if gpu.supports("fp8") else ["int8", "int4"]
+    if cur.dtype in ("fp32", "bf16", "fp16"):
+        for q in order:
+            trial = replace(cur, dtype=q)
+            if fits_in(weight_bytes(m, q), ctx, cap * 0.9) or q == order[-1]:
+                cur = trial
+                peak, fits = ok(cur)
+                fixes.append(Fix(f"quantize the weights to {q} (--dtype {q})",
+                                 f"{q} weights take {format_bytes(weight_bytes(m, q))} instead of "
+                                 f"{format_bytes(weight_bytes(m, setup.dtype))}", peak, fits, {"dtype": q}))
+                break
+    if not fits and cur.batch > 1:
+        best = max_batch_that_fits(m, replace(cur, batch=1), cap, eff)
+        if best >= 1:
+            cur = replace(cur, batch=best)
+            peak, fits = ok(cur)
+            fixes.append(Fix(f"serve at most {best} sequences at once (--batch {best})",
+                             "the KV cache and prefill logits grow with every concurrent sequence", peak, fits, {"batch": best}))
+    if not fits and not fits_in(weight_bytes(m, cur.dtype), ctx, cap * 0.9):
+        for tp in (2, 4, 8):
+            trial = replace(cur, tensor_parallel=tp)
+            peak, fits = ok(trial)
+            if fits:
+                cur = trial
+                fixes.append(Fix(f"tensor parallelism across {tp} GPUs (--tp {tp})",
+                                 "the weights do not fit on one card: split every layer across GPUs", peak, True,
+                                 {"tensor_parallel": tp}))
+                break
+    return fixes
+
+
+@dataclass
+class ReplicaOption:
+    gpu: str
+    tensor_parallel: int
+    batch: int  # concurrent sequences per replica that meet the SLO
+    replicas: int
+    gpus: int
+    requests_per_second_per_replica: float
+    ttft_seconds: float
+    tpot_seconds: float
+    hourly_total: float | None
+    per_million_tokens: float | None
+    per_thousand_requests: float | None
+    break_even_months: float | None
+    currency: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: dict[str, Efficiency], *,
+                    target_rps: float, tpot_slo_s: float | None, ttft_slo_s: float | None,
+                    currency: str = "USD", ctx: int = 512 << 20) -> list[ReplicaOption]:
+    """For each GPU and tensor-parallel degree: the largest batch meeting the SLO, the replicas
+    needed for `target_rps`, and the cost; sorted cheapest (or fewest GPUs) first."""
+    out: list[ReplicaOption] = []
+    for gpu in gpus:
+        eff = effs.get(gpu.name) or Efficiency()
+        for tp in (1, 2, 4, 8):
+            s = replace(setup, tensor_parallel=tp, batch=1)
+            try:
+                s.validate(gpu)
+            except Exception:
+                break
+            max_fit = max_batch_that_fits(m, s, gpu.memory_bytes, eff)
+            if max_fit < 1:
+                continue
+            best = None
+            b = 1
+            while b <= max_fit:
+                sp = serving_speed(m, replace(s, batch=b), gpu, eff)
+                if (tpot_slo_s and sp.tpot_seconds > tpot_slo_s) or (ttft_slo_s and sp.ttft_seconds > ttft_slo_s):
+                    break
+                best = sp
+                b = b * 2 if b * 2 <= max_fit or b == max_fit else max_fit
+            if best is None:
+                continue
+            replicas = max(1, math.ceil(target_rps / best.requests_per_second))
+            total = replicas * tp
+            cost = serving_cost(gpu.hourly_price, total, best.output_tokens_per_second * replicas,
+                                best.requests_per_second * replicas, currency=currency, purchase_per_gpu=gpu.purchase_price)
+            out.append(ReplicaOption(
+                gpu=gpu.name, tensor_parallel=tp, batch=best.batch, replicas=replicas, gpus=total,
+                requests_per_second_per_replica=best.requests_per_second, ttft_seconds=best.ttft_seconds,
+                tpot_seconds=best.tpot_seconds, hourly_total=cost.hourly_total if cost else None,
+                per_million_tokens=cost.per_million_tokens if cost else None,
+                per_thousand_requests=cost.per_thousand_requests if cost else None,
+                break_even_months=cost.break_even_months if cost else None, currency=currency if cost else None))
+    out.sort(key=lambda o: (o.hourly_total is None, o.hourly_total or 0.0, o.gpus))
+    return out

@@ -1,0 +1,279 @@
+"""The GPU catalog: datasheet figures with their sources, plus the user's own cards and prices.
+
+`find_gpu("h200")`, `find_gpu("H100-SXM")` and NVML names such as `find_gpu("NVIDIA H100 80GB HBM3")`
+all work (case-insensitive). Prices never come from the bundled catalog: only from the user's config
+file (`$GPULENS_PLAN_CONFIG`, else `$XDG_CONFIG_HOME/gpulens/plan.yaml`, else `~/.config/gpulens/plan.yaml`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpulens.errors import BadInputError
+
+TERA = 1e12
+GIGA = 1e9
+
+
+class UnknownGpuError(BadInputError):
+    """A GPU name that is neither in the catalog nor in the user's config file."""
+
+    def __init__(self, name: str, suggestions: list[str]):
+        hint = (
+            f"Did you mean {', '.join(suggestions)}? " if suggestions else ""
+        ) + "Run `gpulens plan gpus` for the list, or add your card to the plan config file (docs/plan.md)."
+        super().__init__(f"Unknown GPU {name!r}.", hint=hint)
+        self.name = name
+        self.suggestions = suggestions
+
+
+class UnsupportedPrecisionError(BadInputError):
+    """The GPU has no hardware support for the number format asked for (FP8 on an A100, BF16 on a T4)."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model. Rates are dense peaks (no sparsity); None = the card lacks the format or the
+    vendor publishes no figure."""
+
+    name: str
+    memory_bytes: int
+    memory_bandwidth_bytes_per_second: float
+    bf16_dense_flops: float | None
+    fp16_dense_flops: float | None
+    fp32_flops: float | None
+    tf32_dense_flops: float | None = None
+    fp8_dense_flops: float | None = None
+    int8_dense_ops: float | None = None
+    interconnect: str = ""
+    interconnect_bytes_per_second: float | None = None
+    tdp_watts: float | None = None
+    vendor: str = "nvidia"
+    architecture: str = ""
+    aliases: tuple[str, ...] = ()
+    nvml_names: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    hourly_price: float | None = None  # from the user's config only
+    purchase_price: float | None = None  # from the user's config only
+    user_defined: bool = False
+
+    # TFLOP/s views (what MFU code and humans read)
+    @property
+    def bf16_tflops(self) -> float | None:
+        return self.bf16_dense_flops / TERA if self.bf16_dense_flops else None
+
+    @property
+    def fp16_tflops(self) -> float | None:
+        return self.fp16_dense_flops / TERA if self.fp16_dense_flops else None
+
+    @property
+    def fp32_tflops(self) -> float | None:
+        return self.fp32_flops / TERA if self.fp32_flops else None
+
+    @property
+    def fp8_tflops(self) -> float | None:
+        return self.fp8_dense_flops / TERA if self.fp8_dense_flops else None
+
+    def supports(self, fmt: str) -> bool:
+        return self._rate(fmt) is not None
+
+    def _rate(self, fmt: str) -> float | None:
+        fmt = fmt.lower()
+        if fmt in ("bf16", "amp_bf16"):
+            return self.bf16_dense_flops
+        if fmt in ("fp16", "amp_fp16"):
+            return self.fp16_dense_flops
+        if fmt == "fp32":
+            return self.fp32_flops
+        if fmt == "fp8":
+            return self.fp8_dense_flops
+        if fmt in ("int8", "int4"):
+            # int4 weight-only kernels dequantize to 16-bit and run 16-bit math
+            return self.int8_dense_ops if fmt == "int8" else (self.bf16_dense_flops or self.fp16_dense_flops)
+        raise BadInputError(f"Unknown number format {fmt!r}.", hint="Use fp32, bf16, fp16, fp8, int8 or int4.")
+
+    def peak_flops(self, fmt: str) -> float:
+        """Dense peak for matmuls in `fmt`; raises a clear error if the card lacks the format."""
+        rate = self._rate(fmt)
+        if rate is None:
+            alt = [f for f in ("bf16", "fp16", "fp32") if self._rate(f) is not None]
+            raise UnsupportedPrecisionError(
+                f"The {self.name} has no {fmt.upper()} support (or its vendor publishes no {fmt.upper()} figure).",
+                hint=f"Use {' or '.join(alt)} on this card, or pick a GPU that has {fmt.upper()}.",
+            )
+        return rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_second": self.memory_bandwidth_bytes_per_second,
+            "bf16_dense_flops": self.bf16_dense_flops,
+            "fp16_dense_flops": self.fp16_dense_flops,
+            "fp32_flops": self.fp32_flops,
+            "fp8_dense_flops": self.fp8_dense_flops,
+            "int8_dense_ops": self.int8_dense_ops,
+            "interconnect": self.interconnect,
+            "interconnect_bytes_per_second": self.interconnect_bytes_per_second,
+            "tdp_watts": self.tdp_watts,
+            "hourly_price": self.hourly_price,
+            "purchase_price": self.purchase_price,
+            "user_defined": self.user_defined,
+            "sources": list(self.sources),
+        }
+
+
+def _opt(v: Any, scale: float) -> float | None:
+    return None if v is None else float(v) * scale
+
+
+def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
+    try:
+        name = str(e["name"])
+        # vendors quote GPU memory in binary GB (an "80 GB" H100 reports 81,559 MiB to NVML)
+        mem = int(e["memory_bytes"]) if e.get("memory_bytes") else int(float(e["memory_gb"]) * (1 << 30))
+        bw = float(e["bandwidth_gbps"]) * GIGA
+    except KeyError as k:
+        raise BadInputError(
+            f"A GPU entry in {where} lacks the field {k.args[0]!r}.",
+            hint="Each card needs name, memory_gb and bandwidth_gbps (see docs/plan.md).",
+        ) from None
+    except (TypeError, ValueError):
+        raise BadInputError(f"A GPU entry in {where} has a non-numeric size or bandwidth.", hint="Write plain numbers.") from None
+    sources = tuple(e.get("sources") or ())
+    if not user and not sources:
+        raise BadInputError(f"Catalog entry {name!r} has no source.", hint="Every catalog figure must cite a datasheet.")
+    return GpuSpec(
+        name=name,
+        memory_bytes=mem,
+        memory_bandwidth_bytes_per_second=bw,
+        bf16_dense_flops=_opt(e.get("bf16_tflops"), TERA),
+        fp16_dense_flops=_opt(e.get("fp16_tflops", e.get("bf16_tflops")), TERA),
+        fp32_flops=_opt(e.get("fp32_tflops"), TERA),
+        tf32_dense_flops=_opt(e.get("tf32_tflops"), TERA),
+        fp8_dense_flops=_opt(e.get("fp8_tflops"), TERA),
+        int8_dense_ops=_opt(e.get("int8_tops"), TERA),
+        interconnect=str(e.get("interconnect") or ""),
+        interconnect_bytes_per_second=_opt(e.get("interconnect_gbps"), GIGA),
+        tdp_watts=_opt(e.get("tdp_watts"), 1.0),
+        vendor=str(e.get("vendor") or ("user" if user else "")),
+        architecture=str(e.get("architecture") or ""),
+        aliases=tuple(str(a) for a in e.get("aliases") or ()),
+        nvml_names=tuple(str(a) for a in e.get("nvml_names") or ()),
+        sources=sources or ("user config",),
+        user_defined=user,
+    )
+
+
+@lru_cache(maxsize=1)
+def builtin_gpus() -> tuple[GpuSpec, ...]:
+    text = resources.files("gpulens.plan").joinpath("data/gpus.yaml").read_text()
+    data = yaml.safe_load(text)
+    return tuple(_spec_from_entry(e, user=False, where="the bundled catalog") for e in data["gpus"])
+
+
+# ---------------------------------------------------------------- user config (cards + prices)
+
+
+def config_path() -> Path:
+    """Where the user's planner config lives (`$GPULENS_PLAN_CONFIG` overrides)."""
+    env = os.environ.get("GPULENS_PLAN_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "gpulens" / "plan.yaml"
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    gpus: tuple[GpuSpec, ...] = ()
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)  # normalized gpu name -> {hourly, purchase}
+    currency: str = "USD"
+    path: Path | None = None
+
+
+def load_user_config(path: Path | None = None) -> UserConfig:
+    path = path or config_path()
+    if not path.exists():
+        return UserConfig(path=path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise BadInputError(f"Cannot read the plan config {path}: {e}.", hint="Fix the YAML or remove the file.") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"The plan config {path} is not a mapping.", hint="See docs/plan.md for its layout.")
+    gpus = tuple(_spec_from_entry(e, user=True, where=str(path)) for e in data.get("gpus") or ())
+    prices: dict[str, dict[str, float]] = {}
+    for gname, p in (data.get("prices") or {}).items():
+        if isinstance(p, int | float):
+            p = {"hourly": p}
+        if not isinstance(p, dict):
+            raise BadInputError(f"The price of {gname!r} in {path} must be a number or a mapping.", hint="E.g. `h100-sxm: 2.49`.")
+        prices[_norm(str(gname))] = {k: float(v) for k, v in p.items() if k in ("hourly", "purchase")}
+    return UserConfig(gpus=gpus, prices=prices, currency=str(data.get("currency") or "USD"), path=path)
+
+
+# ---------------------------------------------------------------- lookup
+
+_PREFIXES = ("nvidia-", "geforce-", "tesla-", "amd-", "instinct-")
+
+
+def _norm(name: str) -> str:
+    s = re.sub(r"[\s_]+", "-", name.strip().lower())
+    changed = True
+    while changed:
+        changed = False
+        for p in _PREFIXES:
+            if s.startswith(p) and len(s) > len(p):
+                s, changed = s[len(p) :], True
+    return s
+
+
+def all_gpus(user: UserConfig | None = None) -> list[GpuSpec]:
+    """The catalog with the user's cards added (a user card with a catalog name replaces it) and
+    the user's prices attached."""
+    user = user if user is not None else load_user_config()
+    by_name: dict[str, GpuSpec] = {_norm(g.name): g for g in builtin_gpus()}
+    for g in user.gpus:
+        by_name[_norm(g.name)] = g
+    out = []
+    for g in by_name.values():
+        keys = {_norm(g.name), *(_norm(a) for a in g.aliases), *(_norm(a) for a in g.nvml_names)}
+        price = next((user.prices[k] for k in keys if k in user.prices), None)
+        if price:
+            g = replace(g, hourly_price=price.get("hourly"), purchase_price=price.get("purchase"))
+        out.append(g)
+    return out
+
+
+def find_gpu(name: str, *, user: UserConfig | None = None) -> GpuSpec:
+    """The GpuSpec for a catalog name, alias or NVML name, case-insensitive. Unknown names raise
+    UnknownGpuError with the closest names."""
+    if not name or not str(name).strip():
+        raise BadInputError("No GPU name given.", hint="Pass --gpu NAME, e.g. --gpu h100-sxm.")
+    key = _norm(str(name))
+    gpus = all_gpus(user)
+    index: dict[str, GpuSpec] = {}
+    for g in gpus:
+        for k in (g.name, *g.aliases, *g.nvml_names):
+            index.setdefault(_norm(k), g)
+    if key in index:
+        return index[key]
+    # NVML sometimes appends a form factor or memory size ("NVIDIA H200 NVL", "... 80GB PCIe"):
+    # accept a unique catalog name that the given name starts with.
+    starts = {g.name: g for k, g in index.items() if key.startswith(k + "-")}
+    if len(starts) == 1:
+        return next(iter(starts.values()))
+    names = sorted({g.name for g in gpus})
+    sugg = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
+    sugg_names = list(dict.fromkeys(index[s].name for s in sugg)) or [n for n in names if key[:2] in n.lower()][:3]
+    raise UnknownGpuError(str(name), sugg_names)

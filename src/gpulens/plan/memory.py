@@ -1,0 +1,353 @@
+"""Training memory from mechanisms: what PyTorch holds at each candidate peak of a step.
+
+The model follows what autograd saves in transformers' eager implementations (SDPA attention):
+- weights, gradients and optimizer states in the dtype each precision mode keeps them in;
+- activations: every tensor a layer saves for backward, per token and per layer, for the family's
+  blocks (norm internals, each Linear's input, q/k/v/out of the attention kernel, the MLP's
+  intermediates); under autocast every Linear saves its *own* 16-bit cast of an fp32 input, and
+  autocast caches a 16-bit copy of each Linear weight;
+- the loss: transformers upcasts logits to fp32 over the whole sequence; at the start of the
+  backward the log-softmax output, its gradient and the logits' gradient are alive (12 bytes per
+  token per vocabulary entry);
+- the optimizer step: weights + gradients + states + the step's temporaries (foreach AdamW makes
+  one parameter-sized temporary);
+- a cuBLAS workspace inside the allocator and the CUDA context outside it.
+The peak is the largest of: the start of the backward, the recompute of a checkpointed layer, the
+optimizer step. Validated against tests/plan/test_memory_calibration.py (real H200 measurements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpulens.errors import BadInputError
+from gpulens.plan.models import ModelSpec
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw8bit")
+
+# cuBLAS/cuBLASLt workspaces live inside the caching allocator (measured: 64 MiB on the H200).
+DEFAULT_WORKSPACE_BYTES = 64 * MiB
+# The CUDA context lives outside the allocator; on Hopper with lazy module loading ~0.5 GiB.
+DEFAULT_CUDA_CONTEXT_BYTES = 512 * MiB
+# Reserved / allocated: the caching allocator keeps freed blocks; the H200 runs show 1.03–1.29.
+DEFAULT_RESERVED_RATIO = 1.10
+# Leave this share of the card free when deciding "fits" (fragmentation, other allocations).
+FIT_MARGIN_RATIO = 0.02
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    precision: str = "amp_bf16"
+    optimizer: str = "adamw"
+    micro_batch: int = 1
+    seq_len: int = 2048
+    grad_accum: int = 1
+    grad_ckpt: bool = False
+    zero_stage: int = 0
+    num_gpus: int = 1
+
+    def validate(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise BadInputError(f"Unknown precision {self.precision!r}.", hint=f"Use one of {', '.join(PRECISIONS)}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise BadInputError(f"Unknown optimizer {self.optimizer!r}.", hint=f"Use one of {', '.join(OPTIMIZERS)}.")
+        for what, v in (("batch", self.micro_batch), ("sequence length", self.seq_len),
+                         ("gradient accumulation", self.grad_accum), ("number of GPUs", self.num_gpus)):
+            if v <= 0:
+                raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
+
+
+@dataclass
+class MemoryEstimate:
+    """Predicted memory of one GPU. `peak_bytes` is the peak the framework allocates
+    (torch.cuda.max_memory_allocated); `breakdown` itemizes it (bytes per item, summing to it)."""
+
+    peak_bytes: int
+    breakdown: dict[str, int]
+    peak_at: str
+    reserved_bytes: int
+    cuda_context_bytes: int
+    capacity_bytes: int
+    fits: bool
+    candidates: dict[str, int] = field(default_factory=dict)  # every candidate peak
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.cuda_context_bytes - self.peak_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "breakdown": dict(self.breakdown),
+            "peak_at": self.peak_at,
+            "reserved_bytes": self.reserved_bytes,
+            "cuda_context_bytes": self.cuda_context_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "candidates": dict(self.candidates),
+            "notes": list(self.notes),
+        }
+
+
+def fits_in(peak_bytes: float, context_bytes: float, capacity_bytes: float) -> bool:
+    return peak_bytes + context_bytes <= capacity_bytes * (1 - FIT_MARGIN_RATIO)
+
+
+# ---------------------------------------------------------------- dtypes of each precision mode
+
+
+@dataclass(frozen=True)
+class _Mode:
+    weight: int  # bytes per parameter as stored
+    compute: int  # bytes per element of matmul outputs
+    residual: int  # the residual stream's dtype
+    amp: bool  # autocast: fp32 inputs to Linear layers are cast per layer
+
+
+def _mode(precision: str) -> _Mode:
+    if precision == "fp32":
+        return _Mode(4, 4, 4, False)
+    if precision in ("amp_bf16", "amp_fp16"):
+        return _Mode(4, 2, 4, True)
+    return _Mode(2, 2, 2, False)  # bf16 / fp16: weights and states in 16-bit
+
+
+def _norm_internal(m: ModelSpec, mode: _Mode) -> int:
+    """Bytes per token a norm saves for backward besides its output (per hidden element)."""
+    h = m.hidden_size
+    if m.norm == "layernorm":
+        return mode.residual * h  # native layer_norm saves its input (+ tiny mean/rstd)
+    if m.norm == "gemma_rmsnorm":
+        return 8 * h  # x.float() and the normalized fp32 tensor
+    # LLaMA RMSNorm computes in fp32: saves the fp32 input and the normalized tensor (fp32 when the
+    # residual is fp32, else the 16-bit cast that is multiplied by the weight)
+    return (4 + 4) * h if mode.residual == 4 else (4 + 2) * h
+
+
+def _norm_out(m: ModelSpec, mode: _Mode, consumers: int) -> int:
+    """Bytes per token of the norm output as saved by the Linear layers that read it."""
+    h = m.hidden_size
+    if mode.amp:
+            return consumers * 2 * h  # each Linear saves its own 16-bit cast of the fp32 output
+    return mode.compute * h  # one tensor, shared by the Linear layers that read it
+
+
+def attention_kernel(m: ModelSpec, precision: str) -> str:
+    """Which SDPA backend PyTorch picks: flash needs 16-bit and head_dim <= 256; the memory-efficient
+    kernel takes fp32 but not grouped-query heads (transformers passes enable_gqa), so fp32 with
+    GQA falls back to the math kernel, which materializes the S x S probabilities."""
+    half = precision != "fp32"
+    gqa = m.num_kv_heads != m.num_heads
+    if half and m.head_dim <= 256:
+        return "flash"
+    if not gqa:
+        return "efficient"
+    return "math"
+
+
+def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> dict[str, int]:
+    """Bytes one layer saves for backward, split into attention / mlp / norms, for the micro-batch."""
+    mode = _mode(precision)
+    tokens = micro_batch * seq
+    c = mode.compute
+    a, g, d = m.num_heads, m.num_kv_heads, m.head_dim
+    h = m.hidden_size
+    # attention: input norm, its output as saved by q/k/v (one fused or three Linears), q/k/v/out
+    # as the kernel saves them, its log-sum-exp
+    qkv_linears = 1 if m.qkv_fused else 3
+    norm_bytes = _norm_internal(m, mode) + _norm_out(m, mode, qkv_linears)
+    attn = c * (a * d + 2 * g * d) + c * a * d + 4 * a  # q, k, v, out (out = o_proj's input), lse
+    if m.qk_norm:
+        attn += ((4 + 2) if c == 2 else 8) * (a + g) * d
+    kernel = attention_kernel(m, precision)
+    attn_sq = 0
+    if kernel == "math":
+        attn = c * 4 * a * d  # scaled q, repeated k and v, out
+        attn_sq = micro_batch * a * seq * seq * c  # softmax probabilities (per layer)
+    if m.dropout > 0:
+        attn += h  # 1-byte dropout mask after the attention output
+    # MLP: post-attention norm, its output as saved by gate/up (or fc), the intermediates
+    mlp_linears = (1 if m.gate_up_fused else 2) if m.mlp == "gated" else 1
+    norm_bytes += _norm_internal(m, mode) + _norm_out(m, mode, mlp_linears)
+    extra_norms = max(0, m.norms_per_layer - 2)
+    norm_bytes += extra_norms * 8 * h  # Gemma-2's post-norms: fp32 input and normalized copies
+    inter = m.moe_intermediate_size or m.intermediate_size
+    if m.mlp == "gated":
+        per_expert_tok = 4 * c * inter  # gate out, act out, up out, product (= down's input)
+    elif m.act == "gelu_new":
+        # GPT-2's Python tanh-GELU keeps x, tanh(.), 0.5x, 1+tanh(.) and its output; under autocast
+        # pow and tanh run in fp32
+        per_expert_tok = (16 if mode.amp else 5 * c) * inter
+    else:
+        per_expert_tok = 2 * c * inter  # fc out (the activation's input), activation out
+    if m.is_moe:
+        k = m.experts_per_token
+        gathered = 2 * 2 * h if mode.amp else c * h  # each routed token's copy as the experts save it
+        mlp = k * (gathered + per_expert_tok + c * h) + 4 * m.num_experts  # + expert out, router probs
+        if m.shared_expert_intermediate_size:
+            mlp += 4 * c * m.shared_expert_intermediate_size
+    else:
+        mlp = per_expert_tok
+    if m.dropout > 0:
+        mlp += h
+    return {
+        "attention": tokens * attn + attn_sq,
+        "mlp": tokens * mlp,
+        "norms": tokens * norm_bytes,
+        "kernel_math": int(kernel == "math"),
+    }
+
+
+def _head_bytes_per_token(m: ModelSpec, mode: _Mode) -> int:
+    """Final norm + the output head's saved input, per token."""
+    if m.encoder:
+        return mode.residual * m.hidden_size * 2
+    return _norm_internal(m, mode) + _norm_out(m, mode, 1)
+
+
+def _loss_bytes(m: ModelSpec, precision: str, tokens: int) -> int:
+    """Logits and loss alive at the start of the backward. transformers upcasts logits to fp32;
+    log_softmax keeps its fp32 output, and its gradient plus the logits' gradient are allocated
+    before it is released: 3 x 4 bytes per vocabulary entry per token."""
+    per_tok = 12 * m.vocab_size
+    if m.encoder and precision in ("bf16", "fp16"):
+        per_tok = 6 * m.vocab_size  # BERT's MLM loss does not upcast
+    if m.final_logit_softcap:
+        per_tok += _mode(precision).compute * m.vocab_size  # tanh output kept by soft-capping
+    return tokens * per_tok
+
+
+def _optimizer_bytes(m: ModelSpec, optimizer: str, state_bytes: int) -> tuple[int, int, str]:
+    """(states, step temporaries, note) for the whole model."""
+    n = m.params
+    if optimizer == "adamw":
+        # foreach AdamW: exp_avg + exp_avg_sq, and one parameter-sized temporary (sqrt of exp_avg_sq)
+        return 2 * state_bytes * n, state_bytes * n, ""
+    if optimizer == "sgd":
+        return 0, 0, ""
+    if optimizer == "sgd-momentum":
+        return state_bytes * n, 0, ""
+    if optimizer == "adamw8bit":
+        # bitsandbytes: 1 byte per state + an fp32 absmax per 256-element block, per-tensor kernels
+        return int(n * (2 + 2 * 4 / 256)), 0, "8-bit AdamW (bitsandbytes) states"
+    # Adafactor (transformers): factored second moment (rows + columns per matrix), no momentum;
+    # per-parameter temporaries of a few fp32 copies of the largest matrix
+    h = m.hidden_size
+    mats = [m.vocab_size * h, h * max(m.intermediate_size, m.moe_intermediate_size or 0), h * m.q_size]
+    largest = max(mats)
+    factored = m.num_layers * 4 * (h + max(m.q_size, m.intermediate_size)) * 4 + 2 * (m.vocab_size + h) * 4
+    return factored, 3 * 4 * largest, "Adafactor without momentum"
+
+
+def training_memory(
+    m: ModelSpec,
+    setup: TrainSetup,
+    *,
+    capacity_bytes: int,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES,
+    reserved_ratio: float = DEFAULT_RESERVED_RATIO,
+    activation_scale: float = 1.0,
+) -> MemoryEstimate:
+    """Itemized peak memory of one GPU for one training step."""
+    setup.validate()
+    mode = _mode(setup.precision)
+    state_bytes = 4 if mode.weight == 4 else 2
+    n, gpus = m.params, setup.num_gpus
+    b, s = setup.micro_batch, setup.seq_len
+    tokens = b * s
+    notes: list[str] = []
+
+    weights = n * mode.weight
+    grads = n * mode.weight
+    states, step_tmp, opt_note = _optimizer_bytes(m, setup.optimizer, state_bytes)
+    if opt_note:
+        notes.append(opt_note)
+    zero = setup.zero_stage if gpus > 1 else 0
+    if setup.zero_stage and gpus == 1:
+        notes.append("ZeRO/FSDP shards across GPUs: with --gpus 1 it changes nothing")
+    if zero >= 1:
+        states //= gpus
+        step_tmp //= gpus
+    if zero >= 2:
+        grads //= gpus
+    gathered = 0
+    if zero >= 3:
+        weights //= gpus
+        gathered = 2 * m.layer_params() * mode.weight  # the layer being computed + the prefetched one
+    ddp_buckets = grads if (gpus > 1 and zero == 0) else 0  # DDP copies gradients into its buckets
+
+    layer = layer_activation_bytes(m, setup.precision, b, s)
+    per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
+    if layer["kernel_math"]:
+        notes.append("fp32 with grouped-query attention: SDPA falls back to the math kernel (S x S scores in memory)")
+    head = tokens * _head_bytes_per_token(m, mode)
+    embed_dropout = tokens * m.hidden_size if m.dropout > 0 else 0
+    if setup.grad_ckpt:
+        saved = m.num_layers * tokens * m.hidden_size * mode.residual + head + embed_dropout  # each layer's input
+    else:
+        saved = m.num_layers * per_layer + head + embed_dropout
+    saved = int(saved * activation_scale)
+    loss = _loss_bytes(m, setup.precision, tokens)
+    # autocast keeps a 16-bit copy of each Linear weight while the layers that saved it wait for
+    # their backward (freed after the forward when the layers are checkpointed)
+    cast_cache = 2 * m.linear_params if (mode.amp and not setup.grad_ckpt) else 0
+    if zero >= 3:
+        cast_cache //= gpus
+    # gradients already exist during the forward when they accumulate over micro-batches
+    live_grads = grads if setup.grad_accum > 1 else 0
+
+    static = {"weights": weights, "optimizer_states": states, "cuda_workspace": workspace_bytes}
+    if gathered:
+        static["zero3_gathered_params"] = gathered
+    if ddp_buckets:
+        static["ddp_gradient_buckets"] = ddp_buckets
+
+    cands: dict[str, dict[str, int]] = {}
+    cands["backward start"] = static | {
+        "gradients": live_grads,
+        "autocast_weight_copies": cast_cache,
+        "activations": saved,
+        "logits_and_loss": loss,
+    }
+    if setup.grad_ckpt:
+        # recomputing the top layer during the backward: its full activations are back, the output
+        # head's gradient exists, an fp32 gradient flows through the residual stream
+        head_grad = m.vocab_size * m.hidden_size * mode.weight
+        cands["layer recompute"] = static | {
+            "gradients": max(live_grads, head_grad),
+            "activations": saved + int(per_layer * activation_scale),
+            "logits_and_loss": tokens * m.hidden_size * 4,
+        }
+    cands["optimizer step"] = static | {"gradients": grads, "optimizer_step_temporaries": step_tmp}
+
+    totals = {k: sum(v.values()) for k, v in cands.items()}
+    peak_at = max(totals, key=lambda k: totals[k])
+    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
+    peak = int(sum(breakdown.values()))
+    return MemoryEstimate(
+        peak_bytes=peak,
+        breakdown=breakdown,
+        peak_at=peak_at,
+        reserved_bytes=int(peak * reserved_ratio),
+        cuda_context_bytes=cuda_context_bytes,
+        capacity_bytes=capacity_bytes,
+        fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
+        candidates={k: int(v) for k, v in totals.items()},
+        notes=notes,
+    )
+
+
+def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:
+    """Saved activations without checkpointing plus the loss tensors: the memory traffic a step's
+    elementwise kernels move (used by the speed model)."""
+    layer = layer_activation_bytes(m, precision, micro_batch, seq)
+    per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
+    return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq)

@@ -1,0 +1,433 @@
+"""Model descriptions: a Hugging Face config.json, a bundled preset, or a bare parameter count.
+
+Everything downstream (memory, speed) reads a `ModelSpec`: the shapes and the few architectural
+choices that change memory or FLOPs (gated MLP, norm kind, fused q/k/v, learned positions, MoE).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpulens.errors import BadInputError
+
+# model_type -> family traits. Families not listed fall back to "llama-like" if the config has the
+# LLaMA field names, with a note.
+_FAMILIES: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": {},
+    "mixtral": {"moe": True},
+    "qwen2": {"qkv_bias": True},
+    "qwen2_moe": {"qkv_bias": True, "moe": True},
+    "qwen3": {"qk_norm": True},
+    "qwen3_moe": {"qk_norm": True, "moe": True},
+    "gemma": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True},
+    "gemma2": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4},
+    "gemma3_text": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "qk_norm": True},
+    "phi3": {"qkv_fused": True, "gate_up_fused": True},
+    "gpt2": {"norm": "layernorm", "mlp": "plain", "act": "gelu_new", "qkv_fused": True, "bias": True,
+             "positions": "learned", "tied": True},
+    "gpt_neox": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "qkv_fused": True, "bias": True},
+    "bert": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "bias": True, "positions": "learned",
+             "encoder": True, "tied": True},
+    "roberta": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "bias": True, "positions": "learned",
+                "encoder": True, "tied": True},
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes and architectural traits of a transformer. Counts are plain integers."""
+
+    name: str
+    family: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    max_positions: int | None = None
+    mlp: str = "gated"  # gated (SwiGLU/GeGLU: 3 matrices) | plain (2 matrices)
+    act: str = "silu"  # silu | gelu | gelu_tanh | gelu_new (GPT-2's Python tanh formula)
+    norm: str = "rmsnorm"  # rmsnorm | gemma_rmsnorm | layernorm
+    norms_per_layer: int = 2
+    qkv_fused: bool = False
+    gate_up_fused: bool = False
+    qkv_bias: bool = False
+    bias: bool = False  # biases on every linear (GPT-2, NeoX, BERT)
+    qk_norm: bool = False
+    learned_positions: bool = False
+    type_vocab_size: int = 0
+    encoder: bool = False  # BERT-like: bidirectional, pooler
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    dropout: float = 0.0  # hidden dropout active in training (saves a 1-byte mask per element)
+    final_logit_softcap: float | None = None
+    rough: bool = False  # built from a bare parameter count: shapes are guessed
+    source: str = ""
+    published_params: int | None = None
+
+    # ------------------------------------------------------------ parameter counts
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def _attn_params(self) -> int:
+        h = self.hidden_size
+        n = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        if self.qkv_bias or self.bias:
+            n += self.q_size + 2 * self.kv_size
+        if self.bias:
+            n += h
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        return n
+
+    def _dense_mlp_params(self, inter: int) -> int:
+        h = self.hidden_size
+        if self.mlp == "gated":
+            return 3 * h * inter + ((2 * inter + h) if self.bias else 0)
+        return 2 * h * inter + ((inter + h) if self.bias else 0)
+
+    def _norm_params(self) -> int:
+        return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+
+    def expert_params_per_layer(self) -> int:
+        if not self.is_moe:
+            return 0
+        return self.num_experts * self._dense_mlp_params(self.moe_intermediate_size or self.intermediate_size)
+
+    def _mlp_params(self) -> int:
+        if not self.is_moe:
+            return self._dense_mlp_params(self.intermediate_size)
+        n = self.expert_params_per_layer() + self.hidden_size * self.num_experts  # router
+        if self.shared_expert_intermediate_size:
+            n += self._dense_mlp_params(self.shared_expert_intermediate_size) + self.hidden_size
+        return n
+
+    def layer_params(self) -> int:
+        return self._attn_params() + self._mlp_params() + self.norms_per_layer * self._norm_params()
+
+    @property
+    def embedding_params(self) -> int:
+        h = self.hidden_size
+        n = self.vocab_size * h
+        if self.learned_positions and self.max_positions:
+            n += self.max_positions * h
+        if self.type_vocab_size:
+            n += self.type_vocab_size * h
+        if self.encoder:
+            n += 2 * h  # embedding LayerNorm
+        return n
+
+    @property
+    def lm_head_params(self) -> int:
+        """Parameters of the output projection that are not shared with the input embedding."""
+        return 0 if (self.tie_word_embeddings or self.encoder) else self.vocab_size * self.hidden_size
+
+    @property
+    def params(self) -> int:
+        """Total parameters (all experts of a MoE)."""
+        n = self.embedding_params + self.num_layers * self.layer_params() + self._norm_params() + self.lm_head_params
+        if self.encoder:
+            n += self.hidden_size * self.hidden_size + self.hidden_size  # pooler
+            n -= self._norm_params()  # BERT has no final norm
+        return n
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched per token (a MoE routes each token through `experts_per_token` experts)."""
+        if not self.is_moe:
+            return self.params
+        inactive = (self.num_experts - self.experts_per_token) * self._dense_mlp_params(
+            self.moe_intermediate_size or self.intermediate_size
+        )
+        return self.params - self.num_layers * inactive
+
+    @property
+    def matmul_params(self) -> int:
+        """Active parameters used in matrix multiplies (drives FLOPs): excludes the embedding lookup,
+        norms and position tables; the output head counts even when tied."""
+        norms = (self.num_layers * self.norms_per_layer + 1) * self._norm_params()
+        emb_lookup = self.embedding_params - (self.vocab_size * self.hidden_size if self.tie_word_embeddings else 0)
+        n = self.active_params - emb_lookup - norms
+        if self.encoder:
+            n += self.vocab_size * self.hidden_size  # the MLM head multiplies by the tied embedding
+        return max(n, 1)
+
+    @property
+    def linear_params(self) -> int:
+        """Parameters of the Linear layers (what autocast caches a 16-bit copy of)."""
+        return self.num_layers * (self._attn_params() + self._mlp_params()) + self.vocab_size * self.hidden_size
+
+    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
+        return 2 * self.num_layers * self.kv_size * dtype_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "params": self.params,
+            "active_params": self.active_params,
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "num_experts": self.num_experts,
+            "experts_per_token": self.experts_per_token,
+            "rough": self.rough,
+        }
+
+
+# ---------------------------------------------------------------- Hugging Face config.json
+
+
+def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    raise BadInputError(
+        f"The model config {where} lacks the field {keys[0]!r}.",
+        hint=f"Add {keys[0]!r} to the config (it is in the model's config.json on the Hub).",
+    )
+
+
+def _positive_int(v: Any, key: str, where: str) -> int:
+    try:
+        i = int(v)
+    except (TypeError, ValueError):
+        raise BadInputError(f"The field {key!r} in {where} must be an integer, not {v!r}.", hint="Fix the config.") from None
+    if i <= 0:
+        raise BadInputError(f"The field {key!r} in {where} must be above zero, not {i}.", hint="Fix the config.")
+    return i
+
+
+def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None) -> ModelSpec:
+    """A ModelSpec from the fields of a Hugging Face `config.json` (a dict)."""
+    where = where or name
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM under text_config
+        inner = dict(cfg["text_config"])
+        inner.setdefault("model_type", cfg.get("model_type", ""))
+        cfg = inner
+    mtype = str(cfg.get("model_type") or "").lower().replace("-", "_")
+    traits = dict(_FAMILIES.get(mtype, {}))
+    if mtype.endswith("_text") and not traits:
+        traits = dict(_FAMILIES.get(mtype.removesuffix("_text"), {}))
+    family = mtype or "llama"
+
+    def need(*keys: str) -> int:
+        return _positive_int(_need(cfg, keys, where), keys[0], where)
+
+    if mtype == "gpt2":
+        h, layers, heads = need("n_embd", "hidden_size"), need("n_layer", "num_hidden_layers"), need("n_head", "num_attention_heads")
+        inter = int(cfg.get("n_inner") or 4 * h)
+        positions = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 1024
+        kv = heads
+        dropout = float(cfg.get("resid_pdrop", 0.1) or 0.0)
+    else:
+        h = need("hidden_size", "d_model")
+        layers = need("num_hidden_layers", "n_layer", "num_layers")
+        heads = need("num_attention_heads", "n_head")
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        inter = need("intermediate_size", "ffn_dim", "n_inner")
+        positions = cfg.get("max_position_embeddings")
+        dropout = float(cfg.get("hidden_dropout_prob", cfg.get("hidden_dropout", 0.0)) or 0.0)
+    vocab = need("vocab_size")
+    if heads % kv:
+        raise BadInputError(
+            f"num_attention_heads ({heads}) in {where} is not a multiple of num_key_value_heads ({kv}).",
+            hint="Check the config's head counts.",
+        )
+    head_dim = int(cfg.get("head_dim") or 0) or h // heads
+    tied_default = bool(traits.get("tied", False))
+    tied = bool(cfg.get("tie_word_embeddings", tied_default))
+    moe = bool(traits.get("moe")) or bool(cfg.get("num_local_experts") or cfg.get("num_experts"))
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0) if moe else 0
+    per_tok = int(cfg.get("num_experts_per_tok") or cfg.get("top_k") or 0) if moe else 0
+    if moe and (experts <= 0 or per_tok <= 0):
+        raise BadInputError(
+            f"The MoE config {where} lacks 'num_experts_per_tok' or the number of experts.",
+            hint="Add num_local_experts (or num_experts) and num_experts_per_tok.",
+        )
+    act = traits.get("act", "silu")
+    hact = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
+    if hact in ("gelu_pytorch_tanh", "gelu_tanh"):
+        act = "gelu_tanh"
+    elif hact == "gelu_new":
+        act = "gelu_new"
+    elif hact == "gelu":
+        act = "gelu"
+    return ModelSpec(
+        name=name,
+        family=family,
+        hidden_size=h,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=tied,
+        max_positions=int(positions) if positions else None,
+        mlp=traits.get("mlp", "gated"),
+        act=act,
+        norm=traits.get("norm", "rmsnorm"),
+        norms_per_layer=int(traits.get("norms_per_layer", 2)),
+        qkv_fused=bool(traits.get("qkv_fused", False)),
+        gate_up_fused=bool(traits.get("gate_up_fused", False)),
+        qkv_bias=bool(cfg.get("attention_bias", traits.get("qkv_bias", False))),
+        bias=bool(traits.get("bias", False)),
+        qk_norm=bool(traits.get("qk_norm", False)),
+        learned_positions=traits.get("positions") == "learned",
+        type_vocab_size=int(cfg.get("type_vocab_size") or 0) if traits.get("encoder") else 0,
+        encoder=bool(traits.get("encoder", False)),
+        num_experts=experts,
+        experts_per_token=per_tok,
+        moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
+        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+        dropout=dropout,
+        final_logit_softcap=cfg.get("final_logit_softcapping"),
+        source=where,
+    )
+
+
+# ---------------------------------------------------------------- presets
+
+
+@lru_cache(maxsize=1)
+def _preset_entries() -> tuple[dict[str, Any], ...]:
+    text = resources.files("gpulens.plan").joinpath("data/models.yaml").read_text()
+    return tuple(yaml.safe_load(text)["models"])
+
+
+def preset_names() -> list[str]:
+    return [e["name"] for e in _preset_entries()]
+
+
+def _key(s: str) -> str:
+    return re.sub(r"[\s_/]+", "-", s.strip().lower()).removeprefix("meta-")
+
+
+def preset(name: str) -> ModelSpec:
+    """A bundled preset by name or alias (case-insensitive; `meta-llama/Meta-Llama-3-8B` works too)."""
+    key = _key(name.split("/")[-1])
+    index: dict[str, dict[str, Any]] = {}
+    for e in _preset_entries():
+        for k in (e["name"], *(e.get("aliases") or ()), e.get("repo", "").split("/")[-1]):
+            if k:
+                index.setdefault(_key(k), e)
+    e = index.get(key)
+    if e is None:
+        sugg = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
+        names = list(dict.fromkeys(index[s]["name"] for s in sugg))
+        raise BadInputError(
+            f"Unknown model {name!r}: not a config.json path, a preset or a parameter count.",
+            hint=(f"Did you mean {', '.join(names)}? " if names else "")
+            + "Run `gpulens plan models` for the presets, pass a config.json, or a size such as 7b.",
+        )
+    spec = from_hf_config(dict(e["config"]), name=e["name"], where=f"preset {e['name']}")
+    return replace(spec, source=f"preset {e['name']} (config of {e.get('repo', '?')})", published_params=e.get("published_params"))
+
+
+# ---------------------------------------------------------------- bare parameter counts
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def parse_param_count(text: str) -> int | None:
+    m = _COUNT.match(text)
+    if not m:
+        return None
+    return int(float(m.group(1)) * _SCALE[m.group(2).lower()])
+
+
+def from_param_count(n: int) -> ModelSpec:
+    """A LLaMA-shaped model of about `n` parameters, for a rough answer: hidden size from the
+    Chinchilla-era aspect ratios (about 128 × layers), GQA 8, a 32k vocabulary."""
+    if n < 20_000_000:
+        raise BadInputError(f"A model of {n} parameters is too small to plan for.", hint="Give a size such as 125m or 7b.")
+    vocab = 32000
+    best: ModelSpec | None = None
+    best_score = float("inf")
+    for h in [*range(128, 1024, 128), *range(1024, 4096, 512), *range(4096, 32769, 1024)]:
+        heads = h // 128 if h >= 1024 else max(2, h // 64)
+        kv = 8 if heads % 8 == 0 and heads >= 16 else heads
+        inter = int(math.ceil(8 * h / 3 / 256)) * 256
+        probe = ModelSpec(name="probe", family="llama", hidden_size=h, num_layers=1, num_heads=heads, num_kv_heads=kv,
+                          head_dim=h // heads, intermediate_size=inter, vocab_size=vocab)
+        layers = round((n - 2 * vocab * h) / probe.layer_params())
+        if layers < 2:
+            continue
+        spec = replace(probe, name=f"~{format_count(n)} (rough)", num_layers=layers, rough=True,
+                       source="bare parameter count: LLaMA-like shapes guessed")
+        # prefer the usual aspect ratio (hidden ≈ 128 × layers) and a close total
+        score = abs(math.log(h / layers / 128)) + 3 * abs(math.log(spec.params / n))
+        if score < best_score:
+            best, best_score = spec, score
+    if best is None:
+        raise BadInputError(f"Cannot shape a model of {n} parameters.", hint="Give a size such as 125m or 7b.")
+    return best
+
+
+def format_count(n: float) -> str:
+    for unit, s in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= s:
+            return f"{n / s:.2f}{unit}"
+    return str(int(n))
+
+
+# ---------------------------------------------------------------- the one entry point
+
+
+def load_model(ref: str | Path) -> ModelSpec:
+    """`ref` is a path to a config.json (or a folder holding one), a preset name, or a parameter
+    count such as `7b` / `350m` (rough: shapes are guessed and the answer says so)."""
+    text = str(ref).strip()
+    if not text:
+        raise BadInputError("No model given.", hint="Pass --model PATH|PRESET|SIZE, e.g. --model llama-3-8b.")
+    p = Path(text).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if p.suffix == ".json" or p.exists():
+        if not p.exists():
+            raise BadInputError(f"The model config {p} does not exist.", hint="Give the path of a config.json.")
+        try:
+            cfg = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise BadInputError(f"Cannot read the model config {p}: {e}.", hint="Pass a valid config.json.") from None
+        if not isinstance(cfg, dict):
+            raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
+        name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
+        return from_hf_config(cfg, name=name, where=str(p))
+    n = parse_param_count(text)
+    if n is not None:
+        return from_param_count(n)
+    return preset(text)

@@ -1,0 +1,219 @@
+"""The planner's one entry point: a request in, a typed plan out (memory, speed, cost, advice)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpulens.errors import BadInputError
+from gpulens.plan.advice import (
+    Fix,
+    ReplicaOption,
+    replica_options,
+    serving_fixes,
+    training_fixes,
+    training_tips,
+)
+from gpulens.plan.calibration import load_efficiency
+from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
+from gpulens.plan.cost import Cost, serving_cost, training_cost
+from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
+from gpulens.plan.models import ModelSpec, load_model
+from gpulens.plan.serve import ServeSetup, plan_serving
+from gpulens.plan.speed import Efficiency, training_speed
+
+Workload = Literal["train", "infer"]
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: str  # config.json path, preset name, or a parameter count such as "7b"
+    workload: Workload = "train"
+    gpu: str = "h100-sxm"
+    gpus: int = 1
+    # training
+    precision: str = "amp_bf16"
+    optimizer: str = "adamw"
+    batch: int = 8  # micro-batch per GPU (training) / concurrent sequences (serving)
+    seq: int = 2048
+    grad_accum: int = 1
+    grad_ckpt: bool = False
+    zero: int = 0
+    # serving
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    prompt: int = 512
+    new_tokens: int = 128
+    runtime: str = "hf"
+    tensor_parallel: int = 1
+    tpot_target_seconds: float | None = None
+    ttft_target_seconds: float | None = None
+    target_requests_per_second: float | None = None
+
+    def validate(self) -> None:
+        if self.workload not in ("train", "infer"):
+            raise BadInputError(f"Unknown workload {self.workload!r}.", hint="Use --workload train or --workload infer.")
+        for what, v in (("number of GPUs", self.gpus),):
+            if v <= 0:
+                raise BadInputError(f"The {what} must be at least 1, not {v}.", hint="Pass --gpus 1 or more.")
+        for what, v in (("TPOT target", self.tpot_target_seconds), ("TTFT target", self.ttft_target_seconds),
+                        ("target request rate", self.target_requests_per_second)):
+            if v is not None and v <= 0:
+                raise BadInputError(f"The {what} must be above zero, not {v}.", hint="Give a positive value.")
+
+
+@dataclass
+class Advice:
+    kind: str  # "fix" (makes it fit), "tip" (it fits; do better), "note"
+    text: str
+    why: str = ""
+    peak_bytes: int | None = None
+    fits: bool | None = None
+    change: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_fix(cls, f: Fix) -> Advice:
+        return cls("fix", f.action, f.why, f.peak_bytes, f.fits, f.change)
+
+
+@dataclass
+class PlanResult:
+    request: PlanRequest
+    model: ModelSpec
+    gpu: GpuSpec
+    fits: bool
+    memory: MemoryEstimate
+    speed: dict[str, Any]
+    advice: list[Advice]
+    efficiency: Efficiency
+    cost: Cost | None = None
+    replicas: list[ReplicaOption] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "fits": self.fits,
+            "workload": r.workload,
+            "model": self.model.to_dict() | {"source": self.model.source},
+            "gpu": {"name": self.gpu.name, "count": r.gpus if r.workload == "train" else r.tensor_parallel,
+                    "memory_bytes": self.gpu.memory_bytes, "sources": list(self.gpu.sources)},
+            "setup": asdict(r),
+            "memory": self.memory.to_dict(),
+            "speed": dict(self.speed),
+            "cost": self.cost.to_dict() if self.cost else None,
+            "advice": [asdict(a) for a in self.advice],
+            "replicas": [o.to_dict() for o in self.replicas],
+            "calibration": {"calibrated": self.efficiency.calibrated, "source": self.efficiency.source,
+                            "factors": {k: v for k, v in self.efficiency.to_dict().items() if k not in ("source", "extra")}},
+            "rough": self.model.rough,
+            "notes": list(self.notes),
+        }
+
+
+def _check_precision(gpu: GpuSpec, req: PlanRequest) -> None:
+    if req.workload == "train":
+        fmt = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16", "fp32": "fp32"}.get(req.precision)
+        if fmt:
+            gpu.peak_flops(fmt)
+
+
+def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig | None = None,
+         calibration_path: Path | None = None) -> PlanResult:
+    """Plan one model on one GPU type for training or serving."""
+    req.validate()
+    user = user if user is not None else load_user_config()
+    gpu = find_gpu(req.gpu, user=user)
+    model = model or load_model(req.model)
+    _check_precision(gpu, req)
+    eff = load_efficiency(gpu, path=calibration_path)
+    ctx = DEFAULT_CUDA_CONTEXT_BYTES
+    notes: list[str] = []
+    if model.rough:
+        notes.append("Rough answer: only a parameter count was given, so the shapes are guessed (LLaMA-like). "
+                     "Pass a config.json or a preset for a real one.")
+    notes.append(f"Efficiency factors: {eff.source}." + ("" if eff.calibrated else
+                 " Run `gpulens plan calibrate --measurements FILE --gpu NAME` with measured runs to fit them."))
+    if req.workload == "train":
+        return _plan_train(req, model, gpu, eff, ctx, user, notes)
+    return _plan_serve(req, model, gpu, eff, ctx, user, notes)
+
+
+def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
+                notes: list[str]) -> PlanResult:
+    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus)
+    setup.validate()
+    if model.encoder and req.seq > (model.max_positions or req.seq):
+        raise BadInputError(f"{model.name} takes at most {model.max_positions} tokens, not {req.seq}.",
+                            hint=f"Pass --seq {model.max_positions} or less.")
+    mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
+                          cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)
+    sp = training_speed(model, setup, gpu, eff)
+    advice: list[Advice] = []
+    if mem.fits:
+        advice += [Advice("tip", t) for t in training_tips(model, setup, gpu, eff, ctx, mem.peak_bytes)]
+    else:
+        advice += [Advice.from_fix(f) for f in training_fixes(model, setup, gpu, eff, ctx)]
+    cost = training_cost(gpu.hourly_price, req.gpus, sp.tokens_per_second, currency=user.currency,
+                         purchase_per_gpu=gpu.purchase_price)
+    if cost is None:
+        notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
+    speed = sp.to_dict() | {"global_batch_tokens": req.batch * req.seq * req.grad_accum * req.gpus}
+    return PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, [], notes + mem.notes)
+
+
+def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
+                notes: list[str]) -> PlanResult:
+    setup = ServeSetup(dtype=req.dtype, kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=req.prompt,
+                       new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel)
+    sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
+    mem = sp.memory
+    advice: list[Advice] = []
+    if not mem.fits:
+        advice += [Advice.from_fix(f) for f in serving_fixes(model, setup, gpu, eff, ctx)]
+    else:
+        if sp.max_batch_that_fits > req.batch:
+            advice.append(Advice("tip", f"Memory allows up to {sp.max_batch_that_fits} concurrent sequences of "
+                                        f"{setup.context_tokens} tokens."))
+        if req.runtime == "hf":
+            advice.append(Advice("tip", "A serving engine (--runtime vllm) computes logits for the last position only "
+                                        "and pages its KV cache: far more concurrency than transformers' generate."))
+    if sp.max_batch_for_tpot is not None:
+        advice.append(Advice("note", f"The largest batch meeting TPOT <= {req.tpot_target_seconds * 1000:.0f} ms is "
+                                     f"{sp.max_batch_for_tpot}." if sp.max_batch_for_tpot else
+                             f"No batch meets TPOT <= {req.tpot_target_seconds * 1000:.0f} ms on one replica."))
+    s = sp.speed
+    speed = s.to_dict() | {"max_batch_that_fits": sp.max_batch_that_fits, "max_concurrency": sp.max_concurrency,
+                           "max_batch_for_tpot_target": sp.max_batch_for_tpot, "by_batch": sp.tpot_by_batch,
+                           "kv_cache_bytes_per_token": sp.kv_cache_bytes_per_token}
+    cost = serving_cost(gpu.hourly_price, req.tensor_parallel, s.output_tokens_per_second, s.requests_per_second,
+                        currency=user.currency, purchase_per_gpu=gpu.purchase_price)
+    if cost is None:
+        notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
+    replicas: list[ReplicaOption] = []
+    if req.target_requests_per_second:
+        replicas = replica_options(model, setup, [gpu], {gpu.name: eff}, target_rps=req.target_requests_per_second,
+                                   tpot_slo_s=req.tpot_target_seconds, ttft_slo_s=req.ttft_target_seconds,
+                                   currency=user.currency, ctx=ctx)
+        if replicas:
+            o = replicas[0]
+            advice.append(Advice("note", f"For {req.target_requests_per_second:g} requests/s: {o.replicas} replica(s) x "
+                                         f"TP {o.tensor_parallel} = {o.gpus} x {o.gpu} at batch {o.batch}."))
+        else:
+            advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets."))
+    return PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, replicas, notes + mem.notes)
+
+
+def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None = None,
+            calibration_path: Path | None = None) -> list[PlanResult]:
+    """The same plan on several GPUs, side by side (a GPU that lacks the precision raises)."""
+    if not gpu_names:
+        raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
+    user = user if user is not None else load_user_config()
+    model = load_model(req.model)
+    results = []
+    for name in gpu_names:
+        results.append(plan(PlanRequest(**(asdict(req) | {"gpu": name})), model=model, user=user,
+                            calibration_path=calibration_path))
+    return results

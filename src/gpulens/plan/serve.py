@@ -1,0 +1,282 @@
+"""Serving memory and speed for two runtime profiles.
+
+- `hf`: transformers' generate with a DynamicCache. The prefill computes logits for every prompt
+  position (16-bit, batch x prompt x vocabulary); the cache grows by concatenation, so each decode
+  step copies it once more. Peak = max(prefill, the last layer's MLP in prefill, end of decode).
+- `vllm`: a fixed share of the card (gpu_memory_utilization, default 0.9) is taken at start;
+  what the weights, the profiling forward and CUDA graphs leave becomes the paged KV cache;
+  logits only for the last position. The answer is the maximum concurrency at a context length.
+
+Speed: prefill is compute-bound (2 N per token + causal attention over peak x efficiency); a
+decode step is memory-bound (weights + KV bytes per step over bandwidth x efficiency) plus a fixed
+per-step and per-layer overhead (large for eager generate, small for a CUDA-graph engine).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpulens.errors import BadInputError
+from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.memory import MemoryEstimate, fits_in
+from gpulens.plan.models import ModelSpec
+from gpulens.plan.speed import Efficiency
+
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group
+RUNTIMES = ("hf", "vllm")
+VLLM_BLOCK_TOKENS = 16
+VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget
+VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
+
+
+@dataclass(frozen=True)
+class ServeSetup:
+    dtype: str = "bf16"  # weight format: fp32, bf16, fp16, fp8, int8, int4
+    kv_dtype: str | None = None  # None: the compute dtype; "fp8" halves the cache
+    batch: int = 1  # concurrent sequences
+    prompt_tokens: int = 512
+    new_tokens: int = 128
+    runtime: str = "hf"
+    tensor_parallel: int = 1
+    gpu_memory_utilization: float = 0.9
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype if self.dtype in ("fp32", "fp16") else "bf16"
+
+    @property
+    def kv_bytes(self) -> float:
+        kv = self.kv_dtype or self.compute_dtype
+        if kv not in WEIGHT_BYTES or kv in ("int4",):
+            raise BadInputError(f"Unknown KV-cache dtype {kv!r}.", hint="Use bf16, fp16, fp8 or fp32.")
+        return WEIGHT_BYTES[kv]
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.new_tokens
+
+    def validate(self, gpu: GpuSpec | None = None) -> None:
+        if self.dtype not in WEIGHT_BYTES:
+            raise BadInputError(f"Unknown weight dtype {self.dtype!r}.", hint=f"Use one of {', '.join(WEIGHT_BYTES)}.")
+        if self.runtime not in RUNTIMES:
+            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate) or vllm.")
+        for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
+                        ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
+            if v <= 0:
+                raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
+        if not 0.1 <= self.gpu_memory_utilization <= 1.0:
+            raise BadInputError("gpu_memory_utilization must lie between 0.1 and 1.", hint="vLLM's default is 0.9.")
+        if gpu is not None:
+            for fmt in {self.dtype, self.kv_dtype or self.compute_dtype, self.compute_dtype}:
+                if fmt in ("fp8", "bf16", "fp16"):
+                    gpu.peak_flops(fmt)  # raises UnsupportedPrecisionError with a hint
+
+
+def weight_bytes(m: ModelSpec, dtype: str) -> float:
+    """Quantization applies to the transformer blocks' Linear layers; embeddings, the output head
+    and norms stay in 16-bit (as GPTQ/AWQ/FP8 checkpoints ship them)."""
+    per = WEIGHT_BYTES[dtype]
+    if dtype in ("fp32", "bf16", "fp16"):
+        return m.params * per
+    blocks = m.num_layers * m.layer_params()
+    rest = m.params - blocks
+    q = blocks * per
+    if dtype == "int4":
+        q += blocks / INT4_GROUP * 4  # fp16 scale + fp16 zero per group
+    elif dtype == "int8":
+        q += m.num_layers * 6 * m.hidden_size * 2  # per-output-channel fp16 scales (order of magnitude)
+    return q + rest * 2
+
+
+@dataclass
+class ServeSpeed:
+    batch: int
+    prefill_seconds: float
+    ttft_seconds: float
+    tpot_seconds: float
+    decode_tokens_per_second: float  # batch / TPOT
+    request_seconds: float  # prefill + new_tokens x TPOT
+    requests_per_second: float
+    output_tokens_per_second: float
+    bound: str  # "memory" or "compute" for decode
+    efficiency_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ServePlan:
+    memory: MemoryEstimate
+    speed: ServeSpeed
+    max_batch_that_fits: int
+    max_concurrency: int | None  # vllm: sequences of the full context the KV pool holds
+    kv_cache_bytes_per_token: float
+    tpot_by_batch: list[dict[str, float]] = field(default_factory=list)
+    max_batch_for_tpot: int | None = None
+
+
+def _per_gpu(x: float, tp: int) -> float:
+    return x / tp
+
+
+def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff: Efficiency,
+                   cuda_context_bytes: int = 512 << 20) -> MemoryEstimate:
+    tp = setup.tensor_parallel
+    b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
+    cb = 4 if setup.compute_dtype == "fp32" else 2
+    w = _per_gpu(weight_bytes(m, setup.dtype), tp)
+    kv_tok = m.kv_bytes_per_token(setup.kv_bytes) / tp * max(1, tp // max(1, m.num_kv_heads))
+    h, inter, vocab = m.hidden_size, m.intermediate_size, m.vocab_size
+    notes: list[str] = []
+    if setup.runtime == "hf":
+        if tp > 1:
+            notes.append("transformers' generate does not shard across GPUs; tensor parallelism assumes an engine")
+        cands: dict[str, dict[str, float]] = {
+            "prefill logits": {
+                "weights": w, "kv_cache": kv_tok * b * p,
+                "logits": b * p * vocab * cb / tp + b * p * h * cb,  # logits of every prompt position + head input
+                "cuda_workspace": eff.workspace_bytes,
+            },
+            "prefill mlp": {
+                "weights": w, "kv_cache": kv_tok * b * p,
+                "activations": b * p * (2 * h * cb + 3 * inter * cb / tp),  # input, gate, up, act of the last layer
+                "cuda_workspace": eff.workspace_bytes,
+            },
+            "end of decode": {
+                "weights": w, "kv_cache": kv_tok * b * (p + k) * (1 + 1 / m.num_layers),  # + one layer's cat copy
+                "logits": b * vocab * (cb + 8), "cuda_workspace": eff.workspace_bytes,
+            },
+        }
+        totals = {n: sum(v.values()) for n, v in cands.items()}
+        at = max(totals, key=lambda n: totals[n])
+        breakdown = {n: int(v) for n, v in cands[at].items() if v}
+        peak = int(sum(breakdown.values()))
+        return MemoryEstimate(peak, breakdown, at, int(peak * eff.reserved_ratio), cuda_context_bytes, capacity_bytes,
+                              fits_in(peak, cuda_context_bytes, capacity_bytes), {n: int(v) for n, v in totals.items()}, notes)
+    # vLLM: preallocate; the KV pool is what is left
+    budget = setup.gpu_memory_utilization * capacity_bytes - cuda_context_bytes
+    tokens = max(VLLM_MAX_BATCHED_TOKENS, p)
+    act = tokens * (2 * h * cb + 3 * inter * cb / tp) + min(256, max(b, 1)) * vocab * 4
+    graphs = VLLM_CUDA_GRAPHS_BYTES
+    kv_pool = budget - w - act - graphs - eff.workspace_bytes
+    breakdown = {
+        "weights": int(w), "activations": int(act), "cuda_graphs": int(graphs),
+        "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
+    }
+    peak = int(sum(breakdown.values()))
+    seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
+    concurrency = int(max(0.0, kv_pool) // (kv_tok * seq_tokens)) if kv_tok else 0
+    fits = kv_pool > 0 and concurrency >= b
+    notes.append(f"the KV pool holds {concurrency} sequences of {setup.context_tokens} tokens")
+    est = MemoryEstimate(peak, breakdown, "preallocated at start", peak, cuda_context_bytes, capacity_bytes, fits,
+                         {"preallocated at start": peak}, notes)
+    return est
+
+
+def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency) -> int:
+    est = serving_memory(m, setup, capacity_bytes=capacity_bytes, eff=eff)
+    kv_tok = m.kv_bytes_per_token(setup.kv_bytes) / setup.tensor_parallel * max(1, setup.tensor_parallel // max(1, m.num_kv_heads))
+    seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
+    return int(est.breakdown.get("kv_cache", 0) // (kv_tok * seq_tokens))
+
+
+def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency) -> ServeSpeed:
+    tp = setup.tensor_parallel
+    b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
+    fmt = setup.compute_dtype
+    peak = gpu.peak_flops(fmt) * (eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio) * tp
+    bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio * tp
+    n = m.matmul_params
+    attn_flops = 2 * m.num_layers * m.num_heads * m.head_dim * p * p * b  # causal QK^T and AV
+    prefill_flops = 2 * n * b * p + attn_flops
+    if setup.runtime == "vllm":
+        prefill_flops -= 2 * m.vocab_size * m.hidden_size * b * (p - 1)  # logits of the last position only
+    pre_ratio = eff.prefill_compute_ratio or (eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio)
+    prefill = prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + eff.prefill_overhead_seconds
+    if setup.runtime == "hf":
+        prefill += b * p * m.vocab_size * 2 / bw  # writing the full logits
+    ctx = p + k / 2  # mean context during decode
+    kv_tok = m.kv_bytes_per_token(setup.kv_bytes)
+    kv_read = b * ctx * kv_tok
+    if setup.runtime == "hf":
+        kv_read *= 3  # attention reads the cache; DynamicCache's concatenation reads and writes it again
+    mem_time = (weight_bytes(m, setup.dtype) + kv_read) / bw
+    comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
+    if setup.runtime == "hf":
+        overhead = eff.decode_token_overhead_seconds + m.num_layers * eff.decode_layer_overhead_seconds
+    else:
+        # CUDA graphs remove most launch cost; keep a small fixed scheduling cost per step
+        overhead = 0.002 + m.num_layers * 0.00002
+    comm = 0.0
+    if tp > 1:
+        link = gpu.interconnect_bytes_per_second or 16e9
+        comm = 2 * m.num_layers * (10e-6 + 2 * b * m.hidden_size * 2 / link)  # two all-reduces per layer
+    tpot = max(mem_time, comp_time) + overhead + comm
+    bound = "memory" if mem_time >= comp_time else "compute"
+    req = prefill + k * tpot
+    return ServeSpeed(
+        batch=b,
+        prefill_seconds=prefill,
+        ttft_seconds=prefill,
+        tpot_seconds=tpot,
+        decode_tokens_per_second=b / tpot,
+        request_seconds=req,
+        requests_per_second=b / req,
+        output_tokens_per_second=b * k / req,
+        bound=bound,
+        efficiency_source=eff.source,
+    )
+
+
+def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency, limit: int = 4096) -> int:
+    """The largest concurrency whose memory fits (0 if not even one)."""
+    from dataclasses import replace
+
+    if setup.runtime == "vllm":
+        return min(limit, vllm_concurrency(m, setup, capacity_bytes, eff))
+
+    def ok(bb: int) -> bool:
+        return serving_memory(m, replace(setup, batch=bb), capacity_bytes=capacity_bytes, eff=eff).fits
+
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and ok(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, *, tpot_target_seconds: float | None = None,
+                 cuda_context_bytes: int = 512 << 20) -> ServePlan:
+    from dataclasses import replace
+
+    setup.validate(gpu)
+    mem = serving_memory(m, setup, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=cuda_context_bytes)
+    speed = serving_speed(m, setup, gpu, eff)
+    max_fit = max_batch_that_fits(m, setup, gpu.memory_bytes, eff)
+    table = []
+    bb = 1
+    while bb <= max(1, max_fit):
+        s = serving_speed(m, replace(setup, batch=bb), gpu, eff)
+        table.append({"batch": bb, "ttft_seconds": s.ttft_seconds, "tpot_seconds": s.tpot_seconds,
+                      "output_tokens_per_second": s.output_tokens_per_second})
+        bb *= 2
+    best_for_target = None
+    if tpot_target_seconds is not None:
+        best_for_target = 0
+        for bb in range(1, max(1, max_fit) + 1):
+            if serving_speed(m, replace(setup, batch=bb), gpu, eff).tpot_seconds <= tpot_target_seconds:
+                best_for_target = bb
+            else:
+                break
+    kv_tok = m.kv_bytes_per_token(setup.kv_bytes)
+    conc = vllm_concurrency(m, setup, gpu.memory_bytes, eff) if setup.runtime == "vllm" else None
+    return ServePlan(mem, speed, max_fit, conc, kv_tok, table, best_for_target)

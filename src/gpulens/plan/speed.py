@@ -1,0 +1,142 @@
+"""Training speed from FLOPs, memory traffic and per-layer overhead, with per-GPU efficiency factors.
+
+step time = matmul FLOPs / (peak x compute efficiency)
+          + bytes the elementwise kernels and the optimizer move / (bandwidth x memory efficiency)
+          + layers x per-layer overhead (kernel launches, Python)
+          + exposed gradient communication across GPUs.
+FLOPs per token = 6 N (+2 N with activation recomputation) + the attention term 12 L H Q S (PaLM,
+appendix B). The efficiency factors default to typical values and are replaced by the ones
+`gpulens plan calibrate` fits for a GPU from measured runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
+from gpulens.plan.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How close a GPU gets to its datasheet peaks, and the fixed costs on top."""
+
+    compute_ratio: float = 0.55  # 16-bit matmul throughput / dense peak
+    fp32_compute_ratio: float = 0.75  # fp32 (no TF32) throughput / fp32 peak
+    memory_bandwidth_ratio: float = 0.6  # achieved / datasheet bandwidth for elementwise work
+    layer_overhead_seconds: float = 0.0003  # per layer per training step (launches, autograd)
+    decode_token_overhead_seconds: float = 0.004  # per decode step, hf generate (sampling, sync)
+    decode_layer_overhead_seconds: float = 0.0003  # per layer per decode step, hf eager
+    prefill_overhead_seconds: float = 0.005  # per prefill call
+    prefill_compute_ratio: float | None = None  # None: compute_ratio (eager prefill often does worse)
+    activation_scale: float = 1.0  # measured / modelled activation memory
+    reserved_ratio: float = 1.10  # allocator: peak reserved / peak allocated
+    workspace_bytes: int = 64 << 20  # allocator-resident cuBLAS workspace
+    source: str = "defaults (not calibrated)"
+    calibrated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Efficiency:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
+
+
+@dataclass
+class TrainSpeed:
+    step_seconds: float
+    tokens_per_second: float  # all GPUs together
+    samples_per_second: float
+    flops_per_token: float
+    mfu_ratio: float  # model FLOPs (6N + attention) / (GPUs x dense peak)
+    compute_seconds: float
+    memory_seconds: float
+    overhead_seconds: float
+    communication_seconds: float
+    efficiency_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def train_flops_per_token(m: ModelSpec, seq: int, *, recompute: bool = False) -> float:
+    """Hardware FLOPs per trained token: 6 N + 12 L H Q S (PaLM appendix B); with activation
+    recomputation the forward runs twice (8 N + 16 L H Q S)."""
+    n = m.matmul_params
+    attn = 12 * m.num_layers * m.num_heads * m.head_dim * seq
+    if recompute:
+        return 8 * n + attn * 4 / 3
+    return 6 * n + attn
+
+
+def model_flops_per_token(m: ModelSpec, seq: int) -> float:
+    """What MFU counts (never the recomputation)."""
+    return train_flops_per_token(m, seq, recompute=False)
+
+
+def _peak_for(gpu: GpuSpec, precision: str, eff: Efficiency) -> float:
+    fmt = "fp32" if precision == "fp32" else ("fp16" if precision in ("fp16", "amp_fp16") else "bf16")
+    ratio = eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio
+    return gpu.peak_flops(fmt) * ratio
+
+
+def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
+    w = _mode(setup.precision).weight
+    s = 4 if w == 4 else 2
+    per_param = {
+        "adamw": 2 * w + w + 4 * s + 2 * s,  # read/write params, read grads, read/write m and v, temporary
+        "sgd": 2 * w + w,
+        "sgd-momentum": 2 * w + w + 2 * s,
+        "adafactor": 2 * w + w + 3 * 4,
+        "adamw8bit": 2 * w + w + 4,
+    }[setup.optimizer]
+    shard = setup.num_gpus if setup.zero_stage >= 1 and setup.num_gpus > 1 else 1
+    return m.params * per_param / shard
+
+
+def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency) -> TrainSpeed:
+    setup.validate()
+    tokens = setup.micro_batch * setup.seq_len
+    fpt = train_flops_per_token(m, setup.seq_len, recompute=setup.grad_ckpt)
+    compute = fpt * tokens / _peak_for(gpu, setup.precision, eff)
+    bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio
+    # activations are written in the forward and read (and their gradients written) in the
+    # backward: ~3 passes over what is saved; recomputation adds half again
+    traffic = 3 * activation_bytes_full(m, setup.precision, setup.micro_batch, setup.seq_len)
+    if setup.grad_ckpt:
+        traffic *= 1.5
+    memory = traffic / bw
+    overhead = m.num_layers * eff.layer_overhead_seconds * (4 / 3 if setup.grad_ckpt else 1)
+    per_micro = compute + memory + overhead
+    opt_time = _optimizer_traffic_bytes(m, setup) / bw
+    comm = 0.0
+    if setup.num_gpus > 1:
+        link = gpu.interconnect_bytes_per_second or 16e9
+        grad_bytes = m.params * (4 if _mode(setup.precision).weight == 4 else 2)
+        ring = 2 * (setup.num_gpus - 1) / setup.num_gpus * grad_bytes / link
+        if setup.zero_stage >= 3:
+            ring *= 1.5  # parameters are all-gathered in the forward and the backward
+        # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
+        comm = max(0.0, ring - (2 / 3) * per_micro)
+    step = setup.grad_accum * per_micro + opt_time + comm
+    global_tokens = tokens * setup.grad_accum * setup.num_gpus
+    tps = global_tokens / step
+    fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
+    mfu = tps * model_flops_per_token(m, setup.seq_len) / (setup.num_gpus * gpu.peak_flops(fmt))
+    return TrainSpeed(
+        step_seconds=step,
+        tokens_per_second=tps,
+        samples_per_second=global_tokens / setup.seq_len / step,
+        flops_per_token=fpt,
+        mfu_ratio=mfu,
+        compute_seconds=compute * setup.grad_accum,
+        memory_seconds=memory * setup.grad_accum + opt_time,
+        overhead_seconds=overhead * setup.grad_accum,
+        communication_seconds=comm,
+        efficiency_source=eff.source,
+    )
