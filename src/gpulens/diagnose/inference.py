@@ -1,0 +1,436 @@
+"""Inference diagnosis: what limits a service, from its requests and the GPU beside them.
+
+The analyzers read `request` events (from the middleware, the monitor or a recorded trace), the
+`infer_*` series and the GPU series. Requests are grouped into serving windows (a gap of more than
+`WINDOW_GAP_SECONDS` without a request in flight ends a window). Nothing here reads a trace's phase
+labels: a live agent has none.
+
+Advice follows the order that pays: hold the latency target first, then raise throughput (dynamic
+or continuous batching, then INT8/FP8 quantization with an accuracy check before and after, tensor
+parallelism only for a model that does not fit one card), then cost (replicas that follow load).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.store import Event, Store
+from gpulens.workload import names as N
+
+WINDOW_GAP_SECONDS = 30.0
+MIN_REQUESTS = 10
+BUSY_RATIO_MIN = 0.5  # the server had a request in service at least half of the window
+LOW_GPU_UTILIZATION = 0.35  # ... while the GPU ran kernels less than this fraction of that time
+QUEUE_SHARE_MIN = 0.4  # queue wait as a share of total request time
+QUEUE_BUCKET_SECONDS = 10.0
+ERROR_RATIO_WARN, ERROR_RATIO_CRIT = 0.01, 0.05
+MEMORY_HEADROOM_RATIO = 0.90
+COLD_START_WARN_SECONDS = 30.0
+SLO_META_KEY = "inference_slo"  # JSON: a list of SLO texts, or {service: [texts]}, "*" for every service
+
+ADVICE_LATENCY_OVERHEAD = [
+    "Hold the latency target first: cut per-token overhead with CUDA graphs or torch.compile, or serve "
+    "through a compiled engine (vLLM, TGI, TensorRT-LLM) instead of a Python generate loop.",
+    "Then raise throughput: continuous (or dynamic) batching lets many requests share each decode step; "
+    "the idle GPU has room for larger batches at little extra latency.",
+    "Then try INT8/FP8 weights, measuring accuracy before and after; tensor parallelism helps only a model "
+    "that does not fit one card.",
+    "Then cost: with the GPU this idle, fewer replicas (scaled on queue depth) serve the same load.",
+]
+ADVICE_QUEUEING = [
+    "Hold the latency target first: more capacity for the arrivals, i.e. more replicas, or autoscaling on "
+    "queue depth, and admission control (answer 429 early) so admitted requests keep their latency.",
+    "Then raise throughput per replica: dynamic/continuous batching serves the queue in shared forward "
+    "passes; then INT8/FP8 quantization with an accuracy check before and after.",
+    "Then cost: replicas that follow the load, so the queue stays short at peak without idle cards off-peak.",
+]
+ADVICE_MEMORY = [
+    "Hold the latency target first: cap the batch (max concurrent sequences) or the context length so the "
+    "KV cache cannot run out and force preemption or OOM.",
+    "Then win memory back: a quantized (FP8) KV cache, paged attention, INT8/FP8 weights with an accuracy "
+    "check before and after.",
+    "If it still does not fit: a GPU with more memory, or tensor parallelism across cards.",
+]
+ADVICE_ERRORS = [
+    "Read the error responses and server logs first: errors under load are often out-of-memory, "
+    "timeouts of a dependency or an overloaded worker.",
+    "If they grow with load, the service is past its capacity: see queueing and memory findings, add "
+    "replicas, and shed load with 429 rather than failing.",
+]
+ADVICE_TIMEOUTS = [
+    "Timeouts are latency past the client's patience: treat them as an SLO breach and find the cause "
+    "(queueing, a stall, a cold start) in the other findings.",
+    "Keep the server's own deadline below the client's, so work for abandoned requests is dropped.",
+]
+ADVICE_COLD_START = [
+    "Keep traffic away until the model is warm: a readiness probe that passes only after loading and a "
+    "warm-up request, and at least one warm replica when scaling to zero.",
+    "Shorten the load: safetensors from local NVMe (memory-mapped), weights already in the serving dtype, "
+    "cached compiled graphs (torch.compile cache, CUDA graph capture at start-up).",
+]
+
+
+@dataclass
+class Window:
+    """Requests of one service with no gap longer than WINDOW_GAP_SECONDS between them."""
+
+    service: str
+    labels: dict[str, str]
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def start(self) -> float:
+        return min(_arrival(e) for e in self.events)
+
+    @property
+    def end(self) -> float:
+        return max(e.data.get("end", e.t) for e in self.events)
+
+
+def _arrival(e: Event) -> float:
+    d = e.data
+    for k in ("arrival", "intended", "start"):
+        v = d.get(k)
+        if isinstance(v, int | float):
+            return float(v)
+    return e.t
+
+
+def _start(e: Event) -> float:
+    v = e.data.get("start")
+    return float(v) if isinstance(v, int | float) else _arrival(e)
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def windows(store: Store, scope: DiagnoseScope) -> list[Window]:
+    labels = {"service": scope.service} if scope.service else None
+    evs = store.events(N.EV_REQUEST, start=scope.start, end=scope.end, labels=labels)
+    by_service: dict[str, list[Event]] = {}
+    for e in evs:
+        by_service.setdefault(e.labels.get("service", ""), []).append(e)
+    out: list[Window] = []
+    for service, items in by_service.items():
+        items.sort(key=_arrival)
+        cur: Window | None = None
+        horizon = float("-inf")
+        for e in items:
+            if cur is None or _arrival(e) > horizon + WINDOW_GAP_SECONDS:
+                cur = Window(service, dict(e.labels))
+                out.append(cur)
+            cur.events.append(e)
+            horizon = max(horizon, float(e.data.get("end", e.t)))
+    return out
+
+
+def _busy_intervals(events: list[Event]) -> list[tuple[float, float]]:
+    """Union of the requests' service intervals [start, end]."""
+    iv = sorted((_start(e), float(e.data.get("end", e.t))) for e in events)
+    merged: list[list[float]] = []
+    for s, t in iv:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t)
+        else:
+            merged.append([s, t])
+    return [(a, b) for a, b in merged]
+
+
+def _gpu_values(store: Store, name: str, start: float, end: float, host: str | None) -> list[tuple[float, float]]:
+    series = store.query(name, {"host": host} if host else None, start=start, end=end)
+    if not series and host:
+        series = store.query(name, None, start=start, end=end)
+    return [(t, v) for s in series for t, v in zip(s.t, s.value, strict=True)]
+
+
+def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
+    import bisect
+
+    i = bisect.bisect_right([a for a, _ in intervals], t) - 1
+    return i >= 0 and t <= intervals[i][1]
+
+
+@dataclass
+class WindowStats:
+    n: int
+    statuses: dict[str, int]
+    latency: list[float]
+    service: list[float]
+    queue: list[float]
+    ttft: list[float]
+    tpot: list[float]
+    busy_ratio: float
+    gpu_util_busy: float | None  # mean GPU utilization while a request was in service
+
+
+def window_stats(store: Store, w: Window) -> WindowStats:
+    statuses: dict[str, int] = {}
+    lat, svc, que, ttft, tpot = [], [], [], [], []
+    for e in w.events:
+        d = e.data
+        st = str(d.get("status", "ok"))
+        statuses[st] = statuses.get(st, 0) + 1
+        end = float(d.get("end", e.t))
+        a, s = _arrival(e), _start(e)
+        if st in ("ok", "timeout"):
+            lat.append(end - a)
+            svc.append(end - s)
+            que.append(max(s - a, 0.0))
+        if st == "ok":
+            if isinstance(d.get("first_token"), int | float):
+                ttft.append(d["first_token"] - a)
+            if isinstance(d.get("tpot_s"), int | float):
+                tpot.append(float(d["tpot_s"]))
+    busy = _busy_intervals(w.events)
+    span = max(w.end - w.start, 1e-9)
+    busy_ratio = sum(b - a for a, b in busy) / span
+    util = [v for t, v in _gpu_values(store, "gpu_utilization_ratio", w.start, w.end, w.labels.get("host"))
+            if _inside(t, busy)]
+    return WindowStats(len(w.events), statuses, lat, svc, que, ttft, tpot, busy_ratio,
+                       statistics.fmean(util) if util else None)
+
+
+def _finding(kind: str, w: Window, start: float, end: float, severity: str, summary: str, evidence: dict,
+             advice: list[str]) -> Finding:
+    labels = {k: v for k, v in w.labels.items() if k in ("service", "model", "host")}
+    return Finding(kind, "inference", start, end, severity, summary, evidence, list(advice), labels)  # type: ignore[arg-type]
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+@register_analyzer("inference_latency_bound_low_utilization")
+def latency_bound_low_utilization(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    out = []
+    for w in windows(store, scope):
+        st = window_stats(store, w)
+        if st.n < MIN_REQUESTS or st.gpu_util_busy is None or not st.latency:
+            continue
+        if st.busy_ratio < BUSY_RATIO_MIN or st.gpu_util_busy >= LOW_GPU_UTILIZATION:
+            continue
+        queue_share = sum(st.queue) / max(sum(st.latency), 1e-9)
+        p50, p99 = _pct(st.latency, 50), _pct(st.latency, 99)
+        evidence = {
+            "requests": st.n, "latency_p50_seconds": p50, "latency_p99_seconds": p99,
+            "service_p50_seconds": _pct(st.service, 50), "queue_wait_share": queue_share,
+            "busy_ratio": st.busy_ratio, "gpu_utilization_while_serving_ratio": st.gpu_util_busy,
+        }
+        if st.tpot:
+            evidence["tpot_p50_seconds"] = _pct(st.tpot, 50)
+        out.append(_finding(
+            "latency_bound_low_utilization", w, w.start, w.end, "warning",
+            f"Requests took {_ms(p50)} at the median and {_ms(p99)} at p99 while the GPU ran kernels only "
+            f"{st.gpu_util_busy:.0%} of the time it was serving them: latency is bound by per-token overhead "
+            "(launches, Python, tiny batches), not by the GPU.",
+            evidence, ADVICE_LATENCY_OVERHEAD))
+    return out
+
+
+@register_analyzer("inference_queueing")
+def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    """Latency driven by queue wait, found per QUEUE_BUCKET_SECONDS of request ends; adjacent
+    flagged buckets become one finding."""
+    out = []
+    for w in windows(store, scope):
+        done = [e for e in w.events if e.data.get("status", "ok") in ("ok", "timeout")]
+        if len(done) < MIN_REQUESTS:
+            continue
+        t0 = w.start
+        buckets: dict[int, list[Event]] = {}
+        for e in done:
+            buckets.setdefault(int((float(e.data.get("end", e.t)) - t0) // QUEUE_BUCKET_SECONDS), []).append(e)
+        flagged: list[tuple[int, list[Event]]] = []
+        for b in sorted(buckets):
+            evs = buckets[b]
+            lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
+            que = [max(_start(e) - _arrival(e), 0.0) for e in evs]
+            svc = [float(e.data.get("end", e.t)) - _start(e) for e in evs]
+            if len(evs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
+                flagged.append((b, evs))
+        runs: list[list[Event]] = []
+        last = None
+        for b, evs in flagged:
+            if last is not None and b == last + 1:
+                runs[-1].extend(evs)
+            else:
+                runs.append(list(evs))
+            last = b
+        for evs in runs:
+            lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
+            que = [max(_start(e) - _arrival(e), 0.0) for e in evs]
+            depth = [e.data.get("queue_depth_at_start") for e in evs if isinstance(e.data.get("queue_depth_at_start"), int | float)]
+            ev = {"requests": len(evs), "queue_wait_share": sum(que) / max(sum(lat), 1e-9),
+                  "queue_wait_p95_seconds": _pct(que, 95), "latency_p95_seconds": _pct(lat, 95),
+                  "service_p50_seconds": _pct([float(e.data.get("end", e.t)) - _start(e) for e in evs], 50)}
+            if depth:
+                ev["queue_depth_max"] = max(depth)
+            start = min(_arrival(e) for e in evs)
+            end = max(float(e.data.get("end", e.t)) for e in evs)
+            out.append(_finding(
+                "queueing", w, start, end, "warning",
+                f"Requests waited in the queue for {ev['queue_wait_share']:.0%} of their time (p95 wait "
+                f"{_ms(ev['queue_wait_p95_seconds'])}): arrivals exceed what the server completes, so latency "
+                "grows with the queue.", ev, ADVICE_QUEUEING))
+    return out
+
+
+@register_analyzer("inference_errors_and_timeouts")
+def errors_and_timeouts(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    out = []
+    for w in windows(store, scope):
+        st = window_stats(store, w)
+        errors = st.statuses.get("error", 0) + st.statuses.get("rejected", 0)
+        ratio = errors / st.n
+        if errors and ratio >= ERROR_RATIO_WARN:
+            out.append(_finding(
+                "error_rate", w, w.start, w.end, "critical" if ratio >= ERROR_RATIO_CRIT else "warning",
+                f"{errors} of {st.n} requests ({ratio:.1%}) failed or were rejected.",
+                {"requests": st.n, "errors": st.statuses.get("error", 0), "rejected": st.statuses.get("rejected", 0),
+                 "error_ratio": ratio}, ADVICE_ERRORS))
+        timeouts = st.statuses.get("timeout", 0)
+        if timeouts:
+            tl = [float(e.data.get("end", e.t)) - _arrival(e) for e in w.events if e.data.get("status") == "timeout"]
+            out.append(_finding(
+                "timeouts", w, w.start, w.end, "critical" if timeouts / st.n >= ERROR_RATIO_CRIT else "warning",
+                f"{timeouts} of {st.n} requests timed out, after {_ms(min(tl))} or more.",
+                {"requests": st.n, "timeouts": timeouts, "timeout_ratio": timeouts / st.n,
+                 "timeout_latency_min_seconds": min(tl)}, ADVICE_TIMEOUTS))
+    return out
+
+
+def configured_slos(store: Store, service: str) -> list[str]:
+    raw = store.get_meta(SLO_META_KEY)
+    if not raw:
+        return []
+    try:
+        val = json.loads(raw)
+    except ValueError:
+        return []
+    if isinstance(val, list):
+        return [str(v) for v in val]
+    if isinstance(val, dict):
+        return [str(v) for v in val.get(service, val.get("*", []))]
+    return []
+
+
+def set_slos(store: Store, slos: list[str], service: str = "*") -> None:
+    """Record the latency objectives that `slo_violation` checks (validated first)."""
+    from gpulens.bench.serve.slo import parse_slos
+
+    parse_slos(slos)
+    raw = store.get_meta(SLO_META_KEY)
+    current = json.loads(raw) if raw else {}
+    if isinstance(current, list):
+        current = {"*": current}
+    current[service] = list(slos)
+    store.set_meta(SLO_META_KEY, json.dumps(current))
+
+
+@register_analyzer("inference_slo_violation")
+def slo_violation(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    from gpulens.bench.serve.slo import parse_slos
+
+    out = []
+    for w in windows(store, scope):
+        texts = configured_slos(store, w.service)
+        if not texts:
+            continue
+        st = window_stats(store, w)
+        values = {"latency": st.latency, "ttft": st.ttft, "tpot": st.tpot}
+        missed = []
+        for s in parse_slos(texts):
+            if s.metric == "error_rate":
+                v = sum(n for k, n in st.statuses.items() if k != "ok") / st.n
+            else:
+                vals = values.get(s.metric) or []
+                if not vals:
+                    continue
+                v = statistics.fmean(vals) if s.stat == "mean" else max(vals) if s.stat == "max" else _pct(vals, s.percentile or 99)
+            if not s.holds(v):
+                missed.append({"slo": s.text, "value": v, "bound": s.bound})
+        if missed:
+            first = missed[0]
+            out.append(_finding(
+                "slo_violation", w, w.start, w.end, "critical",
+                f"The service missed {len(missed)} of its objectives: {first['slo']} measured "
+                f"{first['value']:.3g}" + ("" if "error_rate" in first["slo"] else " s") + ".",
+                {"requests": st.n, "missed": missed}, [
+                    "Hold the target first: find what drives the latency in the findings beside this one "
+                    "(queueing, per-token overhead, memory pressure, cold start) and fix that before tuning throughput.",
+                    "Measure the highest rate that still meets the objectives with `gpulens bench serve --sweep --slo ...` "
+                    "and keep the offered load below it (replicas, admission control).",
+                ]))
+    return out
+
+
+@register_analyzer("inference_memory_headroom")
+def memory_headroom(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    out = []
+    sel = {"service": scope.service} if scope.service else None
+    for s in store.query(N.INFER_KV_CACHE_USAGE_RATIO, sel, start=scope.start, end=scope.end):
+        high = [(t, v) for t, v in zip(s.t, s.value, strict=True) if v >= MEMORY_HEADROOM_RATIO]
+        if high:
+            w = Window(s.key.labels.get("service", ""), dict(s.key.labels))
+            out.append(_finding(
+                "memory_headroom", w, high[0][0], high[-1][0], "warning",
+                f"The KV cache was {max(v for _, v in high):.0%} full: new requests wait for cache space or "
+                "preempt others, and a longer context or larger batch will not fit.",
+                {"kv_cache_usage_max_ratio": max(v for _, v in high), "samples_above_threshold": len(high)},
+                ADVICE_MEMORY))
+    for w in windows(store, scope):
+        used = _gpu_values(store, "gpu_memory_used_bytes", w.start, w.end, w.labels.get("host"))
+        total = _gpu_values(store, "gpu_memory_total_bytes", w.start, w.end, w.labels.get("host"))
+        if not used or not total:
+            continue
+        cap = max(v for _, v in total)
+        peak = max(v for _, v in used)
+        if cap > 0 and peak / cap >= MEMORY_HEADROOM_RATIO:
+            out.append(_finding(
+                "memory_headroom", w, w.start, w.end, "warning",
+                f"GPU memory reached {peak / cap:.0%} of the card while serving: little headroom for longer "
+                "contexts or larger batches.",
+                {"gpu_memory_used_max_bytes": peak, "gpu_memory_total_bytes": cap, "used_ratio": peak / cap},
+                ADVICE_MEMORY))
+    return out
+
+
+@register_analyzer("inference_cold_start")
+def cold_start(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    out = []
+    sel = {"service": scope.service} if scope.service else None
+    for e in store.events(N.EV_COLD_START, start=scope.start, end=scope.end, labels=sel):
+        seconds = e.data.get("seconds")
+        if not isinstance(seconds, int | float):
+            continue
+        w = Window(e.labels.get("service", ""), dict(e.labels))
+        evidence = {"cold_start_seconds": float(seconds)}
+        if e.data.get("params"):
+            evidence["parameters"] = e.data["params"]
+        # Requests in the first WINDOW_GAP_SECONDS after the load that were slow compared with the rest
+        # of their window: the warm-up that follows a load (kernel selection, allocator growth).
+        after = store.events(N.EV_REQUEST, start=e.t, end=e.t + 600, labels={"service": w.service} if w.service else None)
+        if len(after) >= MIN_REQUESTS:
+            lat = [float(r.data.get("end", r.t)) - _arrival(r) for r in after]
+            typical = _pct(lat, 50)
+            early = [x for r, x in zip(after, lat, strict=True) if _arrival(r) < e.t + WINDOW_GAP_SECONDS and x > 3 * typical]
+            if early:
+                evidence.update(slow_requests_after_load=len(early), slow_request_latency_max_seconds=max(early),
+                                typical_latency_seconds=typical)
+        summary = f"Loading the model took {float(seconds):.1f} s before it could serve"
+        summary += (f"; the first {evidence['slow_requests_after_load']} requests after it were still over 3× "
+                    "slower than usual." if "slow_requests_after_load" in evidence else ".")
+        out.append(_finding("cold_start", w, e.t - float(seconds), e.t,
+                            "warning" if seconds >= COLD_START_WARN_SECONDS or "slow_requests_after_load" in evidence else "info",
+                            summary, evidence, ADVICE_COLD_START))
+    return out
