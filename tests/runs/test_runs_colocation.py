@@ -76,6 +76,14 @@ def test_mps_lowers_the_severity(store):
     assert f.severity == "info" and "MPS is running" in f.summary
 
 
+def test_mig_mode_lowers_the_severity(store):
+    _live(store, 0, 0)
+    store.write("gpu_mig_mode", {"gpu": "0", "host": "node1"}, 1_800_000_000.0, 1.0)
+    store.flush()
+    (f,) = [f for f in diagnose(store) if f.kind == "colocation"]
+    assert f.severity == "info" and "in MIG mode" in f.summary and f.evidence["mig_mode"] is True
+
+
 def test_processes_one_after_the_other_are_not_together(store):
     clock = Clock()
     fake = FakeBackend(1, clock=clock)

@@ -28,6 +28,9 @@ SERVING_EVENT_KINDS = (N.EV_INFER_START, N.EV_REQUEST, N.EV_COLD_START)
 # Serving processes recognised by name when no gpulens monitor runs inside them.
 SERVING_PROCESS_NAMES = ("vllm", "tritonserver", "text-generation", "sglang", "trtllm", "lmdeploy", "ollama")
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
+# 1 when the GPU is in MIG mode (nvmlDeviceGetMigMode). The process listing does not say which MIG
+# instance a process runs in, so with MIG on the pair may well be isolated: reported as info.
+GPU_MIG_MODE = "gpu_mig_mode"
 # A training job holds the CPU (imports, model build, data loader workers) for tens of seconds
 # before its first CUDA allocation puts it in the GPU listing. Without a `train_start` event to say
 # when it launched, serving requests in this window before it appeared are left out of "alone".
@@ -93,6 +96,11 @@ class Colocation:
     together_end: float
     samples_together: int
     mps_server: bool
+    mig_mode: bool
+
+    @property
+    def maybe_isolated(self) -> bool:
+        return self.mps_server or self.mig_mode
     interference: Interference | None
 
 
@@ -249,6 +257,7 @@ def find_colocations(store: Store, scope: DiagnoseScope | None = None) -> list[C
     out: list[Colocation] = []
     for (host, gpu, uuid), procs in sorted(_presence(store, scope).items()):
         mps = any(MPS_SERVER_NAME in name for name, _ in procs.values())
+        mig = any(lv.value == 1 for lv in store.latest(GPU_MIG_MODE, {"gpu": gpu, "host": host}))
         found: dict[str, list[ProcessInfo]] = {"training": [], "serving": []}
         for pid, (name, _t) in sorted(procs.items()):
             info = roles.get(pid)
@@ -268,7 +277,7 @@ def find_colocations(store: Store, scope: DiagnoseScope | None = None) -> list[C
                 launch = [e.t for e in store.events(N.EV_TRAIN_START, start=scope.start, end=scope.end) if _pid(e) == tr.pid]
                 cold = [e for e in store.events(N.EV_COLD_START, start=scope.start, end=scope.end) if _pid(e) == sv.pid]
                 inter = interference(steps.get(tr.pid, []), requests.get(sv.pid, []), (t_tr[0], t_tr[-1]), min(launch) if launch else None, cold)
-                out.append(Colocation(gpu, host, uuid, tr, sv, lo, hi, together, mps, inter))
+                out.append(Colocation(gpu, host, uuid, tr, sv, lo, hi, together, mps, mig, inter))
     return out
 
 
@@ -291,8 +300,9 @@ ADVICE = [
     "4g.71gb one for training): each instance has its own SMs and memory, so neither can starve the other.",
     "Without MIG, run both under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (e.g. 30 for training) and "
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT so the service keeps SMs and memory headroom.",
-    "Lower the training job's priority: a low-priority CUDA stream (torch.cuda.Stream(priority=0) vs -1 for serving), "
-    "and nice/cgroup CPU limits, since the training job also competes for CPU while it starts and loads data.",
+    "Without MPS the GPU time-slices between the two processes: a shorter time slice "
+    "(`nvidia-smi compute-policy --set-timeslice 1`) bounds how long a request waits behind training work; and lower "
+    "the training job's CPU priority (nice, cgroup CPU limits), since it competes for CPU while it starts and loads data.",
     "Schedule training off-peak, and watch the service's p95/p99 against its SLO while both run.",
 ]
 
@@ -303,7 +313,12 @@ def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
     for c in find_colocations(store, scope):
         where = f"GPU {c.gpu}" + (f" on {c.host}" if c.host else "")
         summary = f"A {_who(c.training)} and a {_who(c.serving)} share {where} without isolation"
-        summary += " (MPS is running: check its active-thread and memory limits)." if c.mps_server else " (no MIG instance, no MPS)."
+        if c.mig_mode:
+            summary = summary.replace("without isolation", "in MIG mode") + " (if they run in different MIG instances they are isolated; check `nvidia-smi`)."
+        elif c.mps_server:
+            summary += " (MPS is running: check its active-thread and memory limits)."
+        else:
+            summary += " (no MIG instance, no MPS)."
         i = c.interference
         if i is not None and i.p95_change_ratio is not None:
             summary += (
@@ -319,14 +334,15 @@ def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
             "gpu": c.gpu,
             "uuid": c.uuid,
             "training_pid": c.training.pid,
-            "training_process": c.training.name,
+            "training_process": c.training.name or "(name not recorded)",
             "training_identified_by": c.training.how,
             "serving_pid": c.serving.pid,
-            "serving_process": c.serving.name,
+            "serving_process": c.serving.name or "(name not recorded)",
             "serving_identified_by": c.serving.how,
             "seconds_together": round(c.together_end - c.together_start, 1),
             "listing_samples_together": c.samples_together,
             "mps_server_running": c.mps_server,
+            "mig_mode": c.mig_mode,
         }
         if i is not None:
             evidence["service_time_alone"] = _fmt(i.alone)
@@ -335,7 +351,7 @@ def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
             evidence["service_time_cold_start"] = _fmt(i.cold_start)
             evidence["latency_cold_start"] = _fmt(i.cold_start_latency)
             evidence["interference"] = asdict(i)
-        severity = "info" if c.mps_server else "warning"
+        severity = "info" if c.maybe_isolated else "warning"
         if i is not None and (i.p95_change_ratio or 0) >= 0.5:
             severity = "critical"
         labels = {"gpu": c.gpu, "host": c.host, **c.training.labels, **c.serving.labels}
@@ -361,7 +377,7 @@ def update_colocation_series(store: Store, now: float, window_seconds: float = 6
     longer shares it (so the alert resolves). Returns the pairs found."""
     found = [
         c for c in find_colocations(store, DiagnoseScope(start=now - window_seconds, end=now))
-        if c.together_end >= now - window_seconds and not c.mps_server
+        if c.together_end >= now - window_seconds and not c.maybe_isolated
     ]
     current = set()
     for c in found:
