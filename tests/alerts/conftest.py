@@ -3,7 +3,9 @@ alert runtime evaluated after every sample (what the agent loop does)."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,13 @@ from gpulens.gpu.fake import FakeBackend
 from gpulens.sampling import SampleWriter
 
 T0 = 1_800_000_000.0
+
+# This folder's conftest shadows tests/conftest.py as the module `conftest`; re-export its helpers.
+_spec = importlib.util.spec_from_file_location("_root_conftest", Path(__file__).parents[1] / "conftest.py")
+_root = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(_root)  # type: ignore[union-attr]
+which_or_skip = _root.which_or_skip
+free_port = _root.free_port
 
 
 class Rig:

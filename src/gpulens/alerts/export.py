@@ -1,0 +1,158 @@
+"""Prometheus alerting rules from gpulens rules, over the metric names the agent's /metrics exports.
+
+What translates and how:
+- absolute rules: as written (`increase` keeps gpulens's meaning, see expr.to_promql);
+- `severity: xid`: one rule per catalog code with its severity, meaning and action, and one for
+  codes outside the catalog (Prometheus cannot look the code up at evaluation time);
+- learned rules: one rule per learned series, with the band the store holds now as a constant
+  (Prometheus has no baselines); without a store or a ready baseline they are left out;
+- rules on store events (`count_events_over_time`): left out, Prometheus never sees events.
+Every rule left out is listed, with why, in the file's header.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+import yaml
+
+from gpulens.alerts.baseline import Baseline, load_baselines
+from gpulens.alerts.expr import (
+    BAND_FUNCTIONS,
+    Aggregate,
+    Binary,
+    Call,
+    Matcher,
+    Neg,
+    Node,
+    Number,
+    Selector,
+    band_selectors,
+    format_duration,
+    to_promql,
+)
+from gpulens.alerts.rules import Rule, RuleSet
+from gpulens.alerts.xid import UNKNOWN_XID_SEVERITY, XID_CATALOG
+from gpulens.store import Store
+
+XID_METRIC = "gpu_xid_errors_total"
+
+
+@dataclass
+class PromExport:
+    text: str  # the rules file (YAML)
+    exported: int  # Prometheus rules written
+    skipped: list[tuple[str, str]]  # (gpulens rule, why it was left out)
+
+
+def _map(node: Node, fn) -> Node:  # noqa: ANN001 - fn(node) -> Node | None (None: keep walking)
+    """Rebuild `node` bottom-up, letting `fn` replace any sub-node."""
+    got = fn(node)
+    if got is not None:
+        return got
+    if isinstance(node, Call):
+        return Call(node.func, tuple(_map(a, fn) for a in node.args))
+    if isinstance(node, Aggregate):
+        return Aggregate(node.op, _map(node.expr, fn), node.by, node.without)
+    if isinstance(node, Neg):
+        return Neg(_map(node.expr, fn))
+    if isinstance(node, Binary):
+        return Binary(node.op, _map(node.left, fn), _map(node.right, fn))
+    return node
+
+
+def _restrict(node: Node, metric: str, extra: tuple[Matcher, ...]) -> Node:
+    """Every selector of `metric` gets `extra` matchers."""
+    return _map(node, lambda n: n.with_matchers(extra) if isinstance(n, Selector) and n.name == metric else None)
+
+
+def _prom_rule(
+    name: str, expr: str, rule: Rule, severity: str, extra_annotations: dict[str, str] | None = None, series_labels: dict[str, str] | None = None
+) -> dict:
+    out: dict = {"alert": name, "expr": expr}
+    if rule.for_seconds > 0:
+        out["for"] = format_duration(rule.for_seconds)
+    # The series' own labels (same values as the alert gets anyway) keep the rules distinct for promtool's lint.
+    out["labels"] = {**(series_labels or {}), **rule.labels, "severity": severity, "source": "gpulens"}
+    ann = {"summary": rule.summary}
+    if rule.advice:
+        ann["advice"] = rule.advice
+    ann.update(extra_annotations or {})
+    out["annotations"] = ann
+    return out
+
+
+def _xid_rules(rule: Rule) -> list[dict]:
+    codes = sorted(XID_CATALOG)
+    out = []
+    for code in codes:
+        info = XID_CATALOG[code]
+        node = _restrict(rule.expr.root, XID_METRIC, (Matcher("xid", "=", str(code)),))
+        out.append(_prom_rule(rule.name, to_promql(node), rule, info.severity, {"meaning": info.meaning, "action": info.action},
+                              {"xid": str(code)}))
+    other = _restrict(rule.expr.root, XID_METRIC, (Matcher("xid", "!~", "|".join(str(c) for c in codes)),))
+    out.append(_prom_rule(rule.name, to_promql(other), rule, UNKNOWN_XID_SEVERITY,
+                          {"meaning": "XID not in gpulens's catalog", "action": "Look the code up in NVIDIA's XID catalog."}))
+    return out
+
+
+def _learned_rules(rule: Rule, baselines: list[Baseline], now: float) -> tuple[list[dict], str | None]:
+    sels = band_selectors(rule.expr.root)
+    metrics = {s.name for s in sels}
+    if len(metrics) != 1:
+        return [], "its bands come from more than one metric"
+    (metric,) = metrics
+    out = []
+    for b in baselines:
+        if b.name != metric or not b.ready or not all(m.matches(b.labels) for s in sels for m in s.matchers):
+            continue
+        flat = replace(b, profile={})  # one constant band: the whole-day statistics, not the hour's
+        probe = flat.band(now, True, None, rule.band)
+        if probe is None or not math.isfinite(probe):
+            continue
+
+        def band_const(n: Node, flat: Baseline = flat) -> Node | None:
+            if isinstance(n, Call) and n.func in BAND_FUNCTIONS:
+                q = n.args[1].value if len(n.args) > 1 else None  # type: ignore[union-attr]
+                v = flat.band(now, n.func == "upper_band", q, rule.band)
+                return Number(round(v, 9))  # type: ignore[arg-type]
+            return None
+
+        node = _map(rule.expr.root, band_const)
+        node = _restrict(node, metric, tuple(Matcher(k, "=", v) for k, v in sorted(b.labels.items())))
+        out.append(_prom_rule(rule.name, to_promql(node), rule, rule.severity, {"baseline": f"learned {metric} band as of export"},
+                              dict(b.labels)))
+    if not out:
+        return [], "no learned baseline for it in the store yet (export again once it has learned, with --store)"
+    return out, None
+
+
+def export_prometheus(rules: RuleSet, store: Store | None = None, *, now: float | None = None) -> PromExport:
+    """The rules as a Prometheus rules file (one group per pack)."""
+    now = time.time() if now is None else now
+    baselines = load_baselines(store) if store is not None else []
+    groups: dict[str, list[dict]] = {}
+    skipped: list[tuple[str, str]] = []
+    for rule in rules.rules:
+        if rule.expr.local_only:
+            skipped.append((rule.name, "it counts store events, which Prometheus does not see"))
+            continue
+        if rule.learned:
+            prom, why = _learned_rules(rule, baselines, now)
+            if why:
+                skipped.append((rule.name, why))
+                continue
+        elif rule.severity == "xid":
+            prom = _xid_rules(rule)
+        else:
+            prom = [_prom_rule(rule.name, to_promql(rule.expr.root), rule, rule.severity)]
+        groups.setdefault(rule.pack, []).extend(prom)
+    doc = {"groups": [{"name": f"gpulens-{pack}", "rules": rs} for pack, rs in groups.items()]}
+    header = ["# Prometheus alerting rules generated by `gpulens alerts export --format prometheus`.",
+              "# Check with: promtool check rules FILE"]
+    for name, why in skipped:
+        header.append(f"# left out: {name}: {why}")
+    body = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+    return PromExport("\n".join(header) + "\n" + body, sum(len(v) for v in groups.values()), skipped)

@@ -1,0 +1,139 @@
+"""`gpulens baseline`: what the learned alert rules compare against, and freezing or relearning it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.alerts import open_existing_store
+from gpulens.cli.common import STORE_HELP, console
+from gpulens.store import DEFAULT_STORE_PATH
+
+baseline_app = typer.Typer(
+    help="Learned baselines of the series that learned alert rules watch (step time, latency, queue depth...).",
+    no_args_is_help=True,
+)
+
+METRIC_HELP = "Only this series name, e.g. train_step_seconds. Default: all."
+LABEL_HELP = "Only series with this label value, KEY=VALUE (repeatable), e.g. --label job=llama."
+
+
+def _labels(items: list[str] | None) -> dict[str, str]:
+    from gpulens.errors import BadInputError
+
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInputError(f"Cannot read --label {item!r}.", hint="Write KEY=VALUE, e.g. --label job=llama.")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "–"
+
+
+@baseline_app.command("show")
+def baseline_show_command(
+    metric: str = typer.Argument(None, help=METRIC_HELP),
+    label: list[str] = typer.Option(None, "--label", help=LABEL_HELP),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Show each baseline: learning / ready / frozen, median, MAD, and today's band at default width.
+
+        gpulens baseline show
+        gpulens baseline show train_step_seconds --label job=llama --format json
+    """
+    from gpulens.alerts.baseline import BandSpec, describe_band, load_baselines
+    from gpulens.errors import BadInputError
+
+    if fmt not in ("table", "json"):
+        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+    now = time.time()
+    with open_existing_store(store, "baselines") as st:
+        items = load_baselines(st, metric, _labels(label))
+    spec = BandSpec()
+    rows = []
+    for b in items:
+        lo, hi = describe_band(b, spec, now)
+        rows.append({
+            "series": b.name, "labels": b.labels, "state": b.state,
+            "learn_start": b.learn_start, "learn_seconds": b.learn_seconds, "ready_at": b.learn_start + b.learn_seconds,
+            "samples": b.stats.samples if b.stats else 0,
+            "median": b.stats.median if b.stats else None, "mad": b.stats.mad if b.stats else None,
+            "quantiles": {str(q): v for q, v in b.stats.quantiles.items()} if b.stats else {},
+            "band_low": lo, "band_high": hi, "profile_hours": sorted(b.profile), "computed_at": b.computed_at,
+        })
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        console.print("No baselines yet: they start when a learned rule first sees its series (`gpulens agent`).")
+        return
+    for r in rows:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(r["labels"].items()))
+        state = r["state"] if r["state"] != "learning" else f"learning until {_when(r['ready_at'])}"
+        console.print(f"[bold]{r['series']}[/]{{{labels}}}  {state}", highlight=False)
+        if r["median"] is not None:
+            band = f"{r['band_low']:.4g} – {r['band_high']:.4g}" if r["band_low"] is not None else "–"
+            tod = f", time-of-day profile for {len(r['profile_hours'])} h" if r["profile_hours"] else ""
+            console.print(f"  median {r['median']:.4g}  MAD {r['mad']:.4g}  band {band}  ({r['samples']} samples{tod})", highlight=False)
+
+
+def _selection(metric: str | None, label: list[str] | None, all_: bool, verb: str) -> tuple[str | None, dict[str, str]]:
+    from gpulens.errors import BadInputError
+
+    labels = _labels(label)
+    if metric is None and not labels and not all_:
+        raise BadInputError(f"Say which baselines to {verb}.", hint=f"Give a series name, --label KEY=VALUE, or --all to {verb} every one.")
+    return metric, labels
+
+
+@baseline_app.command("freeze")
+def baseline_freeze_command(
+    metric: str = typer.Argument(None, help=METRIC_HELP),
+    label: list[str] = typer.Option(None, "--label", help=LABEL_HELP),
+    all_: bool = typer.Option(False, "--all", help="Every ready baseline."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+) -> None:
+    """Stop refreshing ready baselines: keep the known-good behaviour as the reference (e.g. before a
+    slow drift would teach the baseline that slower is normal). A running agent picks it up.
+
+        gpulens baseline freeze train_step_seconds --label job=llama
+    """
+    from gpulens.alerts.baseline import freeze_baselines
+
+    metric, labels = _selection(metric, label, all_, "freeze")
+    with open_existing_store(store, "baselines") as st:
+        done = freeze_baselines(st, metric, labels)
+    console.print(f"Froze {len(done)} baseline(s)." + ("" if done else " Only ready baselines can be frozen; see `gpulens baseline show`."))
+
+
+@baseline_app.command("reset")
+def baseline_reset_command(
+    metric: str = typer.Argument(None, help=METRIC_HELP),
+    label: list[str] = typer.Option(None, "--label", help=LABEL_HELP),
+    all_: bool = typer.Option(False, "--all", help="Every baseline."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+) -> None:
+    """Forget baselines and learn them again from now (after a deliberate change: a new model, more
+    replicas, a new GPU type). Their learned rules stay quiet until relearned.
+
+        gpulens baseline reset infer_request_latency_seconds --label service=chat
+        gpulens baseline reset --all
+    """
+    from gpulens.alerts.baseline import reset_baselines
+
+    metric, labels = _selection(metric, label, all_, "reset")
+    with open_existing_store(store, "baselines") as st:
+        done = reset_baselines(st, metric, labels)
+    console.print(f"Reset {len(done)} baseline(s); they learn again from now.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(baseline_app, name="baseline")
