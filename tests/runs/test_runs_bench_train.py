@@ -112,6 +112,23 @@ def test_knee_is_where_doubling_stops_paying():
     assert find_knee(pts[:1], 0.05) == 1 and find_knee([], 0.05) is None
 
 
+def test_gpu_peak_comes_from_the_planner_catalog():
+    from gpulens.bench.train import peak_flops
+
+    p = peak_flops(torch, torch.device("cuda"), "NVIDIA H200", "bf16")
+    assert p.flops_per_second == pytest.approx(989.5e12, rel=0.01) and "catalog" in p.source
+    assert peak_flops(torch, torch.device("cuda"), "Some Unknown Accelerator", "bf16") is None
+
+
+def test_sweep_from_the_cli(store_path, capsys):
+    args = ["--size", "tiny", "--seq-len", "16", "--warmup", "1", "--steps", "2", "--precision", "fp32", "--device", "cpu"]
+    assert main(["bench", "train", *args, "--sweep-batch", "--max-batch", "4", "--store", str(store_path), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [p["batch_size"] for p in d["sweep"]["points"]] == [1, 2, 4] and d["sweep"]["largest_fitting_batch"] == 4
+    with Store(store_path) as st:
+        assert get_run(st, d["run_id"]).kind == "bench-train-sweep"
+
+
 def test_cuda_asked_without_a_gpu_is_exit_3(store_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

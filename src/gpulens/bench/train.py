@@ -238,14 +238,11 @@ def peak_flops(torch: Any, device: Any, device_name: str, precision: str) -> Pea
             flops, f"estimate: {threads} threads × {mhz:.0f} MHz × {_CPU_FLOPS_PER_CYCLE} FLOP/cycle (CPU, indicative only)"
         )
     try:
-        from gpulens.plan.catalog import find_gpu  # written by the planner; may not exist yet
+        from gpulens.plan.catalog import find_gpu  # the planner's catalog: one source of GPU figures
 
         gpu = find_gpu(device_name)
-        for attr in (f"{precision}_tflops", f"tflops_{precision}", "bf16_tflops" if precision != "fp32" else "fp32_tflops"):
-            v = getattr(gpu, attr, None)
-            if isinstance(v, int | float) and v > 0:
-                return PeakFlops(float(v) * 1e12, f"gpulens.plan catalog: {getattr(gpu, 'name', device_name)} {precision}")
-    except Exception:  # the catalog is optional here; fall through to the table
+        return PeakFlops(gpu.peak_flops(precision), f"gpulens.plan catalog: {gpu.name} dense {precision}")
+    except Exception:  # an unknown GPU (or no catalog): fall through to the datasheet table
         pass
     name = device_name.lower()
     for key, peaks in _FALLBACK_PEAK_TFLOPS.items():

@@ -17,7 +17,7 @@ def bench_train_command(
     hidden: int = typer.Option(None, "--hidden", help="Hidden size."),
     heads: int = typer.Option(None, "--heads", help="Attention heads (hidden must be a multiple)."),
     seq_len: int = typer.Option(512, "--seq-len", help="Tokens per sequence."),
-    batch_size: int = typer.Option(8, "--batch-size", help="Sequences per step."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per step (default 8; with --sweep-batch, where the sweep starts, default 1)."),
     precision: str = typer.Option("bf16", "--precision", help="fp32, bf16 or fp16 (autocast; weights and optimizer stay fp32)."),
     grad_ckpt: bool = typer.Option(False, "--grad-ckpt", help="Recompute activations in the backward pass (less memory, ~1/3 more compute)."),
     warmup: int = typer.Option(3, "--warmup", help="Steps run first and not measured (kernel selection, allocator growth)."),
@@ -46,14 +46,14 @@ def bench_train_command(
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
     cfg = TrainBenchConfig(
-        size=size, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, batch_size=batch_size,
+        size=size, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, batch_size=batch_size or (1 if sweep else 8),
         precision=precision, grad_checkpointing=grad_ckpt, warmup_steps=warmup, steps=steps, device=device,  # type: ignore[arg-type]
     )
     cfg.validate()
     run_id = None
     if sweep:
         with console_err.status("sweeping the batch size …"):
-            sw = sweep_batch(cfg, max_batch=max_batch, start_batch=batch_size if batch_size != 8 else 1)
+            sw = sweep_batch(cfg, max_batch=max_batch, start_batch=cfg.batch_size)
         result = sw.best
     else:
         with console_err.status("running the benchmark …"):
