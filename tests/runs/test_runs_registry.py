@@ -97,3 +97,24 @@ def test_baseline_and_last_known_good(store):
     assert resolve_run(store, "latest").id == r4
     with pytest.raises(BadInputError, match="first run"):
         baseline_for(store, get_run(store, save_run(store, "bench-train", "new", {}, {}, fingerprint={})))
+
+
+def test_two_processes_saving_at_once_keep_a_consistent_change_chain(store_path):
+    """Each run's recorded changes are against the run saved just before it, even when two
+    processes write to the same store file at the same time."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gpulens.store import Store; from gpulens.runs import save_run\n"
+        "with Store(sys.argv[1]) as st:\n"
+        "    for i in range(15): save_run(st, 'loadtest', 'api', {'writer': sys.argv[2], 'i': i}, {}, fingerprint={})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(store_path), w]) for w in ("a", "b")]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    with Store(store_path) as st:
+        ids = sorted(r.id for r in list_runs(st))
+        assert len(ids) == 30
+        for prev, cur in zip(ids, ids[1:], strict=False):
+            chain = {c.previous_run_id for c in run_changes(st, cur)}
+            assert chain == {prev}, (cur, chain)

@@ -137,11 +137,11 @@ def save_run(
     now = time.time()
     with store.lock:
         conn = store.connection
-        prev = conn.execute(
-            "SELECT id, config, fingerprint FROM runs WHERE kind = ? AND name = ? ORDER BY id DESC LIMIT 1", (kind, name)
-        ).fetchone()
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")  # the previous run is read under the write lock: no race
         try:
+            prev = conn.execute(
+                "SELECT id, config, fingerprint FROM runs WHERE kind = ? AND name = ? ORDER BY id DESC LIMIT 1", (kind, name)
+            ).fetchone()
             cur = conn.execute(
                 "INSERT INTO runs (kind, name, created, started, ended, config, summary, fingerprint) VALUES (?,?,?,?,?,?,?,?)",
                 (kind, name, now, started, ended, dumps(config), dumps(summary), dumps(fingerprint)),
