@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError, GpulensError
+from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 COOKIE = "gpulens_token"
@@ -77,7 +77,8 @@ def create_app(
 
     async def handle_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GpulensError)
-        return api.error_response(exc)
+        # An outside system being down (Prometheus) is not the caller's fault: 503, not 400.
+        return api.error_response(exc, 503 if exc.exit_code == EXIT_UNAVAILABLE else 400)
 
     class Guard:
         """Pure ASGI middleware: method, host, token; then security headers on every answer."""

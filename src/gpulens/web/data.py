@@ -14,7 +14,15 @@ from typing import Any
 from gpulens.errors import BadInputError
 from gpulens.units import parse_duration
 from gpulens.web.format import format_value
-from gpulens.web.panels import LEGEND_LABELS, PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, SeriesSpec, StatSpec
+from gpulens.web.panels import (
+    LEGEND_LABELS,
+    PANELS,
+    SELECTION_KEYS,
+    ChartSpec,
+    PanelSpec,
+    SeriesSpec,
+    StatSpec,
+)
 from gpulens.web.readers import Band, Line, Reader
 
 # The time-range picker's choices; the API accepts any duration.
@@ -100,6 +108,7 @@ class ChartOut:
     help: str
     series: list[SeriesOut]
     band: dict[str, Any] | None = None
+    empty: str = ""
 
     @property
     def has_data(self) -> bool:
@@ -148,12 +157,14 @@ def _series_lines(reader: Reader, spec: SeriesSpec, match: dict[str, str], w: Wi
     if spec.kind == "rate":
         return reader.rate(spec.metric, m, w.start, w.end, points)
     if spec.kind == "events_per_second":
-        return reader.events_per_second(spec.metric, m, w.start, w.end, points)
+        # A source without single events (Prometheus) counts them with the spec's counter instead.
+        metric = spec.metric if reader.supports_events or not spec.counter else spec.counter
+        return reader.events_per_second(metric, m, w.start, w.end, points)
     return reader.line(spec.metric, m, w.start, w.end, points)
 
 
 def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, sel: Selection, points: int) -> ChartOut:
-    out = ChartOut(chart.id, chart.title, chart.unit, chart.help, [])
+    out = ChartOut(chart.id, chart.title, chart.unit, chart.help, [], empty=chart.empty)
     band: Band | None = None
     for spec in chart.series:
         match = sel.match(spec.workload or panel.id)

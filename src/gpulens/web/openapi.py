@@ -85,6 +85,7 @@ PANEL_OUT = {
                 "properties": {
                     "id": {"type": "string"}, "title": {"type": "string"}, "unit": {"type": "string"}, "help": {"type": "string"},
                     "series": {"type": "array", "items": SERIES_OUT},
+                    "empty": {"type": "string", "description": "What to say when the chart has nothing to draw."},
                     "band": {
                         "type": "object", "nullable": True,
                         "description": "The learned baseline's normal range, drawn behind the series.",
@@ -104,6 +105,8 @@ def _get(summary: str, params: list[dict[str, Any]], schema: dict[str, Any], *, 
         "401": {"description": "The dashboard has a token and the request did not carry it",
                 "content": {"application/json": {"schema": ERROR}}},
     }
+    responses["503"] = {"description": "The source (a Prometheus server) cannot be reached",
+                        "content": {"application/json": {"schema": ERROR}}}
     if can_404:
         responses["404"] = {"description": "No such panel", "content": {"application/json": {"schema": ERROR}}}
     return {"get": {"summary": summary, "parameters": params, "responses": responses}}

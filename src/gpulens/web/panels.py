@@ -39,6 +39,8 @@ class SeriesSpec:
     quantile: float | None = None  # for kind == "quantile"
     match: tuple[tuple[str, str], ...] = ()  # fixed label matchers, e.g. (("status", "timeout"),)
     workload: Workload | None = None  # overrides the chart's workload for selection (e.g. GPU capacity)
+    # For events_per_second over Prometheus (which sees no single events): the counter to take the rate of.
+    counter: str | None = None
 
     @property
     def match_dict(self) -> dict[str, str]:
@@ -52,6 +54,7 @@ class ChartSpec:
     unit: Unit
     series: tuple[SeriesSpec, ...]
     help: str = ""
+    empty: str = "No data for this chart in this range."  # shown when the chart has nothing to draw
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,7 @@ INFERENCE = PanelSpec(
             "infer_rps",
             "Requests per second",
             "per_second",
-            (SeriesSpec(wn.INFER_LATENCY_SECONDS, "completed", "events_per_second"),),
+            (SeriesSpec(wn.INFER_LATENCY_SECONDS, "completed", "events_per_second", counter=wn.INFER_REQUESTS_TOTAL),),
             "Requests that ended per second.",
         ),
         ChartSpec(
@@ -208,6 +211,7 @@ INFERENCE = PanelSpec(
                 SeriesSpec(wn.INFER_REQUESTS_TOTAL, "timeouts", "rate", match=(("status", "timeout"),)),
                 SeriesSpec(wn.INFER_REQUESTS_TOTAL, "rejected", "rate", match=(("status", "rejected"),)),
             ),
+            empty="No errors, timeouts or rejected requests in this range.",
         ),
         ChartSpec(
             "infer_memory",
@@ -309,6 +313,7 @@ GPU = PanelSpec(
                 SeriesSpec("gpu_ecc_corrected_volatile_total", "ECC corrected"),
                 SeriesSpec("gpu_remapped_rows_pending", "row remap pending"),
             ),
+            empty="No XID or ECC errors recorded in this range.",
         ),
     ),
     stats=(

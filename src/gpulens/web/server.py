@@ -88,6 +88,9 @@ def serve(
     out = out or sys.stdout
     plan = plan_listen(host, port, token)
     app = create_app(store_path=store_path, prometheus_url=prometheus_url, token=plan.token, allowed_hosts=plan.allowed_hosts)
+    check = getattr(app.state.reader, "check", None)
+    if check is not None:
+        check()  # an unreachable Prometheus is one sentence now, not an error on every panel later
     sock = bind(plan.host, plan.port)
     actual_port = sock.getsockname()[1]
     url = plan.url(actual_port)

@@ -156,7 +156,7 @@ function renderPanel(section, panel, win) {
     const has = c.series.some((s) => s.t.length > 0);
     if (!has) {
       box.dataset.points = "0";
-      box.appendChild(el("p", { class: "nodata" }, "No data for this chart in this range."));
+      box.appendChild(el("p", { class: "nodata" }, c.empty || "No data for this chart in this range."));
       continue;
     }
     const plotBox = el("div", { class: "plot" });

@@ -1,0 +1,45 @@
+"""`gpulens export ...`: files for the tools a fleet already runs. Other features add their own
+subcommands to `export_app` (e.g. `@export_app.command("rules")`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import console
+
+export_app = typer.Typer(
+    name="export",
+    help="Write files for the tools a fleet already runs: a Grafana dashboard, ...",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+
+
+@export_app.command("grafana")
+def grafana(
+    out: Path = typer.Option(Path("gpulens-grafana.json"), "--out", "-o", help="Where to write the dashboard JSON; '-' prints it."),
+    title: str = typer.Option("gpulens: training | inference | GPU health", "--title", help="The dashboard's title in Grafana."),
+    uid: str = typer.Option("gpulens-overview", "--uid", help="The dashboard's uid (keep it to overwrite on re-import)."),
+) -> None:
+    """Write a Grafana dashboard with the Training, Inference and GPU health panels.
+
+    It queries the metric names `gpulens agent` exports (scraped by Prometheus), with GPU, host, job
+    and service pickers. In Grafana: Dashboards → New → Import → upload the file → pick your
+    Prometheus data source.
+
+    * `gpulens export grafana --out gpulens.json`
+    * `gpulens export grafana --out - | curl -XPOST -H 'Content-Type: application/json' ...`
+    """
+    from gpulens.export.grafana import write_grafana_dashboard
+
+    text = write_grafana_dashboard(None if str(out) == "-" else out, title=title, uid=uid)
+    if str(out) == "-":
+        typer.echo(text)
+    else:
+        console.print(f"wrote {out}: import it in Grafana (Dashboards → New → Import) and pick the Prometheus data source.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(export_app, name="export")

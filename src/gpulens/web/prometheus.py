@@ -1,0 +1,176 @@
+"""A Reader over a Prometheus server's HTTP API: the dashboard for a fleet of `gpulens agent`s.
+
+The panels ask the same questions as over a local store; the answers are PromQL (gpulens.web.promql).
+What Prometheus cannot know is said, not invented: it keeps no events (XIDs, cold starts) and no
+per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
+from gpulens.web.promql import selector
+from gpulens.web.readers import QUANTILE_OF_AGG, AlertRow, Band, EventRow, Line
+
+SELECTION_LABELS = ("gpu", "job", "service", "host")
+TIMEOUT_SECONDS = 10.0
+
+
+class PrometheusUnavailableError(GpulensError):
+    """The Prometheus server cannot be reached or refused a query."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(1, int(math.ceil(seconds * 1000)))}ms"
+
+
+class PrometheusReader:
+    kind = "prometheus"
+    supports_events = False
+
+    def __init__(self, url: str, *, timeout_seconds: float = TIMEOUT_SECONDS):
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise BadInputError(f"Cannot read the Prometheus URL {url!r}.", hint="Write it as http://HOST:9090.")
+        self.url = url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+        self.description = f"Prometheus {self.url}"
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------ HTTP
+    def _get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        url = f"{self.url}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params, doseq=True)
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_seconds) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            try:
+                msg = json.loads(e.read()).get("error", "")
+            except Exception:
+                msg = ""
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.url} refused a query ({e.code}{': ' + msg if msg else ''}).",
+                hint="Check the server's version (2.x or newer) and its logs.",
+            ) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise PrometheusUnavailableError(
+                f"Cannot reach Prometheus at {self.url}: {getattr(e, 'reason', e)}.",
+                hint="Check the --prometheus URL and that the server is up.",
+            ) from None
+        if body.get("status") != "success":
+            raise PrometheusUnavailableError(f"Prometheus at {self.url} answered an error: {body.get('error')}.", hint="Check its logs.")
+        return body["data"]
+
+    def check(self) -> None:
+        """Fail early, with one sentence, when the server is not there."""
+        self._get("/api/v1/status/buildinfo")
+
+    def _range(self, expr: str, start: float, end: float, points: int) -> list[dict[str, Any]]:
+        step = max((end - start) / max(points, 1), 0.001)
+        data = self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"})
+        return data.get("result", [])
+
+    def _instant(self, expr: str, t: float) -> list[dict[str, Any]]:
+        return self._get("/api/v1/query", {"query": expr, "time": f"{t:.3f}"}).get("result", [])
+
+    @staticmethod
+    def _lines(result: list[dict[str, Any]]) -> list[Line]:
+        out = []
+        for r in result:
+            labels = {k: v for k, v in r.get("metric", {}).items() if k != "__name__"}
+            t = [float(p[0]) for p in r.get("values", [])]
+            v = [float(p[1]) for p in r.get("values", [])]
+            out.append(Line(labels, t, [x if math.isfinite(x) else None for x in v]))
+        return out
+
+    # ------------------------------------------------------------ Reader
+    def data_range(self) -> tuple[float, float] | None:
+        return None  # Prometheus does not say cheaply; the window ends now
+
+    def label_values(self) -> dict[str, list[str]]:
+        out = {}
+        for name in SELECTION_LABELS:
+            vals = self._get(f"/api/v1/label/{name}/values")
+            out[name] = sorted(vals or [], key=lambda s: (len(s), s))
+        return out
+
+    def has_data(self, metric: str, match: Mapping[str, str], start: float, end: float) -> bool:
+        return bool(self._instant(f"count_over_time({selector(metric, match)}[{_duration(end - start)}])", end))
+
+    def line(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
+        return self._lines(self._range(selector(metric, match), start, end, points))
+
+    def quantile(self, metric: str, match: Mapping[str, str], q: float, start: float, end: float, points: int) -> list[Line]:
+        # Buckets a quarter as many as points, like the store reader's percentiles.
+        n = max(1, points // 4)
+        window = _duration((end - start) / n)
+        return self._lines(self._range(f"quantile_over_time({q}, {selector(metric, match)}[{window}])", start, end, n))
+
+    def rate(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
+        window = _duration(max((end - start) / max(points, 1) * 4, 60.0))
+        return self._lines(self._range(f"rate({selector(metric, match)}[{window}])", start, end, points))
+
+    def events_per_second(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
+        # Prometheus sees no single events: `metric` is the counter of them (SeriesSpec.counter).
+        window = _duration(max((end - start) / max(points, 1) * 4, 60.0))
+        return self._lines(self._range(f"sum(rate({selector(metric, match)}[{window}]))", start, end, points))
+
+    def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
+        sel = f"{selector(metric, match)}[{_duration(end - start)}]"
+        if agg in QUANTILE_OF_AGG:
+            # Every raw sample in the window, merged across series: percentiles are never averaged.
+            vals = [float(v[1]) for r in self._instant(sel, end) for v in r.get("values", [])]
+            return float(np.percentile(vals, QUANTILE_OF_AGG[agg] * 100)) if vals else None
+        expr = {
+            "count": f"sum(count_over_time({sel}))",
+            "sum": f"sum(sum_over_time({sel}))",
+            "max": f"max(max_over_time({sel}))",
+            "min": f"min(min_over_time({sel}))",
+            "mean": f"sum(sum_over_time({sel})) / sum(count_over_time({sel}))",
+        }.get(agg)
+        if expr is None:
+            raise ValueError(f"unknown aggregate {agg!r}")
+        res = self._instant(expr, end)
+        if not res:
+            return 0.0 if agg == "count" else None
+        v = float(res[0]["value"][1])
+        return v if math.isfinite(v) else None
+
+    def events(self, kinds: tuple[str, ...], start: float, end: float, match: Mapping[str, str]) -> list[EventRow]:
+        return []
+
+    def alerts(self, start: float, end: float) -> list[AlertRow]:
+        """The alerts Prometheus holds now (pending or firing), from the rules gpulens exported."""
+        from datetime import datetime
+
+        rows = []
+        for a in self._get("/api/v1/alerts").get("alerts", []):
+            labels = a.get("labels", {})
+            try:
+                t = datetime.fromisoformat(a.get("activeAt", "").replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                t = end
+            if t > end:
+                continue
+            ann = a.get("annotations", {})
+            rows.append(AlertRow(t, labels.get("alertname", "alert"), a.get("state", "firing"), labels.get("severity", "warning"),
+                                 ann.get("summary", ""), labels))
+        return rows
+
+    def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None:
+        return None

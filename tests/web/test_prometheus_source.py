@@ -1,0 +1,191 @@
+"""The dashboard over a real Prometheus server holding the replayed H200 session (backfilled with
+`promtool tsdb create-blocks-from openmetrics`), and the Grafana export's queries run against it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpulens.export.grafana import grafana_dashboard
+from gpulens.web.panels import metrics_used
+from gpulens.workload import names as wn
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("starlette")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _which(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        pytest.skip(f"{binary} is not installed (apt-get install prometheus)")
+    return path
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def write_openmetrics(db: Path, out: Path, metrics: list[str]) -> None:
+    """The store's samples of `metrics` as OpenMetrics text with timestamps (plain SQL, not gpulens)."""
+    lines = []
+    with sqlite3.connect(db) as conn:
+        for sid, name, labels_json in conn.execute("SELECT id, name, labels FROM series ORDER BY name, id"):
+            if name not in metrics:
+                continue
+            labels = ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(json.loads(labels_json).items()))
+            last = None
+            for t, v in conn.execute("SELECT t, value FROM samples WHERE series_id = ? ORDER BY t", (sid,)):
+                if last is not None and round(t, 3) <= last:
+                    continue  # OpenMetrics wants strictly increasing timestamps (ms resolution)
+                last = round(t, 3)
+                lines.append(f"{name}{{{labels}}} {v!r} {last:.3f}")
+    lines.append("# EOF")
+    out.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def prometheus(replayed_store, tmp_path_factory):
+    prom, promtool = _which("prometheus"), _which("promtool")
+    work = tmp_path_factory.mktemp("prom")
+    om = work / "h200.om"
+    write_openmetrics(replayed_store, om, metrics_used())
+    data = work / "data"
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)], check=True, capture_output=True, timeout=120)
+    cfg = work / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 15s\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [prom, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
+         "--storage.tsdb.retention.time=3650d"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"prometheus did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def client(prometheus):
+    from starlette.testclient import TestClient
+
+    from gpulens.web import create_app
+
+    with TestClient(create_app(prometheus_url=prometheus)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def window(replayed_store) -> str:
+    with sqlite3.connect(replayed_store) as conn:
+        lo, hi = conn.execute("SELECT min(t), max(t) FROM samples").fetchone()
+    return f"start={lo - 1:.3f}&end={hi + 1:.3f}"
+
+
+def store_values(db: Path, metric: str) -> np.ndarray:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT s.value FROM samples s JOIN series x ON x.id = s.series_id WHERE x.name = ?", (metric,)).fetchall()
+    return np.array([r[0] for r in rows])
+
+
+def one_per_ms(db: Path, metric: str) -> np.ndarray:
+    """The samples Prometheus can hold: one per series per millisecond (requests of one batch end together)."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT s.series_id, s.t, s.value FROM samples s JOIN series x ON x.id = s.series_id WHERE x.name = ? ORDER BY s.series_id, s.t",
+            (metric,),
+        ).fetchall()
+    seen, out = set(), []
+    for sid, t, v in rows:
+        if (sid, round(t, 3)) not in seen:
+            seen.add((sid, round(t, 3)))
+            out.append(v)
+    return np.array(out)
+
+
+def stat(panel: dict, sid: str):
+    return next(s for s in panel["stats"] if s["id"] == sid)["value"]
+
+
+def test_panels_over_prometheus_show_the_stores_numbers(client, window, replayed_store):
+    gpu = client.get(f"/api/panel/gpu?{window}").json()
+    assert gpu["has_data"]
+    assert stat(gpu, "temperature_max") == store_values(replayed_store, "gpu_temperature_celsius").max()
+    assert stat(gpu, "power_max") == pytest.approx(store_values(replayed_store, "gpu_power_watts").max())
+    assert stat(gpu, "xid_events") is None  # Prometheus keeps no events: unknown, not zero
+    power = next(c for c in gpu["charts"] if c["id"] == "gpu_power")
+    assert len(power["series"][0]["t"]) > 50
+
+    train = client.get(f"/api/panel/training?{window}").json()
+    steps = store_values(replayed_store, wn.TRAIN_STEP_SECONDS)
+    assert stat(train, "steps") == len(steps)
+    assert stat(train, "step_p95") == pytest.approx(np.percentile(steps, 95))
+
+    infer = client.get(f"/api/panel/inference?{window}&points=200").json()
+    assert stat(infer, "latency_p99") == pytest.approx(np.percentile(one_per_ms(replayed_store, wn.INFER_LATENCY_SECONDS), 99))
+    rps = next(c for c in infer["charts"] if c["id"] == "infer_rps")
+    assert rps["series"] and max(v for v in rps["series"][0]["v"] if v is not None) > 0
+
+
+def test_meta_and_findings_over_prometheus(client, window):
+    meta = client.get(f"/api/meta?{window}").json()
+    assert meta["source"] == "prometheus" and meta["selections"]["gpu"] == ["0"]
+    f = client.get(f"/api/findings?{window}").json()
+    assert f["available"] is False and "gpulens diagnose" in f["note"]
+
+
+def test_unreachable_prometheus_is_a_503_with_a_sentence():
+    from starlette.testclient import TestClient
+
+    from gpulens.web import create_app
+
+    with TestClient(create_app(prometheus_url=f"http://127.0.0.1:{free_port()}")) as c:
+        r = c.get("/api/panel/gpu")
+        assert r.status_code == 503 and "Cannot reach Prometheus" in r.json()["error"]
+
+
+def test_every_grafana_query_runs_on_prometheus(prometheus, window):
+    dash = grafana_dashboard()
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 40
+    params = dict(urllib.parse.parse_qsl(window))
+    answered = 0
+    for expr in exprs:
+        concrete = re.sub(r"\$__rate_interval", "1m", expr).replace("$__range", "10m")
+        concrete = re.sub(r"\$(host|gpu|job|service)\b", ".*", concrete)
+        q = urllib.parse.urlencode({"query": concrete, "start": params["start"], "end": params["end"], "step": "5"})
+        with urllib.request.urlopen(f"{prometheus}/api/v1/query_range?{q}", timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", concrete
+        answered += bool(body["data"]["result"])
+    # Most panels' queries find the replayed data (a few series, e.g. MFU or ECC, were never recorded).
+    assert answered >= len(exprs) // 2, answered
