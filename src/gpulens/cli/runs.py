@@ -105,7 +105,7 @@ def runs_show_command(
     console.print(f"[bold]{r.label}[/]  {_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}")
     for title, d in (("config", r.config), ("summary", r.summary)):
         console.print(f"[bold]{title}[/]: " + json.dumps(d, default=str), highlight=False, soft_wrap=True)
-    console.print(f"[bold]samples[/]: " + ", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none")
+    console.print("[bold]samples[/]: " + (", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none"))
     if changes:
         console.print(f"[bold]changed since run #{changes[0].previous_run_id}[/]:")
         for c in changes:
