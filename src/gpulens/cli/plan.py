@@ -308,13 +308,13 @@ def register(app: typer.Typer) -> None:
             _emit_json([g.to_dict() for g in rows])
             return
         t = Table(header_style="bold", box=None, padding=(0, 2))
-        for c in ("GPU", "memory", "bandwidth", "BF16", "FP8", "INT8", "interconnect", "TDP", "price/h"):
-            t.add_column(c, justify="left" if c in ("GPU", "interconnect") else "right")
+        for c in ("GPU", "GiB", "GB/s", "BF16", "FP8", "INT8", "interconnect", "TDP W", "price/h"):
+            t.add_column(c, justify="left" if c in ("GPU", "interconnect") else "right", no_wrap=True)
         for g in rows:
-            t.add_row(g.name + (" (yours)" if g.user_defined else ""), _gib(g.memory_bytes),
-                      f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f} GB/s", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
+            t.add_row(g.name + (" (yours)" if g.user_defined else ""), f"{g.memory_bytes / (1 << 30):.0f}",
+                      f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f}", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
                       _tf(g.fp8_dense_flops), _tf(g.int8_dense_ops), g.interconnect or "–",
-                      f"{g.tdp_watts:.0f} W" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
+                      f"{g.tdp_watts:.0f}" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
         console.print(t)
         console.print(f"[dim]Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
                       f"Your cards and prices: {config_path()}[/]")
@@ -331,7 +331,7 @@ def register(app: typer.Typer) -> None:
             return
         t = Table(header_style="bold", box=None, padding=(0, 2))
         for c in ("preset", "family", "params", "layers", "hidden", "heads / kv", "vocab"):
-            t.add_column(c, justify="left" if c in ("preset", "family") else "right")
+            t.add_column(c, justify="left" if c in ("preset", "family") else "right", no_wrap=c == "preset")
         for s in specs:
             t.add_row(s.name, s.family, format_count(s.params) + (f" ({format_count(s.active_params)} active)" if s.is_moe else ""),
                       str(s.num_layers), str(s.hidden_size), f"{s.num_heads} / {s.num_kv_heads}", f"{s.vocab_size:,}")

@@ -172,8 +172,8 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     concurrency = int(max(0.0, kv_pool) // (kv_tok * seq_tokens)) if kv_tok else 0
     fits = kv_pool > 0 and concurrency >= b
     notes.append(f"the KV pool holds {concurrency} sequences of {setup.context_tokens} tokens")
-    est = MemoryEstimate(peak, breakdown, "preallocated at start", peak, cuda_context_bytes, capacity_bytes, fits,
-                         {"preallocated at start": peak}, notes)
+    est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
+                         {"start (preallocated)": peak}, notes)
     return est
 
 
