@@ -226,7 +226,23 @@ class _Parser:
         node = self.binary(0)
         if self.tok.kind != "end":
             raise self.fail(f"unexpected {self.tok.text!r}")
+        self._no_bare_ranges(node)
         return node
+
+    def _no_bare_ranges(self, node: Node) -> None:
+        """A range (m[5m]) is only an argument of a function; elsewhere it has no single value."""
+        if isinstance(node, Selector):
+            if node.range_seconds is not None:
+                raise ExprError(f"the range {node.name}[...] needs a function around it, e.g. avg_over_time({node.name}[5m])", 1)
+        elif isinstance(node, Call):
+            for arg in node.args:
+                if not isinstance(arg, Selector):  # a function's own range argument was checked in _check_call
+                    self._no_bare_ranges(arg)
+        elif isinstance(node, Aggregate | Neg):
+            self._no_bare_ranges(node.expr)
+        elif isinstance(node, Binary):
+            self._no_bare_ranges(node.left)
+            self._no_bare_ranges(node.right)
 
     def binary(self, level: int) -> Node:
         if level == len(_PRECEDENCE):
