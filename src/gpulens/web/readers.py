@@ -22,6 +22,8 @@ StatAggName = str  # "count" | "mean" | "max" | "min" | "p50" | "p95" | "p99" | 
 QUANTILE_OF_AGG = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 # A quantile needs this many samples per time bucket to mean something.
 SAMPLES_PER_QUANTILE_BUCKET = 10
+# Above this window length, sums and extremes read the 1-minute roll-up (exact: it keeps n, sum, min, max).
+LONG_WINDOW_SECONDS = 2 * 3600
 
 
 @dataclass
@@ -139,6 +141,12 @@ class StoreReader:
             self._store.close()
             self._store = None
 
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------ series lookup
     def _series(self, metric: str, match: Mapping[str, str]) -> list[tuple[int, dict[str, str]]]:
         with self.store.lock:
@@ -215,23 +223,52 @@ class StoreReader:
         return [Line({}, mids.tolist(), [len(g) / width for g in groups])]
 
     # ------------------------------------------------------------ numbers
+    def _sql_summary(self, ids: list[int], start: float, end: float) -> tuple[int, float, float | None, float | None]:
+        """count, sum, min, max of the samples in [start, end], in SQLite. A long window reads its full
+        minutes from the 1-minute roll-up and only its two partial edges from raw samples."""
+        marks = ",".join("?" * len(ids))
+        parts = []
+        with self.store.lock:
+            conn = self.store.connection
+            if end - start > LONG_WINDOW_SECONDS:
+                a, b = math.ceil(start / 60) * 60, math.floor(end / 60) * 60
+                parts.append(conn.execute(
+                    f"SELECT sum(n), sum(vsum), min(vmin), max(vmax) FROM rollup_1m WHERE series_id IN ({marks}) AND bucket >= ? AND bucket < ?",
+                    (*ids, a, b),
+                ).fetchone())
+                # Two range scans, not one OR (which SQLite cannot serve from the (series_id, t) index).
+                for lo, hi, op in ((start, a, "<"), (b, end, "<=")):
+                    parts.append(conn.execute(
+                        f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) "
+                        f"AND t >= ? AND t {op} ?",
+                        (*ids, lo, hi),
+                    ).fetchone())
+            else:
+                parts.append(conn.execute(
+                    f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ?",
+                    (*ids, start, end),
+                ).fetchone())
+        n = sum(p[0] or 0 for p in parts)
+        total = sum(p[1] or 0.0 for p in parts)
+        mins = [p[2] for p in parts if p[2] is not None]
+        maxs = [p[3] for p in parts if p[3] is not None]
+        return n, total, (min(mins) if mins else None), (max(maxs) if maxs else None)
+
     def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
-        t, v = self._raw(metric, match, start, end)
-        if len(v) == 0:
-            return None if agg != "count" else 0.0
-        if agg == "count":
-            return float(len(v))
-        if agg == "sum":
-            return float(v.sum())
-        if agg == "mean":
-            return float(v.mean())
-        if agg == "max":
-            return float(v.max())
-        if agg == "min":
-            return float(v.min())
         if agg in QUANTILE_OF_AGG:
-            return float(np.percentile(v, QUANTILE_OF_AGG[agg] * 100))
-        raise ValueError(f"unknown aggregate {agg!r}")
+            _, v = self._raw(metric, match, start, end)
+            return float(np.percentile(v, QUANTILE_OF_AGG[agg] * 100)) if len(v) else None
+        if agg not in ("count", "sum", "mean", "max", "min"):
+            raise ValueError(f"unknown aggregate {agg!r}")
+        ids = [sid for sid, _ in self._series(metric, match)]
+        if not ids:
+            return 0.0 if agg == "count" else None
+        n, total, lo, hi = self._sql_summary(ids, start, end)
+        if agg == "count":
+            return float(n)
+        if n == 0:
+            return None
+        return {"sum": total, "mean": total / n, "max": hi, "min": lo}[agg]
 
     def events(self, kinds: tuple[str, ...], start: float, end: float, match: Mapping[str, str]) -> list[EventRow]:
         out = []
