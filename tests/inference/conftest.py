@@ -35,13 +35,21 @@ def start_server(script: Path, *args: str, timeout: float = 15.0) -> tuple[subpr
     raise RuntimeError("test server did not start")
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 @pytest.fixture(scope="session")
 def test_server() -> str:
     """Base URL of the asyncio behaviour server in servers.py: streaming, errors, hangs."""
     proc, port = start_server(HERE / "servers.py", "aiohttp")
     yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=5)
+    _stop(proc)
 
 
 @pytest.fixture(scope="session")
@@ -49,5 +57,4 @@ def timed_server() -> str:
     """Base URL of the threaded server in servers.py: /fixed/KEY?ms=&at=&dur= and /capacity/KEY?ms=."""
     proc, port = start_server(HERE / "servers.py", "threaded")
     yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=5)
+    _stop(proc)

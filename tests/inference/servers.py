@@ -137,4 +137,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "threaded":
         _TimedServer(("127.0.0.1", port), _Timed).serve_forever()
     else:
-        web.run_app(make_app(), host="127.0.0.1", port=port, access_log=None, print=None)
+        web.run_app(make_app(), host="127.0.0.1", port=port, access_log=None, print=None, shutdown_timeout=0.5)

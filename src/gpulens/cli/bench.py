@@ -134,14 +134,20 @@ def serve(
         n = write_csv(load, csv_path)
         console_err.print(f"[dim]wrote {n} requests to {csv_path}[/]")
     run_id = None if no_store else _save(store, spec, load, slo)
-    if out_json:
-        sys.stdout.write(json.dumps({**load.summary.to_dict(), "run_id": run_id}, indent=2, default=str) + "\n")
-    else:
-        _render_summary(load.summary, run_id)
     s = load.summary
+    if out_json:
+        sys.stdout.write(json.dumps({**s.to_dict(), "run_id": run_id}, indent=2, default=str) + "\n")
+        for w in s.warnings:
+            console_err.print(f"[yellow]warning:[/] {w}", highlight=False)
+    else:
+        _render_summary(s, run_id)
     if s.requests["total"] and s.requests["ok"] == 0:
+        if s.requests["timeout"] == s.requests["total"]:
+            hint = "The server accepts connections but does not answer: check that it is not stuck, or raise --timeout."
+        else:
+            hint = "Check the URL, method and body against the server's API."
         raise _AllFailed(f"Every request to {url} failed: {s.first_error or 'no response'}.",
-                         hint="Check the URL, method and body against the server's API; the results above are kept.")
+                         hint=hint + " The results above are kept (CSV and store).")
 
 
 class _AllFailed(GpulensError):

@@ -60,7 +60,8 @@ class InferenceMiddleware:
             kind = message["type"]
             if kind == "http.response.start":
                 code = int(message["status"])  # not a queue exit: a buffered answer starts when it is done
-            elif kind == "http.response.body" and message.get("body") and (message.get("more_body") or chunks):
+            elif (kind == "http.response.body" and message.get("body") and (message.get("more_body") or chunks)
+                  and message["body"].strip() != b"data: [DONE]"):  # OpenAI's end-of-stream marker is no token
                 now = clock()  # a chunk of a streamed body: a token (or a few) reached the client
                 if first_chunk is None:
                     first_chunk = now

@@ -1,0 +1,110 @@
+"""SLO expressions, `gpulens bench serve` end to end (JSON, CSV, the stored run) and its bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from gpulens.bench.serve import parse_slo
+from gpulens.cli.main import main
+from gpulens.errors import BadInputError
+from gpulens.store import Store
+
+
+@pytest.mark.parametrize(("text", "metric", "stat", "bound"), [
+    ("p99_latency<=500ms", "latency", "p99", 0.5),
+    ("p95_ttft <= 200ms", "ttft", "p95", 0.2),
+    ("p99.9_latency<2s", "latency", "p99_9", 2.0),
+    ("mean_tpot<=50ms", "tpot", "mean", 0.05),
+    ("max_itl<=250us", "itl", "max", 250e-6),
+    ("latency<=1", "latency", "p99", 1.0),
+    ("error_rate<=1%", "error_rate", None, 0.01),
+])
+def test_slo_parser(text, metric, stat, bound):
+    s = parse_slo(text)
+    assert (s.metric, s.stat) == (metric, stat)
+    assert s.bound == pytest.approx(bound)
+    assert s.holds(bound * 0.99) and not s.holds(bound * 1.01)
+
+
+@pytest.mark.parametrize("text", ["p99_latency>=500ms", "p99_lat<=1s", "p42x_latency<=1s", "p99_latency<=",
+                                  "p99_latency<=500%", "p99_error_rate<=1%", "error_rate<=150%", "p99_latency<=0ms", ""])
+def test_malformed_slo_is_one_clear_sentence(text):
+    with pytest.raises(BadInputError) as e:
+        parse_slo(text)
+    assert "SLO" in str(e.value) or "error-rate" in str(e.value) or "bound" in str(e.value)
+
+
+def test_bench_serve_json_csv_and_stored_run(test_server, tmp_path, capsys):
+    db, out = tmp_path / "g.db", tmp_path / "req.csv"
+    url = f"{test_server}/v1/completions?ttft_ms=30&itl_ms=5"
+    rc = main(["bench", "serve", "--url", url, "--rate", "20", "--duration", "1s", "--max-tokens", "8",
+               "--slo", "p99_ttft<=200ms", "--format", "json", "--csv", str(out), "--store", str(db)])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    for key in ("latency", "ttft", "itl", "tpot"):
+        assert set(report[key]) >= {"p50", "p90", "p95", "p99", "p99_9", "mean", "max"}
+    assert report["requests"]["ok"] == 20 and report["achieved_rate"] > 0
+    assert set(report["send_lag"]) >= {"p50", "p99", "max"}
+    assert report["slo_met"] is True and report["goodput"] > 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 20 and rows[0]["status"] == "ok" and float(rows[0]["ttft_s"]) > 0.025
+    from gpulens.runs import get_run
+
+    with Store(db) as s:
+        run = get_run(s, report["run_id"])
+    assert run.kind == "bench-serve" and len(run.samples["latency_seconds"]) == 20
+    assert run.summary["requests"]["ok"] == 20
+
+
+def test_sweep_json(timed_server, capsys, tmp_path):
+    rc = main(["bench", "serve", "--url", f"{timed_server}/capacity/cli?ms=50", "--sweep", "--rate", "10",
+               "--slo", "p99_latency<=300ms", "--duration", "1s", "--tolerance", "0.25", "--format", "json",
+               "--store", str(tmp_path / "g.db")])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["best"] is not None and 10 <= report["best"] <= 25  # capacity 20 req/s
+    assert all({"value", "passed", "goodput", "latency"} <= set(p) for p in report["probes"])
+
+
+def test_bad_input_is_one_sentence_and_exit_code(test_server, capsys, tmp_path):
+    from conftest import _free_port
+
+    db = str(tmp_path / "g.db")
+    cases = [
+        (["--url", f"http://127.0.0.1:{_free_port()}/", "--rate", "5"], 3, "Cannot reach"),
+        (["--url", f"{test_server}/", "--rate", "0"], 2, "rate must be above zero"),
+        (["--url", f"{test_server}/", "--sweep", "--slo", "p99_latency=>1s"], 2, "Cannot read the SLO"),
+        (["--url", f"{test_server}/", "--sweep"], 2, "needs at least one --slo"),
+        (["--url", f"{test_server}/", "--rate", "5", "--concurrency", "2"], 2, "not both"),
+        (["--url", "localhost:8000", "--rate", "5"], 2, "Cannot use the URL"),
+        (["--url", f"{test_server}/", "--rate", "5", "--duration", "soon"], 2, "Cannot read --duration"),
+    ]
+    for args, code, text in cases:
+        assert main(["bench", "serve", *args, "--store", db]) == code, args
+        err = capsys.readouterr().err
+        assert text in err.replace("\n", " ") and "Traceback" not in err
+
+
+def test_error_and_hanging_servers_keep_partial_results(test_server, capsys, tmp_path):
+    db, out = tmp_path / "g.db", tmp_path / "r.csv"
+    rc = main(["bench", "serve", "--url", f"{test_server}/error", "--rate", "10", "--duration", "1s",
+               "--store", str(db), "--csv", str(out), "--format", "json"])
+    captured = capsys.readouterr()
+    assert rc == 3 and "HTTP 500" in captured.err and "model crashed" in captured.err
+    assert json.loads(captured.out)["requests"]["error"] == 10
+    assert len(list(csv.DictReader(out.open()))) == 10
+    # a server that never answers: the run ends at duration + timeout, every request a timeout
+    rc = main(["bench", "serve", "--url", f"{test_server}/hang", "--rate", "4", "--duration", "1s",
+               "--timeout", "500ms", "--store", str(db), "--format", "json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert rc == 3 and report["requests"]["timeout"] == 4
+    assert report["latency"]["p50"] >= 0.5 and report["duration_seconds"] < 3
+    assert "timed out" in captured.err
+    # rejected (429) is counted apart from errors
+    rc = main(["bench", "serve", "--url", f"{test_server}/reject", "--rate", "10", "--duration", "500ms",
+               "--store", str(db), "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["requests"]["rejected"] == 5
