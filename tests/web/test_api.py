@@ -156,3 +156,16 @@ def test_openapi_describes_every_route(client):
     spec = client.get("/api/openapi.json").json()
     assert spec["openapi"].startswith("3.")
     assert {"/api/meta", "/api/panel/{panel}", "/api/series", "/api/findings", "/api/alerts", "/api/events"} <= set(spec["paths"])
+
+
+def test_alerts_from_the_alert_engine_are_listed(tmp_path):
+    db = tmp_path / "alerts.db"
+    with Store(db) as s:
+        s.write("gpu_temperature_celsius", {"gpu": "0", "host": "h"}, 1000.0, 90.0)
+        # What gpulens.alerts' engine records on each transition.
+        s.event("alert", 1001.0, {"gpu": "0", "host": "h"}, {"rule": "GpuHot", "state": "firing", "severity": "critical",
+                                                             "value": 90.0, "summary": "GPU 0 is at 90 °C", "silenced": False})
+    with TestClient(create_app(store_path=db)) as c:
+        alerts = c.get("/api/alerts?start=900&end=1100").json()["alerts"]
+    assert alerts == [{"t": 1001.0, "name": "GpuHot", "state": "firing", "severity": "critical",
+                       "summary": "GPU 0 is at 90 °C", "labels": {"gpu": "0", "host": "h"}}]
