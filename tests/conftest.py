@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
 from gpulens.data import bundled_colocation_trace, bundled_trace
 from gpulens.store import Store
+from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for older tests)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -75,21 +73,7 @@ def replayed_store(tmp_path_factory) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def port() -> int:
     return free_port()
 
-
-def which_or_skip(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is not installed; .ci/run should install it")
-        pytest.skip(f"{binary} is not installed (run .ci/run or apt-get install it)")
-    return path

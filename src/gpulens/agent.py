@@ -18,6 +18,26 @@ from gpulens.store import Store
 log = logging.getLogger(__name__)
 
 
+class ColocationWatch:
+    """Every few seconds, marks GPUs shared by a training job and a serving process (an Evaluator)."""
+
+    def __init__(self, store: Store, every_seconds: float = 5.0):
+        self.store = store
+        self.every_seconds = every_seconds
+        self._last: float | None = None
+
+    def evaluate(self, now: float) -> None:
+        if self._last is not None and now - self._last < self.every_seconds:
+            return
+        self._last = now
+        from gpulens.diagnose.colocation import update_colocation_series
+
+        update_colocation_series(self.store, now)
+
+    def close(self) -> None:
+        pass
+
+
 class Evaluator(Protocol):
     """Something run after each flush with the current (sample) time, e.g. the alert runtime."""
 

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import which_or_skip
+from testlib import which_or_skip
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import free_port, which_or_skip
+from testlib import free_port, which_or_skip
 
 pytestmark = pytest.mark.slow
 

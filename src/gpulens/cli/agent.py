@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import threading
 import time
@@ -88,6 +89,10 @@ def agent_command(
     st = Store(store)
     readings = LatestReadings(host=__import__("socket").gethostname())
     agent = Agent(be, st, interval_seconds=interval_s, readings=readings)
+    if importlib.util.find_spec("gpulens.diagnose.colocation") is not None:
+        from gpulens.agent import ColocationWatch
+
+        agent.evaluators.append(ColocationWatch(st))  # before the alert rules, which read its series
     attach_alerts(agent, st, learn, rules, notify)
     server = None
     if addr:

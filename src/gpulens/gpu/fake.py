@@ -226,6 +226,7 @@ class FakeBackend:
             sm_occupancy_ratio=round(load * 0.3, 3),
             tensor_active_ratio=round(load * 0.5, 3),
             dram_active_ratio=round(load * 0.4, 3),
+            mig_mode=False,
             processes=list(self._processes[i]),
         )
         if self._pinned[i]:

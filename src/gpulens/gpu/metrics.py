@@ -52,6 +52,7 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
     GpuMetric("gpu_remapped_rows_uncorrectable", "remapped_rows_uncorrectable", "Rows remapped for uncorrectable errors.", dcgm_name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
     GpuMetric("gpu_remapped_rows_pending", "remapped_rows_pending", "1 when a row remapping waits for a GPU reset.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_PENDING"),
     GpuMetric("gpu_remapped_rows_failure", "remapped_rows_failure", "1 when a row remapping failed.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    GpuMetric("gpu_mig_mode", "mig_mode", "1 when MIG (multi-instance GPU) mode is enabled.", dcgm_name=None),
     GpuMetric("gpu_sm_active_ratio", "sm_active_ratio", "Fraction of time at least one warp was active on an SM (GPM).", dcgm_name="DCGM_FI_PROF_SM_ACTIVE"),
     GpuMetric("gpu_sm_occupancy_ratio", "sm_occupancy_ratio", "Resident warps over the maximum (GPM).", dcgm_name="DCGM_FI_PROF_SM_OCCUPANCY"),
     GpuMetric("gpu_tensor_active_ratio", "tensor_active_ratio", "Fraction of cycles a tensor pipe was active (GPM).", dcgm_name="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),

@@ -248,6 +248,8 @@ class NvmlBackend:
             remapped_rows_failure=bool(remap[3]) if remap else None,
             **ecc,
         )
+        mig = q(i, "mig_mode", pynvml.nvmlDeviceGetMigMode, h)
+        s.mig_mode = bool(mig[0]) if mig else None
         if self._want_processes:
             procs = q(i, "compute_processes", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
             if procs is not None:

@@ -104,6 +104,7 @@ class GpuSample:
     sm_occupancy_ratio: float | None = None
     tensor_active_ratio: float | None = None
     dram_active_ratio: float | None = None
+    mig_mode: bool | None = None  # MIG enabled (current mode)
     compute_process_count: int | None = None
     processes: list[GpuProcess] | None = None
     # field name -> NVML error name, for fields that failed on this sample (informational)

@@ -1,0 +1,33 @@
+"""Helpers for tests, importable from any test folder (`from testlib import free_port`).
+
+Test folders have their own conftest.py files, so `from conftest import …` would pick whichever
+conftest Python imported first; this module has a name of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_free_port = free_port  # older spelling used by some tests
+
+
+def which_or_skip(binary: str) -> str:
+    """Path of an installed program; skips the test (fails under CI) when it is missing."""
+    path = shutil.which(binary)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{binary} is not installed; .ci/run should install it")
+        pytest.skip(f"{binary} is not installed (run .ci/run or apt-get install it)")
+    return path
