@@ -97,3 +97,17 @@ def test_benchmark_runs_from_the_store_give_the_matmul_efficiency(tmp_path, stor
     (rep,) = calibrate(None, gpu_name=None, store_path=store.path, save=False)
     assert rep.gpu == "H100-SXM"
     assert rep.efficiency.compute_ratio == pytest.approx(4.0e14 / 989.5e12)
+
+
+def test_the_training_monitors_mfu_series_calibrates_the_matmul_efficiency(store):
+    from gpulens.workload.names import TRAIN_MFU_RATIO
+
+    for i, v in enumerate([0.41, 0.43, 0.42, 0.44, 0.40]):
+        store.write(TRAIN_MFU_RATIO, {"job": "pretrain"}, 1000.0 + i, v)
+    store.flush()
+    with pytest.raises(BadInputError, match="which GPU"):
+        calibrate(None, gpu_name=None, store_path=store.path, save=False)
+    (rep,) = calibrate(None, gpu_name="h100-sxm", store_path=store.path, save=False)
+    assert rep.efficiency.compute_ratio == pytest.approx(0.42)
+    with pytest.raises(BadInputError, match="no gpulens store"):
+        calibrate(None, gpu_name="h100", store_path=store.path.parent / "missing.db", save=False)

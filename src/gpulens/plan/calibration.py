@@ -63,6 +63,7 @@ class Measurement:
     prefill_s: float | None = None
     decode_token_s: float | None = None
     achieved_flops: float | None = None  # from benchmark runs: tokens/s x FLOPs per token
+    mfu_ratio: float | None = None  # from the training monitor: model FLOPs / bf16 dense peak
     label: str = ""
 
     def train_setup(self) -> TrainSetup:
@@ -127,11 +128,18 @@ def load_measurements(path: Path) -> list[Measurement]:
 
 
 def measurements_from_store(store_path: Path) -> list[Measurement]:
-    """gpulens's own training benchmarks (kind 'bench-train'): achieved FLOP/s per GPU."""
+    """What gpulens recorded in a store: `gpulens bench train` runs (measured tokens/s x FLOPs per
+    token = the achieved rate) and the training monitor's MFU series (median per job)."""
+    import statistics as st
+
     from gpulens.runs import list_runs
     from gpulens.store import Store
+    from gpulens.workload.names import TRAIN_MFU_RATIO
 
     out: list[Measurement] = []
+    dummy = ModelSpec("recorded", "llama", 64, 1, 1, 1, 64, 64, 64)  # these runs carry rates, not shapes
+    if not store_path.exists():
+        raise BadInputError(f"There is no gpulens store at {store_path}.", hint="Pass the --store of a recorded session.")
     with Store(store_path) as store:
         for run in list_runs(store, kind="bench-train"):
             s, c = run.summary, run.config
@@ -139,9 +147,15 @@ def measurements_from_store(store_path: Path) -> list[Measurement]:
             name = c.get("device_name") or s.get("device_name")
             if not (tps and fpt and name) or str(c.get("device", "")).startswith("cpu"):
                 continue
-            dummy = ModelSpec("bench", "llama", 64, 1, 1, 1, 64, 64, 64)
             out.append(Measurement(kind="train", model=dummy, gpu=name, precision=str(c.get("precision", "bf16")),
                                    achieved_flops=float(tps) * float(fpt), label=run.label))
+        for series in store.query(TRAIN_MFU_RATIO):
+            vals = [v for v in series.value if v and v > 0]
+            if len(vals) >= 3:
+                labels = series.key.labels
+                out.append(Measurement(kind="train", model=dummy, gpu=labels.get("gpu_model") or None,
+                                       mfu_ratio=float(st.median(vals)),
+                                       label=f"monitored job {labels.get('job', '?')} ({len(vals)} steps)"))
     return out
 
 
@@ -195,7 +209,7 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
     ok = [m for m in measurements if m.status == "ok"]
     skipped = [m.label for m in measurements if m.status != "ok"]
     train = [m for m in ok if m.kind == "train" and m.step_s and m.seq]
-    bench = [m for m in ok if m.achieved_flops]
+    bench = [m for m in ok if m.achieved_flops or m.mfu_ratio]
     infer = [m for m in ok if m.kind == "infer"]
     if not (train or bench or infer):
         raise BadInputError("No successful measurement to fit.", hint="Give runs with status 'ok' and measured times.")
@@ -231,8 +245,11 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
         eff = replace(eff, **{n: float(math.exp(v)) for n, v in zip(names, sol.x, strict=True)})
     elif bench:
         # benchmark runs measure the whole step: the achieved rate is a floor on the matmul ratio
-        r16 = [m.achieved_flops / gpu.peak_flops("bf16") for m in bench if m.precision != "fp32" and gpu.supports("bf16")]
-        r32 = [m.achieved_flops / gpu.peak_flops("fp32") for m in bench if m.precision == "fp32" and gpu.supports("fp32")]
+        r16 = [m.achieved_flops / gpu.peak_flops("bf16") for m in bench
+               if m.achieved_flops and m.precision != "fp32" and gpu.supports("bf16")]
+        r16 += [m.mfu_ratio for m in bench if m.mfu_ratio]
+        r32 = [m.achieved_flops / gpu.peak_flops("fp32") for m in bench
+               if m.achieved_flops and m.precision == "fp32" and gpu.supports("fp32")]
         if r16:
             eff = replace(eff, compute_ratio=min(1.0, statistics.median(r16)))
         if r32:
