@@ -70,8 +70,13 @@ def test_stored_calibration_is_used_and_announced(tmp_path):
 
 
 def test_runs_without_a_gpu_name_need_one(tmp_path):
+    # a recording's env.json names its device; a bare file needs --gpu
+    (rep,) = calibrate(CALIBRATION_FILE, gpu_name=None, save=False)
+    assert rep.gpu == "H200"
+    bare = tmp_path / "runs.jsonl"
+    bare.write_text(CALIBRATION_FILE.read_text())
     with pytest.raises(BadInputError, match="which GPU"):
-        calibrate(CALIBRATION_FILE, gpu_name=None, save=False)
+        calibrate(bare, gpu_name=None, save=False)
 
 
 def test_failed_runs_are_skipped_and_bad_lines_named(tmp_path):

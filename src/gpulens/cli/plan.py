@@ -337,7 +337,7 @@ def register(app: typer.Typer) -> None:
                       str(s.num_layers), str(s.hidden_size), f"{s.num_heads} / {s.num_kv_heads}", f"{s.vocab_size:,}")
         console.print(t)
 
-    app.add_typer(plan_app, name="plan", help="Will it fit, how fast, what it costs: training or serving a model on a GPU.")
+    app.add_typer(plan_app, name="plan", help=HELP)
 
 
 def _median(v: list[float]) -> float:

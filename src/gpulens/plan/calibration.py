@@ -341,6 +341,16 @@ def load_efficiency(gpu: GpuSpec, *, path: Path | None = None) -> Efficiency:
     return replace(eff, calibrated=True, source=entry.get("source") or "calibrated")
 
 
+def _gpu_from_env_json(measurements_path: Path) -> str | None:
+    """gpulens recordings keep an env.json (device name, versions) beside their files."""
+    env = measurements_path.parent / "env.json"
+    try:
+        name = json.loads(env.read_text()).get("device", {}).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(name) if name else None
+
+
 def calibrate(measurements_path: Path | None, *, gpu_name: str | None, store_path: Path | None = None,
               save: bool = True, path: Path | None = None) -> list[FitReport]:
     """Read measurements, fit per GPU, store. Runs without a GPU name use `gpu_name`."""
@@ -349,6 +359,7 @@ def calibrate(measurements_path: Path | None, *, gpu_name: str | None, store_pat
     if measurements_path is not None:
         ms += load_measurements(measurements_path)
         source.append(str(measurements_path))
+        gpu_name = gpu_name or _gpu_from_env_json(measurements_path)
     if store_path is not None:
         ms += measurements_from_store(store_path)
         source.append(f"store {store_path}")
