@@ -203,3 +203,16 @@ def test_cuda_oom_records_allocator_numbers(store_path) -> None:
         d = st.events(N.EV_TRAIN_OOM)[0].data
     assert d["allocated_bytes"] >= keep.numel() and d["reserved_bytes"] >= d["allocated_bytes"]
     assert d["requested_bytes"] >= 2**40
+
+
+def test_flush_writes_the_steps_so_far(store: Store) -> None:
+    mon = TrainingMonitor(job="live", store=store, flush_interval_seconds=60)
+    for _ in range(3):
+        with mon.step(samples=1):
+            pass
+    assert store.events(N.EV_TRAIN_STEP) == []  # nothing yet: the writer runs once a minute here
+    assert mon.flush() is True
+    assert len(store.events(N.EV_TRAIN_STEP)) == 3
+    # Without comm() no communication was measured: unmeasured, not zero.
+    assert "comm_wait_s" not in store.events(N.EV_TRAIN_STEP)[0].data
+    mon.close()

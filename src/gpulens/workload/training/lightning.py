@@ -45,6 +45,7 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         self._args = dict(job=job, store=store, **monitor_args)
         self._tokens_per_sample = tokens_per_sample
         self._last_end: float | None = None
+        self._restore: Any = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit" or self.monitor is not None:
@@ -54,12 +55,13 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         mon = self.monitor
 
         def timed_save(*args: Any, **kwargs: Any) -> Any:
-            if mon.in_step:  # saved from inside the batch hooks: count it with the step
+            if mon.in_step or mon.closed:  # inside a batch it counts with the step; after fit, not at all
                 return original(*args, **kwargs)
             with mon.checkpoint():
                 return original(*args, **kwargs)
 
         trainer.save_checkpoint = timed_save
+        self._restore = lambda: setattr(trainer, "save_checkpoint", original)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         mon = self.monitor
@@ -96,5 +98,8 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
             self._close()
 
     def _close(self) -> None:
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
         if self.monitor is not None and self._owns:
             self.monitor.close()

@@ -132,6 +132,7 @@ class TrainingMonitor:
         self._t0 = 0.0
         self._ev0: Any = None
         self._comm_s = 0.0
+        self._comm_used = False
         self._comm_lock = threading.Lock()  # comm hooks may run on a communication thread
         self._ctx = StepContext(self)
         self._queue: deque[tuple[Any, ...]] = deque()
@@ -172,6 +173,10 @@ class TrainingMonitor:
     @property
     def in_step(self) -> bool:
         return self._in_step
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ------------------------------------------------------------ hooks
     def data(self, iterable: Iterable[Any]) -> Iterator[Any]:
@@ -231,7 +236,7 @@ class TrainingMonitor:
         self._wait_t0 = None
         self._queue.append(
             ("step", self._step_index, wait_t0 if wait_t0 is not None else self._t0, wait_s if wait_t0 is not None else None,
-             self._t0, t1, self._comm_s, ctx.samples, ctx.tokens, ctx.loss, ctx.loss_scale, self._ev0, ev1)
+             self._t0, t1, self._comm_s if self._comm_used else None, ctx.samples, ctx.tokens, ctx.loss, ctx.loss_scale, self._ev0, ev1)
         )
         self._step_index += 1
 
@@ -250,6 +255,7 @@ class TrainingMonitor:
 
     def add_comm_wait(self, seconds: float) -> None:
         """Charge `seconds` of communication wait to the current step (for hooks and wrappers)."""
+        self._comm_used = True  # from now on a step without communication records 0, not "unmeasured"
         with self._comm_lock:
             self._comm_s += seconds
 

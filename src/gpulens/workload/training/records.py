@@ -8,7 +8,7 @@ the same way. Fields a source did not measure are None, never 0: "not measured" 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpulens.store import Store
@@ -47,11 +47,14 @@ class StepRecord:
         return max(0.0, self.duration_seconds - (self.data_wait_s or 0.0) - (self.comm_wait_s or 0.0) - (self.checkpoint_s or 0.0))
 
     def to_event_data(self) -> dict[str, Any]:
-        d = asdict(self)
-        extra = d.pop("extra")
-        d = {k: v for k, v in d.items() if v is not None}
-        d.update({k: v for k, v in extra.items() if k not in d})
+        """The record as an event's data: measured fields only (dataclasses.asdict is 10× slower)."""
+        d = {k: v for k in _RECORD_FIELDS if (v := getattr(self, k)) is not None}
+        for k, v in self.extra.items():
+            d.setdefault(k, v)
         return d
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(StepRecord) if f.name != "extra")
 
 
 def _num(v: Any) -> float | None:
@@ -131,7 +134,8 @@ def step_series_values(rec: StepRecord, peak_flops: float | None = None, flops_p
         (N.TRAIN_DATA_WAIT_SECONDS, rec.data_wait_s),
         (N.TRAIN_COMPUTE_SECONDS, rec.compute_s),
         (N.TRAIN_COMM_WAIT_SECONDS, rec.comm_wait_s),
-        (N.TRAIN_CHECKPOINT_SECONDS, rec.checkpoint_s),
+        # one sample per checkpoint, not a zero per step
+        (N.TRAIN_CHECKPOINT_SECONDS, rec.checkpoint_s if rec.checkpoint_s else None),
         (N.TRAIN_LOSS, rec.loss),
         (N.TRAIN_LOSS_SCALE, rec.loss_scale),
         (N.TRAIN_MEMORY_ALLOCATED_BYTES, rec.mem_alloc),

@@ -27,6 +27,7 @@ from gpulens.workload.training.records import StepRecord, step_series_values
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 30.0
+HOLD_SECONDS = 10.0  # longest a finished step waits for a checkpoint or loss that belongs to it
 
 
 class StepWriter:
@@ -63,7 +64,8 @@ class StepWriter:
         self._retry: deque[StepRecord] = deque()  # steps not yet buffered (store locked), oldest first
         self._held: StepRecord | None = None  # the last step, kept open for a checkpoint that may follow
         self._ckpt_open = False
-        self._held_cycles = 0
+        self._held_since = 0.0
+        self._force_emit = False
         self._wake = threading.Event()
         self._cond = threading.Condition()
         self._requested = 0
@@ -88,6 +90,7 @@ class StepWriter:
         with self._cond:
             self._requested += 1
             want = self._requested
+            self._force_emit = True
         self._wake.set()
         deadline = time.monotonic() + timeout_seconds
         with self._cond:
@@ -113,7 +116,8 @@ class StepWriter:
             stopping = self._stopping
             with self._cond:
                 want = self._requested
-            ok = self._cycle(final=stopping)
+                force, self._force_emit = self._force_emit, False
+            ok = self._cycle(final=stopping, emit_held=force)
             backoff = self._interval if ok else min(MAX_BACKOFF_SECONDS, max(backoff, self._interval) * 2)
             with self._cond:
                 self._last_ok = ok
@@ -130,9 +134,9 @@ class StepWriter:
                 log.error("gpulens: %d buffered samples could not be written to %s.", self.store.pending_count, self.store.path)
                 return
 
-    def _cycle(self, final: bool) -> bool:
+    def _cycle(self, final: bool, emit_held: bool = False) -> bool:
         try:
-            self._drain(final)
+            self._drain(final, emit_held)
         except Exception:  # a bug here must not stop the recording of later steps
             log.exception("gpulens: could not process training steps")
         return self._commit()
@@ -162,7 +166,7 @@ class StepWriter:
             log.warning("gpulens: writing training steps failed (%s); retrying, the training continues.", e)
 
     # ------------------------------------------------------------ queue -> records
-    def _drain(self, final: bool) -> None:
+    def _drain(self, final: bool, emit_held: bool = False) -> None:
         self._retry_unwritten()
         q = self._q
         while q:
@@ -187,10 +191,10 @@ class StepWriter:
                 q.popleft()
                 self._guard(lambda it=item: self.store.event(it[1], it[2], self.labels, it[3]))
         if self._held is not None:
-            # The last step stays open for one cycle, and while a checkpoint runs, so that a
-            # checkpoint saved right after it is charged to it.
-            self._held_cycles += 1
-            if final or (not q and not self._ckpt_open and self._held_cycles > 1):
+            # The last step stays open until the next one ends (or for HOLD_SECONDS), so that a
+            # checkpoint saved after it, or a loss logged after it, is charged to it.
+            held_for = time.monotonic() - self._held_since
+            if final or (not self._ckpt_open and (emit_held or held_for > HOLD_SECONDS)):
                 self._emit(self._held)
                 self._held = None
 
@@ -201,8 +205,8 @@ class StepWriter:
             if final:
                 ev1.synchronize()
             busy_s = self._timer.elapsed_seconds(ev0, ev1)  # type: ignore[union-attr]
-        compute_s = max(0.0, busy_s - comm_s)
-        wall = (t1 - t0) + (wait_s or 0.0)
+        compute_s = max(0.0, busy_s - (comm_s or 0.0))
+        wall = (t1 - t0) + (wait_s or 0.0)  # comm wait happens inside the step block
         rec = StepRecord(
             t_start=self._wall_of(t_begin),
             t_end=self._wall_of(t1),
@@ -224,7 +228,7 @@ class StepWriter:
         if self._held is not None:
             self._emit(self._held)
         self._held = rec
-        self._held_cycles = 0
+        self._held_since = time.monotonic()
 
     def _add_checkpoint(self, t0: float, t1: float) -> None:
         self._ckpt_open = False
@@ -291,9 +295,9 @@ class StepWriter:
             self.write_failures += 1
             log.debug("gpulens: step %s deferred: %s", rec.step, e)
             return False
-        for sid, value in rows:
-            self._guard(lambda sid=sid, value=value: self.store.write_id(sid, rec.t_end, value))
-        self._guard(lambda: self.store.event(N.EV_TRAIN_STEP, rec.t_end, self.labels, rec.to_event_data()))
+        t = rec.t_end
+        self._guard(lambda: self.store.write_many([(sid, t, value) for sid, value in rows]))
+        self._guard(lambda: self.store.event(N.EV_TRAIN_STEP, t, self.labels, rec.to_event_data()))
         return True
 
     def _retry_unwritten(self) -> None:

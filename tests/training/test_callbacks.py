@@ -1,0 +1,89 @@
+"""The Lightning and Hugging Face Trainer callbacks, each on a tiny model built from a config on
+CPU (no downloads), writing to a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulens.store import Store
+from gpulens.workload import names as N
+
+pytestmark = pytest.mark.slow
+
+
+def _tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def test_lightning_callback_records_steps_checkpoints_and_oom(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    L = pytest.importorskip("lightning.pytorch")
+    from gpulens.workload.training.lightning import GpulensCallback
+
+    class Tiny(L.LightningModule):
+        def __init__(self, fail_at: int | None = None):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+            self.fail_at = fail_at
+
+        def training_step(self, batch, batch_idx):
+            if batch_idx == self.fail_at:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    db = tmp_path / "l.db"
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, callbacks=[GpulensCallback(job="lit", store=db, flush_interval_seconds=0.1)])
+    trainer.fit(Tiny(), loader)
+    trainer.save_checkpoint(tmp_path / "extra.ckpt")  # after fit: the monitor is closed, saving still works
+    with Store(db) as st:
+        steps = st.events(N.EV_TRAIN_STEP)
+        assert len(steps) == 16
+        assert all(e.data["samples"] == 8 and e.labels["job"] == "lit" for e in steps)
+        assert all(isinstance(e.data["loss"], float) for e in steps)
+        assert all(e.data.get("data_wait_s") is not None for e in steps[1:8])
+        # Lightning's end-of-epoch checkpoint is timed and charged to the step before it.
+        assert sum(1 for e in steps if e.data["checkpoint_s"] > 0) >= 1
+    oom_db = tmp_path / "oom.db"
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, default_root_dir=tmp_path, callbacks=[GpulensCallback(job="lit-oom", store=oom_db)])
+    with pytest.raises(torch.OutOfMemoryError):
+        trainer.fit(Tiny(fail_at=3), loader)
+    with Store(oom_db) as st:
+        (oom,) = st.events(N.EV_TRAIN_OOM)
+        assert oom.data["requested_bytes"] == 2**30 and oom.data["step"] == 3
+        assert len(st.events(N.EV_TRAIN_STEP)) == 3
+
+
+def test_hf_trainer_callback_records_steps_loss_and_saves(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from gpulens.workload.training.hf import GpulensTrainerCallback
+
+    model = _tiny_llama()
+    ids = torch.randint(0, 128, (32, 16))
+    train = [{"input_ids": r, "labels": r} for r in ids]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                                          max_steps=6, logging_steps=1, save_steps=3, save_strategy="steps", report_to=[], use_cpu=True,
+                                          disable_tqdm=True, dataloader_num_workers=0)
+    db = tmp_path / "hf.db"
+    cb = GpulensTrainerCallback(job="hf", store=db, tokens_per_sample=16, flops_per_token=6 * model.num_parameters(), peak_flops=1e12, flush_interval_seconds=0.1)
+    transformers.Trainer(model=model, args=args, train_dataset=train, callbacks=[cb]).train()
+    with Store(db) as st:
+        steps = st.events(N.EV_TRAIN_STEP)
+        assert len(steps) == 6
+        assert all(e.data["samples"] == 8 and e.data["tokens"] == 128 for e in steps)
+        assert all(0 < e.data["mfu"] < 1 for e in steps)
+        losses = st.query(N.TRAIN_LOSS, {"job": "hf"})[0].value
+        assert len(losses) == 6 and all(v > 0 for v in losses)
+        # save_steps=3: two checkpoints, each timed and charged to the step that triggered it.
+        assert [e.data["step"] for e in steps if e.data["checkpoint_s"] > 0] == [2, 5]
