@@ -32,12 +32,15 @@ class CompiledRule:
     rule: Rule
     root: Node
     for_seconds: float
+    learned: bool = False  # computed once: the property walks the expression
+    band_selectors: tuple = ()
 
 
 def compile_rule(rule: Rule, learn_seconds: float) -> CompiledRule:
     if not rule.learned:
         return CompiledRule(rule, rule.expr.root, rule.for_seconds)
-    return CompiledRule(rule, cap_ranges(rule.expr.root, learn_seconds), min(rule.for_seconds, learn_seconds / 2))
+    root = cap_ranges(rule.expr.root, learn_seconds)
+    return CompiledRule(rule, root, min(rule.for_seconds, learn_seconds / 2), True, tuple(band_selectors(root)))
 
 
 class AlertRuntime:
@@ -79,9 +82,8 @@ class AlertRuntime:
         now = self.clock() if now is None else now
         self.source.refresh()
         for c in self.compiled:
-            if c.rule.learned:
-                for sel in band_selectors(c.root):
-                    self.baselines.track(self.source.series(sel))
+            for sel in c.band_selectors:
+                self.baselines.track(self.source.series(sel))
         self.baselines.update(now, self._held_series())
         results = [
             RuleResult(c.rule, c.for_seconds, self.evaluator.vector(c.root, now, self._band_fn(c.rule.band)))
@@ -96,7 +98,7 @@ class AlertRuntime:
 
     def _held_series(self) -> set[int]:
         """Series with an active learned alert: their baselines are not refreshed mid-incident."""
-        learned = {c.rule.name for c in self.compiled if c.rule.learned}
+        learned = {c.rule.name for c in self.compiled if c.learned}
         keys = {
             tuple(sorted((k, v) for k, v in a.labels.items() if k not in ("alertname", "severity")))
             for a in self.engine.active.values() if a.rule in learned
@@ -104,7 +106,7 @@ class AlertRuntime:
         if not keys:
             return set()
         out = set()
-        for refs in (self.source.series(sel) for c in self.compiled if c.rule.learned for sel in band_selectors(c.root)):
+        for refs in (self.source.series(sel) for c in self.compiled for sel in c.band_selectors):
             out |= {r.id for r in refs if r.key in keys}
         return out
 
