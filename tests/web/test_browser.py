@@ -106,4 +106,18 @@ def test_xss_in_a_job_name_is_shown_as_text(page, tmp_path, dashboard_server, ar
         page.select_option("#sel-job", XSS)
         page.wait_for_selector("body[data-state=ready]")
         assert page.evaluate("window.__xss") is None
+        # Picking a job leaves GPU events alone: the XID is still listed, as text.
+        assert XSS in page.locator("#events-table tbody").text_content()
         page.screenshot(path=str(artifacts / "dashboard-xss.png"), full_page=True)
+
+
+def test_token_address_opens_the_dashboard_in_the_browser(page, replayed_store, dashboard_server):
+    from gpulens.web import create_app
+
+    token = "browser-test-token-123"
+    with dashboard_server(create_app(store_path=replayed_store, token=token)) as d:
+        page.goto(f"{d.base}/")
+        assert "needs its token" in page.text_content("body")
+        open_dashboard(page, d.base, f"?token={token}")
+        assert "token" not in page.url  # traded for a cookie, gone from the address bar
+        assert page.locator("section[data-panel=gpu] canvas").count() >= 3

@@ -26,6 +26,7 @@ from gpulens.web.panels import PANELS
 from gpulens.web.readers import Reader
 
 MAX_EVENTS = 1000
+EVENT_WORKLOAD = {"xid": "gpu", "cold_start": "inference", "train_oom": "training", "train_nan_loss": "training"}
 
 
 def _finite(obj: Any) -> Any:
@@ -187,8 +188,12 @@ def events(request: Request) -> Response:
     if len(kinds) > 20:
         raise BadInputError("Ask for at most 20 event kinds at once.", hint="e.g. kind=xid&kind=cold_start")
     sel = selection_of(request)
-    match = {k: v for k, v in vars(sel).items() if v}
-    rows = reader.events(kinds, w.start, w.end, match)[:MAX_EVENTS] if reader.supports_events else []
+    rows = []
+    if reader.supports_events:
+        for kind in kinds:
+            # A picked job filters training events, a service inference events, a GPU GPU events.
+            rows += reader.events((kind,), w.start, w.end, sel.match(EVENT_WORKLOAD.get(kind, "host")))
+        rows = sorted(rows, key=lambda e: e.t)[:MAX_EVENTS]
     return json_response(
         {
             "supported": reader.supports_events,

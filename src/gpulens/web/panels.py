@@ -14,6 +14,7 @@ from gpulens.gpu import metrics as gm
 from gpulens.workload import names as wn
 
 Workload = Literal["training", "inference", "gpu"]
+Scope = Literal["training", "inference", "gpu", "host"]
 # How a series is drawn: its samples as they are, quantiles of per-event samples per time bucket,
 # the per-second rate of a counter, or the number of per-event samples per second.
 SeriesKind = Literal["line", "quantile", "rate", "events_per_second"]
@@ -22,10 +23,11 @@ Unit = Literal["seconds", "ratio", "bytes", "celsius", "watts", "hertz", "per_se
 StatAgg = Literal["count", "mean", "max", "min", "p50", "p95", "p99", "sum_ratio", "event_count"]
 
 # Which selection keys apply to a workload's series.
-SELECTION_KEYS: dict[Workload, tuple[str, ...]] = {
+SELECTION_KEYS: dict[Scope, tuple[str, ...]] = {
     "training": ("job", "host"),
     "inference": ("service", "host"),
     "gpu": ("gpu", "host"),
+    "host": ("host",),  # events of other kinds
 }
 # Labels that tell apart several series drawn in one chart, in the order they are named.
 LEGEND_LABELS = ("reason", "status", "xid", "gpu", "job", "rank", "service", "model", "process", "pid", "host")
