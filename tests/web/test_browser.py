@@ -94,6 +94,8 @@ def test_xss_in_a_job_name_is_shown_as_text(page, tmp_path, dashboard_server, ar
                 labels = {"job": job, "rank": "0", "host": XSS}
                 s.write(wn.TRAIN_STEP_SECONDS, labels, 1000.0 + i, 0.1 + 0.001 * i)
             s.write("gpu_utilization_ratio", {"gpu": "0", "host": XSS, "model": XSS}, 1000.0 + i, 0.5)
+            for pid, proc in (("1", XSS), ("2", "python")):
+                s.write("gpu_process_memory_bytes", {"gpu": "0", "host": XSS, "pid": pid, "process": proc}, 1000.0 + i, 2e9)
         s.event("xid", 1010.0, {"gpu": "0", "host": XSS}, {"xid": XSS})
     with dashboard_server(create_app(store_path=db)) as d:
         open_dashboard(page, d.base, "?range=7d")
@@ -102,6 +104,7 @@ def test_xss_in_a_job_name_is_shown_as_text(page, tmp_path, dashboard_server, ar
         # The name is there, as text: in the job selector, the chart legend and the events table.
         assert XSS in [o.text_content() for o in page.locator("#sel-job option").all()]
         assert XSS in page.locator("section[data-panel=training] .u-legend").text_content()
+        assert XSS in page.locator(".chart[data-chart=gpu_process_memory] .u-legend").text_content()
         assert XSS in page.locator("#events-table").text_content()
         page.select_option("#sel-job", XSS)
         page.wait_for_selector("body[data-state=ready]")

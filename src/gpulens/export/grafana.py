@@ -42,7 +42,10 @@ def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int) ->
     targets = []
     for i, s in enumerate(chart.series):
         expr = series_expr(s, {}, "$__rate_interval", _regex(s.workload or panel.id))
-        legend = "{{reason}}" if s.metric.endswith("clock_event_active") else s.label
+        legend = {
+            "gpu_clock_event_active": "{{reason}}",
+            "gpu_process_memory_bytes": "{{process}} (pid {{pid}})",
+        }.get(s.metric, s.label)
         targets.append({"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": DS}})
     return {
         "id": pid,

@@ -306,6 +306,14 @@ GPU = PanelSpec(
             (SeriesSpec("gpu_memory_used_bytes", "used"), SeriesSpec("gpu_memory_total_bytes", "capacity")),
         ),
         ChartSpec(
+            "gpu_process_memory",
+            "Memory by process",
+            "bytes",
+            (SeriesSpec(gm.GPU_PROCESS_MEMORY, "memory"),),
+            "Device memory each compute process holds: who shares the GPU (training beside serving?).",
+            empty="No per-process memory readings in this range (NVML lists processes only where it is allowed to).",
+        ),
+        ChartSpec(
             "gpu_errors",
             "XID and ECC errors",
             "count",
