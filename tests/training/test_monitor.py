@@ -216,3 +216,19 @@ def test_flush_writes_the_steps_so_far(store: Store) -> None:
     # Without comm() no communication was measured: unmeasured, not zero.
     assert "comm_wait_s" not in store.events(N.EV_TRAIN_STEP)[0].data
     mon.close()
+
+
+def test_mfu_peak_comes_from_the_catalog(store: Store) -> None:
+    from gpulens.workload.training.device import catalog_peak_flops
+
+    peak = catalog_peak_flops("NVIDIA H200")
+    if peak is None:
+        pytest.skip("the planner's GPU catalog is not available")
+    assert peak == pytest.approx(989e12, rel=0.01)  # dense bf16, vendor datasheet
+    with TrainingMonitor(job="cat", store=store, flops_per_token=6e9, gpu_name="NVIDIA H200") as mon:
+        with mon.step(tokens=8192):
+            time.sleep(0.01)
+    d = store.events(N.EV_TRAIN_STEP)[0].data
+    assert d["mfu"] == pytest.approx(8192 / d["step_s"] * 6e9 / peak, rel=1e-6)
+    with TrainingMonitor(job="u", store=store, flops_per_token=1.0, gpu_name="no such gpu") as unknown:
+        assert unknown.peak_flops is None

@@ -71,7 +71,8 @@ class TrainingMonitor:
     sync_every: synchronize the device every N steps so wall-clock step times stay anchored to the
     GPU (0 = never). flush_interval_seconds: how often the background writer commits.
     outlier_factor: a step longer than this × the recent median is flagged. scaler: a GradScaler
-    whose scale is recorded with each step.
+    whose scale is recorded with each step. gpu_name: the GPU model whose peak is looked up in the
+    planner's catalog (default: torch's name of the current device).
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class TrainingMonitor:
         outlier_factor: float = 3.0,
         warmup_steps: int = 5,
         scaler: Any = None,
+        gpu_name: str | None = None,
         config: dict[str, Any] | None = None,
     ):
         if not job or not isinstance(job, str):
@@ -108,7 +110,7 @@ class TrainingMonitor:
         self.host = host or socket.gethostname()
         self.pid = os.getpid()
         self.device = dev.device_index()
-        self.gpu_name = dev.device_name(self.device)
+        self.gpu_name = gpu_name or dev.device_name(self.device)
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops if peak_flops is not None else dev.catalog_peak_flops(self.gpu_name)
         if flops_per_token and not self.peak_flops:

@@ -75,8 +75,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "mem_peak": ("mem_peak", "memory_peak_bytes"),
     "mem_reserved": ("mem_reserved", "memory_reserved_bytes"),
 }
-# Recorder bookkeeping that must not steer a diagnosis: a live monitor has no phase labels.
-_DROPPED = {"kind", "phase", "t", "role"}
+# Recorder bookkeeping that must not steer a diagnosis (a live monitor has no phase labels),
+# and the labels of the series.
+_DROPPED = {"kind", "phase", "t", "role", "job", "host"}  # job and host are labels
 
 
 def record_from_dict(d: dict[str, Any]) -> StepRecord | None:

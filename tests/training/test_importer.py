@@ -1,0 +1,68 @@
+"""Recorded training steps -> training series: the H200 session, the co-location recording and
+gpulens's own records (the monitor's events written out as JSON lines)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from gpulens.store import Store
+from gpulens.workload import names as N
+from gpulens.workload.importers import ImportContext, import_event, load_builtin_importers
+from gpulens.workload.training import TrainingMonitor, record_from_dict
+
+
+def test_h200_steps_become_series(replayed_store, h200_trace) -> None:
+    recorded = [json.loads(line) for line in (h200_trace / "events.jsonl").read_text().splitlines()]
+    recorded = [r for r in recorded if r["kind"] == "train_step"]
+    with Store(replayed_store, readonly=True) as st:
+        (step_s,) = st.query(N.TRAIN_STEP_SECONDS, {"job": "h200-demo"})
+        assert step_s.key.labels == {"job": "h200-demo", "rank": "0", "host": "replay"}
+        assert step_s.value == pytest.approx([r["step_s"] for r in recorded])
+        assert step_s.t == pytest.approx([r["t_end"] for r in recorded])
+        (ratio,) = st.query(N.TRAIN_DATA_WAIT_RATIO)
+        assert max(ratio.value) == pytest.approx(max(r["data_wait_s"] / r["step_s"] for r in recorded))
+        (tps,) = st.query(N.TRAIN_TOKENS_PER_SECOND)
+        assert tps.value[5] == pytest.approx(recorded[5]["tokens"] / recorded[5]["step_s"])
+        ckpt = st.query(N.TRAIN_CHECKPOINT_SECONDS)[0].value
+        assert len(ckpt) == 2 and min(ckpt) > 4  # one sample per checkpoint
+        # The phase label is the recorder's bookkeeping; a live monitor has none, so it is not kept.
+        assert all("phase" not in e.data for e in st.events(N.EV_TRAIN_STEP))
+
+
+def test_gpulens_own_records_round_trip(tmp_path) -> None:
+    src, dst = Store(tmp_path / "a.db"), Store(tmp_path / "b.db")
+    with TrainingMonitor(job="own", store=src, host="n7", rank=2, world_size=4) as mon:
+        for i in mon.data(range(5)):
+            with mon.step(samples=4, tokens=64) as s:
+                time.sleep(0.002)
+                s.loss = 1.0 / (i + 1)
+        with mon.checkpoint():
+            time.sleep(0.01)
+    lines = [{"kind": e.kind, **e.labels, **e.data, **({"t": e.t} if e.kind != N.EV_TRAIN_STEP else {})} for e in src.events()]
+    load_builtin_importers()
+    ctx = ImportContext(job="ignored", host="ignored")
+    for rec in json.loads(json.dumps(lines)):  # through JSON, as a file would
+        assert import_event(rec, dst, ctx)
+    dst.flush()
+    a, b = src.events(N.EV_TRAIN_STEP), dst.events(N.EV_TRAIN_STEP)
+    assert [e.data for e in a] == [e.data for e in b]
+    assert b[0].labels == {"job": "own", "rank": "2", "host": "n7"}
+    assert dst.events(N.EV_TRAIN_START)[0].data["world_size"] == 4
+    for name in (N.TRAIN_STEP_SECONDS, N.TRAIN_LOSS, N.TRAIN_CHECKPOINT_SECONDS):
+        assert src.query(name)[0].value == pytest.approx(dst.query(name)[0].value)
+    src.close()
+    dst.close()
+
+
+def test_record_from_dict_keeps_unmeasured_fields_unset() -> None:
+    sparse = record_from_dict({"kind": "train_step", "role": "train", "pid": 465, "t_start": 10.0, "t_end": 10.5, "tokens": 8192})
+    assert sparse is not None and sparse.step_s == 0.5 and sparse.pid == 465
+    assert sparse.data_wait_s is None and sparse.checkpoint_s is None and sparse.busy_seconds == 0.5
+    assert "role" not in sparse.to_event_data()
+    only_end = record_from_dict({"t_end": 5.0, "step_s": 2.0, "batch": 3})
+    assert only_end.t_start == 3.0 and only_end.samples == 3
+    assert record_from_dict({"t_start": 1.0}) is None
+    assert record_from_dict({"t_end": "soon"}) is None
