@@ -99,31 +99,33 @@ def _xid_rules(rule: Rule) -> list[dict]:
 
 
 def _learned_rules(rule: Rule, baselines: list[Baseline], now: float) -> tuple[list[dict], str | None]:
+    """One Prometheus rule per learned label set. A band still learning becomes NaN, which no
+    comparison passes - the same as the local evaluator's empty band."""
     sels = band_selectors(rule.expr.root)
     metrics = {s.name for s in sels}
-    if len(metrics) != 1:
-        return [], "its bands come from more than one metric"
-    (metric,) = metrics
-    out = []
+    ready: dict[tuple, dict[str, Baseline]] = {}
     for b in baselines:
-        if b.name != metric or not b.ready or not all(m.matches(b.labels) for s in sels for m in s.matchers):
-            continue
-        flat = replace(b, profile={})  # one constant band: the whole-day statistics, not the hour's
-        probe = flat.band(now, True, None, rule.band)
-        if probe is None or not math.isfinite(probe):
-            continue
+        if b.name in metrics and b.ready and all(m.matches(b.labels) for s in sels if s.name == b.name for m in s.matchers):
+            ready.setdefault(tuple(sorted(b.labels.items())), {})[b.name] = b
+    out = []
+    for key, by_metric in sorted(ready.items()):
 
-        def band_const(n: Node, flat: Baseline = flat) -> Node | None:
-            if isinstance(n, Call) and n.func in BAND_FUNCTIONS:
-                q = n.args[1].value if len(n.args) > 1 else None  # type: ignore[union-attr]
-                v = flat.band(now, n.func == "upper_band", q, rule.band)
-                return Number(round(v, 9))  # type: ignore[arg-type]
-            return None
+        def band_const(n: Node, by_metric: dict[str, Baseline] = by_metric) -> Node | None:
+            if not (isinstance(n, Call) and n.func in BAND_FUNCTIONS):
+                return None
+            sel = n.args[0]
+            assert isinstance(sel, Selector)
+            b = by_metric.get(sel.name)
+            q = n.args[1].value if len(n.args) > 1 else None  # type: ignore[union-attr]
+            # One constant band: the whole-day statistics, not the hour's.
+            v = replace(b, profile={}).band(now, n.func == "upper_band", q, rule.band) if b else None
+            return Number(round(v, 9) if v is not None and math.isfinite(v) else math.nan)
 
         node = _map(rule.expr.root, band_const)
-        node = _restrict(node, metric, tuple(Matcher(k, "=", v) for k, v in sorted(b.labels.items())))
-        out.append(_prom_rule(rule.name, to_promql(node), rule, rule.severity, {"baseline": f"learned {metric} band as of export"},
-                              dict(b.labels)))
+        matchers = tuple(Matcher(k, "=", v) for k, v in key)
+        node = _map(node, lambda n, m=matchers: n.with_matchers(m) if isinstance(n, Selector) else None)
+        learned = ", ".join(sorted(by_metric))
+        out.append(_prom_rule(rule.name, to_promql(node), rule, rule.severity, {"baseline": f"bands of {learned} as of export"}, dict(key)))
     if not out:
         return [], "no learned baseline for it in the store yet (export again once it has learned, with --store)"
     return out, None

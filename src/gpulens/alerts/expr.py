@@ -17,6 +17,7 @@ the agent evaluates.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -404,6 +405,8 @@ def to_promql(node: Node) -> str:
     window counts from zero), which plain PromQL `increase` would miss on a new series."""
     if isinstance(node, Number):
         v = node.value
+        if math.isnan(v):
+            return "NaN"
         return repr(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)
     if isinstance(node, Selector):
         s = node.name
