@@ -144,3 +144,19 @@ def test_service_scope_skips_training(store: Store) -> None:
     _steps(store, 60, comm=lambda i: 0.2)
     store.flush()
     assert [f for f in diagnose(store, DiagnoseScope(service="api")) if f.workload == "training"] == []
+
+
+def test_gpu_of_the_rank_is_used_when_the_monitor_named_it(store: Store) -> None:
+    # Two GPUs on one host: rank 0 on a busy GPU 0, rank 1 on a mostly idle GPU 1.
+    for rank in (0, 1):
+        store.event(N.EV_TRAIN_START, T0 - 1, {"job": "j", "rank": str(rank), "host": "n1"}, {"gpu": rank, "pid": 10 + rank})
+    steps = _steps(store, 60, rank=0)
+    _steps(store, 60, rank=1)
+    t = T0
+    while t <= steps[-1].t_end:
+        store.write("gpu_utilization_ratio", {**GPU, "gpu": "0"}, t, 0.95)
+        store.write("gpu_utilization_ratio", {**GPU, "gpu": "1", "uuid": "GPU-y"}, t, 0.1)
+        t += 0.1
+    store.flush()
+    found = [(f.kind, f.labels["rank"]) for f in diagnose(store) if f.workload == "training"]
+    assert found == [("underutilized", "1")]

@@ -119,6 +119,7 @@ class Run:
     host: str
     steps: list[StepRecord]
     warm: list[bool] = field(default_factory=list)  # False for warm-up steps
+    gpu: str | None = None  # the GPU index from the monitor's train_start event, when known
 
     @property
     def labels(self) -> dict[str, str]:
@@ -140,10 +141,10 @@ class GpuView:
 
 
 # ------------------------------------------------------------------ loading
-_CACHE: dict[tuple, tuple[list[Run], dict[str, GpuView]]] = {}
+_CACHE: dict[tuple, tuple[list[Run], dict[tuple[str, str | None], GpuView]]] = {}
 
 
-def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[str, GpuView]]:
+def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str, str | None], GpuView]]:
     """Training runs in scope and the GPU view of each of their hosts (memoized per store state)."""
     with store.lock:
         ev_max = store.connection.execute("SELECT max(id) FROM events").fetchone()[0]
@@ -159,11 +160,17 @@ def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[str, GpuV
         if rec is None:
             continue
         groups[(ev.labels.get("job", ""), ev.labels.get("rank", "0"), ev.labels.get("host", ""))].append(rec)
+    # Which GPU a rank used (a live monitor says so when it starts; a start may precede the window).
+    gpu_of = {
+        (e.labels.get("job", ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
+        for e in store.events(N.EV_TRAIN_START, end=scope.end, labels=labels)
+        if e.data.get("gpu") is not None
+    }
     runs = []
-    for (job, rank, host), steps in sorted(groups.items()):
+    for key, steps in sorted(groups.items()):
         steps.sort(key=lambda r: r.t_start)
-        runs.append(Run(job, rank, host, steps, _warm_flags(steps)))
-    views = {host: _gpu_view(store, host, scope) for host in {r.host for r in runs}}
+        runs.append(Run(*key, steps, _warm_flags(steps), gpu_of.get(key)))
+    views = {(h, g): _gpu_view(store, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
     _CACHE.clear()
     _CACHE[key] = (runs, views)
     return runs, views
@@ -184,9 +191,12 @@ def _warm_flags(steps: Sequence[StepRecord]) -> list[bool]:
     return flags
 
 
-def _gpu_view(store: Store, host: str, scope: DiagnoseScope) -> GpuView:
+def _gpu_view(store: Store, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
+    """The GPU series of the rank's GPU, or of every GPU on its host when the GPU is unknown."""
     view = GpuView()
     sel = {"host": host}
+    if gpu is not None and store.series("gpu_utilization_ratio", {"host": host, "gpu": gpu}):
+        sel["gpu"] = gpu
 
     def first(name: str, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
         data = store.query(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
@@ -265,7 +275,7 @@ def _analyzer(name: str) -> Callable[[Callable[[Run, GpuView, DiagnoseScope], li
             runs, views = _load(store, scope)
             out: list[Finding] = []
             for run in runs:
-                out.extend(fn(run, views.get(run.host, GpuView()), scope))
+                out.extend(fn(run, views.get((run.host, run.gpu), GpuView()), scope))
             return out
 
         return fn
