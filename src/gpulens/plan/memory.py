@@ -317,6 +317,17 @@ def training_memory(
         "activations": saved,
         "logits_and_loss": loss,
     }
+    # the end of the forward: the loss is computed inside autocast, so the 16-bit weight copies are
+    # still cached even when checkpointed layers saved nothing; logits (16-bit), their fp32 copy and
+    # the log-softmax output are alive
+    mode_c = mode.compute
+    fwd_logits = tokens * m.vocab_size * ((mode_c + 4 + 4) if mode_c != 4 else 8)
+    cands["forward end"] = static | {
+        "gradients": live_grads,
+        "autocast_weight_copies": 2 * m.linear_params // (gpus if zero >= 3 else 1) if mode.amp else 0,
+        "activations": saved,
+        "logits_and_loss": fwd_logits,
+    }
     if setup.grad_ckpt:
         # recomputing the top layer during the backward: its full activations are back, the output
         # head's gradient exists, an fp32 gradient flows through the residual stream
