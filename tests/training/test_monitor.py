@@ -232,3 +232,32 @@ def test_mfu_peak_comes_from_the_catalog(store: Store) -> None:
     assert d["mfu"] == pytest.approx(8192 / d["step_s"] * 6e9 / peak, rel=1e-6)
     with TrainingMonitor(job="u", store=store, flops_per_token=1.0, gpu_name="no such gpu") as unknown:
         assert unknown.peak_flops is None
+
+
+def test_a_forgotten_close_still_writes_at_exit(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "exit.db"
+    code = (
+        "from gpulens.workload.training import TrainingMonitor\n"
+        f"mon = TrainingMonitor(job='exit', store={str(db)!r}, flush_interval_seconds=60)\n"
+        "for _ in range(4):\n"
+        "    with mon.step(samples=1):\n"
+        "        pass\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    with Store(db) as st:
+        assert len(st.events(N.EV_TRAIN_STEP)) == 4
+
+
+def test_grad_scaler_scale_is_recorded(store: Store) -> None:
+    torch = pytest.importorskip("torch")
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    with TrainingMonitor(job="fp16", store=store, scaler=scaler) as mon:
+        with mon.step(samples=1) as s:
+            s.loss = torch.tensor(0.5)
+        with mon.step(samples=1) as s:
+            s.loss_scale = 2048.0  # an explicit value wins over the scaler
+    assert [e.data["loss_scale"] for e in store.events(N.EV_TRAIN_STEP)] == [1024.0, 2048.0]
+    assert store.query(N.TRAIN_LOSS_SCALE)[0].value == [1024.0, 2048.0]

@@ -54,6 +54,8 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         if self._last_end is not None:
             mon.record_data_wait(time.perf_counter() - self._last_end)
         tokens = self._samples * self._tokens_per_sample if self._samples and self._tokens_per_sample else None
+        if mon.in_step:  # the previous batch ended without its end hook: close it rather than fail the job
+            mon.end_step()
         mon.begin_step(self._samples, tokens)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

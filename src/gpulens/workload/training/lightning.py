@@ -73,6 +73,8 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         samples, tokens = batch_counts(batch)
         if tokens is None and samples and self._tokens_per_sample:
             tokens = samples * self._tokens_per_sample
+        if mon.in_step:  # the previous batch ended without its end hook: close it rather than fail the job
+            mon.end_step()
         mon.begin_step(samples, tokens)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

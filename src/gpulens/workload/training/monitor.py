@@ -18,6 +18,7 @@ failing store write is logged and retried there, never raised into the loop.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
@@ -166,6 +167,7 @@ class TrainingMonitor:
         }
         self._queue.append(("event", N.EV_TRAIN_START, self._wall0, start))
         self.writer.start()
+        atexit.register(self.close)  # a script that forgets close() still gets its last steps written
 
     # ------------------------------------------------------------ clock
     def wall_of(self, perf: float) -> float:
@@ -333,6 +335,7 @@ class TrainingMonitor:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self.close)
         self.writer.stop()
         if self._owns_store:
             try:
