@@ -1,0 +1,143 @@
+"""Load-tester figures, each beside a reference measured in the same run:
+
+- client throughput: `gpulens bench serve` (one process, closed loop) vs locust's FastHttpUser (one
+  process) against the same trivial local server, same user count, same duration;
+- schedule keeping: the share of sends within 2 ms of their intended time at 1,000 req/s;
+- coordinated omission: a 10 ms server with a 1 s stall at 200 req/s for 10 s, open loop (latency
+  from the intended send) vs a closed loop against the same server.
+
+    .venv/bin/python benchmarks/run_all.py serve
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TEST_SERVERS = REPO / "tests" / "inference" / "servers.py"
+USERS = 32
+SECONDS = 5.0
+
+# A trivial HTTP/1.1 server: asyncio protocol, canned answer, no parsing beyond request ends, so the
+# clients (not the server) are what is measured.
+_TRIVIAL = textwrap.dedent('''
+    import asyncio, sys
+    RESP = b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nContent-Type: text/plain\\r\\n\\r\\nok"
+    class P(asyncio.Protocol):
+        def connection_made(self, t): self.t = t; self.buf = b""
+        def data_received(self, data):
+            self.buf += data
+            n = self.buf.count(b"\\r\\n\\r\\n")
+            if n:
+                self.buf = self.buf[self.buf.rfind(b"\\r\\n\\r\\n") + 4:]
+                self.t.write(RESP * n)
+    async def main():
+        srv = await asyncio.get_running_loop().create_server(P, "127.0.0.1", int(sys.argv[1]), backlog=1024)
+        await srv.serve_forever()
+    asyncio.run(main())
+''')
+
+_LOCUSTFILE = textwrap.dedent('''
+    from locust import constant, task
+    from locust.contrib.fasthttp import FastHttpUser
+    class U(FastHttpUser):
+        wait_time = constant(0)
+        @task
+        def hit(self):
+            self.client.get("/")
+''')
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen, int]:
+    sys.path.insert(0, str(REPO / "tests" / "inference"))
+    from conftest import start_server  # the tests' launcher: waits until the port answers
+
+    return start_server(Path(args[0]), *args[1:])
+
+
+def _ours_closed(url: str) -> float:
+    from gpulens.bench.serve import LoadSpec, Target, run_load
+
+    s = run_load(LoadSpec(Target(url), concurrency=USERS, duration_seconds=SECONDS, timeout_seconds=10)).summary
+    return s.requests["ok"] / s.duration_seconds
+
+
+def _locust(url: str, tmp: Path) -> float:
+    lf = tmp / "locustfile.py"
+    lf.write_text(_LOCUSTFILE)
+    prefix = tmp / "locust"
+    locust = Path(sys.executable).with_name("locust")
+    subprocess.run([str(locust), "-f", str(lf), "--headless", "-u", str(USERS), "-r", str(USERS), "-t", f"{int(SECONDS)}s",
+                    "--host", url.rstrip("/"), "--csv", str(prefix), "--only-summary", "--loglevel", "ERROR"],
+                   check=True, capture_output=True, timeout=SECONDS + 60)
+    with open(f"{prefix}_stats.csv") as f:
+        for row in csv.DictReader(f):
+            if row["Name"] == "Aggregated":
+                return float(row["Requests/s"])
+    raise RuntimeError("locust wrote no aggregate row")
+
+
+def _schedule(url: str) -> tuple[float, float]:
+    from gpulens.bench.serve import LoadSpec, Target, run_load
+
+    res = run_load(LoadSpec(Target(url), rate=1000, duration_seconds=SECONDS, timeout_seconds=10))
+    lags = [r.sent - r.intended for r in res.records if r.sent is not None]
+    within = sum(1 for x in lags if abs(x) <= 0.002) / max(len(lags), 1)
+    return within, res.summary.send_lag.p99
+
+
+def _stall(base: str) -> tuple[float, float, float]:
+    from gpulens.bench.serve import LoadSpec, Target, run_load
+
+    key = f"bench{os.getpid()}{int(time.time())}"
+    open_ = run_load(LoadSpec(Target(f"{base}/fixed/{key}o?ms=10&at=4&dur=1"), rate=200, duration_seconds=10)).summary
+    closed = run_load(LoadSpec(Target(f"{base}/fixed/{key}c?ms=10&at=4&dur=1"), concurrency=2, duration_seconds=10)).summary
+    return open_.latency.p50, open_.latency.p99, closed.latency.p99
+
+
+def run() -> list[dict]:
+    out: list[dict] = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        srv_file = tmp / "trivial.py"
+        srv_file.write_text(_TRIVIAL)
+        trivial, port = _start([str(srv_file)])
+        timed, tport = _start([str(TEST_SERVERS), "threaded"])
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            ours = _ours_closed(url)
+            theirs = _locust(url, tmp)
+            out.append(dict(name=f"client throughput, {USERS} users, 1 process", value=ours, unit="req/s",
+                            reference="locust FastHttpUser, 1 process", reference_value=theirs, ratio=ours / theirs,
+                            goal=">= locust (ratio >= 1)", met=ours >= theirs))
+            within, p99 = _schedule(url)
+            out.append(dict(name="sends within 2 ms of schedule at 1,000 req/s", value=within * 100, unit="%",
+                            reference="goal", reference_value=99.0, ratio=within / 0.99, goal=">= 99 %", met=within >= 0.99))
+            out.append(dict(name="send lag p99 at 1,000 req/s", value=p99 * 1e3, unit="ms", reference="2 ms bound",
+                            reference_value=2.0, ratio=p99 * 1e3 / 2.0, goal="<= 2 ms", met=p99 <= 0.002))
+            p50, p99_open, p99_closed = _stall(f"http://127.0.0.1:{tport}")
+            out.append(dict(name="10 ms server: p50 (open loop, 200 req/s)", value=p50 * 1e3, unit="ms",
+                            reference="server time", reference_value=10.0, ratio=p50 / 0.010, goal="within 10 % of 10 ms",
+                            met=abs(p50 / 0.010 - 1) <= 0.10))
+            out.append(dict(name="1 s stall: p99 from intended send (open loop)", value=p99_open * 1e3, unit="ms",
+                            reference="closed loop p99, same server", reference_value=p99_closed * 1e3,
+                            ratio=p99_open / p99_closed, goal="hundreds of ms where closed loop shows ~10 ms",
+                            met=p99_open > 0.2 and p99_closed < 0.05))
+        finally:
+            for p in (trivial, timed):
+                p.terminate()
+                p.wait(timeout=10)
+    return out
+
+
+if __name__ == "__main__":
+    for r in run():
+        print(r)
