@@ -15,17 +15,22 @@ DEMO_DIR = Path(".gpulens")
 
 
 def _start_dashboard(store_path: Path, host: str, port: int) -> str | None:
-    """The dashboard in a background thread, when gpulens.web is installed. Returns its address."""
+    """The dashboard in a background thread, when gpulens.web is installed. Returns the address to open.
+    Same safety as `gpulens dashboard`: loopback by default, a generated token for any other address,
+    and a taken port is reported now (one sentence), not lost in the thread."""
     try:
         import uvicorn
 
         from gpulens.web import create_app
+        from gpulens.web.server import bind, plan_listen
     except ImportError:
         return None
-    app = create_app(store_path=store_path)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
-    threading.Thread(target=server.run, name="gpulens-dashboard", daemon=True).start()
-    return f"http://{host}:{port}/"
+    plan = plan_listen(host, port)
+    app = create_app(store_path=store_path, token=plan.token, allowed_hosts=plan.allowed_hosts)
+    sock = bind(plan.host, plan.port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="gpulens-dashboard", daemon=True).start()
+    return plan.url(sock.getsockname()[1])
 
 
 def _summary(store_path: Path) -> None:
