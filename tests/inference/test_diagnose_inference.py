@@ -16,7 +16,7 @@ from gpulens.workload import names as N
 def _phases(trace) -> dict[str, tuple[float, float]]:
     marks = [json.loads(line) for line in (trace / "events.jsonl").open() if '"phase"' in line]
     marks = [m for m in marks if m.get("kind") == "phase"]
-    return {m["name"]: (m["t"], nxt["t"]) for m, nxt in zip(marks, marks[1:])}
+    return {m["name"]: (m["t"], nxt["t"]) for m, nxt in zip(marks, marks[1:], strict=False)}
 
 
 @pytest.fixture(scope="module")

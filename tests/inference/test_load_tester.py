@@ -82,13 +82,13 @@ def test_requests_bound_and_closed_loop_count(timed_server):
 
 def test_poisson_and_gamma_schedules_have_the_right_rate_and_spread():
     const = list(intended_times(100, duration=10))
-    assert len(const) == 1000 and statistics.pstdev(b - a for a, b in zip(const, const[1:])) < 1e-9
+    assert len(const) == 1000 and statistics.pstdev(b - a for a, b in zip(const, const[1:], strict=False)) < 1e-9
     pois = list(intended_times(100, arrival="poisson", duration=100, seed=1))
-    gaps = [b - a for a, b in zip(pois, pois[1:])]
+    gaps = [b - a for a, b in zip(pois, pois[1:], strict=False)]
     assert len(pois) == pytest.approx(10_000, rel=0.03)
     assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, rel=0.05)  # CV of exponential
     bursty = list(intended_times(100, arrival="gamma", burstiness=0.25, duration=100, seed=1))
-    bgaps = [b - a for a, b in zip(bursty, bursty[1:])]
+    bgaps = [b - a for a, b in zip(bursty, bursty[1:], strict=False)]
     assert len(bursty) == pytest.approx(10_000, rel=0.1)
     assert statistics.pstdev(bgaps) / statistics.mean(bgaps) == pytest.approx(2.0, rel=0.1)  # CV = 1/sqrt(k)
 

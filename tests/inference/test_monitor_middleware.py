@@ -97,7 +97,6 @@ def _starlette_app(monitor: InferenceMonitor):
 @pytest.fixture
 def served_app(store):
     import uvicorn
-
     from conftest import _free_port
 
     monitor = InferenceMonitor(store, service="api", model="tiny", host="h", flush_interval_seconds=0.2)

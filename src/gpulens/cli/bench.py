@@ -90,7 +90,14 @@ def serve(
     store: Path = store_option(),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the run in the store."),
 ) -> None:
-    from gpulens.bench.serve import LoadSpec, Progress, Target, openai_body, parse_slos, run_load, target_kind_for
+    from gpulens.bench.serve import (
+        LoadSpec,
+        Target,
+        openai_body,
+        parse_slos,
+        run_load,
+        target_kind_for,
+    )
     from gpulens.bench.serve import sweep as run_sweep
 
     slos = parse_slos(slo)
