@@ -53,3 +53,12 @@ def test_help_teaches(capsys) -> None:
     assert main(["diagnose", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--job" in out and "--format" in out and "gpulens replay" in out
+
+
+def test_replay_then_diagnose_from_the_command_line(tmp_path, capsys) -> None:
+    db = str(tmp_path / "cli.db")
+    assert main(["replay", "--store", db]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", "--store", db, "--format", "json"]) == 0
+    kinds = [f["kind"] for f in json.loads(capsys.readouterr().out) if f["workload"] == "training"]
+    assert sorted(kinds) == ["checkpoint_stall", "checkpoint_stall", "input_bound", "underutilized"]
