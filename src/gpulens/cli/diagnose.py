@@ -86,7 +86,9 @@ def _value(key: str, v: Any) -> str:
             return f"{v:.2f}×"
         if key.endswith(("_ratio", "_share")):
             return f"{v:.0%}"
-        return f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+        return f"{v:,}"
     return str(v)
 
 
@@ -102,7 +104,7 @@ def _render_text(findings: list[Any], store: Path, job: str | None, service: str
         style = SEVERITY_STYLE.get(f.severity, "")
         who = ", ".join(f"{k} {v}" for k, v in f.labels.items() if k in ("job", "rank", "service", "gpu", "host"))
         dur = f.end - f.start
-        console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}; {who}[/]")
+        console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}{'; ' + who if who else ''}[/]")
         span = f"{_when(f.start)}" + (f" → {datetime.fromtimestamp(f.end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
         console.print(f"   [dim]{span}[/]")
         console.print(f"   {f.summary}", highlight=False)
