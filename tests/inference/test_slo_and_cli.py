@@ -109,3 +109,39 @@ def test_error_and_hanging_servers_keep_partial_results(test_server, capsys, tmp
     rc = main(["bench", "serve", "--url", f"{test_server}/reject", "--rate", "10", "--duration", "500ms",
                "--store", str(db), "--format", "json"])
     assert json.loads(capsys.readouterr().out)["requests"]["rejected"] == 5
+
+
+def test_ctrl_c_stops_the_run_and_keeps_what_was_measured(timed_server, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "gpulens.cli.main", "bench", "serve", "--url", f"{timed_server}/fixed/int?ms=5",
+           "--rate", "20", "--duration", "60s", "--format", "json", "--store", str(tmp_path / "g.db")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.5)  # interpreter start-up, then about a second of load
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["interrupted"] is True
+    assert 5 <= report["requests"]["ok"] < 200
+    assert report["requests"]["not_sent"] > 1000  # the rest of the 60 s schedule
+    assert "interrupted" in err.decode()
+
+
+def test_distributions_merge_exactly_across_processes():
+    from gpulens.bench.serve.stats import Distribution
+
+    whole, a, b = Distribution(), Distribution(), Distribution()
+    for i in range(1, 2001):
+        whole.record(i / 1e4)
+        (a if i % 2 else b).record(i / 1e4)
+    merged = Distribution()
+    merged.merge_encoded(a.encode())
+    merged.merge_encoded(b.encode())
+    m, w = merged.summary(), whole.summary()
+    assert (m.p50, m.p90, m.p99, m.p99_9, m.max, m.count) == (w.p50, w.p90, w.p99, w.p99_9, w.max, w.count)
+    assert m.mean == pytest.approx(w.mean, rel=1e-12)
+    assert whole.summary().p99 == pytest.approx(0.198, rel=1e-3) and whole.summary().mean == pytest.approx(0.10005)

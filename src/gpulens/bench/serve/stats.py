@@ -40,8 +40,10 @@ class Distribution:
     def __init__(self) -> None:
         self._h = HdrHistogram(_LOWEST_US, _HIGHEST_US, _DIGITS)
         self.clamped = 0  # values outside the trackable range
+        self._sum_seconds = 0.0  # exact mean; hdrh's get_mean_value walks every bucket (slow in Python)
 
     def record(self, seconds: float) -> None:
+        self._sum_seconds += seconds
         us = int(round(seconds * 1e6))
         if us < _LOWEST_US:
             us = _LOWEST_US
@@ -66,22 +68,26 @@ class Distribution:
             p95=h.get_value_at_percentile(95) / 1e6,
             p99=h.get_value_at_percentile(99) / 1e6,
             p99_9=h.get_value_at_percentile(99.9) / 1e6,
-            mean=h.get_mean_value() / 1e6,
+            mean=self._sum_seconds / self.count if self._sum_seconds else h.get_mean_value() / 1e6,
             max=h.get_max_value() / 1e6,
             count=self.count,
         )
 
     def encode(self) -> str:
-        """A compact text form (HdrHistogram's compressed encoding) for sending between processes."""
-        return base64.b64encode(self._h.encode()).decode() if self.count else ""
+        """A compact text form (HdrHistogram's compressed encoding, plus the exact sum) for sending
+        between processes."""
+        return f"{self._sum_seconds!r} " + base64.b64encode(self._h.encode()).decode() if self.count else ""
 
     def merge_encoded(self, text: str) -> None:
         if text:
-            self._h.decode_and_add(base64.b64decode(text))
+            total, _, data = text.partition(" ")
+            self._h.decode_and_add(base64.b64decode(data))
+            self._sum_seconds += float(total)
 
     def merge(self, other: Distribution) -> None:
         self._h.add(other._h)
         self.clamped += other.clamped
+        self._sum_seconds += other._sum_seconds
 
 
 STATUSES = ("ok", "error", "timeout", "rejected")
