@@ -3,6 +3,8 @@
 Public API (tests import only from here):
 - GPU seam: `GpuBackend`, `FakeBackend`, `ReplayBackend`, `GpuSample`, `GpuInfo`, `XidEvent`
 - the store: `Store`
+- training: `TrainingMonitor` (needs nothing heavy to import; torch is used when present)
+- runs: `save_run`, `add_note`, `take_fingerprint`
 - errors: `GpulensError` and its subclasses
 """
 
@@ -20,7 +22,9 @@ from gpulens.errors import (
     TraceError,
 )
 from gpulens.gpu import FakeBackend, GpuBackend, GpuInfo, GpuProcess, GpuSample, ReplayBackend, XidEvent
+from gpulens.runs import add_note, save_run, take_fingerprint
 from gpulens.store import Store
+from gpulens.workload.training import TrainingMonitor
 
 __all__ = [
     "BackendUnavailableError",
@@ -37,6 +41,10 @@ __all__ = [
     "Store",
     "StoreError",
     "TraceError",
+    "TrainingMonitor",
     "XidEvent",
+    "add_note",
+    "save_run",
+    "take_fingerprint",
     "__version__",
 ]
