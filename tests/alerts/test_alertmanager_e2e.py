@@ -12,7 +12,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import free_port, which_or_skip
+from testlib import free_port, which_or_skip
 
 from gpulens.alerts.engine import load_alerts
 from gpulens.cli.main import main

@@ -11,7 +11,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import free_port
+from testlib import free_port
 
 from gpulens.alerts.engine import add_silence, load_alerts, parse_matcher
 from gpulens.alerts.rules import RuleFileError, load_rules
@@ -110,7 +110,7 @@ def _webhook(rig):
 
 
 def test_webhook_posts_alertmanager_bodies(store, receiver):
-    from conftest import Rig
+    from alerts_rig import Rig
 
     rig = Rig(store, notify=[f"webhook:http://127.0.0.1:{receiver.server_port}/hook"])
     try:
@@ -136,7 +136,7 @@ def test_webhook_posts_alertmanager_bodies(store, receiver):
 def test_dead_webhook_never_holds_up_evaluation(store):
     """A receiver that accepts connections and never answers: every POST waits out its timeout, with
     retries. Evaluation goes on at its own pace and other notifiers still get the alerts."""
-    from conftest import Rig
+    from alerts_rig import Rig
 
     blackhole = socket.socket()
     blackhole.bind(("127.0.0.1", 0))
@@ -168,7 +168,7 @@ def test_dead_webhook_never_holds_up_evaluation(store):
 
 
 def test_refused_webhook_gives_up_after_bounded_retries(store):
-    from conftest import Rig
+    from alerts_rig import Rig
 
     rig = Rig(store, notify=[f"webhook:http://127.0.0.1:{free_port()}/hook"])
     hook = _webhook(rig)
@@ -183,7 +183,7 @@ def test_refused_webhook_gives_up_after_bounded_retries(store):
 
 
 def test_silenced_alert_is_recorded_but_not_notified(store, tmp_path):
-    from conftest import Rig
+    from alerts_rig import Rig
 
     out = tmp_path / "n.jsonl"
     rig = Rig(store, notify=[f"file:{out}"])

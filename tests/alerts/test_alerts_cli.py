@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import which_or_skip
+from testlib import which_or_skip
 
 from gpulens.alerts.baseline import load_baselines
 from gpulens.alerts.engine import load_alerts
