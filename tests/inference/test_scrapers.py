@@ -118,6 +118,21 @@ def test_percentiles_come_from_buckets_between_scrapes(metrics_server, store):
     assert store.query(N.INFER_REQUESTS_TOTAL, {"status": "ok"})[0].value == [100, 200]
 
 
+def test_background_scraping_follows_the_endpoint(metrics_server, shared_data, store):
+    import time
+
+    metrics_server.text = (shared_data / "engine-metrics" / "tgi.txt").read_text()
+    thread, stop = EngineScraper(metrics_server.url, store, service="bg", host="h").start(interval_seconds=0.05)
+    deadline = time.monotonic() + 5
+    while len(store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})[0].value) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(timeout=2)
+    assert len(store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})[0].value) >= 3
+    # the same counts again: no new observations between scrapes, so no new quantiles
+    assert len(store.query(N.INFER_LATENCY_SECONDS, {"service": "bg", "quantile": "0.5"})[0].value) == 1
+
+
 def test_bucket_quantiles_and_counter_reset():
     b = Buckets.from_pairs([(0.1, 10), (0.2, 30), (float("inf"), 40)], total_sum=6.0)
     assert b.quantile(0.5) == pytest.approx(0.15)  # rank 20 sits halfway into (0.1, 0.2]

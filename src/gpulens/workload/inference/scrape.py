@@ -159,6 +159,25 @@ class EngineScraper:
             n += 1
         return n
 
+    def start(self, interval_seconds: float = 5.0) -> tuple[threading.Thread, threading.Event]:
+        """Scrape in a daemon thread (for the agent): the first scrape happens here, so a wrong URL
+        raises at once; set the returned event to stop."""
+        self.scrape_once()
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(interval_seconds):
+                try:
+                    self.scrape_once()
+                except GpulensError as e:
+                    self.errors += 1
+                    if self.errors == 1 or self.errors % 100 == 0:
+                        log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+
+        thread = threading.Thread(target=loop, daemon=True, name=f"gpulens-scrape-{self.base['service']}")
+        thread.start()
+        return thread, stop
+
     # ------------------------------------------------------------------ grouping
     def _model(self, labels: dict[str, str], engine: EngineMap) -> str:
         if engine.model_label and labels.get(engine.model_label):
