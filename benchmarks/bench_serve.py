@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-TEST_SERVERS = REPO / "tests" / "inference" / "servers.py"
+TEST_SERVERS = REPO / "tests" / "inference" / "inference_test_servers.py"
 USERS = 32
 SECONDS = 5.0
 
@@ -58,7 +58,7 @@ _LOCUSTFILE = textwrap.dedent('''
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, int]:
     sys.path.insert(0, str(REPO / "tests" / "inference"))
-    from conftest import start_server  # the tests' launcher: waits until the port answers
+    from inference_test_servers import start_server  # the tests' launcher: waits until the port answers
 
     return start_server(Path(args[0]), *args[1:])
 

@@ -1,4 +1,4 @@
-"""The load tester against local servers with known behaviour (tests/inference/servers.py)."""
+"""The load tester against local servers with known behaviour (tests/inference/inference_test_servers.py)."""
 
 from __future__ import annotations
 

@@ -95,12 +95,10 @@ def _starlette_app(monitor: InferenceMonitor):
 
 
 @pytest.fixture
-def served_app(store):
+def served_app(store, port):
     import uvicorn
-    from conftest import _free_port
 
     monitor = InferenceMonitor(store, service="api", model="tiny", host="h", flush_interval_seconds=0.2)
-    port = _free_port()
     server = uvicorn.Server(uvicorn.Config(_starlette_app(monitor), host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -145,11 +145,9 @@ def test_bucket_quantiles_and_counter_reset():
     assert Buckets.from_pairs([(0.1, 0), (float("inf"), 0)], 0.0).quantile(0.5) is None
 
 
-def test_unreachable_and_wrong_endpoints_fail_clearly(metrics_server, store):
-    from conftest import _free_port
-
+def test_unreachable_and_wrong_endpoints_fail_clearly(metrics_server, store, port):
     with pytest.raises(GpulensError, match="Cannot scrape") as e:
-        EngineScraper(f"http://127.0.0.1:{_free_port()}/metrics", store, service="s").scrape_once()
+        EngineScraper(f"http://127.0.0.1:{port}/metrics", store, service="s").scrape_once()
     assert e.value.exit_code == 3
     metrics_server.text = "# TYPE up gauge\nup 1\n"
     with pytest.raises(GpulensError, match="No vLLM, TGI or Triton"):

@@ -70,12 +70,10 @@ def test_sweep_json(timed_server, capsys, tmp_path):
     assert all({"value", "passed", "goodput", "latency"} <= set(p) for p in report["probes"])
 
 
-def test_bad_input_is_one_sentence_and_exit_code(test_server, capsys, tmp_path):
-    from conftest import _free_port
-
+def test_bad_input_is_one_sentence_and_exit_code(test_server, capsys, tmp_path, port):
     db = str(tmp_path / "g.db")
     cases = [
-        (["--url", f"http://127.0.0.1:{_free_port()}/", "--rate", "5"], 3, "Cannot reach"),
+        (["--url", f"http://127.0.0.1:{port}/", "--rate", "5"], 3, "Cannot reach"),  # nothing listens there
         (["--url", f"{test_server}/", "--rate", "0"], 2, "rate must be above zero"),
         (["--url", f"{test_server}/", "--sweep", "--slo", "p99_latency=>1s"], 2, "Cannot read the SLO"),
         (["--url", f"{test_server}/", "--sweep"], 2, "needs at least one --slo"),

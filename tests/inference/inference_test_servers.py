@@ -2,8 +2,8 @@
 loop and the server's do not share a CPU thread). State that must be fresh per test (a stall's
 start, a queue) is keyed by a path segment.
 
-    python servers.py PORT aiohttp    streaming completions, errors, rejections, a hanging route
-    python servers.py PORT threaded   /fixed and /capacity timed with time.sleep in a thread per
+    python inference_test_servers.py PORT aiohttp    streaming completions, errors, rejections, a hanging route
+    python inference_test_servers.py PORT threaded   /fixed and /capacity timed with time.sleep in a thread per
                                       connection: one wake-up per request, so "10 ms" is 10.2 ms,
                                       where an asyncio sleep adds up to a millisecond
 """
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from aiohttp import web
@@ -130,6 +133,38 @@ class _Timed(BaseHTTPRequestHandler):
 class _TimedServer(ThreadingHTTPServer):
     request_queue_size = 1024
     daemon_threads = True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(script: Path, *args: str, timeout: float = 15.0) -> tuple[subprocess.Popen, int]:
+    """Start `script PORT *args` and wait until the port answers. Used by the tests and benchmarks."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(script), str(port), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"test server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("test server did not start")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
 
 
 if __name__ == "__main__":
