@@ -20,7 +20,7 @@ def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
     # p50: the server's 10 ms plus this machine's loopback round trip (measured above at the same
     # rate), within 10 % of 10 ms
     assert s.latency.p50 - floor.latency.p50 == pytest.approx(0.010, rel=0.10)
-    assert s.latency.p50 < 0.0125
+    assert s.latency.p50 < 0.0135  # and in absolute terms no more than this machine's ~1–3 ms of noise
     # ~200 requests fell into the stall, 2 % of 2000: p99 is the stall's hundreds of ms, and the
     # request sent first in it waited the whole second
     assert 0.3 < s.latency.p99 < 1.1
