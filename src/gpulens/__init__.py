@@ -3,6 +3,7 @@
 Public API (tests import only from here):
 - GPU seam: `GpuBackend`, `FakeBackend`, `ReplayBackend`, `GpuSample`, `GpuInfo`, `XidEvent`
 - the store: `Store`
+- serving: `InferenceMonitor`, `InferenceMiddleware` (ASGI)
 - training: `TrainingMonitor` (needs nothing heavy to import; torch is used when present)
 - runs: `save_run`, `add_note`, `take_fingerprint`
 - errors: `GpulensError` and its subclasses
@@ -24,6 +25,7 @@ from gpulens.errors import (
 from gpulens.gpu import FakeBackend, GpuBackend, GpuInfo, GpuProcess, GpuSample, ReplayBackend, XidEvent
 from gpulens.runs import add_note, save_run, take_fingerprint
 from gpulens.store import Store
+from gpulens.workload.inference import InferenceMiddleware, InferenceMonitor
 from gpulens.workload.training import TrainingMonitor
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "GpuProcess",
     "GpuSample",
     "GpulensError",
+    "InferenceMiddleware",
+    "InferenceMonitor",
     "MonitorUsageError",
     "PortInUseError",
     "ReplayBackend",

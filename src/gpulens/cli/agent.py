@@ -56,6 +56,8 @@ def agent_command(
     learn: str = typer.Option("7d", "--learn", help="How long each series is learned before its learned alert rules may fire."),
     rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
     notify: list[str] = typer.Option([], "--notify", help="Where alerts go: log, file:PATH, webhook:URL. Repeatable."),
+    scrape: list[str] = typer.Option([], "--scrape", help="A serving engine's /metrics (vLLM, TGI, Triton) to read every 5 s into the inference series. Repeatable."),
+    service: str = typer.Option("default", "--service", help="Service label for what --scrape reads."),
 ) -> None:
     """Sample GPUs every interval into the store and serve Prometheus metrics.
 
@@ -65,6 +67,7 @@ def agent_command(
         gpulens agent --backend fake:8 --interval 100ms
         gpulens agent --backend replay --speed 10      # the bundled H200 session, 10x
         gpulens agent --metric-names dcgm              # dcgm-exporter's metric names
+        gpulens agent --scrape http://127.0.0.1:8000/metrics --service chat   # plus a vLLM server's metrics
     """
     from gpulens.agent import Agent
     from gpulens.errors import BadInputError
@@ -94,6 +97,11 @@ def agent_command(
 
         agent.evaluators.append(ColocationWatch(st))  # before the alert rules, which read its series
     attach_alerts(agent, st, learn, rules, notify)
+    scrapers = []
+    for url in scrape:
+        from gpulens.workload.inference.scrape import EngineScraper
+
+        scrapers.append(EngineScraper(url, st, service=service).start(5.0))  # a wrong URL fails here, at once
     server = None
     if addr:
         server = serve_metrics(make_registry(readings, metric_names=metric_names, store=st), *addr)  # type: ignore[arg-type]
@@ -107,6 +115,8 @@ def agent_command(
     try:
         stats = agent.run(duration_s)
     finally:
+        for _thread, stop_scrape in scrapers:
+            stop_scrape.set()
         agent.close()
         st.close()
         if server is not None:
