@@ -175,7 +175,9 @@ def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: 
         attn += h  # 1-byte dropout mask after the attention output
     # MLP: post-attention norm, its output as saved by gate/up (or fc), the intermediates
     mlp_linears = (1 if m.gate_up_fused else 2) if m.mlp == "gated" else 1
-    norm_bytes += _norm_internal(m, mode) + _norm_out(m, mode, mlp_linears)
+    norm_bytes += _norm_out(m, mode, mlp_linears)
+    if not m.parallel_residual:  # NeoX's two LayerNorms read (and save) the same input
+        norm_bytes += _norm_internal(m, mode)
     extra_norms = max(0, m.norms_per_layer - 2)
     norm_bytes += extra_norms * 8 * h  # Gemma-2's post-norms: fp32 input and normalized copies
     inter = m.moe_intermediate_size or m.intermediate_size
@@ -188,9 +190,12 @@ def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: 
     else:
         per_expert_tok = 2 * c * inter  # fc out (the activation's input), activation out
     if m.is_moe:
+        # transformers runs the experts as grouped matmuls, which autocast does not cast: under
+        # amp they compute (and save) in fp32
         k = m.experts_per_token
-        gathered = 2 * 2 * h if mode.amp else c * h  # each routed token's copy as the experts save it
-        mlp = k * (gathered + per_expert_tok + c * h) + 4 * m.num_experts  # + expert out, router probs
+        ce = 4 if mode.amp else c
+        per_expert_tok = per_expert_tok // c * ce
+        mlp = k * (ce * h + per_expert_tok + ce * h) + 4 * m.num_experts  # routed copy, intermediates, out; router
         if m.shared_expert_intermediate_size:
             mlp += 4 * c * m.shared_expert_intermediate_size
     else:
@@ -208,7 +213,8 @@ def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: 
 def _head_bytes_per_token(m: ModelSpec, mode: _Mode) -> int:
     """Final norm + the output head's saved input, per token."""
     if m.encoder:
-        return mode.residual * m.hidden_size * 2
+        # BERT's MLM head: dense (saves the last hidden state), GELU, LayerNorm, decoder inputs
+        return (mode.residual + 3 * mode.compute) * m.hidden_size
     return _norm_internal(m, mode) + _norm_out(m, mode, 1)
 
 

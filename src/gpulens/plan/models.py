@@ -76,6 +76,7 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
     dropout: float = 0.0  # hidden dropout active in training (saves a 1-byte mask per element)
+    parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
     final_logit_softcap: float | None = None
     rough: bool = False  # built from a bare parameter count: shapes are guessed
     source: str = ""
@@ -313,6 +314,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
         dropout=dropout,
+        parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),
         source=where,
     )

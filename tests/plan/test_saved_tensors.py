@@ -1,0 +1,90 @@
+"""The activation model against what autograd really saves, family by family.
+
+Tiny models of each family are built with transformers on the CPU, one forward pass runs under a
+`saved_tensors_hooks` that records the storage of every tensor autograd keeps for backward, and
+the sum is compared with the planner's per-layer accounting (plus the head and the saved fp32
+log-softmax). Cases are chosen where the CPU kernels save what the CUDA ones do (CPU autocast,
+for one, leaves `pow` in 16-bit, which changes GPT-2's tanh-GELU; CPU masks for dropout are fp32
+where CUDA keeps bytes, so dropout is off here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("transformers")
+
+from gpulens.plan import from_hf_config  # noqa: E402
+from gpulens.plan.memory import _head_bytes_per_token, _mode, layer_activation_bytes  # noqa: E402
+
+SMALL = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+             intermediate_size=704, vocab_size=8000)
+CASES = [
+    ("LlamaConfig", SMALL, "fp32"),
+    ("LlamaConfig", SMALL | {"num_key_value_heads": 2}, "amp"),
+    ("LlamaConfig", SMALL, "bf16"),
+    ("Qwen2Config", SMALL, "amp"),
+    ("Qwen3Config", SMALL | {"head_dim": 64}, "bf16"),
+    ("GemmaConfig", SMALL | {"head_dim": 64}, "amp"),
+    ("Phi3Config", SMALL | {"pad_token_id": 0}, "bf16"),
+    ("MixtralConfig", SMALL | {"intermediate_size": 384, "num_local_experts": 4, "num_experts_per_tok": 2}, "amp"),
+    ("GPT2Config", dict(n_embd=256, n_layer=2, n_head=4, vocab_size=8000, n_positions=512, attn_pdrop=0.0,
+                        resid_pdrop=0.0, embd_pdrop=0.0), "fp32"),
+    ("GPTNeoXConfig", dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
+                           vocab_size=8000), "bf16"),
+    ("BertConfig", dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
+                        vocab_size=8000, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0), "fp32"),
+]
+
+
+def _measured_saved_bytes(model, mode: str, ids) -> int:
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    param_shapes = {tuple(p.shape) for p in model.parameters()} | {tuple(p.shape[::-1]) for p in model.parameters()}
+    casts: set[int] = set()
+
+    def pack_tracking(t):
+        # autocast's cached 16-bit weight copies are counted by the planner separately
+        if mode == "amp" and t.dtype == torch.bfloat16 and tuple(t.shape) in param_shapes:
+            casts.add(t.untyped_storage().data_ptr())
+        return pack(t)
+
+    with torch.autograd.graph.saved_tensors_hooks(pack_tracking, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "amp"):
+            model(input_ids=ids, labels=ids)
+    return sum(n for ptr, n in seen.items() if ptr not in param_ptrs and ptr not in casts)
+
+
+@pytest.mark.parametrize("cls,cfg,mode", CASES, ids=[f"{c[0].removesuffix('Config')}-{c[2]}" for c in CASES])
+def test_saved_activations_match_autograd(cls, cfg, mode):
+    torch.manual_seed(0)
+    config = getattr(tf, cls)(**cfg)
+    if cls == "BertConfig":
+        model = tf.BertForMaskedLM(config)
+    else:
+        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    if mode == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    b, s = 2, 96
+    ids = torch.randint(0, 8000, (b, s))
+    measured = _measured_saved_bytes(model, mode, ids)
+
+    hf = json.loads(config.to_json_string()) | {"model_type": config.model_type}
+    spec = from_hf_config(hf)
+    assert spec.params == sum(p.numel() for p in model.parameters()) or spec.encoder
+    precision = {"amp": "amp_bf16", "bf16": "bf16", "fp32": "fp32"}[mode]
+    layer = layer_activation_bytes(spec, precision, b, s)
+    tokens = b * s
+    log_softmax = tokens * spec.vocab_size * (2 if (spec.encoder and mode == "bf16") else 4)
+    predicted = (spec.num_layers * (layer["attention"] + layer["mlp"] + layer["norms"])
+                 + tokens * _head_bytes_per_token(spec, _mode(precision)) + log_softmax)
+    assert predicted == pytest.approx(measured, rel=0.05)
