@@ -37,6 +37,9 @@ def test_json_for_serving(capsys):
     d = json.loads(out)
     assert {"prefill_seconds", "ttft_seconds", "tpot_seconds", "output_tokens_per_second", "max_concurrency"} <= set(d["speed"])
     assert d["memory"]["breakdown"]["kv_cache"] > 0
+    rc, out, _ = run(capsys, "--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100", "--gpus", "4",
+                     "--runtime", "vllm", "--format", "json")
+    assert rc == 0 and json.loads(out)["setup"]["tensor_parallel"] == 4 and json.loads(out)["fits"]
 
 
 def test_text_is_a_readable_table_with_a_bar(capsys, monkeypatch):

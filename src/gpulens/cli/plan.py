@@ -45,13 +45,16 @@ def _req_kwargs(**kw: Any) -> dict[str, Any]:
     if workload not in ("train", "infer"):
         raise BadInputError(f"Unknown workload {workload!r}.", hint="Use --workload train or --workload infer.")
     batch = kw["batch"] if kw["batch"] is not None else (8 if workload == "train" else 1)
+    tp = kw["tp"]
+    if workload == "infer" and kw["gpus"] > 1 and tp == 1:
+        tp = kw["gpus"]  # serving on N GPUs of one replica = tensor parallelism
     tpot = parse_duration(kw["tpot_target"], what="TPOT target") if kw.get("tpot_target") else None
     ttft = parse_duration(kw["ttft_target"], what="TTFT target") if kw.get("ttft_target") else None
     return dict(
         model=kw["model"], workload=workload, gpus=kw["gpus"], precision=kw["precision"].lower(), optimizer=kw["optimizer"].lower(),
         batch=batch, seq=kw["seq"], grad_accum=kw["grad_accum"], grad_ckpt=kw["grad_ckpt"], zero=kw["zero"],
         dtype=kw["dtype"].lower(), kv_dtype=kw["kv_dtype"].lower() if kw["kv_dtype"] else None, prompt=kw["prompt"],
-        new_tokens=kw["new_tokens"], runtime=kw["runtime"].lower(), tensor_parallel=kw["tp"],
+        new_tokens=kw["new_tokens"], runtime=kw["runtime"].lower(), tensor_parallel=tp,
         tpot_target_seconds=tpot, ttft_target_seconds=ttft, target_requests_per_second=kw["target_rps"],
     )
 
@@ -188,7 +191,7 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(None, "--model", "-m", help="config.json path or folder, preset name, or a size such as 7b."),
         workload: str = typer.Option("train", "--workload", "-w", help="train or infer."),
         gpu: str = typer.Option("h100-sxm", "--gpu", "-g", help="GPU name, case-insensitive (see `gpulens plan gpus`)."),
-        gpus: int = typer.Option(1, "--gpus", help="Training: number of GPUs (data parallel; with --zero, sharded)."),
+        gpus: int = typer.Option(1, "--gpus", help="Training: number of GPUs (data parallel; with --zero, sharded). Serving: GPUs per replica (= --tp)."),
         precision: str = typer.Option("amp_bf16", "--precision", help="Training: fp32, amp_bf16, amp_fp16 (fp32 weights, 16-bit autocast), bf16, fp16 (weights and states in 16-bit)."),
         optimizer: str = typer.Option("adamw", "--optimizer", help="adamw, sgd, sgd-momentum, adafactor, adamw8bit."),
         batch: int = typer.Option(None, "--batch", "-b", help="Training: micro-batch per GPU (default 8). Serving: concurrent sequences (default 1)."),

@@ -242,14 +242,14 @@ def _optimizer_bytes(m: ModelSpec, optimizer: str, state_bytes: int) -> tuple[in
         return state_bytes * n, 0, ""
     if optimizer == "adamw8bit":
         # bitsandbytes: 1 byte per state + an fp32 absmax per 256-element block, per-tensor kernels
-        return int(n * (2 + 2 * 4 / 256)), 0, "8-bit AdamW (bitsandbytes) states"
+        return int(n * (2 + 2 * 4 / 256)), 0, "adamw8bit: bitsandbytes' 8-bit AdamW (1 byte per moment + block scales)"
     # Adafactor (transformers): factored second moment (rows + columns per matrix), no momentum;
     # per-parameter temporaries of a few fp32 copies of the largest matrix
     h = m.hidden_size
     mats = [m.vocab_size * h, h * max(m.intermediate_size, m.moe_intermediate_size or 0), h * m.q_size]
     largest = max(mats)
     factored = m.num_layers * 4 * (h + max(m.q_size, m.intermediate_size)) * 4 + 2 * (m.vocab_size + h) * 4
-    return factored, 3 * 4 * largest, "Adafactor without momentum"
+    return factored, 3 * 4 * largest, "adafactor: transformers' Adafactor defaults (factored second moment, no momentum)"
 
 
 def training_memory(
