@@ -6,9 +6,9 @@ import subprocess
 import time
 
 import pytest
-from testlib import which_or_skip
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from testlib import which_or_skip
 
 from gpulens import FakeBackend, Store
 from gpulens.export.prometheus import LatestReadings, make_registry
