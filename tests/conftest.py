@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for older tests)
 
 from gpulens.data import bundled_colocation_trace, bundled_trace
 from gpulens.store import Store
-from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for older tests)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for the alert tests)
+
 from gpulens.alerts.engine import AlertState
 from gpulens.alerts.runtime import AlertRuntime
 from gpulens.gpu.fake import FakeBackend
 from gpulens.sampling import SampleWriter
 
 T0 = 1_800_000_000.0
-
-from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for the alert tests)
 
 
 class Rig:
