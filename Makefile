@@ -27,7 +27,9 @@ setup: $(VENV)/.test-stamp
 run: $(VENV)/.run-stamp
 	$(VENV)/bin/gpulens demo
 
+# ruff first: it also keeps pynvml imports inside gpu/nvml.py (the one NVML seam).
 test: $(VENV)/.test-stamp
+	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test-stamp

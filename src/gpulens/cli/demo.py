@@ -57,8 +57,11 @@ def _summary(store_path: Path) -> None:
                 if d.value:
                     table.add_row(label, f"{fmt(sum(d.value) / len(d.value))} / {fmt(max(d.value))}")
         kinds = {k: len(st.events(k)) for k in st.event_kinds()}
-        if kinds:
-            table.add_row("workload records", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+        workload = {k: n for k, n in kinds.items() if k in ("train_step", "request", "cold_start")}
+        if workload:
+            table.add_row("workload records", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(workload.items())))
+        if kinds.get("alert"):
+            table.add_row("alert notifications", f"{kinds['alert']} (gpulens alerts list --store {store_path})")
         console.print(table)
         try:
             from gpulens.diagnose import diagnose
@@ -68,13 +71,17 @@ def _summary(store_path: Path) -> None:
             console_err.print(f"[dim]diagnosis unavailable: {e}[/]")
             findings = []
         if findings:
-            ft = Table(title="what gpulens finds (gpulens diagnose)", title_justify="left")
-            for col in ("from", "to", "workload", "finding", "first advice"):
-                ft.add_column(col)
             t0 = rng[0] if rng else 0.0
+            console.print(f"\n[bold]What gpulens finds[/] (details: gpulens diagnose --store {store_path})")
+            colour = {"critical": "red", "warning": "yellow", "info": "cyan"}
             for f in findings:
-                ft.add_row(f"+{f.start - t0:.0f} s", f"+{f.end - t0:.0f} s", f.workload, f.summary, f.advice[0] if f.advice else "")
-            console.print(ft)
+                console.print(
+                    f"  [{colour.get(f.severity, 'white')}]{f.kind}[/] ({f.workload}, +{f.start - t0:.0f}…{f.end - t0:.0f} s): {f.summary}",
+                    highlight=False,
+                )
+                if f.advice:
+                    console.print(f"    [dim]→ {f.advice[0]}[/]", highlight=False)
+        console.print()
 
 
 def demo_command(
