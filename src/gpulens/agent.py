@@ -67,7 +67,8 @@ class Agent:
         interval_seconds: float = 1.0,
         flush_seconds: float = 5.0,
         evaluate_seconds: float = 1.0,
-        retention_seconds: float = 3600.0,
+        retention_check_seconds: float = 3600.0,
+        keep_seconds: dict[str, float] | None = None,
         host: str | None = None,
         readings: LatestReadings | None = None,
         evaluators: list[Evaluator] | None = None,
@@ -80,7 +81,8 @@ class Agent:
         # loses at most that much; evaluators always see flushed data (they flush first).
         self.flush_seconds = max(flush_seconds, interval_seconds)
         self.evaluate_seconds = max(evaluate_seconds, interval_seconds)
-        self.retention_seconds = retention_seconds
+        self.retention_check_seconds = retention_check_seconds
+        self.keep_seconds = keep_seconds  # per table: raw, rollup_1m, rollup_1h, events (store defaults otherwise)
         self.writer = SampleWriter(store, host=host)
         self.readings = readings or LatestReadings(self.writer.host)
         self.evaluators = list(evaluators or [])
@@ -150,8 +152,8 @@ class Agent:
                         self.store.flush()
                         self._evaluate(self.clock())
                         last_eval = now_m
-                    if now_m - last_retention >= self.retention_seconds:
-                        self.store.apply_retention(self.clock())
+                    if now_m - last_retention >= self.retention_check_seconds:
+                        self.store.apply_retention(self.clock(), self.keep_seconds)
                         last_retention = now_m
                     next_tick += self.interval_seconds
                     delay = next_tick - time.monotonic()

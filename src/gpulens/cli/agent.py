@@ -56,6 +56,7 @@ def agent_command(
     learn: str = typer.Option("7d", "--learn", help="How long each series is learned before its learned alert rules may fire."),
     rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
     notify: list[str] = typer.Option([], "--notify", help="Where alerts go: log, file:PATH, webhook:URL. Repeatable."),
+    keep_raw: str = typer.Option("8d", "--keep-raw", help="How long raw samples are kept (1-minute and 1-hour roll-ups are kept 90 days and 2 years)."),
     scrape: list[str] = typer.Option([], "--scrape", help="A serving engine's /metrics (vLLM, TGI, Triton) to read every 5 s into the inference series. Repeatable."),
     service: str = typer.Option("default", "--service", help="Service label for what --scrape reads."),
 ) -> None:
@@ -91,7 +92,8 @@ def agent_command(
             schedule_fault(be, spec)
     st = Store(store)
     readings = LatestReadings(host=__import__("socket").gethostname())
-    agent = Agent(be, st, interval_seconds=interval_s, readings=readings)
+    keep = {"raw": parse_duration(keep_raw, what="--keep-raw")}
+    agent = Agent(be, st, interval_seconds=interval_s, readings=readings, keep_seconds=keep)
     if importlib.util.find_spec("gpulens.diagnose.colocation") is not None:
         from gpulens.agent import ColocationWatch
 
