@@ -73,6 +73,7 @@ def import_trace(
     ctx.host = ctx.host or "replay"
     writer = SampleWriter(store, host=ctx.host)
     model = backend.gpus()[0].name if backend.gpus() else ""  # the GPU's model, for XID labels
+    ctx.gpu_model = ctx.gpu_model or model
     load_builtin_importers()
     events = sorted(
         (r for r in iter_events(backend.events_path) if event_time(r) is not None), key=lambda r: event_time(r)  # type: ignore[arg-type,return-value]

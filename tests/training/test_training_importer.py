@@ -66,3 +66,18 @@ def test_record_from_dict_keeps_unmeasured_fields_unset() -> None:
     assert only_end.t_start == 3.0 and only_end.samples == 3
     assert record_from_dict({"t_start": 1.0}) is None
     assert record_from_dict({"t_end": "soon"}) is None
+
+
+def test_replayed_steps_carry_an_mfu_from_the_recorded_parameters_and_gpu(replayed_store):
+    from gpulens import Store
+    from gpulens.plan.catalog import find_gpu
+
+    with Store(replayed_store, readonly=True) as st:
+        (mfu,) = st.query("train_mfu_ratio")
+        (tps,) = st.query("train_tokens_per_second")
+        (load,) = [e.data for e in st.events("cold_start")]
+    peak = find_gpu("NVIDIA H200").peak_flops("bf16")
+    assert mfu.t == tps.t
+    for m, rate in zip(mfu.value, tps.value, strict=True):
+        assert m == pytest.approx(rate * 6 * load["params"] / peak)
+    assert 0.10 < max(mfu.value) < 0.30  # a 374 M model at ~82 k tokens/s on an H200

@@ -37,7 +37,9 @@ class ImportContext:
     service: str = "h200-demo"
     model: str = ""
     host: str = "replay"
+    gpu_model: str = ""  # the recorded GPU's name (e.g. "NVIDIA H200"), for peaks such as MFU's
     counts: dict[str, int] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # what earlier records told (e.g. the model's parameters)
 
 
 EventImporter = Callable[[dict[str, Any], Store, ImportContext], None]

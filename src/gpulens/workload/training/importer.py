@@ -21,12 +21,38 @@ def _labels(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
     return {"job": str(record.get("job") or ctx.job), "rank": str(rank if rank is not None else 0), "host": str(record.get("host") or ctx.host)}
 
 
+@register_importer(N.EV_COLD_START)
+def _remember_parameters(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    """A model load that states its parameter count lets the steps after it carry an MFU."""
+    params = record.get("params")
+    if isinstance(params, int | float) and params > 0:
+        ctx.facts["params"] = float(params)
+
+
+def _mfu_args(ctx: ImportContext) -> dict[str, float]:
+    """MFU of recorded steps that carry none: tokens/s x 6 N / the recorded GPU's dense BF16 peak.
+    Only 6 N: a recording gives the parameter count, not the shapes the attention term needs, so
+    this slightly understates MFU (docs/training.md)."""
+    params = ctx.facts.get("params")
+    if not params or not ctx.gpu_model:
+        return {}
+    if "peak_flops" not in ctx.facts:
+        try:
+            from gpulens.plan.catalog import find_gpu
+
+            ctx.facts["peak_flops"] = find_gpu(ctx.gpu_model).peak_flops("bf16")
+        except Exception:  # an unknown GPU: no MFU rather than a wrong one
+            ctx.facts["peak_flops"] = None
+    peak = ctx.facts["peak_flops"]
+    return {"peak_flops": peak, "flops_per_token": 6.0 * params} if peak else {}
+
+
 @register_importer(N.EV_TRAIN_STEP)
 def import_train_step(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
     rec = record_from_dict(record)
     if rec is None:
         return
-    write_step(store, _labels(record, ctx), rec)
+    write_step(store, _labels(record, ctx), rec, **_mfu_args(ctx))
 
 
 def _import_labelled(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
