@@ -54,6 +54,7 @@ class Store:
         self._pending: list[tuple[int, float, float]] = []
         self._pending_events: list[tuple[float, str, str, str]] = []
         self._series_ids: dict[tuple[str, str], int] = {}
+        self._labels_cache: dict[tuple[tuple[str, str], ...], str] = {}
         self._conn = self._connect(busy_timeout_seconds)
 
     # ---------------------------------------------------------------- opening
@@ -160,11 +161,21 @@ class Store:
         self, kind: str, t: float, labels: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None
     ) -> None:
         """Buffer one event (an XID, a training step, a request, an alert, a phase marker...)."""
-        self._pending_events.append(
-            (t, kind, canonical_labels(dict(labels) if labels else None), json.dumps(data or {}, default=_json_default))
-        )
+        self._pending_events.append((t, kind, self._labels_json(labels), json.dumps(data or {}, default=_json_default)))
         if len(self._pending_events) >= self.batch_size:
             self.flush()
+
+    def _labels_json(self, labels: Mapping[str, str] | None) -> str:
+        """Canonical JSON of a label set, cached: monitors label every event the same way."""
+        if not labels:
+            return "{}"
+        key = tuple(labels.items())
+        cached = self._labels_cache.get(key)
+        if cached is None:
+            if len(self._labels_cache) > 4096:
+                self._labels_cache.clear()
+            cached = self._labels_cache[key] = canonical_labels(dict(labels))
+        return cached
 
     @property
     def pending_count(self) -> int:
