@@ -166,25 +166,9 @@ class Evaluator:
             return r
         if isinstance(left, float):
             assert isinstance(right, dict)
-            out = {}
-            for k, v in right.items():
-                r = _apply(op, left, v)
-                if op in COMPARISONS:
-                    if r:
-                        out[k] = v
-                elif not math.isnan(r):
-                    out[k] = r
-            return out
+            return _scalar_vector(op, right, lambda v: _apply(op, left, v))
         if isinstance(right, float):
-            out = {}
-            for k, v in left.items():
-                r = _apply(op, v, right)
-                if op in COMPARISONS:
-                    if r:
-                        out[k] = v
-                elif not math.isnan(r):
-                    out[k] = r
-            return out
+            return _scalar_vector(op, left, lambda v: _apply(op, v, right))
         out = {}
         for k, v in left.items():
             if k not in right:
@@ -233,3 +217,17 @@ def quantile(sorted_values: list[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, n - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _scalar_vector(op: str, vector: dict, apply: Callable[[float], float]) -> dict:
+    """A scalar against each element of a vector: comparisons filter (keeping the element's value,
+    as PromQL does), arithmetic maps, and NaN results drop out."""
+    out = {}
+    for k, v in vector.items():
+        r = apply(v)
+        if op in COMPARISONS:
+            if r:
+                out[k] = v
+        elif not math.isnan(r):
+            out[k] = r
+    return out
