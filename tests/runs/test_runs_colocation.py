@@ -182,3 +182,49 @@ def test_live_series_raises_and_resolves_an_alert_in_the_rule_engine(store, tmp_
     assert states[-1] is None  # resolved after the service left
     (lv,) = store.latest(COLOCATION_SERIES)
     assert lv.value == 0 and lv.key.labels["training_pid"] == "4242" and lv.key.labels["serving_pid"] == "5151"
+
+
+def test_real_monitors_in_two_processes_are_matched_to_the_gpu_process_list(tmp_path):
+    """The live path end to end: an InferenceMonitor in another process and a TrainingMonitor here
+    announce their pids; the GPU lists both pids on GPU 0; the guard names both."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from gpulens import InferenceMonitor, TrainingMonitor  # noqa: F401  (public API)
+
+    db = tmp_path / "live.db"
+    Store(db).close()
+    server = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time\n"
+            "from gpulens import InferenceMonitor\n"
+            f"m = InferenceMonitor({str(db)!r}, service='chat', model='tiny')\n"
+            "with m.request() as h: h.token(); h.token()\n"
+            "m.close(); print('ready', flush=True); sys.stdin.read()\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        with Store(db) as store:
+            mon = TrainingMonitor(job="llama-ft", store=store)
+            for _ in mon.data(range(3)):
+                with mon.step(samples=1):
+                    pass
+            mon.close()
+            fake = FakeBackend(1, clock=time.time)
+            fake.add_process(0, os.getpid(), "python train.py", 40 * GiB)
+            fake.add_process(0, server.pid, "python serve.py", 20 * GiB)
+            writer = SampleWriter(store, host="node1")
+            for _ in range(3):
+                writer.write_samples(fake.sample())
+                time.sleep(0.05)
+            store.flush()
+            found = [f for f in diagnose(store) if f.kind == "colocation"]
+    finally:
+        server.communicate("", timeout=10)
+    (f,) = found
+    assert f"pid {os.getpid()}" in f.summary and f"pid {server.pid}" in f.summary
+    assert f.labels["job"] == "llama-ft" and f.labels["service"] == "chat"

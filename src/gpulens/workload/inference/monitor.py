@@ -14,6 +14,7 @@ model, host) and one `request` event holding its timestamps, which is what diagn
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -101,6 +102,8 @@ class InferenceMonitor:
         self._ids: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
         self._flusher = None
+        # Who serves, so the co-location guard can match this process to the GPU's process list.
+        self.store.event(N.EV_INFER_START, self.clock(), self.labels, {"pid": os.getpid(), **self.labels})
         if flush_interval_seconds:
             # Commit in the background so the request path only appends to a buffer.
             self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_seconds,), daemon=True,
@@ -159,7 +162,7 @@ class InferenceMonitor:
             w(N.INFER_BATCH_SIZE, end, h.fields.get("batch_size"))
             if self.write_events:
                 data = {"arrival": h.arrival, "start": start, "first_token": h.first_token, "end": end,
-                        "status": status, "output_tokens": out_tokens, "tpot_s": tpot,
+                        "status": status, "output_tokens": out_tokens, "tpot_s": tpot, "pid": os.getpid(),
                         **{k: v for k, v in h.fields.items() if k != "output_tokens"}}
                 self.store.event(N.EV_REQUEST, end, self.labels, data)
 
