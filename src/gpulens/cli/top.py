@@ -49,8 +49,10 @@ def render(samples, history, host: str):  # type: ignore[no-untyped-def]
         procs = "–"
         if s.processes:
             procs = ", ".join(f"{p.pid} {p.name} {format_bytes(p.used_memory_bytes)}" for p in s.processes[:3])
-        elif s.compute_process_count is not None:
+        elif s.compute_process_count:
             procs = str(s.compute_process_count)
+        elif s.processes is not None or s.compute_process_count == 0:
+            procs = "none"
         table.add_row(
             f"{s.gpu} {s.name}", pct(s.utilization_gpu_ratio), sparkline(list(history[s.gpu])), mem, temp, power, clock, throttle, procs
         )
