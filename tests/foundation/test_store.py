@@ -197,3 +197,15 @@ def test_sample_writer_writes_exactly_the_metric_table(store):
         for v in d.value:
             got.add((key.name, tuple(sorted(key.labels.items())), v))
     assert got == expected
+
+
+def test_time_range_covers_samples_and_events(store):
+    assert store.time_range() is None
+    store.write("a", {"gpu": "0"}, 100.0, 1.0)
+    store.write("a", {"gpu": "1"}, 250.0, 1.0)
+    store.write("b", {}, 50.0, 1.0)
+    store.event("phase", 300.0)
+    store.flush()
+    assert store.time_range() == (50.0, 300.0)
+    assert store.time_range("a") == (100.0, 250.0)
+    assert store.time_range("missing") is None
