@@ -209,3 +209,24 @@ def test_time_range_covers_samples_and_events(store):
     assert store.time_range() == (50.0, 300.0)
     assert store.time_range("a") == (100.0, 250.0)
     assert store.time_range("missing") is None
+
+
+def _open_and_write(path: str, k: int, barrier) -> None:
+    barrier.wait(30)  # all open at the same moment, as the ranks of one job do
+    for i in range(20):  # and keep opening while the others write
+        with Store(path) as s:
+            s.write("race", {"writer": str(k)}, float(i), 1.0)
+
+
+def test_many_processes_create_the_same_new_store_at_once(tmp_path):
+    path = str(tmp_path / "race.db")
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(6)
+    procs = [ctx.Process(target=_open_and_write, args=(path, k, barrier)) for k in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 6
+    with Store(path) as s:
+        assert [len(d) for d in s.query("race")] == [20] * 6

@@ -72,25 +72,40 @@ class Store:
                     f"Cannot create the folder for the store {self.path}: {e.strerror}.",
                     hint="Choose a --store path in a folder you can write to.",
                 ) from None
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_seconds, check_same_thread=False, isolation_level=None
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
-            if not self.readonly:
-                conn.executescript(CORE_SCHEMA)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
-        except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"Cannot open the store {self.path}: {e}.",
-                hint="Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store.",
-            ) from None
-        return conn
+        # Several processes may create the same new store at once (the ranks of one job): switching
+        # to WAL and creating the schema can then answer "locked" without waiting, so retry it all.
+        deadline = time.monotonic() + busy_timeout_seconds
+        while True:
+            conn = None
+            try:
+                conn = sqlite3.connect(self.path, timeout=busy_timeout_seconds, check_same_thread=False, isolation_level=None)
+                conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                if not self.readonly:
+                    conn.executescript(CORE_SCHEMA)
+                    conn.execute(
+                        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                    )
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
+                return conn
+            except sqlite3.OperationalError as e:
+                if conn is not None:
+                    conn.close()
+                if ("locked" in str(e) or "busy" in str(e)) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                raise StoreError(
+                    f"Cannot open the store {self.path}: {e}.",
+                    hint="Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store.",
+                ) from None
+            except sqlite3.DatabaseError as e:
+                if conn is not None:
+                    conn.close()
+                raise StoreError(
+                    f"Cannot open the store {self.path}: {e}.",
+                    hint="Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store.",
+                ) from None
 
     def ensure_schema(self, sql: str) -> None:
         """Create a feature's own tables (idempotent SQL: CREATE ... IF NOT EXISTS)."""
