@@ -239,8 +239,9 @@ class ReplayBackend:
                 yield frame
             if not count:
                 return
-            # next loop continues the timeline one sample period after the last frame
-            span += (last_t - first_t) + 0.1  # type: ignore[operator]
+            # the next pass continues the timeline one (mean) sample period after the last frame
+            length = last_t - first_t  # type: ignore[operator]
+            span += length + (length / (count - 1) if count > 1 else 1.0)
 
     def _advance(self) -> None:
         self._next = next(self._frames, None)
