@@ -3,9 +3,6 @@ chromium driven by Playwright (never a browser that Playwright downloads)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from testlib import which_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -25,15 +23,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def _which_or_skip(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is not installed; .ci/run should install it")
-        pytest.skip(f"{binary} is not installed (run .ci/run or apt-get install it)")
-    return path
 
 
 @dataclass
@@ -82,7 +71,7 @@ def replayed_dashboard(replayed_store: Path) -> Iterator[RunningDashboard]:
 
 @pytest.fixture(scope="session")
 def browser():
-    chromium = _which_or_skip("chromium")
+    chromium = which_or_skip("chromium")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
@@ -104,7 +93,3 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

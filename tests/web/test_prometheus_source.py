@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import socket
 import sqlite3
 import subprocess
 import time
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testlib import free_port, which_or_skip
 
 from gpulens.export.grafana import grafana_dashboard
 from gpulens.web.panels import metrics_used
@@ -23,19 +22,6 @@ from gpulens.workload import names as wn
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("starlette")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _which(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        pytest.skip(f"{binary} is not installed (apt-get install prometheus)")
-    return path
 
 
 def _esc(v: str) -> str:
@@ -62,7 +48,7 @@ def write_openmetrics(db: Path, out: Path, metrics: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def prometheus(replayed_store, tmp_path_factory):
-    prom, promtool = _which("prometheus"), _which("promtool")
+    prom, promtool = which_or_skip("prometheus"), which_or_skip("promtool")
     work = tmp_path_factory.mktemp("prom")
     om = work / "h200.om"
     write_openmetrics(replayed_store, om, metrics_used())
