@@ -21,16 +21,14 @@ import yaml
 from gpulens.alerts.baseline import Baseline, load_baselines
 from gpulens.alerts.expr import (
     BAND_FUNCTIONS,
-    Aggregate,
-    Binary,
     Call,
     Matcher,
-    Neg,
     Node,
     Number,
     Selector,
     band_selectors,
     format_duration,
+    map_nodes,
     to_promql,
 )
 from gpulens.alerts.rules import Rule, RuleSet
@@ -47,25 +45,9 @@ class PromExport:
     skipped: list[tuple[str, str]]  # (gpulens rule, why it was left out)
 
 
-def _map(node: Node, fn) -> Node:  # noqa: ANN001 - fn(node) -> Node | None (None: keep walking)
-    """Rebuild `node` bottom-up, letting `fn` replace any sub-node."""
-    got = fn(node)
-    if got is not None:
-        return got
-    if isinstance(node, Call):
-        return Call(node.func, tuple(_map(a, fn) for a in node.args))
-    if isinstance(node, Aggregate):
-        return Aggregate(node.op, _map(node.expr, fn), node.by, node.without)
-    if isinstance(node, Neg):
-        return Neg(_map(node.expr, fn))
-    if isinstance(node, Binary):
-        return Binary(node.op, _map(node.left, fn), _map(node.right, fn))
-    return node
-
-
 def _restrict(node: Node, metric: str, extra: tuple[Matcher, ...]) -> Node:
     """Every selector of `metric` gets `extra` matchers."""
-    return _map(node, lambda n: n.with_matchers(extra) if isinstance(n, Selector) and n.name == metric else None)
+    return map_nodes(node, lambda n: n.with_matchers(extra) if isinstance(n, Selector) and n.name == metric else None)
 
 
 def _prom_rule(
@@ -121,9 +103,9 @@ def _learned_rules(rule: Rule, baselines: list[Baseline], now: float) -> tuple[l
             v = replace(b, profile={}).band(now, n.func == "upper_band", q, rule.band) if b else None
             return Number(round(v, 9) if v is not None and math.isfinite(v) else math.nan)
 
-        node = _map(rule.expr.root, band_const)
+        node = map_nodes(rule.expr.root, band_const)
         matchers = tuple(Matcher(k, "=", v) for k, v in key)
-        node = _map(node, lambda n, m=matchers: n.with_matchers(m) if isinstance(n, Selector) else None)
+        node = map_nodes(node, lambda n, m=matchers: n.with_matchers(m) if isinstance(n, Selector) else None)
         learned = ", ".join(sorted(by_metric))
         out.append(_prom_rule(rule.name, to_promql(node), rule, rule.severity, {"baseline": f"bands of {learned} as of export"}, dict(key)))
     if not out:

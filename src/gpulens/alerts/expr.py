@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
@@ -443,12 +444,31 @@ def _paren(node: Node) -> str:
     return f"({s})" if isinstance(node, Binary) else s
 
 
+def map_nodes(node: Node, fn: Callable[[Node], Node | None]) -> Node:
+    """Rebuild `node` bottom-up, letting `fn` replace any sub-node (None: keep walking)."""
+    got = fn(node)
+    if got is not None:
+        return got
+    if isinstance(node, Call):
+        return Call(node.func, tuple(map_nodes(a, fn) for a in node.args))
+    if isinstance(node, Aggregate):
+        return Aggregate(node.op, map_nodes(node.expr, fn), node.by, node.without)
+    if isinstance(node, Neg):
+        return Neg(map_nodes(node.expr, fn))
+    if isinstance(node, Binary):
+        return Binary(node.op, map_nodes(node.left, fn), map_nodes(node.right, fn))
+    return node
+
+
 def cap_ranges(node: Node, max_seconds: float) -> Node:
     """The same expression with every range shortened to at most `max_seconds`."""
-    if isinstance(node, Selector):
-        if node.range_seconds is not None and node.range_seconds > max_seconds:
-            return Selector(node.name, node.matchers, max_seconds)
-        return node
+
+    def cap(n: Node) -> Node | None:
+        if isinstance(n, Selector) and n.range_seconds is not None and n.range_seconds > max_seconds:
+            return Selector(n.name, n.matchers, max_seconds)
+        return None
+
+    return map_nodes(node, cap)
     if isinstance(node, Call):
         return Call(node.func, tuple(cap_ranges(a, max_seconds) for a in node.args))
     if isinstance(node, Aggregate):
