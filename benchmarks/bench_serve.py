@@ -118,7 +118,7 @@ def run() -> list[dict]:
         srv_file = tmp / "trivial.py"
         srv_file.write_text(_TRIVIAL)
         trivial, port = _start([str(srv_file)])
-        timed, tport = _start([str(TEST_SERVERS), "threaded"])
+        timed, tport = _start([str(TEST_SERVERS), "timed"])
         try:
             url = f"http://127.0.0.1:{port}/"
             within, p99 = _schedule(url)  # first: nothing else of this benchmark is running yet

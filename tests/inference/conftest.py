@@ -20,7 +20,7 @@ def test_server() -> str:
 
 @pytest.fixture(scope="session")
 def timed_server() -> str:
-    """Base URL of the threaded server: /fixed/KEY?ms=&at=&dur= and /capacity/KEY?ms=."""
-    proc, port = start_server(SERVERS, "threaded")
+    """Base URL of the timed server: /fixed/KEY?ms=&at=&dur= and /capacity/KEY?ms=."""
+    proc, port = start_server(SERVERS, "timed")
     yield f"http://127.0.0.1:{port}"
     stop_server(proc)

@@ -2,10 +2,13 @@
 loop and the server's do not share a CPU thread). State that must be fresh per test (a stall's
 start, a queue) is keyed by a path segment.
 
-    python inference_test_servers.py PORT aiohttp    streaming completions, errors, rejections, a hanging route
-    python inference_test_servers.py PORT threaded   /fixed and /capacity timed with time.sleep in a thread per
-                                      connection: one wake-up per request, so "10 ms" is 10.2 ms,
-                                      where an asyncio sleep adds up to a millisecond
+    python inference_test_servers.py PORT aiohttp   streaming completions, errors, rejections, a hanging route
+    python inference_test_servers.py PORT timed     /fixed and /capacity: a bare HTTP/1.1 protocol whose
+                                     answers leave at a computed moment ("10 ms" counts from the
+                                     request's arrival), timed by the load tester's precise loop
+
+Both run on `precise_loop`, whose timers fire within tens of microseconds: on a stock asyncio loop
+"10 ms" would be 10–11 ms.
 """
 
 from __future__ import annotations
@@ -15,26 +18,22 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from aiohttp import web
 
-from gpulens.bench.serve.timer import PreciseTimer
+from gpulens.bench.serve import precise_loop
 
 _stall_origin: dict[str, float] = {}
 _next_free: dict[str, float] = {}
-_timer: list[PreciseTimer] = []
 
 
 async def _sleep_until(t: float) -> None:
-    """Precise to ~0.1 ms (asyncio.sleep alone rounds up to whole milliseconds), so "10 ms per
-    request" means 10 ms."""
-    if t - time.perf_counter() > 0:
-        await _timer[0].sleep_until(t)
+    delay = t - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)  # precise on precise_loop
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -79,13 +78,8 @@ async def trivial(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-async def _start_timer(app: web.Application) -> None:
-    _timer.append(PreciseTimer(asyncio.get_running_loop()).__enter__())
-
-
 def make_app() -> web.Application:
     app = web.Application()
-    app.on_startup.append(_start_timer)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", completions)
     app.router.add_get("/error", error)
@@ -96,43 +90,62 @@ def make_app() -> web.Application:
     return app
 
 
-class _Timed(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # else Nagle + delayed ACK add 40 ms to every answer
-    lock = threading.Lock()
+def answer_time(target: str, arrived: float) -> float:
+    """When the answer to `GET target` that arrived at `arrived` (perf_counter) is due.
 
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-        now = time.perf_counter()
-        url = urlsplit(self.path)
-        q = {k: v[0] for k, v in parse_qs(url.query).items()}
-        parts = url.path.strip("/").split("/")
-        ms = float(q.get("ms", "10")) / 1000
-        with self.lock:
-            if parts[0] == "capacity":  # one at a time on a virtual clock: capacity is exactly 1/ms
-                done = max(now, _next_free.get(url.path, 0.0)) + ms
-                _next_free[url.path] = done
-            else:
-                done = now + ms if parts[0] == "fixed" else now
-                if "dur" in q:
-                    s0 = _stall_origin.setdefault(url.path, now) + float(q.get("at", "1"))
-                    s1 = s0 + float(q["dur"])
-                    if s0 <= done < s1 or s0 <= now < s1:
-                        done = max(done, s1)
-        delay = done - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+    /fixed/KEY?ms=M[&at=A&dur=D]  M ms after arrival; with a stall, answers due in [A, A+D) s after
+                                  KEY's first request (and requests arriving then) wait until its end
+    /capacity/KEY?ms=M            one at a time on a virtual clock: capacity is exactly 1000/M req/s
+    anything else                 at once
+    """
+    url = urlsplit(target)
+    q = {k: v[0] for k, v in parse_qs(url.query).items()}
+    kind = url.path.strip("/").split("/")[0]
+    ms = float(q.get("ms", "10")) / 1000
+    if kind == "capacity":
+        done = max(arrived, _next_free.get(url.path, 0.0)) + ms
+        _next_free[url.path] = done
+        return done
+    done = arrived + ms if kind == "fixed" else arrived
+    if "dur" in q:
+        s0 = _stall_origin.setdefault(url.path, arrived) + float(q.get("at", "1"))
+        s1 = s0 + float(q["dur"])
+        if s0 <= done < s1 or s0 <= arrived < s1:
+            done = max(done, s1)
+    return done
 
 
-class _TimedServer(ThreadingHTTPServer):
-    request_queue_size = 1024
-    daemon_threads = True
+_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+
+
+class TimedProtocol(asyncio.Protocol):
+    """HTTP/1.1 keep-alive with bodiless requests (GET): just enough parsing to find each request's
+    target, so the server's own time is microseconds and its answers leave when `answer_time` says.
+    Answers on one connection keep their order, as HTTP/1.1 requires."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.buf = b""
+        self.last_due = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        arrived = time.perf_counter()
+        self.buf += data
+        loop = asyncio.get_running_loop()
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            head, self.buf = self.buf[:end], self.buf[end + 4:]
+            target = head.split(b" ", 2)[1].decode("latin-1")
+            self.last_due = due = max(answer_time(target, arrived), self.last_due)
+            loop.call_at(loop.time() + (due - time.perf_counter()), self._answer)
+
+    def _answer(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(_OK)
+
+
+async def _serve_timed(port: int) -> None:
+    server = await asyncio.get_running_loop().create_server(TimedProtocol, "127.0.0.1", port, backlog=1024)
+    await server.serve_forever()
 
 
 def free_port() -> int:
@@ -169,7 +182,8 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 if __name__ == "__main__":
     port = int(sys.argv[1])
-    if len(sys.argv) > 2 and sys.argv[2] == "threaded":
-        _TimedServer(("127.0.0.1", port), _Timed).serve_forever()
+    if len(sys.argv) > 2 and sys.argv[2] == "timed":
+        precise_loop.run(_serve_timed(port))
     else:
-        web.run_app(make_app(), host="127.0.0.1", port=port, access_log=None, print=None, shutdown_timeout=0.5)
+        web.run_app(make_app(), host="127.0.0.1", port=port, access_log=None, print=None, shutdown_timeout=0.5,
+                    loop=precise_loop.new_event_loop())

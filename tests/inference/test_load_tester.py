@@ -13,14 +13,13 @@ from gpulens.bench.serve.schedule import intended_times
 def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
     """Done-when: 10 ms server with a 1 s stall, 200 req/s for 10 s. Open loop: p50 ≈ 10 ms and
     p99 shows the stall; the same server under a closed loop hides it at p99."""
-    floor = run_load(LoadSpec(Target(f"{timed_server}/fixed/floor?ms=0"), rate=200, duration_seconds=1.5)).summary
     res = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-open?ms=10&at=4&dur=1"), rate=200, duration_seconds=10))
     s = res.summary
     assert s.requests["ok"] == s.requests["total"] >= 1990
-    # p50: the server's 10 ms plus this machine's loopback round trip (measured above at the same
-    # rate), within 10 % of 10 ms
-    assert s.latency.p50 - floor.latency.p50 == pytest.approx(0.010, rel=0.10)
-    assert s.latency.p50 < 0.0135  # and in absolute terms no more than this machine's ~1–3 ms of noise
+    # p50: the server's 10 ms plus the loopback round trip and the client's own work (~0.6 ms on a
+    # 2-core VM), within 10 % of 10 ms
+    assert s.latency.p50 == pytest.approx(0.010, rel=0.10)
+    assert s.latency.p50 >= 0.010  # never less than the server's own time: the clock starts at the intended send
     # ~200 requests fell into the stall, 2 % of 2000: p99 is the stall's hundreds of ms, and the
     # request sent first in it waited the whole second
     assert 0.3 < s.latency.p99 < 1.1

@@ -1,5 +1,6 @@
 """One request against the target: plain HTTP, or an OpenAI-compatible completion streamed as
-server-sent events. Every time is measured on one monotonic clock (`time.perf_counter`)."""
+server-sent events, over the lean client in `http1`. Every time is measured on one monotonic
+clock (`time.perf_counter`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-import aiohttp
+from gpulens.bench.serve.http1 import ConnectionPool, HttpClientError, Response, build_request
 
 TargetKind = Literal["http", "completions", "chat"]
 Status = Literal["ok", "error", "timeout", "rejected"]
@@ -27,6 +28,10 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict)
     kind: TargetKind = "http"
     stream: bool = True
+
+    def request_bytes(self) -> bytes:
+        """The request on the wire; raises ValueError for a header that would break it."""
+        return build_request(self.method, self.url, self.headers, self.body)
 
 
 def target_kind_for(url: str) -> TargetKind:
@@ -92,11 +97,11 @@ def _chunk_text(obj: dict, kind: TargetKind) -> str:
     return c.get("text") or ""
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, kind: TargetKind, rec: RequestRecord, t0: float, itl: list[float]) -> None:
+async def _read_stream(resp: Response, kind: TargetKind, rec: RequestRecord, t0: float, itl: list[float]) -> None:
     last = None
     chunks = 0
     usage_tokens = None
-    async for raw in resp.content:
+    async for raw in resp.iter_lines():
         line = raw.strip()
         if not line.startswith(b"data:"):
             continue
@@ -125,17 +130,17 @@ async def _read_stream(resp: aiohttp.ClientResponse, kind: TargetKind, rec: Requ
 
 
 async def send_one(
-    session: aiohttp.ClientSession, target: Target, rec: RequestRecord, t0: float, timeout: float, itl: list[float]
+    pool: ConnectionPool, target: Target, raw: bytes, rec: RequestRecord, t0: float, timeout: float, itl: list[float]
 ) -> RequestRecord:
-    """Send one request and fill `rec`. Never raises for the server's behaviour: a refused
-    connection, an error status or a timeout become the record's status."""
+    """Send `raw` (`target.request_bytes()`) and fill `rec`. Never raises for the server's
+    behaviour: a refused connection, an error status or a timeout become the record's status."""
     rec.sent = time.perf_counter() - t0
     try:
         async with asyncio.timeout(timeout):
-            async with session.request(target.method, target.url, data=target.body, headers=target.headers) as resp:
+            async with pool.request(raw) as resp:
                 rec.http_status = resp.status
                 if resp.status >= 400:
-                    body = await resp.content.read(200)
+                    body = await resp.read(200)
                     rec.status = "rejected" if resp.status in REJECT_CODES else "error"
                     rec.error = f"HTTP {resp.status} {resp.reason or ''}".strip() + (
                         f": {body.decode(errors='replace').strip()}" if body.strip() else ""
@@ -157,10 +162,7 @@ async def send_one(
         rec.end = time.perf_counter() - t0
         rec.status = "timeout"
         rec.error = f"no complete response within {timeout:g} s"
-    except aiohttp.ClientConnectorError as e:
+    except (HttpClientError, OSError) as e:
         rec.status = "error"
-        rec.error = f"cannot connect: {e.os_error.strerror if e.os_error and e.os_error.strerror else e}"
-    except (aiohttp.ClientError, OSError) as e:
-        rec.status = "error"
-        rec.error = f"{type(e).__name__}: {e}"
+        rec.error = str(e) if isinstance(e, HttpClientError) else f"{type(e).__name__}: {e}"
     return rec

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-import aiohttp
-
+from gpulens.bench.serve import precise_loop
 from gpulens.bench.serve.client import RequestRecord, Target, send_one
+from gpulens.bench.serve.http1 import ConnectionPool
 from gpulens.bench.serve.schedule import Arrival, intended_times
 from gpulens.bench.serve.stats import Distribution
-from gpulens.bench.serve.timer import PreciseTimer
 from gpulens.errors import BadInputError, GpulensError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
@@ -92,6 +91,10 @@ class LoadSpec:
         parts = urlsplit(self.target.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadInputError(f"Cannot use the URL {self.target.url!r}.", hint="Give a full URL such as http://127.0.0.1:8000/v1/completions.")
+        try:
+            self.target.request_bytes()
+        except ValueError as e:
+            raise BadInputError(f"Cannot build the request: {e}.", hint="Give each --header as 'Name: value' on one line.") from None
 
 
 @dataclass
@@ -166,6 +169,7 @@ class _Run:
         self.stop = asyncio.Event()
         self.t0 = 0.0
         self.not_sent = 0
+        self.raw = spec.target.request_bytes()
 
     def _finish(self, rec: RequestRecord, itl: list[float]) -> None:
         p = self.progress
@@ -187,11 +191,11 @@ class _Run:
             for gap in itl:
                 d["itl"].record(gap)
 
-    async def _one(self, session: aiohttp.ClientSession, index: int, intended: float, at: float | None = None) -> None:
+    async def _one(self, pool: ConnectionPool, index: int, intended: float, at: float | None = None) -> None:
         if at is not None:
             # Created ahead of time, the task only has to wake at `at`: one hop from the timer to
             # the send, instead of waking the scheduler that would then create the task.
-            await self.timer.sleep_until(at)
+            await _sleep_until(at)
             if self.stop.is_set():
                 self.not_sent += 1
                 return
@@ -201,13 +205,13 @@ class _Run:
         self.progress.in_flight += 1
         itl: list[float] = []
         try:
-            await send_one(session, self.spec.target, rec, self.t0, self.spec.timeout_seconds, itl)
+            await send_one(pool, self.spec.target, self.raw, rec, self.t0, self.spec.timeout_seconds, itl)
         finally:
             if rec.end is None and rec.error is None:
                 rec.error = "cancelled: the run was stopped while this request was in flight"
             self._finish(rec, itl)
 
-    async def _open_loop(self, session: aiohttp.ClientSession) -> None:
+    async def _open_loop(self, pool: ConnectionPool) -> None:
         spec = self.spec
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task] = set()
@@ -219,24 +223,23 @@ class _Run:
             phase=self.worker / self.workers, share=self.workers,
         )
         index = 0
-        timer = self.timer
         for rel in schedule:
             target = self.t0 + rel
             # Long waits also watch for a stop; the task itself is created SEND_LEAD_SECONDS early
-            # and waits for its exact time on the precise timer.
+            # and waits for its exact time on the precise loop's timer.
             while target - time.perf_counter() > 0.25 and not self.stop.is_set():
-                await timer.sleep_until(min(target - 0.05, time.perf_counter() + 0.2))
-            await timer.sleep_until(target - SEND_LEAD_SECONDS)
+                await _sleep_until(min(target - 0.05, time.perf_counter() + 0.2))
+            await _sleep_until(target - SEND_LEAD_SECONDS)
             if self.stop.is_set():
                 self.not_sent += 1 + sum(1 for _ in schedule)
                 break
-            task = loop.create_task(self._one(session, index * self.workers + self.worker, rel, target))
+            task = loop.create_task(self._one(pool, index * self.workers + self.worker, rel, target))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             index += 1
         await self._drain(tasks)
 
-    async def _closed_loop(self, session: aiohttp.ClientSession) -> None:
+    async def _closed_loop(self, pool: ConnectionPool) -> None:
         spec = self.spec
         users = _share(spec.concurrency or 1, self.worker, self.workers)
         budget = [None if spec.max_requests is None else _share(spec.max_requests, self.worker, self.workers)]
@@ -254,7 +257,7 @@ class _Run:
                 i = counter[0]
                 counter[0] += 1
                 # A closed loop sends when the previous answer arrives: that *is* its intended time.
-                await self._one(session, i * self.workers + self.worker, time.perf_counter() - self.t0)
+                await self._one(pool, i * self.workers + self.worker, time.perf_counter() - self.t0)
 
         tasks = {asyncio.ensure_future(user()) for _ in range(users)}
         await self._drain(tasks)
@@ -285,24 +288,20 @@ class _Run:
                 installed = True
             except (NotImplementedError, RuntimeError):
                 pass
-        connector = aiohttp.TCPConnector(limit=spec.max_connections, limit_per_host=0, ttl_dns_cache=300)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=spec.timeout_seconds)
+        pool = ConnectionPool(spec.target.url, max_connections=spec.max_connections,
+                              connect_timeout_seconds=spec.timeout_seconds)
         cpu0 = time.process_time()
-        self.timer = PreciseTimer(loop)
         try:
-            self.timer.__enter__()
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                             skip_auto_headers=("User-Agent",)) as session:
-                if start_at_perf is not None:
-                    await asyncio.sleep(max(0.0, start_at_perf - time.perf_counter()))
-                self.t0 = time.perf_counter()
-                self.progress.started_at = self.t0
-                if spec.mode == "open":
-                    await self._open_loop(session)
-                else:
-                    await self._closed_loop(session)
+            if start_at_perf is not None:
+                await _sleep_until(start_at_perf)
+            self.t0 = time.perf_counter()
+            self.progress.started_at = self.t0
+            if spec.mode == "open":
+                await self._open_loop(pool)
+            else:
+                await self._closed_loop(pool)
         finally:
-            self.timer.close()
+            pool.close()
             if installed:
                 loop.remove_signal_handler(signal.SIGINT)
         return WorkerResult(
@@ -312,6 +311,13 @@ class _Run:
         )
 
 
+async def _sleep_until(when: float) -> None:
+    """Sleep until `when` on `time.perf_counter()`'s clock (the run's clock; the loop's may differ)."""
+    delay = when - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
 def _share(total: int, worker: int, workers: int) -> int:
     """Worker `worker`'s part of `total` when split as evenly as possible."""
     return total // workers + (1 if worker < total % workers else 0)
@@ -319,9 +325,10 @@ def _share(total: int, worker: int, workers: int) -> int:
 
 def run_worker(spec: LoadSpec, worker: int = 0, workers: int = 1, progress: Progress | None = None,
                start_at_perf: float | None = None) -> WorkerResult:
-    """Run one process's share of the load on a fresh event loop."""
+    """Run one process's share of the load on a fresh event loop, one whose timers keep the
+    schedule to tens of microseconds (`precise_loop`)."""
     progress = progress or Progress()
-    return asyncio.run(_Run(spec, worker, workers, progress).run(start_at_perf))
+    return precise_loop.run(_Run(spec, worker, workers, progress).run(start_at_perf))
 
 
 def _worker_main(spec: LoadSpec, worker: int, workers: int, start_at_perf: float, queue, counters) -> None:
