@@ -108,3 +108,31 @@ def test_queueing_needs_queue_wait_to_dominate(store):
     found = [f for f in diagnose(store) if f.kind == "queueing"]
     assert found and found[0].evidence["queue_wait_share"] > 0.5
     assert "replicas" in found[0].advice[0]
+
+
+def test_diagnose_slo_option_checks_and_keeps_objectives(replayed_store, tmp_path, capsys):
+    """`gpulens diagnose --slo`: the H200 session's serving (p50 ≈ 0.37 s) misses a 100 ms p99,
+    meets a 60 s one; the objectives stay in the store for the next run; a malformed one changes nothing."""
+    import shutil
+
+    from gpulens.cli.main import main
+
+    db = tmp_path / "h200.db"
+    shutil.copy(replayed_store, db)
+
+    def kinds(*args: str) -> tuple[int, dict]:
+        rc = main(["diagnose", "--store", str(db), "--format", "json", *args])
+        out = capsys.readouterr().out
+        return rc, ({f["kind"]: f for f in json.loads(out)} if rc == 0 else {})
+
+    rc, before = kinds()
+    assert rc == 0 and "slo_violation" not in before
+    rc, strict = kinds("--slo", "p99_latency<=100ms")
+    assert rc == 0 and strict["slo_violation"]["evidence"]["missed"][0]["slo"] == "p99_latency<=100ms"
+    assert strict["slo_violation"]["evidence"]["missed"][0]["value"] > 0.1
+    rc, kept = kinds()
+    assert "slo_violation" in kept  # remembered
+    assert main(["diagnose", "--store", str(db), "--slo", "p99_latency<=fast"]) == 2
+    assert "slo_violation" in kinds()[1]  # the malformed objective replaced nothing
+    rc, loose = kinds("--slo", "p99_latency<=60s")
+    assert rc == 0 and "slo_violation" not in loose

@@ -23,6 +23,9 @@ def diagnose_command(
     job: str = typer.Option(None, "--job", help="Only this training job (its `job` label)."),
     service: str = typer.Option(None, "--service", help="Only this inference service (its `service` label)."),
     fmt: str = typer.Option("text", "--format", help="text (for people) or json (a list of findings, for scripts)."),
+    slo: list[str] = typer.Option([], "--slo", help='A serving objective to check, e.g. "p99_latency<=500ms" '
+                                  '(repeatable). Kept in the store for the --service (or every service) and '
+                                  "checked on later runs too."),
 ) -> None:
     """Find what slows a training job or an inference service, with the evidence and the fixes in
     the order that pays.
@@ -34,12 +37,18 @@ def diagnose_command(
         gpulens replay          # the bundled H200 session into the store
         gpulens diagnose        # every job and service in the store
         gpulens diagnose --job llama-ft --format json
+        gpulens diagnose --service chat --slo "p99_latency<=2s" --slo "p95_ttft<=300ms"
+
+    Inference findings: slo_violation (with --slo, or objectives kept from before), queueing,
+    latency_bound_low_utilization, memory_headroom, error_rate, timeouts, cold_start.
     """
     from gpulens.diagnose import DiagnoseScope, diagnose
     from gpulens.store import Store
 
     if fmt not in FORMATS:
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
+    if slo:
+        _keep_slos(store, slo, service)
     with Store(store, readonly=True) as st:
         try:
             _check_selection(st, job, service)
@@ -50,6 +59,19 @@ def diagnose_command(
         typer.echo(json.dumps([f.to_dict() for f in findings], indent=2, default=str))
         return
     _render_text(findings, store, job, service)
+
+
+def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:
+    """Validate the objectives, then keep them in the store (one write, before the read-only pass)."""
+    from gpulens.bench.serve.slo import parse_slos
+    from gpulens.diagnose.inference import set_slos
+    from gpulens.store import Store
+
+    parse_slos(slos)  # a malformed objective fails here, before the store is touched
+    if not store.exists():
+        raise StoreError(f"No store at {store}.", hint="Run `gpulens replay` or `gpulens agent` first, or point --store at one.")
+    with Store(store) as st:
+        set_slos(st, slos, service or "*")
 
 
 def _check_selection(st: Any, job: str | None, service: str | None) -> None:
@@ -76,7 +98,12 @@ def _value(key: str, v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, dict):
+        if {"slo", "value"} <= v.keys():  # a missed objective: "p99_latency<=500ms: 2.62 s"
+            is_rate = str(v["slo"]).startswith("error_rate")
+            return f"{v['slo']}: {_value('error_ratio' if is_rate else 'value_seconds', v['value'])}"
         return ", ".join(f"{k}: {_value(key, x)}" for k, x in v.items())
+    if isinstance(v, list):
+        return "; ".join(_value(key, x) for x in v)
     if isinstance(v, int | float):
         if key.endswith("_bytes"):
             return format_bytes(v)
