@@ -161,3 +161,46 @@ def test_precise_loop_keeps_sub_millisecond_timers():
     stock = asyncio.run(lateness())
     assert precise >= 0
     assert precise < stock / 2, (precise, stock)
+
+
+def test_https_verifies_the_certificate_unless_insecure(tmp_path):
+    """A real TLS server with a self-signed certificate (made by the openssl program): refused by
+    default with the reason, measured with verify_tls=False (`--insecure`)."""
+    import ssl
+    import subprocess
+
+    from testlib import which_or_skip
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run([which_or_skip("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    async def main():
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(cert, key)
+        server = await asyncio.get_running_loop().create_server(
+            lambda: _Scripted([ok], set(), [], []), "127.0.0.1", 0, ssl=ctx)
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        raw = build_request("GET", url, {}, None)
+        try:
+            strict = ConnectionPool(url, max_connections=1, connect_timeout_seconds=5)
+            with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                async with strict.request(raw):
+                    pass
+            insecure = ConnectionPool(url, max_connections=1, connect_timeout_seconds=5, verify_tls=False)
+            async with insecure.request(raw) as resp:
+                body = (resp.status, await resp.read())
+            insecure.close()
+            return body
+        finally:
+            server.close()
+
+    assert _run(main()) == (200, b"ok")
+
+
+def test_head_is_refused_with_a_reason():
+    spec = LoadSpec(Target("http://127.0.0.1:1/", method="HEAD"), rate=1, duration_seconds=1)
+    with pytest.raises(BadInputError, match="HEAD"):
+        spec.validate()

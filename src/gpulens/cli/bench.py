@@ -84,6 +84,7 @@ def serve(
     max_probes: int = typer.Option(14, "--max-probes", help="Sweep: at most this many probes."),
     workers: int = typer.Option(1, "--workers", help="Client processes sharing the load (add them when the client is the bottleneck)."),
     max_connections: int = typer.Option(1000, "--max-connections", help="Open connections per worker at most."),
+    insecure: bool = typer.Option(False, "--insecure", "-k", help="https: do not verify the server's certificate (a self-signed test server)."),
     seed: int = typer.Option(None, "--seed", help="Seed for Poisson/gamma arrivals, for a repeatable schedule."),
     csv_path: Path = typer.Option(None, "--csv", help="Write every request (times, status, tokens) to this CSV."),
     fmt: Format = typer.Option(Format.table, "--format", help="table (human) or json (standard output)."),
@@ -117,7 +118,7 @@ def serve(
         rate=rate, concurrency=concurrency, arrival=arrival.value, burstiness=burstiness, ramp_to=ramp_to,
         duration_seconds=parse_duration(duration, what="--duration") if duration else None,
         max_requests=requests, timeout_seconds=parse_duration(timeout, what="--timeout"),
-        max_connections=max_connections, seed=seed, workers=workers,
+        max_connections=max_connections, seed=seed, workers=workers, verify_tls=not insecure,
     )
     spec.validate()
     out_json = fmt is Format.json
@@ -151,6 +152,8 @@ def serve(
     if s.requests["total"] and s.requests["ok"] == 0:
         if s.requests["timeout"] == s.requests["total"]:
             hint = "The server accepts connections but does not answer: check that it is not stuck, or raise --timeout."
+        elif "CERTIFICATE_VERIFY_FAILED" in (s.first_error or ""):
+            hint = "The server's TLS certificate is not trusted here: add --insecure for a test server with a self-signed one."
         else:
             hint = "Check the URL, method and body against the server's API."
         raise _AllFailed(f"Every request to {url} failed: {s.first_error or 'no response'}.",

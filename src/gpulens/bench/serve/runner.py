@@ -54,6 +54,7 @@ class LoadSpec:
     max_connections: int = 1000
     seed: int | None = None
     workers: int = 1
+    verify_tls: bool = True  # https: check the server's certificate (--insecure turns it off)
 
     @property
     def mode(self) -> Literal["open", "closed"]:
@@ -91,6 +92,9 @@ class LoadSpec:
         parts = urlsplit(self.target.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadInputError(f"Cannot use the URL {self.target.url!r}.", hint="Give a full URL such as http://127.0.0.1:8000/v1/completions.")
+        if self.target.method == "HEAD":
+            raise BadInputError("HEAD requests are not supported: their answers carry no body to time.",
+                                hint="Use --method GET against the same URL.")
         try:
             self.target.request_bytes()
         except ValueError as e:
@@ -289,7 +293,7 @@ class _Run:
             except (NotImplementedError, RuntimeError):
                 pass
         pool = ConnectionPool(spec.target.url, max_connections=spec.max_connections,
-                              connect_timeout_seconds=spec.timeout_seconds)
+                              connect_timeout_seconds=spec.timeout_seconds, verify_tls=spec.verify_tls)
         cpu0 = time.process_time()
         try:
             if start_at_perf is not None:
