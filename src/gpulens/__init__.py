@@ -13,6 +13,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from gpulens.errors import (
     BackendUnavailableError,
     BadInputError,
@@ -22,11 +24,36 @@ from gpulens.errors import (
     StoreError,
     TraceError,
 )
-from gpulens.gpu import FakeBackend, GpuBackend, GpuInfo, GpuProcess, GpuSample, ReplayBackend, XidEvent
-from gpulens.runs import add_note, save_run, take_fingerprint
-from gpulens.store import Store
-from gpulens.workload.inference import InferenceMiddleware, InferenceMonitor
-from gpulens.workload.training import TrainingMonitor
+
+# The rest of the public API loads on first use (PEP 562), so `import gpulens.runs` in a training
+# script, or the CLI's start-up, does not pay for the store, the monitors and the GPU backends.
+_LAZY = {
+    "FakeBackend": "gpulens.gpu", "GpuBackend": "gpulens.gpu", "GpuInfo": "gpulens.gpu",
+    "GpuProcess": "gpulens.gpu", "GpuSample": "gpulens.gpu", "ReplayBackend": "gpulens.gpu",
+    "XidEvent": "gpulens.gpu",
+    "add_note": "gpulens.runs", "save_run": "gpulens.runs", "take_fingerprint": "gpulens.runs",
+    "Store": "gpulens.store",
+    "InferenceMiddleware": "gpulens.workload.inference", "InferenceMonitor": "gpulens.workload.inference",
+    "TrainingMonitor": "gpulens.workload.training",
+}
+
+if TYPE_CHECKING:
+    from gpulens.gpu import FakeBackend, GpuBackend, GpuInfo, GpuProcess, GpuSample, ReplayBackend, XidEvent
+    from gpulens.runs import add_note, save_run, take_fingerprint
+    from gpulens.store import Store
+    from gpulens.workload.inference import InferenceMiddleware, InferenceMonitor
+    from gpulens.workload.training import TrainingMonitor
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpulens' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
 
 __all__ = [
     "BackendUnavailableError",
