@@ -74,6 +74,8 @@ def test_bad_input_is_one_sentence_and_exit_code(test_server, capsys, tmp_path, 
     db = str(tmp_path / "g.db")
     cases = [
         (["--url", f"http://127.0.0.1:{port}/", "--rate", "5"], 3, "Cannot reach"),  # nothing listens there
+        (["--url", "http://no-such-host.invalid/", "--rate", "5"], 3, "Cannot reach no-such-host.invalid"),  # never resolves
+        (["--url", f"{test_server}/", "--rate", "5", "--method", "HEAD"], 2, "HEAD requests are not supported"),
         (["--url", f"{test_server}/", "--rate", "0"], 2, "rate must be above zero"),
         (["--url", f"{test_server}/", "--sweep", "--slo", "p99_latency=>1s"], 2, "Cannot read the SLO"),
         (["--url", f"{test_server}/", "--sweep"], 2, "needs at least one --slo"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -156,6 +157,8 @@ async def check_reachable(url: str, timeout: float = 5.0) -> None:
     except (OSError, TimeoutError) as e:
         if isinstance(e, TimeoutError):
             why = f"no answer within {timeout:g} s"
+        elif isinstance(e, socket.gaierror):  # its errno is a resolver code, not an OS one
+            why = f"the host name does not resolve: {(e.strerror or str(e)).lower()}"
         else:
             why = os.strerror(e.errno).lower() if e.errno else str(e)
         raise TargetUnreachableError(
