@@ -8,23 +8,13 @@ from pathlib import Path
 
 import typer
 
-from gpulens.cli.common import STORE_HELP, console
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
 
 alerts_app = typer.Typer(
     help="Alerts raised by the agent (and `gpulens replay`): history, silences, and rules for Prometheus.",
     no_args_is_help=True,
 )
-
-
-def open_existing_store(store: Path, what: str):  # noqa: ANN201
-    from gpulens.errors import BadInputError
-    from gpulens.store import Store
-
-    if not store.exists():
-        raise BadInputError(f"There is no store at {store}, so there are no {what}.",
-                            hint="Run `gpulens agent` (or `gpulens replay`) first, or point --store at your store.")
-    return Store(store)
 
 
 def _when(t: float | None) -> str:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import typer
 
-from gpulens.cli.alerts import open_existing_store
-from gpulens.cli.common import STORE_HELP, console
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
 
 baseline_app = typer.Typer(

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from gpulens.cli.common import STORE_HELP, console
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import BadInputError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
 
@@ -65,12 +65,9 @@ def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:
     """Validate the objectives, then keep them in the store (one write, before the read-only pass)."""
     from gpulens.bench.serve.slo import parse_slos
     from gpulens.diagnose.inference import set_slos
-    from gpulens.store import Store
 
     parse_slos(slos)  # a malformed objective fails here, before the store is touched
-    if not store.exists():
-        raise StoreError(f"No store at {store}.", hint="Run `gpulens replay` or `gpulens agent` first, or point --store at one.")
-    with Store(store) as st:
+    with open_existing_store(store, "services to hold to objectives") as st:
         set_slos(st, slos, service or "*")
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import typer
 
-from gpulens.cli.common import STORE_HELP, console
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
+
+_NO_RUNS_HINT = "Record one with `gpulens bench train`, or point --store at your store."
 
 runs_app = typer.Typer(help="Stored runs (training jobs, load tests, benchmarks) and what changed between them.", no_args_is_help=True)
 
@@ -20,15 +22,6 @@ def _check_format(fmt: str) -> None:
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
-
-
-def _open(store: Path):  # noqa: ANN202
-    from gpulens.errors import BadInputError
-    from gpulens.store import Store
-
-    if not store.exists():
-        raise BadInputError(f"There is no store at {store}, so there are no runs.", hint="Record one with `gpulens bench train`, or point --store at your store.")
-    return Store(store)
 
 
 def _when(t: float | None) -> str:
@@ -50,7 +43,7 @@ def runs_list_command(
     from gpulens.runs import list_runs, run_changes
 
     _check_format(fmt)
-    with _open(store) as st:
+    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
         runs = list_runs(st, kind, name, limit=limit)
         changed = {r.id: len(run_changes(st, r.id)) for r in runs}
     if fmt == "json":
@@ -94,7 +87,7 @@ def runs_show_command(
     from gpulens.runs import resolve_run, run_changes
 
     _check_format(fmt)
-    with _open(store) as st:
+    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
         r = resolve_run(st, run)
         changes = run_changes(st, r.id)
     if fmt == "json":
@@ -120,7 +113,7 @@ def runs_baseline_command(
     """Mark a run as the baseline that `gpulens compare baseline NEW` compares against."""
     from gpulens.runs import resolve_run, set_baseline
 
-    with _open(store) as st:
+    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
         r = resolve_run(st, run)
         set_baseline(st, r.id)
     console.print(f"run {r.label} is now the baseline of {r.kind}/{r.name}.")
@@ -186,7 +179,7 @@ def compare_command(
 
     _check_format(fmt)
     ratio = _parse_threshold(threshold)
-    with _open(store) as st:
+    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
         if b is None:
             new = resolve_run(st, a)
             ref = resolve_run(st, "baseline", other=new)
