@@ -469,15 +469,6 @@ def cap_ranges(node: Node, max_seconds: float) -> Node:
         return None
 
     return map_nodes(node, cap)
-    if isinstance(node, Call):
-        return Call(node.func, tuple(cap_ranges(a, max_seconds) for a in node.args))
-    if isinstance(node, Aggregate):
-        return Aggregate(node.op, cap_ranges(node.expr, max_seconds), node.by, node.without)
-    if isinstance(node, Neg):
-        return Neg(cap_ranges(node.expr, max_seconds))
-    if isinstance(node, Binary):
-        return Binary(node.op, cap_ranges(node.left, max_seconds), cap_ranges(node.right, max_seconds))
-    return node
 
 
 def band_selectors(node: Node) -> list[Selector]:
