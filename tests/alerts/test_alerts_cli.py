@@ -128,5 +128,5 @@ def test_export_with_learned_baselines_passes_promtool(tmp_path, replayed):
     b = learned[0]
     threshold = float(step[0]["expr"].rsplit(">", 1)[1])
     assert threshold > b.stats.median
-    assert f'job="{b.labels["job"]}"' in step[0]["expr"]
+    assert f'train_job="{b.labels["train_job"]}"' in step[0]["expr"]
     assert "TrainNanLoss" not in {r["alert"] for r in rules}

@@ -22,7 +22,7 @@ from gpulens.alerts.source import StoreSource
 from gpulens.store import Store
 
 T0 = 1_800_000_000.0 - 1_800_000_000.0 % DAY  # midnight UTC, so hours of the day are easy to read
-LABELS = {"job": "j", "rank": "0", "host": "h"}
+LABELS = {"train_job": "j", "rank": "0", "host": "h"}
 
 
 def _write(store: Store, name: str, ts: np.ndarray, vs: np.ndarray) -> None:
@@ -111,7 +111,7 @@ def test_refresh_freeze_and_reset(store):
     assert bl.band(ref, T0 + 1800, True, None, BandSpec()) == pytest.approx(2.5)
 
     # Reset: learning again from now, older samples no longer count, learned rules silent meanwhile.
-    reset_baselines(store, labels={"job": "j"}, now=T0 + 1800)
+    reset_baselines(store, labels={"train_job": "j"}, now=T0 + 1800)
     bl.update(T0 + 1801)
     assert bl.band(ref, T0 + 1801, True, None, BandSpec()) is None
     _write(store, "train_step_seconds", T0 + np.arange(1800, 2200, 1.0), np.full(400, 3.0))

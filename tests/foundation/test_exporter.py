@@ -80,13 +80,13 @@ def test_dcgm_names_and_units():
 def test_workload_series_from_the_store_are_exported_while_fresh(tmp_path):
     with Store(tmp_path / "s.db") as st:
         now = time.time()
-        st.write("train_step_seconds", {"job": "llama", "rank": "0"}, now, 0.25)
+        st.write("train_step_seconds", {"train_job": "llama", "rank": "0"}, now, 0.25)
         st.write("infer_requests_total", {"service": "chat", "status": "ok"}, now, 12)
-        st.write("train_step_seconds", {"job": "old", "rank": "0"}, now - 3600, 9.0)
+        st.write("train_step_seconds", {"train_job": "old", "rank": "0"}, now - 3600, 9.0)
         st.flush()
         text, _ = _exposition(store=st, faults=False)
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    steps = {s.labels["job"]: s.value for s in fams["train_step_seconds"].samples}
+    steps = {s.labels["train_job"]: s.value for s in fams["train_step_seconds"].samples}
     assert steps == {"llama": 0.25}
     assert fams["infer_requests"].type == "counter"
     assert _promtool_check(text).returncode == 0

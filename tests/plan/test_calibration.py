@@ -108,7 +108,7 @@ def test_the_training_monitors_mfu_series_calibrates_the_matmul_efficiency(store
     from gpulens.workload.names import TRAIN_MFU_RATIO
 
     for i, v in enumerate([0.41, 0.43, 0.42, 0.44, 0.40]):
-        store.write(TRAIN_MFU_RATIO, {"job": "pretrain"}, 1000.0 + i, v)
+        store.write(TRAIN_MFU_RATIO, {"train_job": "pretrain"}, 1000.0 + i, v)
     store.flush()
     with pytest.raises(BadInputError, match="which GPU"):
         calibrate(None, gpu_name=None, store_path=store.path, save=False)

@@ -85,7 +85,7 @@ def test_note_and_runs_list(two_runs, capsys):
     assert [r["id"] for r in runs] == [b, a]
     with Store(db) as st:
         (ev,) = st.events("note")
-    assert ev.data["text"] == "raised micro-batch to 16" and ev.labels == {"job": "llama"}
+    assert ev.data["text"] == "raised micro-batch to 16" and ev.labels == {"train_job": "llama"}
     assert main(["runs", "show", str(b), "--store", str(db)]) == 0
     assert f"changed since run #{a}" in capsys.readouterr().out
 

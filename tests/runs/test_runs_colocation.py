@@ -31,7 +31,7 @@ def _live(store: Store, train_gpu: int, serve_gpu: int, *, extra_procs=(), secon
     fake.add_process(serve_gpu, 5151, "python", 30 * GiB)
     for gpu, pid, name in extra_procs:
         fake.add_process(gpu, pid, name, GiB)
-    store.event(N.EV_TRAIN_START, clock.t, {"job": "llama-ft", "rank": "0"}, {"pid": 4242, "rank": 0, "world_size": 1})
+    store.event(N.EV_TRAIN_START, clock.t, {"train_job": "llama-ft", "rank": "0"}, {"pid": 4242, "rank": 0, "world_size": 1})
     store.event(N.EV_INFER_START, clock.t, {"service": "chat"}, {"pid": 5151, "service": "chat", "model": "llama"})
     writer = SampleWriter(store, host="node1")
     for _ in range(seconds):
@@ -43,7 +43,7 @@ def _live(store: Store, train_gpu: int, serve_gpu: int, *, extra_procs=(), secon
 def test_training_and_serving_on_one_gpu_is_a_finding(store):
     _live(store, 1, 1)
     (f,) = [f for f in diagnose(store) if f.kind == "colocation"]
-    assert f.severity == "warning" and f.labels["gpu"] == "1" and f.labels["job"] == "llama-ft" and f.labels["service"] == "chat"
+    assert f.severity == "warning" and f.labels["gpu"] == "1" and f.labels["train_job"] == "llama-ft" and f.labels["service"] == "chat"
     assert "pid 4242" in f.summary and "pid 5151" in f.summary and "without isolation" in f.summary
     assert f.evidence["training_identified_by"] == "train_start events" and f.evidence["seconds_together"] == pytest.approx(29, abs=1)
     assert any("MIG" in a for a in f.advice) and any("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in a for a in f.advice)
@@ -60,7 +60,7 @@ def test_unmonitored_serving_process_is_recognised_by_name(store):
     fake = FakeBackend(1, clock=clock)
     fake.add_process(0, 4242, "python", 60 * GiB)
     fake.add_process(0, 777, "tritonserver", 10 * GiB)
-    store.event(N.EV_TRAIN_START, clock.t, {"job": "j"}, {"pid": 4242})
+    store.event(N.EV_TRAIN_START, clock.t, {"train_job": "j"}, {"pid": 4242})
     w = SampleWriter(store, host="n")
     for _ in range(5):
         w.write_samples(fake.sample())
@@ -160,7 +160,7 @@ def test_live_series_raises_and_resolves_an_alert_in_the_rule_engine(store, tmp_
     fake = FakeBackend(1, clock=clock)
     fake.add_process(0, 4242, "python", GiB)
     fake.add_process(0, 5151, "python", GiB)
-    store.event(N.EV_TRAIN_START, clock.t, {"job": "j"}, {"pid": 4242})
+    store.event(N.EV_TRAIN_START, clock.t, {"train_job": "j"}, {"pid": 4242})
     store.event(N.EV_INFER_START, clock.t, {"service": "s"}, {"pid": 5151})
     w = SampleWriter(store, host="n")
     rt = AlertRuntime(store, learn_seconds=60, rules_file=rules, packs=())
@@ -227,4 +227,4 @@ def test_real_monitors_in_two_processes_are_matched_to_the_gpu_process_list(tmp_
         server.communicate("", timeout=10)
     (f,) = found
     assert f"pid {os.getpid()}" in f.summary and f"pid {server.pid}" in f.summary
-    assert f.labels["job"] == "llama-ft" and f.labels["service"] == "chat"
+    assert f.labels["train_job"] == "llama-ft" and f.labels["service"] == "chat"

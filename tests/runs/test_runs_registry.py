@@ -53,9 +53,9 @@ def test_changes_between_consecutive_runs_are_recorded(store):
 
 
 def test_note_on_the_timeline(store):
-    t = add_note(store, "  raised micro-batch to 16 ", t=123.0, labels={"job": "llama"})
+    t = add_note(store, "  raised micro-batch to 16 ", t=123.0, labels={"train_job": "llama"})
     (ev,) = store.events("note")
-    assert (t, ev.t, ev.data["text"], ev.labels) == (123.0, 123.0, "raised micro-batch to 16", {"job": "llama"})
+    assert (t, ev.t, ev.data["text"], ev.labels) == (123.0, 123.0, "raised micro-batch to 16", {"train_job": "llama"})
     with pytest.raises(BadInputError, match="needs some text"):
         add_note(store, "   ")
 

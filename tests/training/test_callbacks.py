@@ -47,7 +47,7 @@ def test_lightning_callback_records_steps_checkpoints_and_oom(tmp_path) -> None:
     with Store(db) as st:
         steps = st.events(N.EV_TRAIN_STEP)
         assert len(steps) == 16
-        assert all(e.data["samples"] == 8 and e.labels["job"] == "lit" for e in steps)
+        assert all(e.data["samples"] == 8 and e.labels["train_job"] == "lit" for e in steps)
         assert all(isinstance(e.data["loss"], float) for e in steps)
         assert all(e.data.get("data_wait_s") is not None for e in steps[1:8])
         # Lightning's end-of-epoch checkpoint is timed and charged to the step before it.
@@ -83,7 +83,7 @@ def test_hf_trainer_callback_records_steps_loss_and_saves(tmp_path) -> None:
         assert len(steps) == 6
         assert all(e.data["samples"] == 8 and e.data["tokens"] == 128 for e in steps)
         assert all(0 < e.data["mfu"] < 1 for e in steps)
-        losses = st.query(N.TRAIN_LOSS, {"job": "hf"})[0].value
+        losses = st.query(N.TRAIN_LOSS, {"train_job": "hf"})[0].value
         assert len(losses) == 6 and all(v > 0 for v in losses)
         # save_steps=3: two checkpoints, each timed and charged to the step that triggered it.
         assert [e.data["step"] for e in steps if e.data["checkpoint_s"] > 0] == [2, 5]

@@ -22,7 +22,7 @@ def _steps(store: Store, n: int, *, rank: int = 0, job: str = "j", host: str = "
     for i in range(n):
         b = busy(i) * (1 + 0.02 * rnd.random())
         rec = StepRecord(t_start=t, t_end=t + data(i) + b + comm(i), step=i, step_s=data(i) + b + comm(i), data_wait_s=data(i), compute_s=b, comm_wait_s=comm(i), checkpoint_s=0.0, samples=8, tokens=8192, pid=100 + rank, rank=rank, **{k: (v(i) if callable(v) else v) for k, v in extra.items()})
-        write_step(store, {"job": job, "rank": str(rank), "host": host}, rec)
+        write_step(store, {"train_job": job, "rank": str(rank), "host": host}, rec)
         out.append(rec)
         t = rec.t_end
     return out
@@ -104,16 +104,16 @@ def test_throttling_during_training(store: Store) -> None:
 
 def test_nan_loss_from_imported_steps_and_monitor_events(store: Store) -> None:
     steps = _steps(store, 30, loss=lambda i: float("nan") if i >= 20 else 2.0)
-    store.event(N.EV_TRAIN_NAN, T0 + 1, {"job": "k", "rank": "0", "host": "n1"}, {"step": 7, "loss": "inf"})
+    store.event(N.EV_TRAIN_NAN, T0 + 1, {"train_job": "k", "rank": "0", "host": "n1"}, {"step": 7, "loss": "inf"})
     store.flush()
-    f = sorted((f for f in diagnose(store) if f.kind == "nan_loss"), key=lambda f: f.labels["job"])
-    assert [x.labels["job"] for x in f] == ["j", "k"]
+    f = sorted((f for f in diagnose(store) if f.kind == "nan_loss"), key=lambda f: f.labels["train_job"])
+    assert [x.labels["train_job"] for x in f] == ["j", "k"]
     assert f[0].evidence["first_step"] == 20 and f[0].evidence["nan_steps"] == 10 and f[0].start == steps[20].t_end
     assert f[1].evidence["first_step"] == 7
 
 
 def test_oom_event_becomes_a_critical_finding(store: Store) -> None:
-    store.event(N.EV_TRAIN_OOM, T0, {"job": "j", "rank": "0", "host": "n1"}, {"step": 3, "requested_bytes": 2**31, "allocated_bytes": 70e9, "reserved_bytes": 79e9, "largest_free_block_bytes": 2**20})
+    store.event(N.EV_TRAIN_OOM, T0, {"train_job": "j", "rank": "0", "host": "n1"}, {"step": 3, "requested_bytes": 2**31, "allocated_bytes": 70e9, "reserved_bytes": 79e9, "largest_free_block_bytes": 2**20})
     store.flush()
     (f,) = [f for f in diagnose(store) if f.kind == "oom"]
     assert f.severity == "critical" and f.evidence["requested_bytes"] == 2**31
@@ -149,7 +149,7 @@ def test_service_scope_skips_training(store: Store) -> None:
 def test_gpu_of_the_rank_is_used_when_the_monitor_named_it(store: Store) -> None:
     # Two GPUs on one host: rank 0 on a busy GPU 0, rank 1 on a mostly idle GPU 1.
     for rank in (0, 1):
-        store.event(N.EV_TRAIN_START, T0 - 1, {"job": "j", "rank": str(rank), "host": "n1"}, {"gpu": rank, "pid": 10 + rank})
+        store.event(N.EV_TRAIN_START, T0 - 1, {"train_job": "j", "rank": str(rank), "host": "n1"}, {"gpu": rank, "pid": 10 + rank})
     steps = _steps(store, 60, rank=0)
     _steps(store, 60, rank=1)
     t = T0

@@ -33,7 +33,7 @@ def _check_against_phases(st: Store) -> list:
         assert any(overlap(f.start, f.end, a, b) >= 0.9 * (b - a) for f in by_kind["checkpoint_stall"])
     for f in findings:
         assert f.evidence and f.advice and f.summary.endswith(".")
-        assert f.labels["job"] == "h200-demo" and f.labels["rank"] == "0"
+        assert f.labels["train_job"] == "h200-demo" and f.labels["rank"] == "0"
     return findings
 
 
@@ -74,7 +74,7 @@ def test_colocation_recording_imports_sparse_steps(tmp_path, colocation_trace) -
         steps = st.events("train_step")
         assert len(steps) > 100
         assert all(e.data["pid"] == steps[0].data["pid"] for e in steps)
-        assert all(set(e.labels) == {"job", "rank", "host"} for e in steps)
+        assert all(set(e.labels) == {"train_job", "rank", "host"} for e in steps)
         assert all("data_wait_s" not in e.data for e in steps)  # not measured is not zero
         findings = [f for f in diagnose(st) if f.workload == "training"]
         # No data wait or checkpoint was measured there: nothing may be claimed about them.

@@ -30,5 +30,5 @@ def test_two_gloo_ranks_name_the_straggler(store_path, port) -> None:
             wait1 = sorted(d["comm_wait_s"] for d in by_rank["1"][half])[5]
             assert wait0 > 0.6 * slow_s and wait1 < 0.5 * slow_s, (half, wait0, wait1)
         (f,) = [f for f in diagnose(st) if f.kind == "straggler"]
-        assert f.evidence["slow_rank"] == "1" and f.labels == {"job": "ddp", "rank": "1", "host": "node"}
+        assert f.evidence["slow_rank"] == "1" and f.labels == {"train_job": "ddp", "rank": "1", "host": "node"}
         assert "rank 1" in f.summary

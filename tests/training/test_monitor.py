@@ -36,7 +36,7 @@ def test_step_records_its_parts_with_labels_and_pid(store: Store) -> None:
 
     steps = store.events(N.EV_TRAIN_STEP)
     assert len(steps) == 12
-    assert all(e.labels == {"job": "unit", "rank": "0", "host": "h1"} for e in steps)
+    assert all(e.labels == {"train_job": "unit", "rank": "0", "host": "h1"} for e in steps)
     d = steps[3].data
     assert d["pid"] > 0 and d["rank"] == 0 and d["step"] == 3
     assert d["data_wait_s"] >= 0.004 and d["comm_wait_s"] >= 0.003 and d["compute_s"] >= 0.002

@@ -18,8 +18,8 @@ def test_h200_steps_become_series(replayed_store, h200_trace) -> None:
     recorded = [json.loads(line) for line in (h200_trace / "events.jsonl").read_text().splitlines()]
     recorded = [r for r in recorded if r["kind"] == "train_step"]
     with Store(replayed_store, readonly=True) as st:
-        (step_s,) = st.query(N.TRAIN_STEP_SECONDS, {"job": "h200-demo"})
-        assert step_s.key.labels == {"job": "h200-demo", "rank": "0", "host": "replay"}
+        (step_s,) = st.query(N.TRAIN_STEP_SECONDS, {"train_job": "h200-demo"})
+        assert step_s.key.labels == {"train_job": "h200-demo", "rank": "0", "host": "replay"}
         assert step_s.value == pytest.approx([r["step_s"] for r in recorded])
         assert step_s.t == pytest.approx([r["t_end"] for r in recorded])
         (ratio,) = st.query(N.TRAIN_DATA_WAIT_RATIO)
@@ -49,7 +49,7 @@ def test_gpulens_own_records_round_trip(tmp_path) -> None:
     dst.flush()
     a, b = src.events(N.EV_TRAIN_STEP), dst.events(N.EV_TRAIN_STEP)
     assert [e.data for e in a] == [e.data for e in b]
-    assert b[0].labels == {"job": "own", "rank": "2", "host": "n7"}
+    assert b[0].labels == {"train_job": "own", "rank": "2", "host": "n7"}
     assert dst.events(N.EV_TRAIN_START)[0].data["world_size"] == 4
     for name in (N.TRAIN_STEP_SECONDS, N.TRAIN_LOSS, N.TRAIN_CHECKPOINT_SECONDS):
         assert src.query(name)[0].value == pytest.approx(dst.query(name)[0].value)

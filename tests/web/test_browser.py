@@ -91,7 +91,7 @@ def test_xss_in_a_job_name_is_shown_as_text(page, tmp_path, dashboard_server, ar
     with Store(db) as s:
         for i in range(40):
             for job in (XSS, "safe-job"):
-                labels = {"job": job, "rank": "0", "host": XSS}
+                labels = {"train_job": job, "rank": "0", "host": XSS}
                 s.write(wn.TRAIN_STEP_SECONDS, labels, 1000.0 + i, 0.1 + 0.001 * i)
             s.write("gpu_utilization_ratio", {"gpu": "0", "host": XSS, "model": XSS}, 1000.0 + i, 0.5)
             for pid, proc in (("1", XSS), ("2", "python")):

@@ -84,7 +84,7 @@ def test_names_are_escaped_in_reports(tmp_path):
     db = tmp_path / "evil.db"
     with Store(db) as s:
         for i in range(20):
-            s.write(wn.TRAIN_STEP_SECONDS, {"job": evil, "rank": "0", "host": "h"}, 1000.0 + i, 0.1)
+            s.write(wn.TRAIN_STEP_SECONDS, {"train_job": evil, "rank": "0", "host": "h"}, 1000.0 + i, 0.1)
     html_out, md_out = tmp_path / "r.html", tmp_path / "r.md"
     write_report(db, html_out, job=evil)
     write_report(db, md_out, job=evil)

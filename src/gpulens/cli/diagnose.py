@@ -13,6 +13,7 @@ import typer
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import BadInputError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.workload.names import TRAIN_JOB_LABEL
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 FORMATS = ("text", "json")
@@ -20,7 +21,7 @@ FORMATS = ("text", "json")
 
 def diagnose_command(
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
-    job: str = typer.Option(None, "--job", help="Only this training job (its `job` label)."),
+    job: str = typer.Option(None, "--job", help="Only this training job (its `train_job` label)."),
     service: str = typer.Option(None, "--service", help="Only this inference service (its `service` label)."),
     fmt: str = typer.Option("text", "--format", help="text (for people) or json (a list of findings, for scripts)."),
     slo: list[str] = typer.Option([], "--slo", help='A serving objective to check, e.g. "p99_latency<=500ms" '
@@ -74,7 +75,7 @@ def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:
 def _check_selection(st: Any, job: str | None, service: str | None) -> None:
     """A --job or --service that the store does not hold is a typo more often than a healthy job."""
     if job:
-        jobs = sorted({k.labels.get("job", "") for k in st.series("train_step_seconds")})
+        jobs = sorted({k.labels.get(TRAIN_JOB_LABEL, "") for k in st.series("train_step_seconds")})
         if job not in jobs:
             have = ", ".join(jobs) if jobs else "none"
             raise BadInputError(f"The store {st.path} has no training steps of job {job!r} (jobs there: {have}).", hint="Check the spelling, or leave out --job to see every job.")
@@ -126,7 +127,7 @@ def _render_text(findings: list[Any], store: Path, job: str | None, service: str
     console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
     for n, f in enumerate(findings, 1):
         style = SEVERITY_STYLE.get(f.severity, "")
-        who = ", ".join(f"{k} {v}" for k, v in f.labels.items() if k in ("job", "rank", "service", "gpu", "host"))
+        who = ", ".join(f"{k} {v}" for k, v in f.labels.items() if k in (TRAIN_JOB_LABEL, "rank", "service", "gpu", "host"))
         dur = f.end - f.start
         console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}{'; ' + who if who else ''}[/]")
         span = f"{_when(f.start)}" + (f" → {datetime.fromtimestamp(f.end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")

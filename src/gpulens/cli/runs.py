@@ -11,6 +11,7 @@ import typer
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.workload.names import TRAIN_JOB_LABEL
 
 _NO_RUNS_HINT = "Record one with `gpulens bench train`, or point --store at your store."
 
@@ -132,7 +133,7 @@ def note_command(
     from gpulens.runs import add_note
     from gpulens.store import Store
 
-    labels = {k: v for k, v in (("job", job), ("service", service)) if v}
+    labels = {k: v for k, v in ((TRAIN_JOB_LABEL, job), ("service", service)) if v}
     with Store(store) as st:
         t = add_note(st, text, labels=labels)
     console.print(f"noted at {_when(t)}: {text.strip()}", highlight=False)

@@ -130,7 +130,7 @@ def _roles(store: Store, scope: DiagnoseScope) -> tuple[dict[int, ProcessInfo], 
     steps: dict[int, list[Event]] = defaultdict(list)
     requests: dict[int, list[Event]] = defaultdict(list)
     for role, kinds, sel in (("training", TRAINING_EVENT_KINDS, scope.job), ("serving", SERVING_EVENT_KINDS, scope.service)):
-        key = "job" if role == "training" else "service"
+        key = N.TRAIN_JOB_LABEL if role == "training" else "service"
         for kind in kinds:
             # A job that started before the window still runs in it: start events are read from
             # the beginning (they are few); steps and requests only inside the window.
@@ -283,7 +283,7 @@ def find_colocations(store: Store, scope: DiagnoseScope | None = None) -> list[C
 
 def _who(p: ProcessInfo) -> str:
     name = f"{p.name} " if p.name else ""
-    tag = p.labels.get("job") or p.labels.get("service")
+    tag = p.labels.get(N.TRAIN_JOB_LABEL) or p.labels.get("service")
     return f"{p.role} process {name}(pid {p.pid}{', ' + tag if tag else ''})"
 
 

@@ -123,7 +123,7 @@ class Run:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {"job": self.job, "rank": self.rank, "host": self.host}
+        return {N.TRAIN_JOB_LABEL: self.job, "rank": self.rank, "host": self.host}
 
 
 @dataclass
@@ -153,16 +153,16 @@ def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    labels = {"job": scope.job} if scope.job else None
+    labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     groups: dict[tuple[str, str, str], list[StepRecord]] = defaultdict(list)
     for ev in store.events(N.EV_TRAIN_STEP, start=scope.start, end=scope.end, labels=labels):
         rec = record_from_dict(ev.data)
         if rec is None:
             continue
-        groups[(ev.labels.get("job", ""), ev.labels.get("rank", "0"), ev.labels.get("host", ""))].append(rec)
+        groups[(ev.labels.get(N.TRAIN_JOB_LABEL, ""), ev.labels.get("rank", "0"), ev.labels.get("host", ""))].append(rec)
     # Which GPU a rank used (a live monitor says so when it starts; a start may precede the window).
     gpu_of = {
-        (e.labels.get("job", ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
+        (e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
         for e in store.events(N.EV_TRAIN_START, end=scope.end, labels=labels)
         if e.data.get("gpu") is not None
     }
@@ -487,7 +487,7 @@ def oom(store: Store, scope: DiagnoseScope) -> list[Finding]:
     """Every out-of-memory error the monitor recorded, with the allocator's numbers."""
     if not _in_scope(scope):
         return []
-    labels = {"job": scope.job} if scope.job else None
+    labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     out = []
     for e in store.events(N.EV_TRAIN_OOM, start=scope.start, end=scope.end, labels=labels):
         d = e.data
@@ -507,10 +507,10 @@ def nan_loss(store: Store, scope: DiagnoseScope) -> list[Finding]:
     """A NaN or infinite loss: recorded by the monitor as an event, or seen in imported steps."""
     if not _in_scope(scope):
         return []
-    labels = {"job": scope.job} if scope.job else None
+    labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     hits: dict[tuple[str, str, str], list[tuple[float, int | None]]] = defaultdict(list)
     for e in store.events(N.EV_TRAIN_NAN, start=scope.start, end=scope.end, labels=labels):
-        hits[(e.labels.get("job", ""), e.labels.get("rank", "0"), e.labels.get("host", ""))].append((e.t, e.data.get("step")))
+        hits[(e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", ""))].append((e.t, e.data.get("step")))
     runs, _ = _load(store, scope)
     for run in runs:
         key = (run.job, run.rank, run.host)
@@ -524,7 +524,7 @@ def nan_loss(store: Store, scope: DiagnoseScope) -> list[Finding]:
         items.sort(key=lambda x: x[0])
         ev = {"nan_steps": len(items), "first_step": items[0][1], "last_step": items[-1][1]}
         summary = f"The loss became NaN or infinite {len(items)} time(s), first at step {items[0][1]}: training is diverging and the weights may be corrupt."
-        out.append(Finding("nan_loss", "training", items[0][0], items[-1][0], "critical", summary, ev, list(ADVICE_NAN), {"job": job, "rank": rank, "host": host}))
+        out.append(Finding("nan_loss", "training", items[0][0], items[-1][0], "critical", summary, ev, list(ADVICE_NAN), {N.TRAIN_JOB_LABEL: job, "rank": rank, "host": host}))
     return out
 
 
@@ -552,7 +552,7 @@ def straggler(store: Store, scope: DiagnoseScope) -> list[Finding]:
         run = next(r for r in rs if r.rank == slow)
         ev = {"slow_rank": slow, "busy_step_seconds_by_rank": {k: _r(v, 4) for k, v in sorted(busy.items())}, "comm_wait_seconds_by_rank": dict(sorted(waits.items())), "slow_vs_others": _r(busy[slow] / others, 2) if others else None, "host": run.host}
         summary = f"Straggler: rank {slow} (host {run.host}) needs {busy[slow]:.3g} s of work per step against {others:.3g} s on the other ranks, so every rank waits for it."
-        out.append(Finding("straggler", "training", min(r.steps[0].t_start for r in rs), max(r.steps[-1].t_end for r in rs), "warning", summary, ev, list(ADVICE_STRAGGLER), {"job": job, "rank": slow, "host": run.host}))
+        out.append(Finding("straggler", "training", min(r.steps[0].t_start for r in rs), max(r.steps[-1].t_end for r in rs), "warning", summary, ev, list(ADVICE_STRAGGLER), {N.TRAIN_JOB_LABEL: job, "rank": slow, "host": run.host}))
     return out
 
 

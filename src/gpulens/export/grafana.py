@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
-from gpulens.web.panels import PANELS, SELECTION_KEYS, ChartSpec, PanelSpec
+from gpulens.web.panels import PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, selection_label
 from gpulens.web.promql import series_expr, stat_expr
 
 DS = "${DS_PROMETHEUS}"
@@ -35,7 +35,7 @@ VARIABLES = {
 
 
 def _regex(workload: str) -> dict[str, str]:
-    return {k: f"${k}" for k in SELECTION_KEYS[workload]}  # type: ignore[index]
+    return {selection_label(k): f"${k}" for k in SELECTION_KEYS[workload]}  # type: ignore[index]
 
 
 def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int) -> dict[str, Any]:
@@ -105,8 +105,8 @@ def grafana_dashboard(title: str = "gpulens: training | inference | GPU health",
             "label": label,
             "type": "query",
             "datasource": {"type": "prometheus", "uid": DS},
-            "query": {"query": f"label_values({metric}, {name})", "refId": f"var-{name}"},
-            "definition": f"label_values({metric}, {name})",
+            "query": {"query": f"label_values({metric}, {selection_label(name)})", "refId": f"var-{name}"},
+            "definition": f"label_values({metric}, {selection_label(name)})",
             "includeAll": True,
             "allValue": ".*",
             "multi": True,

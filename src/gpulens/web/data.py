@@ -22,6 +22,7 @@ from gpulens.web.panels import (
     PanelSpec,
     SeriesSpec,
     StatSpec,
+    selection_label,
 )
 from gpulens.web.readers import Band, Line, Reader
 
@@ -54,7 +55,7 @@ class Selection:
     host: str | None = None
 
     def match(self, workload: str) -> dict[str, str]:
-        return {k: v for k in SELECTION_KEYS[workload] if (v := getattr(self, k))}  # type: ignore[index]
+        return {selection_label(k): v for k in SELECTION_KEYS[workload] if (v := getattr(self, k))}  # type: ignore[index]
 
 
 def resolve_window(

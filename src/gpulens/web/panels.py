@@ -29,8 +29,14 @@ SELECTION_KEYS: dict[Scope, tuple[str, ...]] = {
     "gpu": ("gpu", "host"),
     "host": ("host",),  # events of other kinds
 }
+# The series label each selection key filters on (the rest are the label of the same name).
+SELECTION_LABEL = {"job": wn.TRAIN_JOB_LABEL}
+
+
+def selection_label(key: str) -> str:
+    return SELECTION_LABEL.get(key, key)
 # Labels that tell apart several series drawn in one chart, in the order they are named.
-LEGEND_LABELS = ("reason", "status", "xid", "gpu", "job", "rank", "service", "model", "process", "pid", "host")
+LEGEND_LABELS = ("reason", "status", "xid", "gpu", wn.TRAIN_JOB_LABEL, "rank", "service", "model", "process", "pid", "host")
 
 
 @dataclass(frozen=True)

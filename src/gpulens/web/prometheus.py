@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
+from gpulens.web.panels import selection_label
 from gpulens.web.promql import selector
 from gpulens.web.readers import QUANTILE_OF_AGG, AlertRow, Band, EventRow, Line
 
@@ -105,7 +106,7 @@ class PrometheusReader:
     def label_values(self) -> dict[str, list[str]]:
         out = {}
         for name in SELECTION_LABELS:
-            vals = self._get(f"/api/v1/label/{name}/values")
+            vals = self._get(f"/api/v1/label/{selection_label(name)}/values")
             out[name] = sorted(vals or [], key=lambda s: (len(s), s))
         return out
 

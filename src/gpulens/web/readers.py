@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpulens.store import Store
+from gpulens.web.panels import selection_label
 
 StatAggName = str  # "count" | "mean" | "max" | "min" | "p50" | "p95" | "p99" | "sum"
 QUANTILE_OF_AGG = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -169,8 +170,8 @@ class StoreReader:
         for (lj,) in rows:
             labels = json.loads(lj)
             for k in out:
-                if k in labels:
-                    out[k].add(labels[k])
+                if (label := selection_label(k)) in labels:
+                    out[k].add(labels[label])
         return {k: sorted(v, key=lambda s: (len(s), s)) for k, v in out.items()}
 
     def has_data(self, metric: str, match: Mapping[str, str], start: float, end: float) -> bool:

@@ -1,8 +1,12 @@
 """Series and event names of workload metrics, shared by the sources (monitors, importers, scrapers)
 and the consumers (rules, diagnosis, dashboard, exporter). Base units in the names.
 
-Training series carry labels `job`, `rank`, `host`; inference series carry `service`, `model`, `host`.
+Training series carry labels `train_job`, `rank`, `host` (not `job`: a Prometheus scrape owns that
+name and would rename ours to `exported_job`); inference series carry `service`, `model`, `host`.
 """
+
+# The label that names a training job in the store, in /metrics, in rules and in dashboards.
+TRAIN_JOB_LABEL = "train_job"
 
 # ---- training: one sample per step, at the step's end time
 TRAIN_STEP_SECONDS = "train_step_seconds"

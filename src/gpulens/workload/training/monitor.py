@@ -116,7 +116,7 @@ class TrainingMonitor:
         self.peak_flops = peak_flops if peak_flops is not None else dev.catalog_peak_flops(self.gpu_name)
         if flops_per_token and not self.peak_flops:
             log.info("MFU is not recorded: the GPU's peak FLOP/s is unknown; pass peak_flops=.")
-        self.labels = {"job": job, "rank": str(self.rank), "host": self.host}
+        self.labels = {N.TRAIN_JOB_LABEL: job, "rank": str(self.rank), "host": self.host}
         use_cuda = dev.cuda_available() if cuda_timing is None else bool(cuda_timing)
         if use_cuda and not dev.cuda_available():
             raise MonitorUsageError("cuda_timing=True needs CUDA, and torch sees no CUDA device.", hint="Leave cuda_timing unset on a CPU.")

@@ -77,7 +77,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 # Recorder bookkeeping that must not steer a diagnosis (a live monitor has no phase labels),
 # and the labels of the series.
-_DROPPED = {"kind", "phase", "t", "role", "job", "host"}  # job and host are labels
+_DROPPED = {"kind", "phase", "t", "role", "job", "train_job", "host"}  # job (train_job) and host are labels
 
 
 def record_from_dict(d: dict[str, Any]) -> StepRecord | None:
