@@ -5,6 +5,7 @@ Exit codes (documented in the README):
   1  a finding the caller asked to gate on (e.g. `gpulens compare` found a regression)
   2  bad input: a wrong argument, an unreadable file, a port in use, a path that cannot be written
   3  an outside system is unavailable (no NVIDIA driver, a server that cannot be reached)
+  4  the store's disk is full (nothing the user typed is wrong: free space, or point --store elsewhere)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ EXIT_OK = 0
 EXIT_GATE = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
+EXIT_STORAGE_FULL = 4
 
 
 class GpulensError(Exception):
@@ -38,7 +40,14 @@ class TraceError(BadInputError):
 
 
 class StoreError(BadInputError):
-    """The store cannot be opened or written (path, permissions, corrupt file)."""
+    """The store cannot be opened or written (path, permissions, corrupt file, newer schema)."""
+
+
+class StorageFullError(StoreError):
+    """The store's disk (or its size limit) is full: not bad input, so its own exit code.
+    Data committed before stays readable; the write that failed is kept for a retry."""
+
+    exit_code = EXIT_STORAGE_FULL
 
 
 class PortInUseError(BadInputError):

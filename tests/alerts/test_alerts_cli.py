@@ -70,8 +70,8 @@ def test_silence_add_list_expire(tmp_path, capsys):
 
 def test_baseline_show_freeze_reset(tmp_path, replayed, capsys):
     db = tmp_path / "copy.db"
-    with Store(replayed) as src, Store(db) as dst:
-        src.connection.backup(dst.connection)  # a private copy: freeze/reset must not disturb the other tests
+    with Store(replayed) as src:
+        src.backup_to(db)  # a private copy: freeze/reset must not disturb the other tests
     assert main(["baseline", "show", "train_step_seconds", "--store", str(db), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(r["series"] == "train_step_seconds" and r["state"] == "ready" for r in rows)

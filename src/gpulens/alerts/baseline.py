@@ -14,39 +14,20 @@ tighten as evidence accumulates - and never narrower than the rule's relative or
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpulens.alerts.source import SeriesRef, StoreSource
-from gpulens.store import Store, canonical_labels
+from gpulens.store import Store
+from gpulens.store import baselines as repo
 
 QUANTILES = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 PROFILE_MIN_DAYS = 3.0
 CHANGED_META_KEY = "alerts.baselines_changed"  # bumped by freeze/reset so a running agent reloads
 DAY = 86400.0
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS alert_baselines (
-  series_id INTEGER PRIMARY KEY,
-  name TEXT NOT NULL,
-  labels TEXT NOT NULL,
-  state TEXT NOT NULL,                -- learning | ready | frozen
-  learn_start REAL NOT NULL,          -- first sample, or the moment of the last reset
-  learn_seconds REAL NOT NULL,
-  computed_at REAL,
-  window_start REAL,
-  window_end REAL,
-  samples INTEGER NOT NULL DEFAULT 0,
-  median REAL,
-  mad REAL,
-  quantiles TEXT NOT NULL DEFAULT '{}',
-  profile TEXT NOT NULL DEFAULT '{}'
-);
-"""
 
 BaselineState = Literal["learning", "ready", "frozen"]
 
@@ -148,16 +129,12 @@ class Baselines:
         self.store = store
         self.source = source
         self.config = config
-        store.ensure_schema(SCHEMA)
         self._cache: dict[int, Baseline] = {}
         self._tracked: dict[int, SeriesRef] = {}
         self._refresh_cursor = 0
         self._stamp = store.get_meta(CHANGED_META_KEY)
         self._load()
-        with store.lock:
-            store.connection.execute(
-                "UPDATE alert_baselines SET learn_seconds = ? WHERE state = 'learning'", (config.learn_seconds,)
-            )
+        repo.set_learning_seconds(store, config.learn_seconds)
         for b in self._cache.values():
             if b.state == "learning":
                 b.learn_seconds = config.learn_seconds
@@ -209,19 +186,13 @@ class Baselines:
 
     def _learn(self, b: Baseline, now: float) -> bool:
         end = b.learn_start + b.learn_seconds
-        with self.store.lock:
-            (n,) = self.store.connection.execute(
-                "SELECT count(*) FROM samples WHERE series_id = ? AND t >= ? AND t <= ?", (b.series_id, b.learn_start, end)
-            ).fetchone()
+        n = self.store.count_samples(b.series_id, b.learn_start, end)
         if n < self.config.min_samples:
             end = now  # keep learning until there is enough to be robust
         return self._compute(b, b.learn_start, end, now)
 
     def _compute(self, b: Baseline, start: float, end: float, now: float) -> bool:
-        with self.store.lock:
-            rows = self.store.connection.execute(
-                "SELECT t, value FROM samples WHERE series_id = ? AND t >= ? AND t <= ?", (b.series_id, start, end)
-            ).fetchall()
+        rows = self.store.window(b.series_id, start, end, include_start=True)
         if len(rows) < self.config.min_samples:
             return False
         b.stats = robust_stats([v for _, v in rows])
@@ -242,42 +213,27 @@ class Baselines:
 
 # ---------------------------------------------------------------- table access (also for the CLI)
 def save_baseline(store: Store, b: Baseline) -> None:
-    with store.lock:
-        store.connection.execute(
-            "INSERT OR REPLACE INTO alert_baselines (series_id, name, labels, state, learn_start, learn_seconds, "
-            "computed_at, window_start, window_end, samples, median, mad, quantiles, profile) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                b.series_id, b.name, canonical_labels(b.labels), b.state, b.learn_start, b.learn_seconds,
-                b.computed_at, b.window_start, b.window_end,
-                b.stats.samples if b.stats else 0,
-                b.stats.median if b.stats else None,
-                b.stats.mad if b.stats else None,
-                json.dumps(b.stats.to_json()["quantiles"] if b.stats else {}),
-                json.dumps({str(h): s.to_json() for h, s in b.profile.items()}),
-            ),
-        )
+    st = b.stats
+    repo.save_baseline(store, repo.BaselineRow(
+        b.series_id, b.name, b.labels, b.state, b.learn_start, b.learn_seconds, b.computed_at, b.window_start,
+        b.window_end, st.samples if st else 0, st.median if st else None, st.mad if st else None,
+        dict(st.quantiles) if st else {}, {h: s.to_json() for h, s in b.profile.items()},
+    ))
 
 
 def load_baselines(store: Store, name: str | None = None, labels: dict[str, str] | None = None) -> list[Baseline]:
-    store.ensure_schema(SCHEMA)
-    with store.lock:
-        rows = store.connection.execute(
-            "SELECT series_id, name, labels, state, learn_start, learn_seconds, computed_at, window_start, "
-            "window_end, samples, median, mad, quantiles, profile FROM alert_baselines ORDER BY name, labels"
-        ).fetchall()
     out = []
-    for r in rows:
-        lab = json.loads(r[2])
-        if name is not None and r[1] != name:
+    for r in repo.load_baselines(store):
+        if name is not None and r.name != name:
             continue
-        if labels and any(lab.get(k) != v for k, v in labels.items()):
+        if labels and any(r.labels.get(k) != v for k, v in labels.items()):
             continue
         stats = None
-        if r[10] is not None:
-            stats = Stats(int(r[9]), float(r[10]), float(r[11]), {float(k): float(v) for k, v in json.loads(r[12]).items()})
-        profile = {int(h): Stats.from_json(s) for h, s in json.loads(r[13]).items()}
-        out.append(Baseline(r[0], r[1], lab, r[3], r[4], r[5], r[6], r[7], r[8], stats, profile))
+        if r.median is not None:
+            stats = Stats(r.samples, float(r.median), float(r.mad or 0.0), r.quantiles)
+        profile = {h: Stats.from_json(s) for h, s in r.profile.items()}
+        out.append(Baseline(r.series_id, r.name, r.labels, r.state, r.learn_start, r.learn_seconds,  # type: ignore[arg-type]
+                            r.computed_at, r.window_start, r.window_end, stats, profile))
     return out
 
 

@@ -18,39 +18,11 @@ from gpulens.alerts.source import LabelKey
 from gpulens.alerts.xid import xid_info
 from gpulens.errors import BadInputError
 from gpulens.store import Store
+from gpulens.store import alert_state as repo
 
 log = logging.getLogger(__name__)
 
 AlertStatus = Literal["pending", "firing", "resolved"]
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS alert_history (
-  id INTEGER PRIMARY KEY,
-  fingerprint TEXT NOT NULL,
-  rule TEXT NOT NULL,
-  severity TEXT NOT NULL,
-  labels TEXT NOT NULL,
-  state TEXT NOT NULL,              -- pending | firing | resolved
-  active_since REAL NOT NULL,       -- the condition first held
-  fired_at REAL,
-  resolved_at REAL,
-  value REAL,
-  summary TEXT NOT NULL,
-  advice TEXT NOT NULL,
-  annotations TEXT NOT NULL,
-  silenced INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS alert_history_by_state ON alert_history (state, active_since);
-CREATE TABLE IF NOT EXISTS alert_silences (
-  id INTEGER PRIMARY KEY,
-  matchers TEXT NOT NULL,           -- [[label, op, value], ...], op one of = != =~ !~
-  starts_at REAL NOT NULL,
-  ends_at REAL NOT NULL,
-  comment TEXT NOT NULL,
-  created_at REAL NOT NULL
-);
-"""
-
 
 @dataclass
 class AlertState:
@@ -141,54 +113,23 @@ def add_silence(store: Store, matchers: list[tuple[str, str, str]], *, starts_at
         raise BadInputError("A silence needs at least one matcher.", hint="Give e.g. alertname=GpuXid gpu=0.")
     if ends_at <= starts_at:
         raise BadInputError("A silence must end after it starts.", hint="Give a positive --for, e.g. --for 2h.")
-    store.ensure_schema(SCHEMA)
-    with store.lock:
-        cur = store.connection.execute(
-            "INSERT INTO alert_silences (matchers, starts_at, ends_at, comment, created_at) VALUES (?, ?, ?, ?, ?)",
-            (json.dumps(matchers), starts_at, ends_at, comment, starts_at),
-        )
-    return Silence(int(cur.lastrowid or 0), tuple(tuple(m) for m in matchers), starts_at, ends_at, comment)  # type: ignore[misc]
+    row = repo.insert_silence(store, matchers, starts_at=starts_at, ends_at=ends_at, comment=comment)
+    return Silence(row.id, row.matchers, row.starts_at, row.ends_at, row.comment)
 
 
 def list_silences(store: Store, now: float | None = None) -> list[Silence]:
     """All silences, or only those still in force at `now`."""
-    store.ensure_schema(SCHEMA)
-    sql = "SELECT id, matchers, starts_at, ends_at, comment FROM alert_silences"
-    args: tuple = ()
-    if now is not None:
-        sql += " WHERE ends_at > ?"
-        args = (now,)
-    with store.lock:
-        rows = store.connection.execute(sql + " ORDER BY id", args).fetchall()
-    return [Silence(r[0], tuple(tuple(m) for m in json.loads(r[1])), r[2], r[3], r[4]) for r in rows]  # type: ignore[misc]
+    return [Silence(r.id, r.matchers, r.starts_at, r.ends_at, r.comment) for r in repo.list_silences(store, now)]
 
 
 def expire_silence(store: Store, silence_id: int, now: float) -> None:
-    store.ensure_schema(SCHEMA)
-    with store.lock:
-        n = store.connection.execute("UPDATE alert_silences SET ends_at = ? WHERE id = ? AND ends_at > ?", (now, silence_id, now)).rowcount
-    if n == 0:
+    if not repo.expire_silence(store, silence_id, now):
         raise BadInputError(f"There is no active silence {silence_id}.", hint="See `gpulens alerts silence --list`.")
 
 
 # ---------------------------------------------------------------- history
 def load_alerts(store: Store, *, active_only: bool = False, limit: int | None = None) -> list[AlertState]:
-    store.ensure_schema(SCHEMA)
-    sql = ("SELECT id, fingerprint, rule, severity, labels, state, active_since, fired_at, resolved_at, value, "
-           "summary, advice, annotations, silenced FROM alert_history")
-    if active_only:
-        sql += " WHERE state != 'resolved'"
-    sql += " ORDER BY active_since DESC, id DESC"
-    if limit:
-        sql += f" LIMIT {int(limit)}"
-    with store.lock:
-        rows = store.connection.execute(sql).fetchall()
-    return [
-        AlertState(rule=r[2], severity=r[3], labels=json.loads(r[4]), state=r[5], active_since=r[6], value=r[9],
-                   summary=r[10], advice=r[11], annotations=json.loads(r[12]), fired_at=r[7], resolved_at=r[8],
-                   silenced=bool(r[13]), fingerprint=r[1], id=r[0])
-        for r in rows
-    ]
+    return [AlertState(**asdict(r)) for r in repo.load_alerts(store, active_only=active_only, limit=limit)]
 
 
 # ---------------------------------------------------------------- the engine
@@ -212,7 +153,6 @@ class AlertEngine:
         self.store = store
         self.notify = notify or (lambda alerts: None)
         self.repeat_seconds = repeat_seconds
-        store.ensure_schema(SCHEMA)
         # Alerts still open from a previous run carry on: no second page for the same incident.
         self.active: dict[str, AlertState] = {a.fingerprint: a for a in load_alerts(store, active_only=True)}
         self._last_notified: dict[str, float] = {fp: a.fired_at or a.active_since for fp, a in self.active.items()}
@@ -290,27 +230,11 @@ class AlertEngine:
         return a
 
     def _save(self, a: AlertState) -> None:
-        row = (a.fingerprint, a.rule, a.severity, json.dumps(a.labels, sort_keys=True), a.state, a.active_since,
-               a.fired_at, a.resolved_at, a.value, a.summary, a.advice, json.dumps(a.annotations), int(a.silenced))
-        with self.store.lock:
-            conn = self.store.connection
-            if a.id is None:
-                cur = conn.execute(
-                    "INSERT INTO alert_history (fingerprint, rule, severity, labels, state, active_since, fired_at, "
-                    "resolved_at, value, summary, advice, annotations, silenced) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", row
-                )
-                a.id = cur.lastrowid
-            else:
-                conn.execute(
-                    "UPDATE alert_history SET fingerprint=?, rule=?, severity=?, labels=?, state=?, active_since=?, "
-                    "fired_at=?, resolved_at=?, value=?, summary=?, advice=?, annotations=?, silenced=? WHERE id=?",
-                    (*row, a.id),
-                )
+        a.id = repo.save_alert(self.store, repo.AlertRow(**asdict(a)))
 
     def _delete(self, a: AlertState) -> None:
         if a.id is not None:
-            with self.store.lock:
-                self.store.connection.execute("DELETE FROM alert_history WHERE id = ?", (a.id,))
+            repo.delete_alert(self.store, a.id)
 
     def _event(self, a: AlertState, now: float) -> None:
         # The timeline (dashboard, reports) reads alerts as store events beside XIDs and phases.

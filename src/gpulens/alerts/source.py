@@ -4,11 +4,11 @@ interval)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from gpulens.alerts.expr import Selector
 from gpulens.store import Store
+from gpulens.store.types import Sample
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -35,15 +35,11 @@ class StoreSource:
 
     def refresh(self) -> None:
         """Pick up series created since the last call (cheap when there are none)."""
-        with self.store.lock:
-            conn = self.store.connection
-            (max_id,) = conn.execute("SELECT coalesce(max(id), 0) FROM series").fetchone()
-            if max_id == self._max_id:
-                return
-            rows = conn.execute("SELECT id, name, labels FROM series WHERE id > ?", (self._max_id,)).fetchall()
-        for sid, name, labels_json in rows:
-            labels = json.loads(labels_json)
-            self._by_name.setdefault(name, []).append(SeriesRef(sid, name, labels, label_key(labels)))
+        max_id = self.store.max_series_id()
+        if max_id == self._max_id:
+            return
+        for row in self.store.series_since(max(self._max_id, 0)):
+            self._by_name.setdefault(row.name, []).append(SeriesRef(row.id, row.name, row.labels, label_key(row.labels)))
         self._max_id = max_id
 
     def series(self, sel: Selector) -> list[SeriesRef]:
@@ -54,36 +50,18 @@ class StoreSource:
 
     def last(self, sid: int, t: float, lookback_seconds: float) -> float | None:
         """The newest value in (t - lookback, t]."""
-        with self.store.lock:
-            row = self.store.connection.execute(
-                "SELECT value FROM samples WHERE series_id = ? AND t <= ? AND t > ? ORDER BY t DESC LIMIT 1",
-                (sid, t, t - lookback_seconds),
-            ).fetchone()
-        return None if row is None else row[0]
+        return self.store.last_value(sid, t, lookback_seconds)
 
     def before(self, sid: int, t: float) -> float | None:
         """The newest value at or before t, however old (the base of a counter's increase)."""
-        with self.store.lock:
-            row = self.store.connection.execute(
-                "SELECT value FROM samples WHERE series_id = ? AND t <= ? ORDER BY t DESC LIMIT 1", (sid, t)
-            ).fetchone()
-        return None if row is None else row[0]
+        return self.store.value_at_or_before(sid, t)
 
-    def window(self, sid: int, start: float, end: float) -> list[tuple[float, float]]:
+    def window(self, sid: int, start: float, end: float) -> list[Sample]:
         """(t, value) in (start, end], oldest first."""
-        with self.store.lock:
-            return self.store.connection.execute(
-                "SELECT t, value FROM samples WHERE series_id = ? AND t > ? AND t <= ? ORDER BY t", (sid, start, end)
-            ).fetchall()
+        return self.store.window(sid, start, end)
 
     def first_time(self, sid: int) -> float | None:
-        with self.store.lock:
-            row = self.store.connection.execute("SELECT min(t) FROM samples WHERE series_id = ?", (sid,)).fetchone()
-        return row[0]
+        return self.store.first_sample_time(sid)
 
     def events(self, kind: str, start: float, end: float) -> list[tuple[float, dict[str, str]]]:
-        with self.store.lock:
-            rows = self.store.connection.execute(
-                "SELECT t, labels FROM events WHERE kind = ? AND t > ? AND t <= ?", (kind, start, end)
-            ).fetchall()
-        return [(t, json.loads(lj)) for t, lj in rows]
+        return [(e.t, e.labels) for e in self.store.events(kind, start=start, end=end, include_start=False)]

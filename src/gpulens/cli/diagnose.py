@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import typer
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
-from gpulens.errors import BadInputError, StoreError
+from gpulens.errors import BadInputError, StorageFullError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.workload.names import TRAIN_JOB_LABEL
 
@@ -54,8 +53,10 @@ def diagnose_command(
         try:
             _check_selection(st, job, service)
             findings = diagnose(st, DiagnoseScope(job=job, service=service))
-        except sqlite3.Error as e:
-            raise StoreError(f"{store} is not a readable gpulens store ({e}).", hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
+        except StorageFullError:
+            raise
+        except StoreError as e:  # the store turns SQLite's errors into these
+            raise StoreError(f"{store} is not a readable gpulens store ({e.message}).", hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
     if fmt == "json":
         typer.echo(json.dumps([f.to_dict() for f in findings], indent=2, default=str))
         return

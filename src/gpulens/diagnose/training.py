@@ -146,10 +146,7 @@ _CACHE: dict[tuple, tuple[list[Run], dict[tuple[str, str | None], GpuView]]] = {
 
 def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str, str | None], GpuView]]:
     """Training runs in scope and the GPU view of each of their hosts (memoized per store state)."""
-    with store.lock:
-        ev_max = store.connection.execute("SELECT max(id) FROM events").fetchone()[0]
-        sm_max = store.connection.execute("SELECT max(rowid) FROM samples").fetchone()[0]
-    key = (str(store.path), scope.start, scope.end, scope.job, ev_max, sm_max)
+    key = (str(store.path), scope.start, scope.end, scope.job, store.data_version())
     hit = _CACHE.get(key)
     if hit is not None:
         return hit

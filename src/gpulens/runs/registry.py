@@ -18,6 +18,7 @@ from typing import Any, Literal
 from gpulens.errors import BadInputError
 from gpulens.runs.diff import Change, diff
 from gpulens.store import Store
+from gpulens.store import runs as repo
 
 EV_NOTE = "note"  # data: text
 EV_RUN = "run"  # data: id, kind, name
@@ -27,39 +28,6 @@ EV_RUN_CHANGE = "run_change"  # data: run_id, previous_run_id, changes [{section
 FINGERPRINT_IGNORE = ("host",)
 
 Verdict = Literal["good", "regression"]
-
-RUNS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-  id INTEGER PRIMARY KEY,
-  kind TEXT NOT NULL,
-  name TEXT NOT NULL,
-  created REAL NOT NULL,
-  started REAL,
-  ended REAL,
-  config TEXT NOT NULL,
-  summary TEXT NOT NULL,
-  fingerprint TEXT NOT NULL,
-  verdict TEXT,
-  baseline INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS runs_by_kind_name ON runs (kind, name, id);
-CREATE TABLE IF NOT EXISTS run_samples (
-  run_id INTEGER NOT NULL,
-  metric TEXT NOT NULL,
-  vals TEXT NOT NULL,
-  PRIMARY KEY (run_id, metric)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS run_changes (
-  run_id INTEGER NOT NULL,
-  previous_run_id INTEGER NOT NULL,
-  section TEXT NOT NULL,
-  key TEXT NOT NULL,
-  old TEXT,
-  new TEXT
-);
-CREATE INDEX IF NOT EXISTS run_changes_by_run ON run_changes (run_id);
-"""
-
 
 @dataclass
 class Run:
@@ -87,10 +55,6 @@ class RecordedChange:
     previous_run_id: int
     section: Literal["config", "fingerprint"]
     change: Change
-
-
-def _ensure(store: Store) -> None:
-    store.ensure_schema(RUNS_SCHEMA)
 
 
 def _clean_samples(samples: Mapping[str, Sequence[float]] | None) -> dict[str, list[float]]:
@@ -133,41 +97,18 @@ def save_run(
         fingerprint = fingerprint_dict()
     clean = _clean_samples(samples)
     dumps = lambda o: json.dumps(o, sort_keys=True, default=_json_default)  # noqa: E731
-    _ensure(store)
     now = time.time()
-    with store.lock:
-        conn = store.connection
-        conn.execute("BEGIN IMMEDIATE")  # the previous run is read under the write lock: no race
-        try:
-            prev = conn.execute(
-                "SELECT id, config, fingerprint FROM runs WHERE kind = ? AND name = ? ORDER BY id DESC LIMIT 1", (kind, name)
-            ).fetchone()
-            cur = conn.execute(
-                "INSERT INTO runs (kind, name, created, started, ended, config, summary, fingerprint) VALUES (?,?,?,?,?,?,?,?)",
-                (kind, name, now, started, ended, dumps(config), dumps(summary), dumps(fingerprint)),
-            )
-            run_id = int(cur.lastrowid)  # type: ignore[arg-type]
-            conn.executemany(
-                "INSERT INTO run_samples (run_id, metric, vals) VALUES (?, ?, ?)",
-                [(run_id, m, json.dumps(v)) for m, v in clean.items()],
-            )
-            changes: list[tuple[str, Change]] = []
-            if prev is not None:
-                # Round-trip through JSON so that tuples and lists compare equal.
-                changes += [("config", c) for c in diff(json.loads(prev[1]), json.loads(dumps(config)))]
-                changes += [
-                    ("fingerprint", c)
-                    for c in diff(json.loads(prev[2]), json.loads(dumps(fingerprint)), ignore=FINGERPRINT_IGNORE)
-                ]
-                conn.executemany(
-                    "INSERT INTO run_changes (run_id, previous_run_id, section, key, old, new) VALUES (?,?,?,?,?,?)",
-                    [(run_id, prev[0], s, c.key, json.dumps(c.old), json.dumps(c.new)) for s, c in changes],
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+
+    def changes_of(prev_config: dict[str, Any], prev_fingerprint: dict[str, Any]) -> list[tuple[str, str, Any, Any]]:
+        # Round-trip through JSON so that tuples and lists compare equal.
+        found = [("config", c) for c in diff(prev_config, json.loads(dumps(config)))]
+        found += [("fingerprint", c) for c in diff(prev_fingerprint, json.loads(dumps(fingerprint)), ignore=FINGERPRINT_IGNORE)]
+        return [(s, c.key, c.old, c.new) for s, c in found]
+
+    run_id, changes = repo.insert_run(
+        store, kind=kind, name=name, created=now, started=started, ended=ended, config_json=dumps(config),
+        summary_json=dumps(summary), fingerprint_json=dumps(fingerprint), samples=clean, changes_of=changes_of,
+    )
     t = ended if ended is not None else now
     store.event(EV_RUN, t, {"kind": kind, "name": name}, {"id": run_id, "kind": kind, "name": name})
     if changes:
@@ -177,139 +118,79 @@ def save_run(
             {"kind": kind, "name": name},
             {
                 "run_id": run_id,
-                "previous_run_id": prev[0],
-                "changes": [{"section": s, "key": c.key, "old": c.old, "new": c.new} for s, c in changes],
+                "previous_run_id": changes[0].previous_run_id,
+                "changes": [{"section": c.section, "key": c.key, "old": c.old, "new": c.new} for c in changes],
             },
         )
     store.flush()
     return run_id
 
 
-def _row_to_run(row: Sequence[Any]) -> Run:
-    return Run(
-        id=row[0],
-        kind=row[1],
-        name=row[2],
-        created=row[3],
-        started=row[4],
-        ended=row[5],
-        config=json.loads(row[6]),
-        summary=json.loads(row[7]),
-        fingerprint=json.loads(row[8]),
-        verdict=row[9],
-        baseline=bool(row[10]),
-    )
-
-
-_COLS = "id, kind, name, created, started, ended, config, summary, fingerprint, verdict, baseline"
+def _run(row: repo.RunRow) -> Run:
+    return Run(row.id, row.kind, row.name, row.created, row.started, row.ended, row.config, row.summary,
+               row.fingerprint, row.verdict, row.baseline)  # type: ignore[arg-type]
 
 
 def get_run(store: Store, run_id: int, *, with_samples: bool = True) -> Run:
     """The run with id `run_id`; a BadInputError that says so when there is none."""
-    _ensure(store)
-    with store.lock:
-        row = store.connection.execute(f"SELECT {_COLS} FROM runs WHERE id = ?", (int(run_id),)).fetchone()
-        if row is None:
-            n = store.connection.execute("SELECT count(*), max(id) FROM runs").fetchone()
-        samples = (
-            store.connection.execute("SELECT metric, vals FROM run_samples WHERE run_id = ?", (int(run_id),)).fetchall()
-            if row is not None and with_samples
-            else []
-        )
+    row = repo.get_run(store, int(run_id))
     if row is None:
-        have = f"the store holds {n[0]} runs (ids up to {n[1]})" if n[0] else "the store holds no runs yet"
+        n, top = repo.run_count(store)
+        have = f"the store holds {n} runs (ids up to {top})" if n else "the store holds no runs yet"
         raise BadInputError(f"There is no run #{run_id}; {have}.", hint="List them with `gpulens runs list`.")
-    run = _row_to_run(row)
-    run.samples = {m: json.loads(v) for m, v in samples}
+    run = _run(row)
+    if with_samples:
+        run.samples = repo.run_samples(store, row.id)
     return run
 
 
 def list_runs(store: Store, kind: str | None = None, name: str | None = None, *, limit: int | None = None) -> list[Run]:
     """Runs, newest first, optionally of one kind and/or name (without their samples)."""
-    _ensure(store)
-    sql = f"SELECT {_COLS} FROM runs WHERE 1=1"
-    args: list[Any] = []
-    if kind is not None:
-        sql += " AND kind = ?"
-        args.append(kind)
-    if name is not None:
-        sql += " AND name = ?"
-        args.append(name)
-    sql += " ORDER BY id DESC"
-    if limit is not None:
-        sql += " LIMIT ?"
-        args.append(int(limit))
-    with store.lock:
-        rows = store.connection.execute(sql, args).fetchall()
-    return [_row_to_run(r) for r in rows]
+    return [_run(r) for r in repo.list_runs(store, kind, name, limit=limit)]
 
 
 def run_changes(store: Store, run_id: int) -> list[RecordedChange]:
     """What changed between run `run_id` and the previous run of its kind and name."""
-    _ensure(store)
-    with store.lock:
-        rows = store.connection.execute(
-            "SELECT run_id, previous_run_id, section, key, old, new FROM run_changes WHERE run_id = ? ORDER BY rowid",
-            (int(run_id),),
-        ).fetchall()
-    return [RecordedChange(r[0], r[1], r[2], Change(r[3], json.loads(r[4]), json.loads(r[5]))) for r in rows]
+    return [
+        RecordedChange(r.run_id, r.previous_run_id, r.section, Change(r.key, r.old, r.new))  # type: ignore[arg-type]
+        for r in repo.run_changes(store, int(run_id))
+    ]
 
 
 def set_verdict(store: Store, run_id: int, verdict: Verdict | None) -> None:
     """Mark a run good (compared without regression) or a regression."""
     get_run(store, run_id, with_samples=False)
-    with store.lock:
-        store.connection.execute("UPDATE runs SET verdict = ? WHERE id = ?", (verdict, int(run_id)))
+    repo.set_verdict(store, int(run_id), verdict)
 
 
 def set_baseline(store: Store, run_id: int) -> None:
     """Make `run_id` the baseline of its kind and name (the one `compare baseline ...` uses)."""
     run = get_run(store, run_id, with_samples=False)
-    with store.lock:
-        conn = store.connection
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE runs SET baseline = 0 WHERE kind = ? AND name = ?", (run.kind, run.name))
-        conn.execute("UPDATE runs SET baseline = 1 WHERE id = ?", (run.id,))
-        conn.execute("COMMIT")
+    repo.set_baseline(store, run.id, run.kind, run.name)
 
 
 def last_known_good(store: Store, kind: str, name: str, *, before: int | None = None) -> Run | None:
     """The newest run of this kind and name that a comparison found good (or the marked baseline,
     which is good by choice), older than run id `before` when given."""
-    _ensure(store)
-    sql = f"SELECT {_COLS} FROM runs WHERE kind = ? AND name = ? AND (verdict = 'good' OR baseline = 1)"
-    args: list[Any] = [kind, name]
-    if before is not None:
-        sql += " AND id < ?"
-        args.append(int(before))
-    with store.lock:
-        row = store.connection.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
-    return _row_to_run(row) if row else None
+    rows = repo.list_runs(store, kind, name, good_only=True, before_id=before, limit=1)
+    return _run(rows[0]) if rows else None
 
 
 def baseline_for(store: Store, run: Run) -> Run:
     """The run to compare `run` against: the marked baseline of its kind and name, else its last
     known-good predecessor, else its oldest predecessor."""
-    _ensure(store)
-    with store.lock:
-        row = store.connection.execute(
-            f"SELECT {_COLS} FROM runs WHERE kind = ? AND name = ? AND baseline = 1 AND id != ? ORDER BY id DESC LIMIT 1",
-            (run.kind, run.name, run.id),
-        ).fetchone()
-        if row is None:
-            good = last_known_good(store, run.kind, run.name, before=run.id)
-            if good is not None:
-                return get_run(store, good.id)
-            row = store.connection.execute(
-                f"SELECT {_COLS} FROM runs WHERE kind = ? AND name = ? AND id < ? ORDER BY id LIMIT 1",
-                (run.kind, run.name, run.id),
-            ).fetchone()
-    if row is None:
+    rows = repo.list_runs(store, run.kind, run.name, baseline_only=True, exclude_id=run.id, limit=1)
+    if not rows:
+        good = last_known_good(store, run.kind, run.name, before=run.id)
+        if good is not None:
+            return get_run(store, good.id)
+        rows = repo.list_runs(store, run.kind, run.name, before_id=run.id, oldest_first=True, limit=1)
+    if not rows:
         raise BadInputError(
             f"Run {run.label} has no baseline: it is the first run of {run.kind}/{run.name}.",
             hint="Record another run of the same kind and name first, or compare two run ids.",
         )
-    return get_run(store, row[0])
+    return get_run(store, rows[0].id)
 
 
 def resolve_run(store: Store, ref: str, *, other: Run | None = None) -> Run:

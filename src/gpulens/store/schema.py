@@ -1,37 +1,118 @@
-"""SQLite schema of the store. Each later feature adds its own tables with `Store.ensure_schema`."""
+"""SQLite schema of the store, as statements that the versioned migrations in `migrations.py` run.
 
-SCHEMA_VERSION = 1
+Every table the store holds is created here, the feature tables (alerts, baselines, runs) included:
+the store owns its SQL, and a feature reaches its table through a repository in `gpulens.store`.
+"""
 
-CORE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS series (
+CORE_TABLES = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS series (
   id INTEGER PRIMARY KEY,
   name TEXT NOT NULL,
   labels TEXT NOT NULL,
   UNIQUE (name, labels)
-);
-CREATE TABLE IF NOT EXISTS samples (series_id INTEGER NOT NULL, t REAL NOT NULL, value REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS samples_by_series_time ON samples (series_id, t);
-CREATE TABLE IF NOT EXISTS rollup_1m (
+)""",
+    "CREATE TABLE IF NOT EXISTS samples (series_id INTEGER NOT NULL, t REAL NOT NULL, value REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS samples_by_series_time ON samples (series_id, t)",
+    """CREATE TABLE IF NOT EXISTS rollup_1m (
   series_id INTEGER NOT NULL, bucket REAL NOT NULL,
   vmin REAL NOT NULL, vmax REAL NOT NULL, vsum REAL NOT NULL, n INTEGER NOT NULL,
   PRIMARY KEY (series_id, bucket)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS rollup_1h (
+) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS rollup_1h (
   series_id INTEGER NOT NULL, bucket REAL NOT NULL,
   vmin REAL NOT NULL, vmax REAL NOT NULL, vsum REAL NOT NULL, n INTEGER NOT NULL,
   PRIMARY KEY (series_id, bucket)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
+) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY,
   t REAL NOT NULL,
   kind TEXT NOT NULL,
   labels TEXT NOT NULL,
   data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_kind_time ON events (kind, t);
-CREATE INDEX IF NOT EXISTS events_by_time ON events (t);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS events_by_kind_time ON events (kind, t)",
+    "CREATE INDEX IF NOT EXISTS events_by_time ON events (t)",
+)
+
+ALERT_TABLES = (
+    """CREATE TABLE IF NOT EXISTS alert_history (
+  id INTEGER PRIMARY KEY,
+  fingerprint TEXT NOT NULL,
+  rule TEXT NOT NULL,
+  severity TEXT NOT NULL,
+  labels TEXT NOT NULL,
+  state TEXT NOT NULL,              -- pending | firing | resolved
+  active_since REAL NOT NULL,       -- the condition first held
+  fired_at REAL,
+  resolved_at REAL,
+  value REAL,
+  summary TEXT NOT NULL,
+  advice TEXT NOT NULL,
+  annotations TEXT NOT NULL,
+  silenced INTEGER NOT NULL DEFAULT 0
+)""",
+    "CREATE INDEX IF NOT EXISTS alert_history_by_state ON alert_history (state, active_since)",
+    """CREATE TABLE IF NOT EXISTS alert_silences (
+  id INTEGER PRIMARY KEY,
+  matchers TEXT NOT NULL,           -- [[label, op, value], ...], op one of = != =~ !~
+  starts_at REAL NOT NULL,
+  ends_at REAL NOT NULL,
+  comment TEXT NOT NULL,
+  created_at REAL NOT NULL
+)""",
+)
+
+BASELINE_TABLES = (
+    """CREATE TABLE IF NOT EXISTS alert_baselines (
+  series_id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  labels TEXT NOT NULL,
+  state TEXT NOT NULL,                -- learning | ready | frozen
+  learn_start REAL NOT NULL,          -- first sample, or the moment of the last reset
+  learn_seconds REAL NOT NULL,
+  computed_at REAL,
+  window_start REAL,
+  window_end REAL,
+  samples INTEGER NOT NULL DEFAULT 0,
+  median REAL,
+  mad REAL,
+  quantiles TEXT NOT NULL DEFAULT '{}',
+  profile TEXT NOT NULL DEFAULT '{}'
+)""",
+)
+
+RUN_TABLES = (
+    """CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  created REAL NOT NULL,
+  started REAL,
+  ended REAL,
+  config TEXT NOT NULL,
+  summary TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  verdict TEXT,
+  baseline INTEGER NOT NULL DEFAULT 0
+)""",
+    "CREATE INDEX IF NOT EXISTS runs_by_kind_name ON runs (kind, name, id)",
+    """CREATE TABLE IF NOT EXISTS run_samples (
+  run_id INTEGER NOT NULL,
+  metric TEXT NOT NULL,
+  vals TEXT NOT NULL,
+  PRIMARY KEY (run_id, metric)
+) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS run_changes (
+  run_id INTEGER NOT NULL,
+  previous_run_id INTEGER NOT NULL,
+  section TEXT NOT NULL,
+  key TEXT NOT NULL,
+  old TEXT,
+  new TEXT
+)""",
+    "CREATE INDEX IF NOT EXISTS run_changes_by_run ON run_changes (run_id)",
+)
 
 # Roll-up widths in seconds, by table.
 ROLLUPS: dict[str, int] = {"rollup_1m": 60, "rollup_1h": 3600}

@@ -7,6 +7,7 @@ Writes are buffered and committed in batches; each commit also folds the batch i
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -14,13 +15,26 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import StoreError
-from gpulens.store.schema import CORE_SCHEMA, ROLLUP_UPSERT, ROLLUPS, SCHEMA_VERSION
-from gpulens.store.types import Event, LatestValue, Resolution, SeriesData, SeriesKey, canonical_labels
+from gpulens.errors import StorageFullError, StoreError
+from gpulens.store import migrations
+from gpulens.store.migrations import SCHEMA_VERSION
+from gpulens.store.schema import ROLLUP_UPSERT, ROLLUPS
+from gpulens.store.types import (
+    DataVersion,
+    Event,
+    LatestValue,
+    Resolution,
+    Sample,
+    SeriesData,
+    SeriesKey,
+    StoredSeries,
+    canonical_labels,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +47,29 @@ DEFAULT_RETENTION_SECONDS: dict[str, float] = {
     "rollup_1h": 2 * 365 * 86400,
     "events": 90 * 86400,
 }
+
+_OPEN_HINT = "Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store."
+_ACCESS_HINT = "Check that --store points at a gpulens store you can read and write."
+
+
+def storage_error(e: BaseException, path: Path, action: str, hint: str) -> StoreError:
+    """The gpulens error for an SQLite or OS error: a full disk is its own class and exit code."""
+    full = isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
+    full = full or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+    if full:
+        return StorageFullError(
+            f"The disk that holds the store {path} is full.",
+            hint="Free some space (or lower retention), or point --store at another disk; the data written before is kept.",
+        )
+    return StoreError(f"Cannot {action} the store {path}: {e}.", hint=hint)
+
+
+def _newer_schema(path: Path, version: int) -> StoreError:
+    return StoreError(
+        f"This store was written by a newer gpulens (schema {version}, this one knows {SCHEMA_VERSION}); "
+        "upgrade gpulens or use another --store.",
+        hint=f"The store is {path}.",
+    )
 
 
 class Store:
@@ -73,7 +110,7 @@ class Store:
                     hint="Choose a --store path in a folder you can write to.",
                 ) from None
         # Several processes may create the same new store at once (the ranks of one job): switching
-        # to WAL and creating the schema can then answer "locked" without waiting, so retry it all.
+        # to WAL and migrating can then answer "locked" without waiting, so retry it all.
         deadline = time.monotonic() + busy_timeout_seconds
         while True:
             conn = None
@@ -82,11 +119,7 @@ class Store:
                 conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-                if not self.readonly:
-                    conn.executescript(CORE_SCHEMA)
-                    conn.execute(
-                        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                    )
+                self._migrate(conn)
                 conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
                 return conn
             except sqlite3.OperationalError as e:
@@ -95,31 +128,78 @@ class Store:
                 if ("locked" in str(e) or "busy" in str(e)) and time.monotonic() < deadline:
                     time.sleep(0.02)
                     continue
-                raise StoreError(
-                    f"Cannot open the store {self.path}: {e}.",
-                    hint="Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store.",
-                ) from None
+                raise storage_error(e, self.path, "open", _OPEN_HINT) from None
             except sqlite3.DatabaseError as e:
                 if conn is not None:
                     conn.close()
-                raise StoreError(
-                    f"Cannot open the store {self.path}: {e}.",
-                    hint="Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store.",
-                ) from None
+                raise StoreError(f"Cannot open the store {self.path}: {e}.", hint=_OPEN_HINT) from None
+            except StoreError:
+                if conn is not None:
+                    conn.close()
+                raise
 
-    def ensure_schema(self, sql: str) -> None:
-        """Create a feature's own tables (idempotent SQL: CREATE ... IF NOT EXISTS)."""
-        with self._lock:
-            self._conn.executescript(sql)
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring the file to this gpulens' schema (see `migrations`), or refuse a newer one."""
+        version = migrations.stored_version(conn)
+        if version is None or (self.readonly and version == 0):
+            return  # not a gpulens store (reads then fail with a clear error), or nothing to read
+        if version > SCHEMA_VERSION:
+            raise _newer_schema(self.path, version)
+        if version == SCHEMA_VERSION:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = migrations.stored_version(conn) or 0  # another process may have just migrated
+            if version > SCHEMA_VERSION:
+                raise _newer_schema(self.path, version)
+            migrations.migrate(conn, version)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     @property
-    def connection(self) -> sqlite3.Connection:
-        """The raw connection, for features that own their tables. Hold `lock` while using it."""
-        return self._conn
+    def schema_version(self) -> int:
+        with self._guard("read"):
+            return migrations.stored_version(self._conn) or 0
+
+    @contextmanager
+    def _guard(self, action: str) -> Iterator[sqlite3.Connection]:
+        """The connection under the lock, with SQLite's errors turned into gpulens errors (a full
+        disk into StorageFullError). For this package's repositories only."""
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as e:
+                raise storage_error(e, self.path, action, _ACCESS_HINT) from None
+
+    @contextmanager
+    def _transaction(self, action: str = "write to") -> Iterator[sqlite3.Connection]:
+        """`_guard` inside BEGIN IMMEDIATE ... COMMIT (rolled back on any error)."""
+        with self._guard(action) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     @property
     def lock(self) -> threading.RLock:
         return self._lock
+
+    def backup_to(self, path: str | os.PathLike[str]) -> None:
+        """Copy everything committed into a new store file at `path` (SQLite's online backup)."""
+        self.flush()
+        with self._guard("copy"):
+            dst = sqlite3.connect(path)
+            try:
+                self._conn.backup(dst)
+            finally:
+                dst.close()
 
     def close(self) -> None:
         with self._lock:
@@ -145,9 +225,9 @@ class Store:
         sid = self._series_ids.get(key)
         if sid is not None:
             return sid
-        with self._lock:
-            self._conn.execute("INSERT OR IGNORE INTO series (name, labels) VALUES (?, ?)", key)
-            sid = self._conn.execute("SELECT id FROM series WHERE name = ? AND labels = ?", key).fetchone()[0]
+        with self._guard("write to") as conn:
+            conn.execute("INSERT OR IGNORE INTO series (name, labels) VALUES (?, ?)", key)
+            sid = conn.execute("SELECT id FROM series WHERE name = ? AND labels = ?", key).fetchone()[0]
         self._series_ids[key] = sid
         return sid
 
@@ -220,27 +300,27 @@ class Store:
                 # Keep the data for the next try rather than losing it.
                 self._pending[:0] = rows
                 self._pending_events[:0] = events
-                raise StoreError(f"Cannot write to the store {self.path}: {e}.", hint="Check disk space and permissions.") from None
+                raise storage_error(e, self.path, "write to", "Check disk space and permissions.") from None
             return len(rows) + len(events)
 
     # ---------------------------------------------------------------- meta
     def get_meta(self, key: str) -> str | None:
-        with self._lock:
-            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._guard("read") as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._lock:
-            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        with self._guard("write to") as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     # ---------------------------------------------------------------- reading
     def series(self, name: str | None = None, labels: Mapping[str, str] | None = None) -> list[SeriesKey]:
         """Series whose name is `name` (all if None) and whose labels include `labels`."""
-        with self._lock:
+        with self._guard("read") as conn:
             if name is None:
-                rows = self._conn.execute("SELECT name, labels FROM series ORDER BY name, labels").fetchall()
+                rows = conn.execute("SELECT name, labels FROM series ORDER BY name, labels").fetchall()
             else:
-                rows = self._conn.execute(
+                rows = conn.execute(
                     "SELECT name, labels FROM series WHERE name = ? ORDER BY labels", (name,)
                 ).fetchall()
         keys = [SeriesKey(n, json.loads(lj)) for n, lj in rows]
@@ -250,12 +330,12 @@ class Store:
         return keys
 
     def metric_names(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._conn.execute("SELECT DISTINCT name FROM series ORDER BY name")]
+        with self._guard("read") as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT name FROM series ORDER BY name")]
 
     def _id_of(self, key: SeriesKey) -> int | None:
-        with self._lock:
-            row = self._conn.execute(
+        with self._guard("read") as conn:
+            row = conn.execute(
                 "SELECT id FROM series WHERE name = ? AND labels = ?", (key.name, key.labels_json)
             ).fetchone()
         return row[0] if row else None
@@ -267,12 +347,12 @@ class Store:
             "SELECT min(lo), max(hi) FROM (SELECT (SELECT min(t) FROM samples WHERE series_id = s.id) AS lo, "
             "(SELECT max(t) FROM samples WHERE series_id = s.id) AS hi FROM series s{where})"
         )
-        with self._lock:
+        with self._guard("read") as conn:
             if name is None:
-                row = self._conn.execute(per_series.format(where="")).fetchone()
-                ev = self._conn.execute("SELECT min(t), max(t) FROM events").fetchone()
+                row = conn.execute(per_series.format(where="")).fetchone()
+                ev = conn.execute("SELECT min(t), max(t) FROM events").fetchone()
             else:
-                row = self._conn.execute(per_series.format(where=" WHERE s.name = ?"), (name,)).fetchone()
+                row = conn.execute(per_series.format(where=" WHERE s.name = ?"), (name,)).fetchone()
                 ev = (None, None)
         lo = [v for v in (row[0], ev[0]) if v is not None]
         hi = [v for v in (row[1], ev[1]) if v is not None]
@@ -321,18 +401,18 @@ class Store:
                     resolution = "1h"
                 elif span / 60 >= 2 * max_points:
                     resolution = "1m"
-        with self._lock:
+        with self._guard("read") as conn:
             if resolution == "raw":
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     step = (hi - lo) / max_points
                     # min(..., max_points - 1) keeps a sample at exactly `end` in the last bucket
-                    rows = self._conn.execute(
+                    rows = conn.execute(
                         "SELECT min(t), avg(value), min(value), max(value), count(*) FROM samples "
                         "WHERE series_id = ? AND t >= ? AND t <= ? GROUP BY min(CAST((t - ?) / ? AS INTEGER), ?) ORDER BY 1",
                         (sid, lo, hi, lo, step, max_points - 1),
                     ).fetchall()
                 else:
-                    rows = self._conn.execute(
+                    rows = conn.execute(
                         "SELECT t, value, value, value, 1 FROM samples WHERE series_id = ? AND t >= ? AND t <= ? ORDER BY t",
                         (sid, lo, hi),
                     ).fetchall()
@@ -342,14 +422,14 @@ class Store:
                 blo = math.floor(lo / width) * width if math.isfinite(lo) else lo
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     step = (hi - blo) / max_points
-                    rows = self._conn.execute(
+                    rows = conn.execute(
                         f"SELECT min(bucket), sum(vsum) / sum(n), min(vmin), max(vmax), sum(n) FROM {table} "
                         "WHERE series_id = ? AND bucket >= ? AND bucket <= ? "
                         "GROUP BY min(CAST((bucket - ?) / ? AS INTEGER), ?) ORDER BY 1",
                         (sid, blo, hi, blo, step, max_points - 1),
                     ).fetchall()
                 else:
-                    rows = self._conn.execute(
+                    rows = conn.execute(
                         f"SELECT bucket, vsum / n, vmin, vmax, n FROM {table} "
                         "WHERE series_id = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket",
                         (sid, blo, hi),
@@ -369,8 +449,8 @@ class Store:
         out = []
         for key in self.series(name, labels):
             sid = self._id_of(key)
-            with self._lock:
-                row = self._conn.execute(
+            with self._guard("read") as conn:
+                row = conn.execute(
                     "SELECT t, value FROM samples WHERE series_id = ? ORDER BY t DESC LIMIT 1", (sid,)
                 ).fetchone()
             if row:
@@ -385,9 +465,11 @@ class Store:
         end: float | None = None,
         labels: Mapping[str, str] | None = None,
         limit: int | None = None,
+        include_start: bool = True,
     ) -> list[Event]:
-        """Events of `kind` (all kinds if None) in [start, end], oldest first."""
-        sql = "SELECT id, t, kind, labels, data FROM events WHERE t >= ? AND t <= ?"
+        """Events of `kind` (all kinds if None) in [start, end] ((start, end] without
+        `include_start`), oldest first."""
+        sql = f"SELECT id, t, kind, labels, data FROM events WHERE t {'>=' if include_start else '>'} ? AND t <= ?"
         args: list[Any] = [-math.inf if start is None else start, math.inf if end is None else end]
         if kind is not None:
             sql += " AND kind = ?"
@@ -396,8 +478,8 @@ class Store:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        with self._lock:
-            rows = self._conn.execute(sql, args).fetchall()
+        with self._guard("read") as conn:
+            rows = conn.execute(sql, args).fetchall()
         out = [Event(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4])) for r in rows]
         if labels:
             want = {k: str(v) for k, v in labels.items()}
@@ -405,8 +487,98 @@ class Store:
         return out
 
     def event_kinds(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._conn.execute("SELECT DISTINCT kind FROM events ORDER BY kind")]
+        with self._guard("read") as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT kind FROM events ORDER BY kind")]
+
+    # ---------------------------------------------------------------- typed queries by series id
+    # For readers that cache series ids (the alert evaluator, the dashboard): one indexed lookup each.
+    def series_since(self, after_id: int = 0) -> list[StoredSeries]:
+        """Series created after id `after_id` (all with 0), oldest first."""
+        with self._guard("read") as conn:
+            rows = conn.execute("SELECT id, name, labels FROM series WHERE id > ? ORDER BY id", (after_id,)).fetchall()
+        return [StoredSeries(sid, name, json.loads(lj)) for sid, name, lj in rows]
+
+    def max_series_id(self) -> int:
+        with self._guard("read") as conn:
+            return conn.execute("SELECT coalesce(max(id), 0) FROM series").fetchone()[0]
+
+    def stored_series(self, name: str) -> list[StoredSeries]:
+        """Every series named `name`, with its id."""
+        with self._guard("read") as conn:
+            rows = conn.execute("SELECT id, labels FROM series WHERE name = ? ORDER BY id", (name,)).fetchall()
+        return [StoredSeries(sid, name, json.loads(lj)) for sid, lj in rows]
+
+    def label_sets(self) -> list[dict[str, str]]:
+        """The distinct label sets of all series."""
+        with self._guard("read") as conn:
+            rows = conn.execute("SELECT DISTINCT labels FROM series").fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def label_values(self, label: str) -> list[str]:
+        """The values a label takes across all series, sorted."""
+        return sorted({ls[label] for ls in self.label_sets() if label in ls})
+
+    def last_value(self, series_id: int, t: float, lookback_seconds: float) -> float | None:
+        """The newest value in (t - lookback, t]."""
+        with self._guard("read") as conn:
+            row = conn.execute(
+                "SELECT value FROM samples WHERE series_id = ? AND t <= ? AND t > ? ORDER BY t DESC LIMIT 1",
+                (series_id, t, t - lookback_seconds),
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def value_at_or_before(self, series_id: int, t: float) -> float | None:
+        """The newest value at or before t, however old."""
+        with self._guard("read") as conn:
+            row = conn.execute(
+                "SELECT value FROM samples WHERE series_id = ? AND t <= ? ORDER BY t DESC LIMIT 1", (series_id, t)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def window(self, series_ids: int | Sequence[int], start: float, end: float, *, include_start: bool = False) -> list[Sample]:
+        """Samples of one series (or several, merged) in (start, end] ([start, end] with
+        `include_start`), oldest first."""
+        ids = [series_ids] if isinstance(series_ids, int) else list(series_ids)
+        if not ids:
+            return []
+        op = ">=" if include_start else ">"
+        where = "series_id = ?" if len(ids) == 1 else f"series_id IN ({','.join('?' * len(ids))})"
+        with self._guard("read") as conn:
+            rows = conn.execute(
+                f"SELECT t, value FROM samples WHERE {where} AND t {op} ? AND t <= ? ORDER BY t", (*ids, start, end)
+            ).fetchall()
+        return [Sample(t, v) for t, v in rows]
+
+    def has_samples(self, series_ids: Sequence[int], start: float, end: float) -> bool:
+        """Whether any of the series has a sample in [start, end]."""
+        if not series_ids:
+            return False
+        with self._guard("read") as conn:
+            for sid in series_ids:  # one indexed probe per series
+                row = conn.execute(
+                    "SELECT 1 FROM samples WHERE series_id = ? AND t >= ? AND t <= ? LIMIT 1", (sid, start, end)
+                ).fetchone()
+                if row is not None:
+                    return True
+        return False
+
+    def first_sample_time(self, series_id: int) -> float | None:
+        with self._guard("read") as conn:
+            return conn.execute("SELECT min(t) FROM samples WHERE series_id = ?", (series_id,)).fetchone()[0]
+
+    def count_samples(self, series_id: int, start: float, end: float) -> int:
+        """Samples of one series in [start, end]."""
+        with self._guard("read") as conn:
+            return conn.execute(
+                "SELECT count(*) FROM samples WHERE series_id = ? AND t >= ? AND t <= ?", (series_id, start, end)
+            ).fetchone()[0]
+
+    def data_version(self) -> DataVersion:
+        """Changes whenever samples or events are added: a cache key for derived results."""
+        with self._guard("read") as conn:
+            ev = conn.execute("SELECT max(id) FROM events").fetchone()[0]
+            sm = conn.execute("SELECT max(rowid) FROM samples").fetchone()[0]
+        return DataVersion(ev or 0, sm or 0)
 
     # ---------------------------------------------------------------- retention
     def apply_retention(self, now: float | None = None, retention_seconds: Mapping[str, float] | None = None) -> int:
@@ -416,12 +588,11 @@ class Store:
         deleted = 0
         with self._lock:
             self.flush()
-            self._conn.execute("BEGIN IMMEDIATE")
-            deleted += self._conn.execute("DELETE FROM samples WHERE t < ?", (now - keep["raw"],)).rowcount
-            for table in ROLLUPS:
-                deleted += self._conn.execute(f"DELETE FROM {table} WHERE bucket < ?", (now - keep[table],)).rowcount
-            deleted += self._conn.execute("DELETE FROM events WHERE t < ?", (now - keep["events"],)).rowcount
-            self._conn.execute("COMMIT")
+            with self._transaction("apply retention to") as conn:
+                deleted += conn.execute("DELETE FROM samples WHERE t < ?", (now - keep["raw"],)).rowcount
+                for table in ROLLUPS:
+                    deleted += conn.execute(f"DELETE FROM {table} WHERE bucket < ?", (now - keep[table],)).rowcount
+                deleted += conn.execute("DELETE FROM events WHERE t < ?", (now - keep["events"],)).rowcount
         return deleted
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Resolution = Literal["raw", "1m", "1h"]
 
@@ -62,3 +62,27 @@ class Event:
     kind: str
     labels: dict[str, str]
     data: dict[str, Any]
+
+
+class Sample(NamedTuple):
+    """One stored sample: time in unix seconds, value in the series' unit."""
+
+    t: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSeries:
+    """A series with its id, for readers that cache ids and query by them."""
+
+    id: int
+    name: str
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DataVersion:
+    """The newest event id and sample row: equal versions mean no data was added between them."""
+
+    max_event_id: int
+    max_sample_rowid: int

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sqlite3
 import statistics
 import threading
 import time
@@ -149,7 +148,7 @@ class StepWriter:
                 return False
         try:
             self.store.flush()
-        except (StoreError, sqlite3.Error) as e:
+        except StoreError as e:
             self._note_failure(e)
             return False
         except Exception:
@@ -291,7 +290,7 @@ class StepWriter:
                 if sid is None:
                     sid = self._ids[name] = self.store.series_id(name, self.labels)
                 rows.append((sid, value))
-        except (StoreError, sqlite3.Error) as e:
+        except StoreError as e:
             self.write_failures += 1
             log.debug("gpulens: step %s deferred: %s", rec.step, e)
             return False
@@ -325,7 +324,7 @@ class StepWriter:
         """Run a store call; a failing commit keeps its rows buffered in the store for the next one."""
         try:
             fn()
-        except (StoreError, sqlite3.Error) as e:
+        except StoreError as e:
             self.write_failures += 1
             log.debug("gpulens: store write deferred: %s", e)
 

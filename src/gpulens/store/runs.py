@@ -1,0 +1,158 @@
+"""Repository of runs (`runs`, `run_samples`, `run_changes`): a training job, a load test or a
+benchmark with its configuration, fingerprint, summary and per-metric samples."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpulens.store.store import Store
+
+
+@dataclass
+class RunRow:
+    id: int
+    kind: str
+    name: str
+    created: float  # unix seconds
+    started: float | None
+    ended: float | None
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    fingerprint: dict[str, Any]
+    verdict: str | None
+    baseline: bool
+
+
+@dataclass(frozen=True)
+class RunChangeRow:
+    run_id: int
+    previous_run_id: int
+    section: str  # config | fingerprint
+    key: str
+    old: Any
+    new: Any
+
+
+# (previous run, its config, its fingerprint) -> the changes to record, as (section, key, old, new)
+ChangesOf = Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str, Any, Any]]]
+
+_COLS = "id, kind, name, created, started, ended, config, summary, fingerprint, verdict, baseline"
+
+
+def _row(r: Sequence[Any]) -> RunRow:
+    return RunRow(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), json.loads(r[7]), json.loads(r[8]), r[9], bool(r[10]))
+
+
+def insert_run(
+    store: Store,
+    *,
+    kind: str,
+    name: str,
+    created: float,
+    started: float | None,
+    ended: float | None,
+    config_json: str,
+    summary_json: str,
+    fingerprint_json: str,
+    samples: dict[str, list[float]],
+    changes_of: ChangesOf,
+) -> tuple[int, list[RunChangeRow]]:
+    """Store a run and what changed since the previous run of its kind and name, in one
+    transaction (the previous run is read under the write lock: two savers cannot race)."""
+    with store._transaction() as conn:
+        prev = conn.execute(
+            "SELECT id, config, fingerprint FROM runs WHERE kind = ? AND name = ? ORDER BY id DESC LIMIT 1", (kind, name)
+        ).fetchone()
+        cur = conn.execute(
+            "INSERT INTO runs (kind, name, created, started, ended, config, summary, fingerprint) VALUES (?,?,?,?,?,?,?,?)",
+            (kind, name, created, started, ended, config_json, summary_json, fingerprint_json),
+        )
+        run_id = int(cur.lastrowid)  # type: ignore[arg-type]
+        conn.executemany(
+            "INSERT INTO run_samples (run_id, metric, vals) VALUES (?, ?, ?)",
+            [(run_id, m, json.dumps(v)) for m, v in samples.items()],
+        )
+        changes: list[RunChangeRow] = []
+        if prev is not None:
+            changes = [RunChangeRow(run_id, prev[0], *c) for c in changes_of(json.loads(prev[1]), json.loads(prev[2]))]
+            conn.executemany(
+                "INSERT INTO run_changes (run_id, previous_run_id, section, key, old, new) VALUES (?,?,?,?,?,?)",
+                [(c.run_id, c.previous_run_id, c.section, c.key, json.dumps(c.old), json.dumps(c.new)) for c in changes],
+            )
+    return run_id, changes
+
+
+def get_run(store: Store, run_id: int) -> RunRow | None:
+    with store._guard("read") as conn:
+        row = conn.execute(f"SELECT {_COLS} FROM runs WHERE id = ?", (int(run_id),)).fetchone()
+    return _row(row) if row else None
+
+
+def run_samples(store: Store, run_id: int) -> dict[str, list[float]]:
+    with store._guard("read") as conn:
+        rows = conn.execute("SELECT metric, vals FROM run_samples WHERE run_id = ?", (int(run_id),)).fetchall()
+    return {m: json.loads(v) for m, v in rows}
+
+
+def run_count(store: Store) -> tuple[int, int | None]:
+    """(how many runs, the highest id)."""
+    with store._guard("read") as conn:
+        n, top = conn.execute("SELECT count(*), max(id) FROM runs").fetchone()
+    return int(n), top
+
+
+def list_runs(
+    store: Store,
+    kind: str | None = None,
+    name: str | None = None,
+    *,
+    limit: int | None = None,
+    good_only: bool = False,
+    baseline_only: bool = False,
+    before_id: int | None = None,
+    exclude_id: int | None = None,
+    oldest_first: bool = False,
+) -> list[RunRow]:
+    """Runs, newest first (oldest first with `oldest_first`), filtered as asked. `good_only`:
+    found good by a comparison, or the marked baseline (good by choice)."""
+    sql = f"SELECT {_COLS} FROM runs WHERE 1=1"
+    args: list[Any] = []
+    for cond, value in (("kind = ?", kind), ("name = ?", name), ("id < ?", before_id), ("id != ?", exclude_id)):
+        if value is not None:
+            sql += f" AND {cond}"
+            args.append(value)
+    if good_only:
+        sql += " AND (verdict = 'good' OR baseline = 1)"
+    if baseline_only:
+        sql += " AND baseline = 1"
+    sql += " ORDER BY id" + ("" if oldest_first else " DESC")
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(int(limit))
+    with store._guard("read") as conn:
+        rows = conn.execute(sql, args).fetchall()
+    return [_row(r) for r in rows]
+
+
+def run_changes(store: Store, run_id: int) -> list[RunChangeRow]:
+    with store._guard("read") as conn:
+        rows = conn.execute(
+            "SELECT run_id, previous_run_id, section, key, old, new FROM run_changes WHERE run_id = ? ORDER BY rowid",
+            (int(run_id),),
+        ).fetchall()
+    return [RunChangeRow(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5])) for r in rows]
+
+
+def set_verdict(store: Store, run_id: int, verdict: str | None) -> None:
+    with store._guard("write to") as conn:
+        conn.execute("UPDATE runs SET verdict = ? WHERE id = ?", (verdict, int(run_id)))
+
+
+def set_baseline(store: Store, run_id: int, kind: str, name: str) -> None:
+    """Make `run_id` the only baseline of its kind and name."""
+    with store._transaction() as conn:
+        conn.execute("UPDATE runs SET baseline = 0 WHERE kind = ? AND name = ?", (kind, name))
+        conn.execute("UPDATE runs SET baseline = 1 WHERE id = ?", (int(run_id),))
