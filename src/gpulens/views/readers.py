@@ -1,6 +1,6 @@
 """Where the dashboard's numbers come from: a Reader answers the few questions a panel asks.
 
-`StoreReader` reads a local gpulens store; `PrometheusReader` (gpulens.web.prometheus) asks a
+`StoreReader` reads a local gpulens store; `PrometheusReader` (gpulens.views.prometheus) asks a
 Prometheus server's HTTP API the same questions, so one dashboard serves a node or a fleet.
 All times are unix seconds; every answer is a typed value, never a raw row.
 """
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpulens.store import Store
-from gpulens.web.panels import selection_label
+from gpulens.views.panels import selection_label
 
 StatAggName = str  # "count" | "mean" | "max" | "min" | "p50" | "p95" | "p99" | "sum"
 QUANTILE_OF_AGG = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -279,12 +279,12 @@ class StoreReader:
         return sorted(out, key=lambda e: e.t)
 
     def alerts(self, start: float, end: float) -> list[AlertRow]:
-        from gpulens.web.integrations import alert_history
+        from gpulens.views.integrations import alert_history
 
         return alert_history(self.store, start, end)
 
     def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None:
-        from gpulens.web.integrations import baseline_band
+        from gpulens.views.integrations import baseline_band
 
         return baseline_band(self.store, metric, match, t)
 
