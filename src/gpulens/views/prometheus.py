@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
+from gpulens.views.answers import AlertRow, Band, EventRow, Line
 from gpulens.views.panels import selection_label
 from gpulens.views.promql import selector
-from gpulens.views.readers import QUANTILE_OF_AGG, AlertRow, Band, EventRow, Line
+from gpulens.views.readers import QUANTILE_OF_AGG
 
 SELECTION_LABELS = ("gpu", "job", "service", "host")
 TIMEOUT_SECONDS = 10.0
