@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpulens.diagnose import DiagnoseScope, diagnose
-from gpulens.diagnose.colocation import find_colocations, percentile
+from gpulens.diagnose.colocation import find_colocations, latency_stats
 from gpulens.gpu.fake import FakeBackend
 from gpulens.sampling import SampleWriter
 from gpulens.store import Store
@@ -114,8 +114,9 @@ def coloc_store(tmp_path_factory, colocation_trace):
 
 
 def test_real_h200_recording_names_both_and_quantifies_interference(coloc_store):
-    """README of h200-colocation: alone p50 0.367 s / p95 0.415 s (18 requests); with training
-    p50 0.398 s / p95 0.502 s (49 requests); service = end - start; the first ~5 s are a cold start."""
+    """README of h200-colocation: 18 requests alone, 49 with training; service = end - start; the
+    first ~5 s are a cold start. The README's table (alone p50 0.367 s / p95 0.415 s, with training
+    p50 0.398 s / p95 0.502 s) is nearest-rank; gpulens.stats interpolates (type 7), hence these."""
     with Store(coloc_store, readonly=True) as st:
         (f,) = [f for f in diagnose(st) if f.kind == "colocation"]
     ev = f.evidence
@@ -123,16 +124,16 @@ def test_real_h200_recording_names_both_and_quantifies_interference(coloc_store)
     assert "pid 465" in f.summary and "pid 418" in f.summary
     i = ev["interference"]
     assert i["alone"]["requests"] == 18 and i["with_training"]["requests"] == 49
-    assert i["alone"]["p50_seconds"] == pytest.approx(0.367, abs=0.001)
-    assert i["alone"]["p95_seconds"] == pytest.approx(0.415, abs=0.001)
+    assert i["alone"]["p50_seconds"] == pytest.approx(0.365, abs=0.001)
+    assert i["alone"]["p95_seconds"] == pytest.approx(0.402, abs=0.001)
     assert i["with_training"]["p50_seconds"] == pytest.approx(0.398, abs=0.001)
-    assert i["with_training"]["p95_seconds"] == pytest.approx(0.502, abs=0.001)
-    assert i["p95_change_ratio"] == pytest.approx(0.21, abs=0.01) and i["p50_change_ratio"] == pytest.approx(0.08, abs=0.01)
+    assert i["with_training"]["p95_seconds"] == pytest.approx(0.501, abs=0.001)
+    assert i["p95_change_ratio"] == pytest.approx(0.25, abs=0.01) and i["p50_change_ratio"] == pytest.approx(0.09, abs=0.01)
     # the cold start is kept apart: its first request took 2.7 s and the backlog behind it ~2 s
     cold = i["cold_start"]
     assert 1 <= cold["requests"] <= 14 and cold["p99_seconds"] > 2.0 and i["cold_start_latency"]["p50_seconds"] > 1.0
     assert i["cold_start_load_seconds"] == pytest.approx(11.14, abs=0.01)
-    assert "+21%" in f.summary and "cold start" in f.summary
+    assert "+25%" in f.summary and "cold start" in f.summary
 
 
 def test_scope_outside_the_overlap_has_no_finding(coloc_store):
@@ -141,11 +142,12 @@ def test_scope_outside_the_overlap_has_no_finding(coloc_store):
         assert [f for f in diagnose(st, DiagnoseScope(start=first, end=first + 15)) if f.kind == "colocation"] == []
 
 
-def test_nearest_rank_percentile():
-    assert percentile([], 50) is None
-    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 3.0  # an observed value, never interpolated
-    assert percentile([float(i) for i in range(1, 101)], 99) == 100.0
+def test_latency_stats_use_the_one_percentile_definition():
+    """gpulens.stats (linear interpolation), as in every other finding; it was nearest-rank here."""
+    s = latency_stats([1.0, 2.0, 3.0, 4.0])
+    assert s.requests == 4 and s.p50_seconds == 2.5
+    assert latency_stats([float(i) for i in range(1, 101)]).p99_seconds == pytest.approx(99.01)
+    assert latency_stats([]).p50_seconds is None
 
 
 def test_live_series_raises_and_resolves_an_alert_in_the_rule_engine(store, tmp_path):

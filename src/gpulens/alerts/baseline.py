@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpulens.alerts.source import SeriesRef, StoreSource
+from gpulens.stats import percentiles
 from gpulens.store import Store
 from gpulens.store import baselines as repo
 
@@ -109,8 +110,8 @@ def robust_stats(values: list[float]) -> Stats:
     a = np.asarray(values, dtype=float)
     med = float(np.median(a))
     mad = float(np.median(np.abs(a - med)))
-    qv = np.quantile(a, QUANTILES)
-    return Stats(len(a), med, mad, {q: float(v) for q, v in zip(QUANTILES, qv, strict=True)})
+    qv = percentiles(a, [100 * q for q in QUANTILES])
+    return Stats(len(a), med, mad, {q: float(v) for q, v in zip(QUANTILES, qv, strict=True)})  # type: ignore[arg-type]
 
 
 @dataclass

@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens import stats
 from gpulens.alerts.expr import (
     AGGREGATIONS,
     BAND_FUNCTIONS,
@@ -125,7 +126,7 @@ class Evaluator:
             elif f == "delta":
                 out[s.key] = vals[-1] - vals[0]
             elif f == "quantile_over_time":
-                out[s.key] = quantile(sorted(vals), q)  # type: ignore[arg-type]
+                out[s.key] = quantile(vals, q)  # type: ignore[arg-type]
         return out
 
     def _aggregate(self, node: Aggregate, t: float, band: BandFn | None) -> Vector:
@@ -208,15 +209,11 @@ def _apply(op: str, a: float, b: float) -> float:
     raise ValueError(op)
 
 
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (what PromQL's quantile_over_time does)."""
-    n = len(sorted_values)
-    if n == 0:
-        return math.nan
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+def quantile(values: list[float], q: float) -> float:
+    """`gpulens.stats.quantile` (linear interpolation, what PromQL's quantile_over_time does);
+    NaN for no values."""
+    v = stats.quantile(values, q)
+    return math.nan if v is None else v
 
 
 def _scalar_vector(op: str, vector: dict, apply: Callable[[float], float]) -> dict:

@@ -10,7 +10,6 @@ torch is imported inside the functions: `pip install 'gpulens[torch]'` for this 
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 import statistics
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 from gpulens.errors import BackendUnavailableError, BadInputError
 from gpulens.runs.fingerprint import cpu_model
+from gpulens.stats import percentile
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DeviceChoice = Literal["auto", "cpu", "cuda"]
@@ -318,7 +318,7 @@ def run_train_bench(config: TrainBenchConfig) -> TrainBenchResult:
         flops_per_token=fpt,
         step_seconds=times,
         step_seconds_median=med,
-        step_seconds_p90=sorted(times)[min(len(times) - 1, math.ceil(0.9 * len(times)) - 1)],
+        step_seconds_p90=percentile(times, 90) or 0.0,
         tokens_per_second=tps,
         mfu_ratio=(tps * fpt / peak.flops_per_second) if peak else None,
         peak=peak,

@@ -13,15 +13,16 @@ start-up, when it already competes for CPU but has not reached the GPU listing y
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.gpu.metrics import GPU_PROCESS_MEMORY
+from gpulens.stats import percentile
 from gpulens.store import Event, Store
 from gpulens.workload import names as N
+from gpulens.workload.inference.records import request_from_event
 
 TRAINING_EVENT_KINDS = (N.EV_TRAIN_START, N.EV_TRAIN_STEP)
 SERVING_EVENT_KINDS = (N.EV_INFER_START, N.EV_REQUEST, N.EV_COLD_START)
@@ -112,14 +113,6 @@ def _pid(e: Event) -> int | None:
         return None
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank (upper) percentile: a value that was actually observed, never interpolated."""
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * (len(s) - 1))))]
-
-
 def latency_stats(values: list[float]) -> LatencyStats:
     return LatencyStats(len(values), percentile(values, 50), percentile(values, 95), percentile(values, 99))
 
@@ -197,11 +190,10 @@ def interference(
     spans = [s for s in (_span(e) for e in steps) if s]
     reqs = []
     for i, e in enumerate(requests):
-        sp = _span(e)
-        if sp is None:
+        r = request_from_event(e)
+        if r is None or r.end_t < r.start_t:
             continue
-        intended = e.data.get("intended", e.data.get("arrival"))
-        reqs.append((sp[0], sp[1], float(intended) if isinstance(intended, int | float) else None, i))
+        reqs.append((r.start_t, r.end_t, r.intended_t, i))
     if not reqs:
         return None
     spans.sort()

@@ -17,8 +17,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
-from gpulens.store import Event, Store
+from gpulens.stats import percentile
+from gpulens.store import Store
 from gpulens.workload import names as N
+from gpulens.workload.inference.records import RequestRecord, request_from_event
 
 WINDOW_GAP_SECONDS = 30.0
 MIN_REQUESTS = 10
@@ -79,64 +81,47 @@ class Window:
 
     service: str
     labels: dict[str, str]
-    events: list[Event] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
 
     @property
     def start(self) -> float:
-        return min(_arrival(e) for e in self.events)
+        return min(r.arrival_t for r in self.requests)
 
     @property
     def end(self) -> float:
-        return max(e.data.get("end", e.t) for e in self.events)
-
-
-def _arrival(e: Event) -> float:
-    d = e.data
-    for k in ("arrival", "intended", "start"):
-        v = d.get(k)
-        if isinstance(v, int | float):
-            return float(v)
-    return e.t
-
-
-def _start(e: Event) -> float:
-    v = e.data.get("start")
-    return float(v) if isinstance(v, int | float) else _arrival(e)
+        return max(r.end_t for r in self.requests)
 
 
 def _pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * p / 100
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+    """`gpulens.stats.percentile`, NaN for no values (evidence stays a number)."""
+    v = percentile(values, p)
+    return float("nan") if v is None else v
 
 
 def windows(store: Store, scope: DiagnoseScope) -> list[Window]:
     labels = {"service": scope.service} if scope.service else None
-    evs = store.events(N.EV_REQUEST, start=scope.start, end=scope.end, labels=labels)
-    by_service: dict[str, list[Event]] = {}
-    for e in evs:
-        by_service.setdefault(e.labels.get("service", ""), []).append(e)
+    by_service: dict[str, list[tuple[RequestRecord, dict[str, str]]]] = {}
+    for e in store.events(N.EV_REQUEST, start=scope.start, end=scope.end, labels=labels):
+        rec = request_from_event(e)
+        if rec is not None:
+            by_service.setdefault(e.labels.get("service", ""), []).append((rec, e.labels))
     out: list[Window] = []
     for service, items in by_service.items():
-        items.sort(key=_arrival)
+        items.sort(key=lambda item: item[0].arrival_t)
         cur: Window | None = None
         horizon = float("-inf")
-        for e in items:
-            if cur is None or _arrival(e) > horizon + WINDOW_GAP_SECONDS:
-                cur = Window(service, dict(e.labels))
+        for rec, lab in items:
+            if cur is None or rec.arrival_t > horizon + WINDOW_GAP_SECONDS:
+                cur = Window(service, dict(lab))
                 out.append(cur)
-            cur.events.append(e)
-            horizon = max(horizon, float(e.data.get("end", e.t)))
+            cur.requests.append(rec)
+            horizon = max(horizon, rec.end_t)
     return out
 
 
-def _busy_intervals(events: list[Event]) -> list[tuple[float, float]]:
+def _busy_intervals(requests: list[RequestRecord]) -> list[tuple[float, float]]:
     """Union of the requests' service intervals [start, end]."""
-    iv = sorted((_start(e), float(e.data.get("end", e.t))) for e in events)
+    iv = sorted((r.start_t, r.end_t) for r in requests)
     merged: list[list[float]] = []
     for s, t in iv:
         if merged and s <= merged[-1][1]:
@@ -176,27 +161,23 @@ class WindowStats:
 def window_stats(store: Store, w: Window) -> WindowStats:
     statuses: dict[str, int] = {}
     lat, svc, que, ttft, tpot = [], [], [], [], []
-    for e in w.events:
-        d = e.data
-        st = str(d.get("status", "ok"))
-        statuses[st] = statuses.get(st, 0) + 1
-        end = float(d.get("end", e.t))
-        a, s = _arrival(e), _start(e)
-        if st in ("ok", "timeout"):
-            lat.append(end - a)
-            svc.append(end - s)
-            que.append(max(s - a, 0.0))
-        if st == "ok":
-            if isinstance(d.get("first_token"), int | float):
-                ttft.append(d["first_token"] - a)
-            if isinstance(d.get("tpot_s"), int | float):
-                tpot.append(float(d["tpot_s"]))
-    busy = _busy_intervals(w.events)
+    for r in w.requests:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+        if r.status in ("ok", "timeout"):
+            lat.append(r.latency_seconds)
+            svc.append(r.service_seconds)
+            que.append(r.queue_wait_seconds)
+        if r.status == "ok":
+            if r.ttft_seconds is not None:
+                ttft.append(r.ttft_seconds)
+            if r.tpot_seconds is not None:
+                tpot.append(r.tpot_seconds)
+    busy = _busy_intervals(w.requests)
     span = max(w.end - w.start, 1e-9)
     busy_ratio = sum(b - a for a, b in busy) / span
     util = [v for t, v in _gpu_values(store, "gpu_utilization_ratio", w.start, w.end, w.labels.get("host"))
             if _inside(t, busy)]
-    return WindowStats(len(w.events), statuses, lat, svc, que, ttft, tpot, busy_ratio,
+    return WindowStats(len(w.requests), statuses, lat, svc, que, ttft, tpot, busy_ratio,
                        statistics.fmean(util) if util else None)
 
 
@@ -243,40 +224,40 @@ def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
     flagged buckets become one finding."""
     out = []
     for w in windows(store, scope):
-        done = [e for e in w.events if e.data.get("status", "ok") in ("ok", "timeout")]
+        done = [r for r in w.requests if r.status in ("ok", "timeout")]
         if len(done) < MIN_REQUESTS:
             continue
         t0 = w.start
-        buckets: dict[int, list[Event]] = {}
-        for e in done:
-            buckets.setdefault(int((float(e.data.get("end", e.t)) - t0) // QUEUE_BUCKET_SECONDS), []).append(e)
-        flagged: list[tuple[int, list[Event]]] = []
+        buckets: dict[int, list[RequestRecord]] = {}
+        for r in done:
+            buckets.setdefault(int((r.end_t - t0) // QUEUE_BUCKET_SECONDS), []).append(r)
+        flagged: list[tuple[int, list[RequestRecord]]] = []
         for b in sorted(buckets):
-            evs = buckets[b]
-            lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
-            que = [max(_start(e) - _arrival(e), 0.0) for e in evs]
-            svc = [float(e.data.get("end", e.t)) - _start(e) for e in evs]
-            if len(evs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
-                flagged.append((b, evs))
-        runs: list[list[Event]] = []
+            reqs = buckets[b]
+            lat = [r.latency_seconds for r in reqs]
+            que = [r.queue_wait_seconds for r in reqs]
+            svc = [r.service_seconds for r in reqs]
+            if len(reqs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
+                flagged.append((b, reqs))
+        runs: list[list[RequestRecord]] = []
         last = None
-        for b, evs in flagged:
+        for b, reqs in flagged:
             if last is not None and b == last + 1:
-                runs[-1].extend(evs)
+                runs[-1].extend(reqs)
             else:
-                runs.append(list(evs))
+                runs.append(list(reqs))
             last = b
-        for evs in runs:
-            lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
-            que = [max(_start(e) - _arrival(e), 0.0) for e in evs]
-            depth = [e.data.get("queue_depth_at_start") for e in evs if isinstance(e.data.get("queue_depth_at_start"), int | float)]
-            ev = {"requests": len(evs), "queue_wait_share": sum(que) / max(sum(lat), 1e-9),
+        for reqs in runs:
+            lat = [r.latency_seconds for r in reqs]
+            que = [r.queue_wait_seconds for r in reqs]
+            depth = [r.queue_depth_at_start for r in reqs if r.queue_depth_at_start is not None]
+            ev = {"requests": len(reqs), "queue_wait_share": sum(que) / max(sum(lat), 1e-9),
                   "queue_wait_p95_seconds": _pct(que, 95), "latency_p95_seconds": _pct(lat, 95),
-                  "service_p50_seconds": _pct([float(e.data.get("end", e.t)) - _start(e) for e in evs], 50)}
+                  "service_p50_seconds": _pct([r.service_seconds for r in reqs], 50)}
             if depth:
                 ev["queue_depth_max"] = max(depth)
-            start = min(_arrival(e) for e in evs)
-            end = max(float(e.data.get("end", e.t)) for e in evs)
+            start = min(r.arrival_t for r in reqs)
+            end = max(r.end_t for r in reqs)
             out.append(_finding(
                 "queueing", w, start, end, "warning",
                 f"Requests waited in the queue for {ev['queue_wait_share']:.0%} of their time (p95 wait "
@@ -300,7 +281,7 @@ def errors_and_timeouts(store: Store, scope: DiagnoseScope) -> list[Finding]:
                  "error_ratio": ratio}, ADVICE_ERRORS))
         timeouts = st.statuses.get("timeout", 0)
         if timeouts:
-            tl = [float(e.data.get("end", e.t)) - _arrival(e) for e in w.events if e.data.get("status") == "timeout"]
+            tl = [r.latency_seconds for r in w.requests if r.status == "timeout"]
             out.append(_finding(
                 "timeouts", w, w.start, w.end, "critical" if timeouts / st.n >= ERROR_RATIO_CRIT else "warning",
                 f"{timeouts} of {st.n} requests timed out, after {_ms(min(tl))} or more.",
@@ -421,9 +402,10 @@ def cold_start(store: Store, scope: DiagnoseScope) -> list[Finding]:
         # of their window: the warm-up that follows a load (kernel selection, allocator growth).
         after = store.events(N.EV_REQUEST, start=e.t, end=e.t + 600, labels={"service": w.service} if w.service else None)
         if len(after) >= MIN_REQUESTS:
-            lat = [float(r.data.get("end", r.t)) - _arrival(r) for r in after]
+            recs = [r for r in (request_from_event(a) for a in after) if r is not None]
+            lat = [r.latency_seconds for r in recs]
             typical = _pct(lat, 50)
-            early = [x for r, x in zip(after, lat, strict=True) if _arrival(r) < e.t + WINDOW_GAP_SECONDS and x > 3 * typical]
+            early = [x for r, x in zip(recs, lat, strict=True) if r.arrival_t < e.t + WINDOW_GAP_SECONDS and x > 3 * typical]
             if early:
                 evidence.update(slow_requests_after_load=len(early), slow_request_latency_max_seconds=max(early),
                                 typical_latency_seconds=typical)

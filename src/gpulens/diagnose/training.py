@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.stats import percentile
 from gpulens.store import Store
 from gpulens.workload import names as N
 from gpulens.workload.training.records import StepRecord, record_from_dict
@@ -566,7 +567,7 @@ def step_time_regression(run: Run, view: GpuView, scope: DiagnoseScope) -> list[
         if len(idx) < 2 * REGRESSION_MIN_STEPS:
             continue
         busy = [run.steps[i].busy_seconds for i in idx]
-        base = statistics.quantiles(busy, n=5)[0] if len(busy) >= 5 else min(busy)
+        base = (percentile(busy, 20) or 0.0) if len(busy) >= 5 else min(busy)
         if base <= 0:
             continue
         half = REGRESSION_WINDOW // 2

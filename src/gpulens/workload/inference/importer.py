@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import bisect
 import weakref
+from dataclasses import replace
 from typing import Any
 
 from gpulens.store import Store
 from gpulens.workload import names as N
 from gpulens.workload.importers import ImportContext, register_importer
+from gpulens.workload.inference.records import request_from_dict, write_request
 
 
 class _State:
@@ -54,51 +56,30 @@ def _num(record: dict[str, Any], key: str) -> float | None:
 
 @register_importer(N.EV_REQUEST)
 def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
-    end = _num(record, "end")
-    if end is None:
+    data = {k: v for k, v in record.items() if k not in ("kind", "phase")}
+    if "phase" in record:  # kept for tests as ground truth; analyzers never read it
+        data["recorded_phase"] = record["phase"]
+    req = request_from_dict(data)
+    if req is None:
         return
-    arrival = _num(record, "arrival")
-    if arrival is None:
-        arrival = _num(record, "intended")
-    start = _num(record, "start")
-    arrival = arrival if arrival is not None else (start if start is not None else end)
-    start = start if start is not None else arrival
-    first = _num(record, "first_token")
-    status = str(record.get("status") or "ok")
-    out_tokens = _num(record, "output_tokens")
-    tpot = _num(record, "tpot_s")
-    if tpot is None and first is not None and out_tokens and out_tokens > 1:
-        tpot = (end - first) / (out_tokens - 1)
+    if req.tpot_seconds is None and req.first_token_t is not None and req.output_tokens and req.output_tokens > 1:
+        req = replace(req, tpot_seconds=(req.end_t - req.first_token_t) / (req.output_tokens - 1))
     labels = labels_for(record, ctx)
     st = _state(ctx)
-    st.totals[status] = st.totals.get(status, 0) + 1
+    st.totals[req.status] = st.totals.get(req.status, 0) + 1
+    end = req.end_t
 
     def w(name: str, value: float | None, t: float = end, **extra: str) -> None:
         if value is not None:
             store.write(name, {**labels, **extra} if extra else labels, t, value)
 
     # in flight at this arrival: earlier requests not yet ended (records come in arrival order)
-    del st.ends[: bisect.bisect_right(st.ends, arrival)]
+    del st.ends[: bisect.bisect_right(st.ends, req.arrival_t)]
     bisect.insort(st.ends, end)
-    w(N.INFER_IN_FLIGHT, float(len(st.ends)), t=arrival)
-    w(N.INFER_REQUESTS_TOTAL, float(st.totals[status]), status=status)
-    if status in ("ok", "timeout"):
-        w(N.INFER_LATENCY_SECONDS, end - arrival)
-        w(N.INFER_SERVICE_SECONDS, end - start)
-        w(N.INFER_QUEUE_WAIT_SECONDS, start - arrival)
-    if status == "ok":
-        if first is not None:
-            w(N.INFER_TTFT_SECONDS, first - arrival)
-        w(N.INFER_TPOT_SECONDS, tpot)
-        w(N.INFER_OUTPUT_TOKENS, out_tokens)
-        w(N.INFER_PROMPT_TOKENS, _num(record, "prompt_tokens"))
-    w(N.INFER_BATCH_SIZE, _num(record, "batch"))
-    w(N.INFER_QUEUE_DEPTH, _num(record, "queue_depth_at_start"), t=start)
-    data = {k: v for k, v in record.items() if k not in ("kind", "phase")}
-    data.update(arrival=arrival, start=start, status=status, tpot_s=tpot)
-    if "phase" in record:  # kept for tests as ground truth; analyzers never read it
-        data["recorded_phase"] = record["phase"]
-    store.event(N.EV_REQUEST, end, labels, data)
+    w(N.INFER_IN_FLIGHT, float(len(st.ends)), t=req.arrival_t)
+    w(N.INFER_REQUESTS_TOTAL, float(st.totals[req.status]), status=req.status)
+    w(N.INFER_QUEUE_DEPTH, req.queue_depth_at_start, t=req.start_t)
+    write_request(store, labels, req)
 
 
 @register_importer(N.EV_COLD_START)

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from gpulens.errors import MonitorUsageError
 from gpulens.store import Store
 from gpulens.workload import names as N
+from gpulens.workload.inference.records import RequestRecord, write_request
 
 RequestStatus = Literal["ok", "error", "timeout", "rejected"]
 STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected")
@@ -142,29 +143,22 @@ class InferenceMonitor:
         if h.first_token is not None and out_tokens and out_tokens > 1:
             tpot = (end - h.first_token) / (out_tokens - 1)
         itl = h.itl_sum / (h.tokens - 1) if h.tokens > 1 else None
+        fields = {k: v for k, v in h.fields.items() if k != "output_tokens"}
+        record = RequestRecord(
+            arrival_t=h.arrival, start_t=start, end_t=end, status=status, first_token_t=h.first_token,
+            prompt_tokens=fields.pop("prompt_tokens", None), output_tokens=out_tokens, tpot_seconds=tpot,
+            pid=os.getpid(), batch_size=fields.pop("batch_size", None),
+            queue_depth_at_start=fields.pop("queue_depth_at_start", None), extra=fields,
+        )
         with self._lock:
             self._in_flight -= 1
             self._totals[status] += 1
             w = self._write
             w(N.INFER_IN_FLIGHT, end, self._in_flight)
             w(N.INFER_REQUESTS_TOTAL, end, self._totals[status], status=status)
-            if status in ("ok", "timeout"):
-                w(N.INFER_LATENCY_SECONDS, end, end - h.arrival)
-                w(N.INFER_SERVICE_SECONDS, end, end - start)
-                w(N.INFER_QUEUE_WAIT_SECONDS, end, start - h.arrival)
             if status == "ok":
-                if h.first_token is not None:
-                    w(N.INFER_TTFT_SECONDS, end, h.first_token - h.arrival)
-                w(N.INFER_TPOT_SECONDS, end, tpot)
                 w(N.INFER_ITL_SECONDS, end, itl)
-                w(N.INFER_OUTPUT_TOKENS, end, out_tokens)
-                w(N.INFER_PROMPT_TOKENS, end, h.fields.get("prompt_tokens"))
-            w(N.INFER_BATCH_SIZE, end, h.fields.get("batch_size"))
-            if self.write_events:
-                data = {"arrival": h.arrival, "start": start, "first_token": h.first_token, "end": end,
-                        "status": status, "output_tokens": out_tokens, "tpot_s": tpot, "pid": os.getpid(),
-                        **{k: v for k, v in h.fields.items() if k != "output_tokens"}}
-                self.store.event(N.EV_REQUEST, end, self.labels, data)
+            write_request(self.store, self.labels, record, w, event=self.write_events)
 
     # ------------------------------------------------------------------ gauges and loads
     def set_queue_depth(self, depth: int, t: float | None = None) -> None:
