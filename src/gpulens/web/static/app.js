@@ -16,7 +16,7 @@ function el(tag, attrs, text) {
 
 function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 
-// Mirrors gpulens/web/format.py for axes and hover values.
+// Mirrors gpulens/views/format.py for axes and hover values.
 function si(v, unit) {
   const a = Math.abs(v);
   for (const [f, p] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
