@@ -94,8 +94,7 @@ def test_learned_baseline_band_is_drawn(tmp_path):
     with Store(db) as s:
         for i in range(120):
             s.write("gpu_temperature_celsius", LABELS, T0 + i, 50.0 + (i % 5))
-        s.flush()
-        s.ensure_schema(baseline.SCHEMA)
+        s.flush()  # the baselines table exists in every store (a schema migration)
         sid = s.series_id("gpu_temperature_celsius", LABELS)
         stats = baseline.robust_stats([50.0 + (i % 5) for i in range(120)])
         baseline.save_baseline(s, baseline.Baseline(sid, "gpu_temperature_celsius", LABELS, "ready", T0 - 86400, 86400, stats=stats))

@@ -30,6 +30,8 @@ from gpulens.store.types import (
     LatestValue,
     Resolution,
     Sample,
+    SampleColumns,
+    SampleSummary,
     SeriesData,
     SeriesKey,
     StoredSeries,
@@ -549,18 +551,78 @@ class Store:
             ).fetchall()
         return [Sample(t, v) for t, v in rows]
 
+    def window_columns(self, series_ids: Sequence[int], start: float, end: float) -> SampleColumns:
+        """Samples of the series, merged, in [start, end], oldest first, as two columns (cheap to
+        turn into arrays: no object per sample)."""
+        if not series_ids:
+            return SampleColumns([], [])
+        marks = ",".join("?" * len(series_ids))
+        with self._guard("read") as conn:
+            rows = conn.execute(
+                f"SELECT t, value FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ? ORDER BY t",
+                (*series_ids, start, end),
+            ).fetchall()
+        if not rows:
+            return SampleColumns([], [])
+        t, v = zip(*rows, strict=True)
+        return SampleColumns(list(t), list(v))
+
     def has_samples(self, series_ids: Sequence[int], start: float, end: float) -> bool:
         """Whether any of the series has a sample in [start, end]."""
         if not series_ids:
             return False
+        marks = ",".join("?" * len(series_ids))
         with self._guard("read") as conn:
-            for sid in series_ids:  # one indexed probe per series
-                row = conn.execute(
-                    "SELECT 1 FROM samples WHERE series_id = ? AND t >= ? AND t <= ? LIMIT 1", (sid, start, end)
-                ).fetchone()
-                if row is not None:
-                    return True
-        return False
+            row = conn.execute(
+                f"SELECT 1 FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ? LIMIT 1",
+                (*series_ids, start, end),
+            ).fetchone()
+        return row is not None
+
+    def summary(
+        self, series_ids: Sequence[int], start: float, end: float, *, rollup_over_seconds: float = 2 * 3600
+    ) -> SampleSummary:
+        """Count, sum, min and max of the series' samples in [start, end], in SQLite. A window longer
+        than `rollup_over_seconds` reads its full minutes from the 1-minute roll-up (exact: it keeps
+        n, sum, min, max) and only its two partial edges from raw samples."""
+        if not series_ids:
+            return SampleSummary(0, 0.0, None, None)
+        marks = ",".join("?" * len(series_ids))
+        parts = []
+        with self._guard("read") as conn:
+            if end - start > rollup_over_seconds:
+                a, b = math.ceil(start / 60) * 60, math.floor(end / 60) * 60
+                parts.append(conn.execute(
+                    f"SELECT sum(n), sum(vsum), min(vmin), max(vmax) FROM rollup_1m WHERE series_id IN ({marks}) "
+                    "AND bucket >= ? AND bucket < ?",
+                    (*series_ids, a, b),
+                ).fetchone())
+                # Two range scans, not one OR (which SQLite cannot serve from the (series_id, t) index).
+                for lo, hi, op in ((start, a, "<"), (b, end, "<=")):
+                    parts.append(conn.execute(
+                        f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) "
+                        f"AND t >= ? AND t {op} ?",
+                        (*series_ids, lo, hi),
+                    ).fetchone())
+            else:
+                parts.append(conn.execute(
+                    f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) "
+                    "AND t >= ? AND t <= ?",
+                    (*series_ids, start, end),
+                ).fetchone())
+        mins = [p[2] for p in parts if p[2] is not None]
+        maxs = [p[3] for p in parts if p[3] is not None]
+        return SampleSummary(
+            sum(p[0] or 0 for p in parts), sum(p[1] or 0.0 for p in parts),
+            min(mins) if mins else None, max(maxs) if maxs else None,
+        )
+
+    def has_table(self, name: str) -> bool:
+        """Whether the file holds table `name` (a store opened read-only is never migrated up
+        from an empty file, so readers check before reading a feature's table)."""
+        with self._guard("read") as conn:
+            row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+        return row is not None
 
     def first_sample_time(self, series_id: int) -> float | None:
         with self._guard("read") as conn:

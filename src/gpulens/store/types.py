@@ -86,3 +86,21 @@ class DataVersion:
 
     max_event_id: int
     max_sample_rowid: int
+
+
+@dataclass(frozen=True, slots=True)
+class SampleColumns:
+    """Samples as columns: times in unix seconds, values in the series' unit."""
+
+    t: list[float]
+    value: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSummary:
+    """Count, sum, min and max of samples (min/max None when there are none)."""
+
+    count: int
+    total: float
+    minimum: float | None
+    maximum: float | None

@@ -83,17 +83,10 @@ def alert_history(store: Store, start: float, end: float) -> list[AlertRow]:
     return rows
 
 
-def _has_table(store: Store, table: str) -> bool:
-    with store.lock:
-        return store.connection.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-        ).fetchone() is not None
-
-
 def baseline_band(store: Store, metric: str, match: Mapping[str, str], t: float) -> Band | None:
     """The learned normal range of a metric at time t, when gpulens.alerts has learned one."""
     # Check for the table first: the alerts module creates it on load, and the dashboard must not write.
-    if _optional("gpulens.alerts.baseline") is None or not _has_table(store, "alert_baselines"):
+    if _optional("gpulens.alerts.baseline") is None or not store.has_table("alert_baselines"):
         return None
     from gpulens.alerts.baseline import BandSpec, describe_band, load_baselines
 

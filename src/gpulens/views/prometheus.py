@@ -15,9 +15,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
+from gpulens.stats import quantile
 from gpulens.views.answers import AlertRow, Band, EventRow, Line
 from gpulens.views.panels import selection_label
 from gpulens.views.promql import selector
@@ -137,7 +136,7 @@ class PrometheusReader:
         if agg in QUANTILE_OF_AGG:
             # Every raw sample in the window, merged across series: percentiles are never averaged.
             vals = [float(v[1]) for r in self._instant(sel, end) for v in r.get("values", [])]
-            return float(np.percentile(vals, QUANTILE_OF_AGG[agg] * 100)) if vals else None
+            return quantile(vals, QUANTILE_OF_AGG[agg])
         expr = {
             "count": f"sum(count_over_time({sel}))",
             "sum": f"sum(sum_over_time({sel}))",

@@ -7,7 +7,6 @@ All times are unix seconds; every answer is a typed value, never a raw row.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gpulens.stats import quantile
 from gpulens.store import Store
 from gpulens.views.answers import AlertRow, Band, EventRow, Line
 from gpulens.views.panels import selection_label
@@ -112,47 +112,27 @@ class StoreReader:
 
     # ------------------------------------------------------------ series lookup
     def _series(self, metric: str, match: Mapping[str, str]) -> list[tuple[int, dict[str, str]]]:
-        with self.store.lock:
-            rows = self.store.connection.execute("SELECT id, labels FROM series WHERE name = ?", (metric,)).fetchall()
         want = {k: str(v) for k, v in match.items() if v not in (None, "")}
-        out = []
-        for sid, lj in rows:
-            labels = json.loads(lj)
-            if all(labels.get(k) == v for k, v in want.items()):
-                out.append((sid, labels))
-        return out
+        return [(s.id, s.labels) for s in self.store.stored_series(metric)
+                if all(s.labels.get(k) == v for k, v in want.items())]
 
     def data_range(self) -> tuple[float, float] | None:
         return self.store.time_range()
 
     def label_values(self) -> dict[str, list[str]]:
         out: dict[str, set[str]] = {"gpu": set(), "job": set(), "service": set(), "host": set()}
-        with self.store.lock:
-            rows = self.store.connection.execute("SELECT DISTINCT labels FROM series").fetchall()
-        for (lj,) in rows:
-            labels = json.loads(lj)
+        for labels in self.store.label_sets():
             for k in out:
                 if (label := selection_label(k)) in labels:
                     out[k].add(labels[label])
         return {k: sorted(v, key=lambda s: (len(s), s)) for k, v in out.items()}
 
     def has_data(self, metric: str, match: Mapping[str, str], start: float, end: float) -> bool:
-        ids = [sid for sid, _ in self._series(metric, match)]
-        if not ids:
-            return False
-        q = f"SELECT 1 FROM samples WHERE series_id IN ({','.join('?' * len(ids))}) AND t >= ? AND t <= ? LIMIT 1"
-        with self.store.lock:
-            return self.store.connection.execute(q, (*ids, start, end)).fetchone() is not None
+        return self.store.has_samples([sid for sid, _ in self._series(metric, match)], start, end)
 
     def _raw(self, metric: str, match: Mapping[str, str], start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
-        ids = [sid for sid, _ in self._series(metric, match)]
-        if not ids:
-            return np.array([]), np.array([])
-        q = f"SELECT t, value FROM samples WHERE series_id IN ({','.join('?' * len(ids))}) AND t >= ? AND t <= ? ORDER BY t"
-        with self.store.lock:
-            rows = self.store.connection.execute(q, (*ids, start, end)).fetchall()
-        arr = np.array(rows, dtype=float).reshape(-1, 2)
-        return arr[:, 0], arr[:, 1]
+        cols = self.store.window_columns([sid for sid, _ in self._series(metric, match)], start, end)
+        return np.asarray(cols.t, dtype=float), np.asarray(cols.value, dtype=float)
 
     # ------------------------------------------------------------ drawn series
     def line(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
@@ -168,7 +148,7 @@ class StoreReader:
         if len(t) == 0:
             return []
         mids, groups, _ = quantile_buckets(t, v, start, end, points)
-        return [Line({}, mids.tolist(), [float(np.percentile(g, q * 100)) for g in groups])]
+        return [Line({}, mids.tolist(), [quantile(g, q) for g in groups])]
 
     def rate(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
         out = []
@@ -186,52 +166,21 @@ class StoreReader:
         return [Line({}, mids.tolist(), [len(g) / width for g in groups])]
 
     # ------------------------------------------------------------ numbers
-    def _sql_summary(self, ids: list[int], start: float, end: float) -> tuple[int, float, float | None, float | None]:
-        """count, sum, min, max of the samples in [start, end], in SQLite. A long window reads its full
-        minutes from the 1-minute roll-up and only its two partial edges from raw samples."""
-        marks = ",".join("?" * len(ids))
-        parts = []
-        with self.store.lock:
-            conn = self.store.connection
-            if end - start > LONG_WINDOW_SECONDS:
-                a, b = math.ceil(start / 60) * 60, math.floor(end / 60) * 60
-                parts.append(conn.execute(
-                    f"SELECT sum(n), sum(vsum), min(vmin), max(vmax) FROM rollup_1m WHERE series_id IN ({marks}) AND bucket >= ? AND bucket < ?",
-                    (*ids, a, b),
-                ).fetchone())
-                # Two range scans, not one OR (which SQLite cannot serve from the (series_id, t) index).
-                for lo, hi, op in ((start, a, "<"), (b, end, "<=")):
-                    parts.append(conn.execute(
-                        f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) "
-                        f"AND t >= ? AND t {op} ?",
-                        (*ids, lo, hi),
-                    ).fetchone())
-            else:
-                parts.append(conn.execute(
-                    f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ?",
-                    (*ids, start, end),
-                ).fetchone())
-        n = sum(p[0] or 0 for p in parts)
-        total = sum(p[1] or 0.0 for p in parts)
-        mins = [p[2] for p in parts if p[2] is not None]
-        maxs = [p[3] for p in parts if p[3] is not None]
-        return n, total, (min(mins) if mins else None), (max(maxs) if maxs else None)
-
     def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
         if agg in QUANTILE_OF_AGG:
             _, v = self._raw(metric, match, start, end)
-            return float(np.percentile(v, QUANTILE_OF_AGG[agg] * 100)) if len(v) else None
+            return quantile(v, QUANTILE_OF_AGG[agg])
         if agg not in ("count", "sum", "mean", "max", "min"):
             raise ValueError(f"unknown aggregate {agg!r}")
         ids = [sid for sid, _ in self._series(metric, match)]
         if not ids:
             return 0.0 if agg == "count" else None
-        n, total, lo, hi = self._sql_summary(ids, start, end)
+        s = self.store.summary(ids, start, end, rollup_over_seconds=LONG_WINDOW_SECONDS)
         if agg == "count":
-            return float(n)
-        if n == 0:
+            return float(s.count)
+        if s.count == 0:
             return None
-        return {"sum": total, "mean": total / n, "max": hi, "min": lo}[agg]
+        return {"sum": s.total, "mean": s.total / s.count, "max": s.maximum, "min": s.minimum}[agg]
 
     def events(self, kinds: tuple[str, ...], start: float, end: float, match: Mapping[str, str]) -> list[EventRow]:
         out = []
