@@ -10,7 +10,12 @@ from gpulens.workload import names as N
 from gpulens.workload.importers import ImportContext
 from gpulens.workload.inference import InferenceMonitor
 from gpulens.workload.inference.importer import import_request
-from gpulens.workload.inference.records import RequestRecord, request_from_dict, request_from_event, write_request
+from gpulens.workload.inference.records import (
+    RequestRecord,
+    request_from_dict,
+    request_from_event,
+    write_request,
+)
 
 
 def test_parse_once_with_the_old_fallback_keys():
