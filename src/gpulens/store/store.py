@@ -7,7 +7,6 @@ Writes are buffered and committed in batches; each commit also folds the batch i
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
@@ -20,9 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import StorageFullError, StoreError
 from gpulens.store import migrations
-from gpulens.store.migrations import SCHEMA_VERSION
+from gpulens.store.connect import ACCESS_HINT, connect, storage_error
 from gpulens.store.schema import ROLLUP_UPSERT, ROLLUPS
 from gpulens.store.types import (
     DataVersion,
@@ -50,30 +48,6 @@ DEFAULT_RETENTION_SECONDS: dict[str, float] = {
     "events": 90 * 86400,
 }
 
-_OPEN_HINT = "Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store."
-_ACCESS_HINT = "Check that --store points at a gpulens store you can read and write."
-
-
-def storage_error(e: BaseException, path: Path, action: str, hint: str) -> StoreError:
-    """The gpulens error for an SQLite or OS error: a full disk is its own class and exit code."""
-    full = isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
-    full = full or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
-    if full:
-        return StorageFullError(
-            f"The disk that holds the store {path} is full.",
-            hint="Free some space (or lower retention), or point --store at another disk; the data written before is kept.",
-        )
-    return StoreError(f"Cannot {action} the store {path}: {e}.", hint=hint)
-
-
-def _newer_schema(path: Path, version: int) -> StoreError:
-    return StoreError(
-        f"This store was written by a newer gpulens (schema {version}, this one knows {SCHEMA_VERSION}); "
-        "upgrade gpulens or use another --store.",
-        hint=f"The store is {path}.",
-    )
-
-
 class Store:
     """A gpulens store at `path`. Thread-safe for one writer thread plus readers in this process;
     other processes open their own `Store` on the same file."""
@@ -98,68 +72,7 @@ class Store:
 
     # ---------------------------------------------------------------- opening
     def _connect(self, busy_timeout_seconds: float) -> sqlite3.Connection:
-        if self.readonly and not self.path.exists():
-            raise StoreError(
-                f"There is no store at {self.path}.",
-                hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote.",
-            )
-        if not self.readonly:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise StoreError(
-                    f"Cannot create the folder for the store {self.path}: {e.strerror}.",
-                    hint="Choose a --store path in a folder you can write to.",
-                ) from None
-        # Several processes may create the same new store at once (the ranks of one job): switching
-        # to WAL and migrating can then answer "locked" without waiting, so retry it all.
-        deadline = time.monotonic() + busy_timeout_seconds
-        while True:
-            conn = None
-            try:
-                conn = sqlite3.connect(self.path, timeout=busy_timeout_seconds, check_same_thread=False, isolation_level=None)
-                conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                self._migrate(conn)
-                conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
-                return conn
-            except sqlite3.OperationalError as e:
-                if conn is not None:
-                    conn.close()
-                if ("locked" in str(e) or "busy" in str(e)) and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                    continue
-                raise storage_error(e, self.path, "open", _OPEN_HINT) from None
-            except sqlite3.DatabaseError as e:
-                if conn is not None:
-                    conn.close()
-                raise StoreError(f"Cannot open the store {self.path}: {e}.", hint=_OPEN_HINT) from None
-            except StoreError:
-                if conn is not None:
-                    conn.close()
-                raise
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Bring the file to this gpulens' schema (see `migrations`), or refuse a newer one."""
-        version = migrations.stored_version(conn)
-        if version is None or (self.readonly and version == 0):
-            return  # not a gpulens store (reads then fail with a clear error), or nothing to read
-        if version > SCHEMA_VERSION:
-            raise _newer_schema(self.path, version)
-        if version == SCHEMA_VERSION:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = migrations.stored_version(conn) or 0  # another process may have just migrated
-            if version > SCHEMA_VERSION:
-                raise _newer_schema(self.path, version)
-            migrations.migrate(conn, version)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        return connect(self.path, readonly=self.readonly, busy_timeout_seconds=busy_timeout_seconds)
 
     @property
     def schema_version(self) -> int:
@@ -174,7 +87,7 @@ class Store:
             try:
                 yield self._conn
             except sqlite3.Error as e:
-                raise storage_error(e, self.path, action, _ACCESS_HINT) from None
+                raise storage_error(e, self.path, action, ACCESS_HINT) from None
 
     @contextmanager
     def _transaction(self, action: str = "write to") -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,103 @@
+"""Opening a store file: WAL mode, retries while other processes create it, the schema
+migrations, and the one mapping of SQLite's errors to gpulens errors (a full disk is its own)."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+import time
+from pathlib import Path
+
+from gpulens.errors import StorageFullError, StoreError
+from gpulens.store import migrations
+from gpulens.store.migrations import SCHEMA_VERSION
+
+OPEN_HINT = "Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store."
+ACCESS_HINT = "Check that --store points at a gpulens store you can read and write."
+
+
+def storage_error(e: BaseException, path: Path, action: str, hint: str) -> StoreError:
+    """The gpulens error for an SQLite or OS error: a full disk is its own class and exit code."""
+    full = isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
+    full = full or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+    if full:
+        return StorageFullError(
+            f"The disk that holds the store {path} is full.",
+            hint="Free some space (or lower retention), or point --store at another disk; the data written before is kept.",
+        )
+    return StoreError(f"Cannot {action} the store {path}: {e}.", hint=hint)
+
+
+def _newer_schema(path: Path, version: int) -> StoreError:
+    return StoreError(
+        f"This store was written by a newer gpulens (schema {version}, this one knows {SCHEMA_VERSION}); "
+        "upgrade gpulens or use another --store.",
+        hint=f"The store is {path}.",
+    )
+
+
+def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlite3.Connection:
+    """Open the store file in WAL mode and migrate it to this gpulens' schema (see `migrations`)."""
+    if readonly and not path.exists():
+        raise StoreError(
+            f"There is no store at {path}.",
+            hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote.",
+        )
+    if not readonly:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(
+                f"Cannot create the folder for the store {path}: {e.strerror}.",
+                hint="Choose a --store path in a folder you can write to.",
+            ) from None
+    # Several processes may create the same new store at once (the ranks of one job): switching
+    # to WAL and migrating can then answer "locked" without waiting, so retry it all.
+    deadline = time.monotonic() + busy_timeout_seconds
+    while True:
+        conn = None
+        try:
+            conn = sqlite3.connect(path, timeout=busy_timeout_seconds, check_same_thread=False, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            _migrate(conn, path, readonly)
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
+            return conn
+        except sqlite3.OperationalError as e:
+            if conn is not None:
+                conn.close()
+            if ("locked" in str(e) or "busy" in str(e)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            raise storage_error(e, path, "open", OPEN_HINT) from None
+        except sqlite3.DatabaseError as e:
+            if conn is not None:
+                conn.close()
+            raise StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT) from None
+        except StoreError:
+            if conn is not None:
+                conn.close()
+            raise
+
+def _migrate(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
+    """Bring the file to this gpulens' schema (see `migrations`), or refuse a newer one."""
+    version = migrations.stored_version(conn)
+    if version is None or (readonly and version == 0):
+        return  # not a gpulens store (reads then fail with a clear error), or nothing to read
+    if version > SCHEMA_VERSION:
+        raise _newer_schema(path, version)
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = migrations.stored_version(conn) or 0  # another process may have just migrated
+        if version > SCHEMA_VERSION:
+            raise _newer_schema(path, version)
+        migrations.migrate(conn, version)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
