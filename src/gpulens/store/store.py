@@ -102,10 +102,6 @@ class Store:
                     conn.execute("ROLLBACK")
                 raise
 
-    @property
-    def lock(self) -> threading.RLock:
-        return self._lock
-
     def backup_to(self, path: str | os.PathLike[str]) -> None:
         """Copy everything committed into a new store file at `path` (SQLite's online backup)."""
         self.flush()
