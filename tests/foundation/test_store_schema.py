@@ -188,3 +188,24 @@ def test_cli_on_a_full_disk_says_so_in_one_sentence_and_exits_4(tmp_path):
             assert kept.value == [float(i) for i in range(100)]
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_old_store_with_feature_tables_keeps_their_rows(tmp_path):
+    """Before versioned migrations each feature created its tables on first use: they may exist."""
+    from gpulens.store import alert_state
+    from gpulens.store.schema import ALERT_TABLES
+
+    db = tmp_path / "old.db"
+    build_old_store(db)
+    conn = sqlite3.connect(db, isolation_level=None)
+    for sql in ALERT_TABLES:
+        conn.execute(sql)
+    conn.execute(
+        "INSERT INTO alert_history (fingerprint, rule, severity, labels, state, active_since, value, summary, advice, annotations) "
+        "VALUES ('f', 'GpuHot', 'warning', '{\"gpu\":\"0\"}', 'firing', 1.0, 90.0, 's', 'a', '{}')"
+    )
+    conn.close()
+    with Store(db) as st:
+        assert st.schema_version == SCHEMA_VERSION
+        (a,) = alert_state.load_alerts(st)
+        assert a.rule == "GpuHot" and a.labels == {"gpu": "0"}
