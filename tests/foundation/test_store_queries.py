@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulens.store import DataVersion, Sample, SampleSummary, Store
-from gpulens.store import alert_state, baselines, runs
+from gpulens.store import DataVersion, Sample, SampleSummary, Store, alert_state, baselines, runs
 
 T0 = 1_700_000_000.0
 
