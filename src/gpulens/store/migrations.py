@@ -71,7 +71,11 @@ def _rename_training_job_label(conn: sqlite3.Connection) -> None:
         for table in ROLLUPS:
             _fold_rollup(conn, table, sid, twin[0])
         conn.execute("DELETE FROM series WHERE id = ?", (sid,))
-    events = conn.execute("SELECT id, kind, labels FROM events WHERE labels LIKE '%\"job\"%'").fetchall()
+    # Filtered in SQL: a 90-day store holds millions of events and few of them are training's.
+    events = conn.execute(
+        "SELECT id, kind, labels FROM events WHERE labels LIKE '%\"job\"%' "
+        "AND (kind LIKE 'train\\_%' ESCAPE '\\' OR labels LIKE '%\"rank\"%')"
+    ).fetchall()
     updates = []
     for eid, kind, labels_json in events:
         labels = json.loads(labels_json)
