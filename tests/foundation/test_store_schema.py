@@ -209,3 +209,13 @@ def test_old_store_with_feature_tables_keeps_their_rows(tmp_path):
         assert st.schema_version == SCHEMA_VERSION
         (a,) = alert_state.load_alerts(st)
         assert a.rule == "GpuHot" and a.labels == {"gpu": "0"}
+
+
+def test_sqlite_file_of_another_program_is_one_clear_error(tmp_path, capsys):
+    db = tmp_path / "other.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE contacts (name TEXT)")
+    conn.close()
+    assert main(["diagnose", "--store", str(db)]) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"Cannot read the store {db}: no such table" in err and "Traceback" not in err

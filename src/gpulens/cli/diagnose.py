@@ -56,7 +56,7 @@ def diagnose_command(
         except StorageFullError:
             raise
         except StoreError as e:  # the store turns SQLite's errors into these
-            raise StoreError(f"{store} is not a readable gpulens store ({e.message}).", hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
+            raise StoreError(e.message, hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
     if fmt == "json":
         typer.echo(json.dumps([f.to_dict() for f in findings], indent=2, default=str))
         return
