@@ -65,7 +65,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def replayed_store(tmp_path_factory) -> Path:
     """A store holding the bundled H200 session, imported once per test session. Read-only use."""
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
 
     path = tmp_path_factory.mktemp("replayed") / "h200.db"
     with Store(path) as s:

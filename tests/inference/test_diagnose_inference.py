@@ -62,7 +62,7 @@ def test_h200_has_no_false_alarms(h200_findings, h200_trace):
 
 
 def test_colocation_warm_up_is_reported_with_the_cold_start(tmp_path, colocation_trace):
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
 
     with Store(tmp_path / "c.db") as s:
         import_trace(colocation_trace, s)
