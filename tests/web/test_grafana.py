@@ -7,7 +7,7 @@ import json
 
 from gpulens.cli.main import main
 from gpulens.export.grafana import grafana_dashboard
-from gpulens.web.panels import PANELS
+from gpulens.views.panels import PANELS
 
 
 def test_dashboard_has_the_three_panels_and_every_chart():

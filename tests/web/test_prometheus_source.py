@@ -17,7 +17,7 @@ import pytest
 from testlib import free_port, which_or_skip
 
 from gpulens.export.grafana import grafana_dashboard
-from gpulens.web.panels import metrics_used
+from gpulens.views.panels import metrics_used
 from gpulens.workload import names as wn
 
 pytestmark = pytest.mark.slow

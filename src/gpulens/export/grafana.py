@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
-from gpulens.web.panels import PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, selection_label
-from gpulens.web.promql import series_expr, stat_expr
+from gpulens.views.panels import PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, selection_label
+from gpulens.views.promql import series_expr, stat_expr
 
 DS = "${DS_PROMETHEUS}"
 DEFAULT_UID = "gpulens-overview"

@@ -10,11 +10,12 @@ from datetime import datetime
 from pathlib import Path
 
 from gpulens.errors import BadInputError
-from gpulens.web.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
-from gpulens.web.format import format_value
-from gpulens.web.integrations import findings as find_all
-from gpulens.web.panels import PANELS
-from gpulens.web.readers import AlertRow, StoreReader
+from gpulens.views.answers import AlertRow
+from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
+from gpulens.views.format import format_value
+from gpulens.views.integrations import findings as find_all
+from gpulens.views.panels import PANELS
+from gpulens.views.readers import StoreReader
 
 # Charts are drawn about this many points wide: enough for a printed page.
 REPORT_POINTS = 500

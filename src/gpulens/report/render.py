@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpulens.report.build import ReportData
 from gpulens.report.plots import chart_png
-from gpulens.web.data import ChartOut
+from gpulens.views.data import ChartOut
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1d2330;max-width:1100px;margin:24px auto;padding:0 16px}

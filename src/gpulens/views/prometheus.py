@@ -1,6 +1,6 @@
 """A Reader over a Prometheus server's HTTP API: the dashboard for a fleet of `gpulens agent`s.
 
-The panels ask the same questions as over a local store; the answers are PromQL (gpulens.web.promql).
+The panels ask the same questions as over a local store; the answers are PromQL (gpulens.views.promql).
 What Prometheus cannot know is said, not invented: it keeps no events (XIDs, cold starts) and no
 per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store.
 """
@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
-from gpulens.web.panels import selection_label
-from gpulens.web.promql import selector
-from gpulens.web.readers import QUANTILE_OF_AGG, AlertRow, Band, EventRow, Line
+from gpulens.views.answers import AlertRow, Band, EventRow, Line
+from gpulens.views.panels import selection_label
+from gpulens.views.promql import selector
+from gpulens.views.readers import QUANTILE_OF_AGG
 
 SELECTION_LABELS = ("gpu", "job", "service", "host")
 TIMEOUT_SECONDS = 10.0

@@ -13,8 +13,9 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.units import parse_duration
-from gpulens.web.format import format_value
-from gpulens.web.panels import (
+from gpulens.views.answers import Band, Line
+from gpulens.views.format import format_value
+from gpulens.views.panels import (
     LEGEND_LABELS,
     PANELS,
     SELECTION_KEYS,
@@ -24,7 +25,7 @@ from gpulens.web.panels import (
     StatSpec,
     selection_label,
 )
-from gpulens.web.readers import Band, Line, Reader
+from gpulens.views.readers import Reader
 
 # The time-range picker's choices; the API accepts any duration.
 RANGE_CHOICES = ("15m", "1h", "6h", "24h", "7d")

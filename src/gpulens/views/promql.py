@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpulens.web.panels import SeriesSpec, StatSpec
+from gpulens.views.panels import SeriesSpec, StatSpec
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
