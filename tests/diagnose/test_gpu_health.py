@@ -183,3 +183,13 @@ def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, ca
     out = " ".join(capsys.readouterr().out.split())
     assert out.index("1. CRITICAL gpu xid") < out.index("input bound")
     assert "GPU faults first" in out and "XID 79 on GPU 1 on node1" in out
+    # The demo's summary and the dashboard's findings list read the same diagnosis.
+    from gpulens.cli.demo import _summary
+    from gpulens.web.integrations import findings as dashboard_findings
+
+    _summary(store_path)
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.index("gpu_xid") < out.index("input_bound")
+    with Store(store_path, readonly=True) as st:
+        listed = dashboard_findings(st, T0, T0 + 60, None, None).findings
+    assert listed[0]["kind"] == "gpu_xid" and listed[0]["evidence"]["workloads"]

@@ -96,11 +96,12 @@ def _pid(e: Event) -> int | None:
         return None
 
 
-def _occupants_by_identity(store: Store, end: float | None) -> list[Occupant]:
+def _occupants_by_identity(store: Store, start: float | None, end: float | None) -> list[Occupant]:
     found: dict[tuple, Occupant] = {}
-    # Start events are few and may precede the window; steps and requests make the time span.
+    # Start events are few and may precede the window; steps and requests (many) make the time span.
     for kind, role in ((N.EV_TRAIN_START, "training"), (N.EV_TRAIN_STEP, "training"), (N.EV_INFER_START, "serving"), (N.EV_REQUEST, "serving")):
-        for e in store.events(kind, end=end):
+        since = None if kind in (N.EV_TRAIN_START, N.EV_INFER_START) else start
+        for e in store.events(kind, start=since, end=end):
             if role == "training":
                 labels = {N.TRAIN_JOB_LABEL: e.labels.get(N.TRAIN_JOB_LABEL, ""), "rank": e.labels.get("rank", str(e.data.get("rank", 0))), "host": e.labels.get("host", "")}
             else:
@@ -118,8 +119,9 @@ def _occupants_by_identity(store: Store, end: float | None) -> list[Occupant]:
     return list(found.values())
 
 
-def occupants(store: Store, end: float | None = None) -> dict[GpuRef, list[Occupant]]:
-    """Every training rank and service the store knows, by the GPU it ran on (unplaced ones left out)."""
+def occupants(store: Store, start: float | None = None, end: float | None = None) -> dict[GpuRef, list[Occupant]]:
+    """Every training rank and service with records in [start, end] (or started before `end`), by
+    the GPU it ran on; those gpulens cannot place are left out."""
     gpus_of_host: dict[str, set[str]] = defaultdict(set)
     for k in store.series(GPU_UP):
         gpus_of_host[k.labels.get("host", "")].add(k.labels.get("gpu", ""))
@@ -130,7 +132,7 @@ def occupants(store: Store, end: float | None = None) -> dict[GpuRef, list[Occup
         except ValueError:
             continue
     out: dict[GpuRef, list[Occupant]] = defaultdict(list)
-    for occ in _occupants_by_identity(store, end):
+    for occ in _occupants_by_identity(store, start, end):
         host = occ.labels.get("host", "")
         listed = sorted({g for pid in occ.pids for g in pid_gpu.get((host, pid), ())})
         if listed:
@@ -144,6 +146,13 @@ def occupants(store: Store, end: float | None = None) -> dict[GpuRef, list[Occup
         for g in gpus:
             out[GpuRef(host, g)].append(occ)
     return dict(out)
+
+
+def occupants_around(store: Store, start: float, end: float) -> dict[GpuRef, list[Occupant]]:
+    """`occupants` with the records that can matter for faults in [start, end]: a week-long store
+    holds millions of requests, and only those near a fault are read."""
+    margin = JOIN_SLACK_SECONDS + REFERENCE_SECONDS
+    return occupants(store, start - margin, end + margin)
 
 
 def _median(xs: list[float]) -> float | None:

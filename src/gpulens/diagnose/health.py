@@ -23,7 +23,7 @@ from gpulens.diagnose.gpu_workloads import (
     Occupant,
     WorkloadImpact,
     impacts,
-    occupants,
+    occupants_around,
     workload_labels,
 )
 from gpulens.gpu.metrics import GPU_CLOCK_EVENT_ACTIVE, GPU_UP
@@ -328,7 +328,7 @@ def _selected(scope: DiagnoseScope, occs: list[Occupant]) -> bool:
 def to_findings(store: Store, scope: DiagnoseScope, events: list[HealthEvent]) -> list[Finding]:
     if not events:
         return []
-    placed = occupants(store, scope.end)
+    placed = occupants_around(store, min(h.start for h in events), max(h.end for h in events))
     out = []
     for h in events:
         imps: list[WorkloadImpact] = impacts(store, placed, h.ref, h.start, h.end, h.what, point=h.point)
