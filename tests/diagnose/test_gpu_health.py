@@ -193,3 +193,22 @@ def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, ca
     with Store(store_path, readonly=True) as st:
         listed = dashboard_findings(st, T0, T0 + 60, None, None).findings
     assert listed[0]["kind"] == "gpu_xid" and listed[0]["evidence"]["workloads"]
+
+
+def test_a_short_fault_in_a_long_store_is_found_through_the_roll_ups(store):
+    # 20 h sampled once a minute: the first look reads the 1-minute roll-up, not the raw samples.
+    clock = Clock()
+    fake = FakeBackend(gpus=1, clock=clock)
+    agent = Agent(fake, store, host=HOST, clock=clock)
+    for i in range(20 * 60):
+        if i == 600:
+            fake.throttle(0, "sw_thermal")
+        if i == 605:
+            fake.clear(0)
+        agent.tick()
+        clock.t += 60.0
+        if i % 100 == 99:
+            store.flush()
+    agent.close()
+    cut = one(health(diagnose(store)), "gpu_clock_cut", "0")
+    assert cut.start == T0 + 600 * 60 and cut.evidence["cut_seconds"] == 300.0 and cut.evidence["reason"] == "sw_thermal"

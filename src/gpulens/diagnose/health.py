@@ -47,6 +47,7 @@ POWER_CAP_DEEP_DROP_RATIO = 0.15  # a power cap that costs less SM clock than th
 TEMPERATURE_MARGIN_CELSIUS = 5.0  # as the GpuTemperatureNearSlowdown rule
 MEMORY_FULL_RATIO = 0.95  # as the GpuMemoryAlmostFull rule
 REFERENCE_SECONDS = 60.0  # the SM clock before a cut is read over this long
+COARSE_POINTS = 500  # buckets per series in the first, downsampled look for a problem
 
 FAULT_ORDER, CONDITION_ORDER = 0, 1  # before the workload analyzers (base.DEFAULT_ORDER)
 
@@ -104,8 +105,58 @@ def _ref(labels: dict[str, str]) -> GpuRef:
     return GpuRef(labels.get("host", ""), labels.get("gpu", ""))
 
 
-def _series(store: Store, name: str, scope: DiagnoseScope, extra: dict[str, str] | None = None) -> list[SeriesData]:
-    return [d for d in store.query(name, extra, start=scope.start, end=scope.end) if d.t]
+Finder = Callable[[SeriesData, float], tuple[float, float] | None]
+
+
+def _series(store: Store, name: str, scope: DiagnoseScope, find: Finder, extra: dict[str, str] | None = None) -> list[SeriesData]:
+    """Raw samples of each series `name` over the part of the scope where `find` says a problem
+    may be: found first on a downsampled read (min and max per bucket), so that a week of healthy
+    samples on a dashboard refresh is a few aggregate queries, not millions of rows."""
+    rng = store.time_range(name)
+    if rng is None:
+        return []
+    lo = rng[0] if scope.start is None else max(scope.start, rng[0])
+    hi = rng[1] if scope.end is None else min(scope.end, rng[1])
+    if hi < lo:
+        return []
+    out = []
+    for coarse in store.query(name, extra, start=lo, end=hi, max_points=COARSE_POINTS):
+        where = find(coarse, hi) if coarse.t else None
+        if where is not None:
+            out.extend(d for d in store.query(name, coarse.key.labels, start=where[0], end=where[1]) if d.t and d.key == coarse.key)
+    return out
+
+
+def _threshold(on_for: Callable[[SeriesData], Callable[[float], bool] | None]) -> Finder:
+    """From the first to the end of the last bucket whose min or max meets the series' condition."""
+
+    def find(d: SeriesData, hi: float) -> tuple[float, float] | None:
+        on = on_for(d)
+        if on is None:
+            return None
+        hits = [i for i, (a, b) in enumerate(zip(d.value_min, d.value_max, strict=True)) if on(a) or on(b)]
+        if not hits:
+            return None
+        nxt = hits[-1] + 1
+        return d.t[hits[0]], d.t[nxt] if nxt < len(d.t) else hi
+
+    return find
+
+
+def _flag_set(v: float) -> bool:
+    return v >= 1
+
+
+def _lost(gpu_up: float) -> bool:
+    return gpu_up < 0.5
+
+
+def _each(on: Callable[[float], bool]) -> Callable[[SeriesData], Callable[[float], bool]]:
+    return lambda _d: on
+
+
+def _changed(d: SeriesData, hi: float) -> tuple[float, float] | None:
+    return (d.t[0], hi) if min(d.value_min) != max(d.value_max) else None
 
 
 def _stretches(d: SeriesData, on: Callable[[float], bool]) -> list[tuple[int, int, float]]:
@@ -161,7 +212,7 @@ def ecc_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
     """An increase of the volatile uncorrectable ECC counter inside the window (a counter that
     drops was reset by a driver reload: counting starts again from its new value)."""
     out = []
-    for d in _series(store, "gpu_ecc_uncorrected_volatile_total", scope):
+    for d in _series(store, "gpu_ecc_uncorrected_volatile_total", scope, _changed):
         rises = [(t, b - a) for t, a, b in zip(d.t[1:], d.value, d.value[1:], strict=False) if b > a]
         if not rises:
             continue
@@ -186,8 +237,8 @@ def remap_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
          "a row remapping waits for a GPU reset; until then the bad rows stay in use",
          ["Drain the GPU and reset it (nvidia-smi -r -i GPU) to apply the remapping.", "After the reset, check that no remapping failure is reported (nvidia-smi -q -d ROW_REMAPPER)."]),
     ):
-        for d in _series(store, name, scope):
-            for a, _b, secs in _stretches(d, lambda v: v >= 1):
+        for d in _series(store, name, scope, _threshold(_each(_flag_set))):
+            for a, _b, secs in _stretches(d, _flag_set):
                 ref = _ref(d.key.labels)
                 rows = _latest_value(store, "gpu_remapped_rows_uncorrectable", ref)
                 out.append(HealthEvent(
@@ -200,8 +251,8 @@ def remap_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
 
 def lost_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
     out = []
-    for d in _series(store, GPU_UP, scope):
-        for a, b, secs in _stretches(d, lambda v: v < 0.5):
+    for d in _series(store, GPU_UP, scope, _threshold(_each(_lost))):
+        for a, b, secs in _stretches(d, _lost):
             ref = _ref(d.key.labels)
             still = b == len(d.t) - 1
             out.append(HealthEvent(
@@ -235,9 +286,9 @@ def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MI
     """Stretches where a clock-event reason that cuts the clocks was active, with how deep the SM clock fell."""
     out = []
     for reason, cause in CLOCK_CUT_REASONS.items():
-        for d in _series(store, GPU_CLOCK_EVENT_ACTIVE, scope, {"reason": reason}):
+        for d in _series(store, GPU_CLOCK_EVENT_ACTIVE, scope, _threshold(_each(_flag_set)), {"reason": reason}):
             active = {round(t, 3) for t, v in zip(d.t, d.value, strict=True) if v >= 1}
-            for a, b, secs in _stretches(d, lambda v: v >= 1):
+            for a, b, secs in _stretches(d, _flag_set):
                 if secs < min_seconds:
                     continue
                 ref = _ref(d.key.labels)
@@ -264,11 +315,15 @@ def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MI
 def temperature_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
     """Temperature within 5 °C of the GPU's slowdown threshold (or above it)."""
     out = []
-    for d in _series(store, "gpu_temperature_celsius", scope):
+    slowdown_of = {_ref(lv.key.labels): lv.value for lv in store.latest("gpu_temperature_slowdown_celsius")}
+
+    def hot(d: SeriesData) -> Callable[[float], bool] | None:
+        s = slowdown_of.get(_ref(d.key.labels))  # none reported: nothing to be near
+        return None if s is None else lambda v: v >= s - TEMPERATURE_MARGIN_CELSIUS
+
+    for d in _series(store, "gpu_temperature_celsius", scope, _threshold(hot)):
         ref = _ref(d.key.labels)
-        slowdown = _latest_value(store, "gpu_temperature_slowdown_celsius", ref)
-        if slowdown is None:
-            continue  # no threshold reported: nothing to be near
+        slowdown = slowdown_of[ref]
         for a, b, secs in _stretches(d, lambda v, s=slowdown: v >= s - TEMPERATURE_MARGIN_CELSIUS):
             if secs < MIN_CONDITION_SECONDS:
                 continue
@@ -290,11 +345,15 @@ def temperature_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
 def memory_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
     """Device memory in use above 95 % of the GPU's memory (the GPU's view: every process counts)."""
     out = []
-    for d in _series(store, "gpu_memory_used_bytes", scope):
+    total_of = {_ref(lv.key.labels): lv.value for lv in store.latest("gpu_memory_total_bytes")}
+
+    def full(d: SeriesData) -> Callable[[float], bool] | None:
+        tot = total_of.get(_ref(d.key.labels))
+        return None if not tot else lambda v: v / tot > MEMORY_FULL_RATIO
+
+    for d in _series(store, "gpu_memory_used_bytes", scope, _threshold(full)):
         ref = _ref(d.key.labels)
-        total = _latest_value(store, "gpu_memory_total_bytes", ref)
-        if not total:
-            continue
+        total = total_of[ref]
         for a, b, secs in _stretches(d, lambda v, tot=total: v / tot > MEMORY_FULL_RATIO):
             if secs < MIN_CONDITION_SECONDS:
                 continue
