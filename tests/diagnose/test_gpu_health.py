@@ -36,7 +36,7 @@ class Clock:
 
 
 def run(store: Store, faults: list[str], *, seconds: int = 14, train_until: float = 1e9, data_wait_s: float = 0.0,
-        latency_s=lambda t: 0.2, step_s=lambda t: 0.45, fake_setup=None) -> None:
+        latency_s=lambda t: 0.2, step_s=lambda t: 0.45, fake_setup=None, list_processes: bool = True) -> None:
     """The agent over a 2-GPU fake for `seconds` one-second ticks. Training rank 1 of llama-ft on
     GPU 1 steps twice a second until `train_until` (seconds after start); service chat on GPU 0
     (this process) serves five requests a second."""
@@ -46,8 +46,9 @@ def run(store: Store, faults: list[str], *, seconds: int = 14, train_until: floa
         schedule_fault(fake, spec)
     if fake_setup:
         fake_setup(fake)
-    fake.add_process(1, TRAIN_PID, "python train.py", 40 * 2**30)
-    fake.add_process(0, os.getpid(), "python serve.py", 20 * 2**30)
+    if list_processes:
+        fake.add_process(1, TRAIN_PID, "python train.py", 40 * 2**30)
+        fake.add_process(0, os.getpid(), "python serve.py", 20 * 2**30)
     store.event(N.EV_TRAIN_START, T0, TRAIN_LABELS, {"pid": TRAIN_PID, "rank": 1, "world_size": 2, "gpu": 1})
     mon = InferenceMonitor(store, service="chat", host=HOST, clock=clock, flush_interval_seconds=None)
     agent = Agent(fake, store, host=HOST, clock=clock)
@@ -163,10 +164,25 @@ def test_a_lost_gpu_and_full_memory(store):
     assert full.labels["service"] == "chat"
 
 
-def test_a_job_selection_keeps_the_health_of_its_gpu_only(store):
+def test_a_job_or_service_selection_keeps_the_health_of_its_gpu_only(store):
     run(store, REPRO, train_until=3)
     kinds = {(f.kind, f.labels["gpu"]) for f in health(diagnose(store, DiagnoseScope(job="llama-ft")))}
     assert kinds == {("gpu_xid", "1"), ("gpu_clock_cut", "1")}
+    kinds = {(f.kind, f.labels["gpu"]) for f in health(diagnose(store, DiagnoseScope(service="chat")))}
+    assert kinds == {("gpu_ecc_uncorrectable", "0"), ("gpu_temperature_high", "0")}
+
+
+def test_without_a_process_list_the_train_start_gpu_places_the_job(store):
+    # No GPU process listing: the rank's train_start names its GPU; the service's GPU is unknown
+    # on a two-GPU host, and the finding says no known workload ran there rather than guess.
+    run(store, ["xid:79@3s:gpu=1", "remap-pending@4s:gpu=0"], train_until=3, list_processes=False)
+    hf = health(diagnose(store))
+    xid = one(hf, "gpu_xid", "1")
+    assert xid.evidence["workload_impact"][0]["identified_by"] == "its train_start event"
+    assert "made no step after it" in xid.summary
+    pending = one(hf, "gpu_row_remap_pending", "0")
+    assert pending.severity == "warning" and "reset" in pending.advice[0].lower()
+    assert "No workload gpulens knows of ran on it" in pending.summary and "service" not in pending.labels
 
 
 def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, capsys):
@@ -212,3 +228,26 @@ def test_a_short_fault_in_a_long_store_is_found_through_the_roll_ups(store):
     agent.close()
     cut = one(health(diagnose(store)), "gpu_clock_cut", "0")
     assert cut.start == T0 + 600 * 60 and cut.evidence["cut_seconds"] == 300.0 and cut.evidence["reason"] == "sw_thermal"
+
+
+def test_on_a_one_gpu_host_every_workload_of_the_host_is_on_that_gpu(store):
+    clock = Clock()
+    fake = FakeBackend(gpus=1, clock=clock)
+    schedule_fault(fake, "xid:48@3s")
+    mon = InferenceMonitor(store, service="chat", host=HOST, clock=clock, flush_interval_seconds=None)
+    agent = Agent(fake, store, host=HOST, clock=clock)
+    for i in range(8):
+        agent.tick()
+        if i < 3:  # the service fails after the double-bit error
+            mon.start_request(arrival=clock.t - 0.1).finish("ok")
+        else:
+            mon.start_request(arrival=clock.t - 0.1).finish("error")
+        clock.t += 1.0
+    mon.close()
+    agent.close()
+    xid = one(health(diagnose(store)), "gpu_xid", "0")
+    assert xid.severity == "critical" and xid.evidence["xid"] == 48
+    impact = xid.evidence["workload_impact"][0]
+    assert impact["identified_by"] == "the only GPU of its host"
+    assert impact["requests_after_start"] == 5 and impact["failed_requests_after_start"] == 5
+    assert "Service chat served 5 requests after it, 5 failed" in xid.summary
