@@ -9,12 +9,12 @@ import os
 
 import pytest
 
-from gpulens.agent import Agent
 from gpulens.alerts.xid import xid_info
 from gpulens.cli.main import main
 from gpulens.diagnose import DiagnoseScope, diagnose
 from gpulens.diagnose.health import clock_cut_events
 from gpulens.gpu.fake import H200_LIKE, FakeBackend, schedule_fault
+from gpulens.pipeline import NodeConfig, build_node
 from gpulens.store import Store
 from gpulens.workload import names as N
 from gpulens.workload.inference.monitor import InferenceMonitor
@@ -51,7 +51,7 @@ def run(store: Store, faults: list[str], *, seconds: int = 14, train_until: floa
         fake.add_process(0, os.getpid(), "python serve.py", 20 * 2**30)
     store.event(N.EV_TRAIN_START, T0, TRAIN_LABELS, {"pid": TRAIN_PID, "rank": 1, "world_size": 2, "gpu": 1})
     mon = InferenceMonitor(store, service="chat", host=HOST, clock=clock, flush_interval_seconds=None)
-    agent = Agent(fake, store, host=HOST, clock=clock)
+    agent = build_node(NodeConfig(backend=fake, host=HOST, alerts=None, colocation=False), store=store).loop
     for i in range(seconds):
         agent.tick()
         for k in range(2):
@@ -200,8 +200,9 @@ def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, ca
     assert out.index("1. CRITICAL gpu xid") < out.index("input bound")
     assert "GPU faults first" in out and "XID 79 on GPU 1 on node1" in out
     # The demo's summary and the dashboard's findings list read the same diagnosis.
+    from gpulens.views.integrations import findings as dashboard_findings
+
     from gpulens.cli.demo import _summary
-    from gpulens.web.integrations import findings as dashboard_findings
 
     _summary(store_path)
     out = " ".join(capsys.readouterr().out.split())
@@ -215,7 +216,7 @@ def test_a_short_fault_in_a_long_store_is_found_through_the_roll_ups(store):
     # 20 h sampled once a minute: the first look reads the 1-minute roll-up, not the raw samples.
     clock = Clock()
     fake = FakeBackend(gpus=1, clock=clock)
-    agent = Agent(fake, store, host=HOST, clock=clock)
+    agent = build_node(NodeConfig(backend=fake, host=HOST, alerts=None, colocation=False), store=store).loop
     for i in range(20 * 60):
         if i == 600:
             fake.throttle(0, "sw_thermal")
@@ -235,7 +236,7 @@ def test_on_a_one_gpu_host_every_workload_of_the_host_is_on_that_gpu(store):
     fake = FakeBackend(gpus=1, clock=clock)
     schedule_fault(fake, "xid:48@3s")
     mon = InferenceMonitor(store, service="chat", host=HOST, clock=clock, flush_interval_seconds=None)
-    agent = Agent(fake, store, host=HOST, clock=clock)
+    agent = build_node(NodeConfig(backend=fake, host=HOST, alerts=None, colocation=False), store=store).loop
     for i in range(8):
         agent.tick()
         if i < 3:  # the service fails after the double-bit error
