@@ -51,6 +51,19 @@ def test_learned_alert_rules_fire_on_the_bad_side_of_each_band():
     assert found >= 5
 
 
+def test_report_baseline_rows_say_better_or_worse_from_the_registry():
+    from gpulens.report.build import BaselineRow
+
+    def row(series: str, value: float, baseline: float) -> BaselineRow:
+        return BaselineRow("p", "s", "seconds", value, baseline, direction_of(series))
+
+    assert row("train_tokens_per_second", 90.0, 100.0).verdict_text == "worse"
+    assert row("train_step_seconds", 0.18, 0.20).verdict_text == "better"
+    assert row("infer_request_latency_seconds", 0.3, 0.2).verdict_text == "worse"
+    assert row("gpu_utilization_ratio", 0.5, 0.9).verdict_text == ""  # which way is better depends on the job
+    assert row("train_step_seconds", 0.2, 0.2).verdict_text == ""
+
+
 def _item_scores(correct: int, n: int) -> list[float]:
     return [1.0] * correct + [0.0] * (n - correct)
 
