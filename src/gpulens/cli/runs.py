@@ -212,7 +212,8 @@ def _render(cmp) -> None:  # noqa: ANN001
     console.print(f"[bold]{cmp.b.label}[/] against [bold]{cmp.a.label}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g}"
                   + (f", score margin {cmp.margin:g}" if any(m.test == "non-inferiority" for m in cmp.metrics) else "") + ")")
     t = Table()
-    for col in ("metric", "A median", "B median", "change", "95 % CI", "p", "verdict"):
+    scores = any(m.test == "non-inferiority" for m in cmp.metrics)  # then each cell says median or mean
+    for col in ("metric", "A" if scores else "A median", "B" if scores else "B median", "change", "95 % CI", "p", "verdict"):
         t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
     arrows = {"lower_is_better": "↓ better", "higher_is_better": "↑ better", "unknown": "? better"}
     for m in cmp.metrics:
@@ -223,7 +224,8 @@ def _render(cmp) -> None:  # noqa: ANN001
             change = "–" if m.difference is None else f"{m.difference:+.4f}"
             ci = "–" if m.ci95_low is None else f"{m.ci95_low:+.4f} … {m.ci95_high:+.4f}"
         else:
-            a_cell, b_cell = f"{f(m.median_a)} [dim]n={m.n_a}[/]", f"{f(m.median_b)} [dim]n={m.n_b}[/]"
+            tag = "median " if scores else ""
+            a_cell, b_cell = f"{f(m.median_a)} [dim]{tag}n={m.n_a}[/]", f"{f(m.median_b)} [dim]{tag}n={m.n_b}[/]"
             change = pc(m.change_ratio)
             ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
         t.add_row(
