@@ -79,6 +79,8 @@ def test_sweep_that_never_failed_says_at_least_and_writes_its_csv(timed_server, 
     assert main([*base, "--max-rate", "20", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["limit_found"] is False and report["stopped_by"] == "max_value" and report["best"] == 20
+    assert main([*base, "--max-rate", "5"]) == 2
+    assert "--max-rate 5 is below the sweep's start, --rate 10" in _flat(capsys.readouterr().err)
 
 
 def test_sweep_where_no_load_meets_the_slos_exits_1(timed_server, capsys):

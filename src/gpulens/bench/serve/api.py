@@ -145,6 +145,10 @@ def sweep(
         return p.passed
 
     start = float(spec.concurrency if closed else spec.rate)  # type: ignore[arg-type]
+    if max_value is not None and max_value < start:
+        what = ("--max-concurrency", "--concurrency") if closed else ("--max-rate", "--rate")
+        raise BadInputError(f"{what[0]} {max_value:g} is below the sweep's start, {what[1]} {start:g}.",
+                            hint=f"Give a {what[0]} at or above {start:g}, or start lower.")
     lo: float | None = None
     hi: float | None = None
     x = start
