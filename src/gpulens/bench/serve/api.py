@@ -11,7 +11,8 @@ from typing import Any
 
 from gpulens.bench.serve.runner import LoadSpec, Progress, check_reachable, run_processes, run_worker
 from gpulens.bench.serve.slo import Slo
-from gpulens.bench.serve.summary import DEFAULT_MAX_ERROR_RATIO, LoadResult, summarize
+from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO
+from gpulens.bench.serve.summary import LoadResult, summarize
 from gpulens.errors import BadInputError
 
 

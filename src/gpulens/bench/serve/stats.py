@@ -91,6 +91,9 @@ class Distribution:
 
 
 STATUSES = ("ok", "error", "timeout", "rejected")
+# A run (or a sweep's probe) with a larger share of errors, timeouts and rejections fails, SLOs
+# or not, unless an error_rate SLO sets its own bound. `--max-error-ratio` changes it.
+DEFAULT_MAX_ERROR_RATIO = 0.01
 
 
 @dataclass
@@ -127,7 +130,7 @@ class LoadSummary:
     send_window_seconds: float = 0.0  # from the first intended send to the end of sending
     rates_per_second: dict[str, float] = field(default_factory=dict)  # by status, over the run window
     error_ratio: float = 0.0  # (errors + timeouts + rejected) / requests, leaving out those cut by a stop
-    max_error_ratio: float = 0.01  # the gate on error_ratio when no error_rate SLO is given
+    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO  # the gate on error_ratio when no error_rate SLO is given
     failures: list[str] = field(default_factory=list)  # one sentence per gate the run failed
 
     @property

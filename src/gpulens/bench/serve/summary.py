@@ -9,14 +9,11 @@ from dataclasses import dataclass
 from gpulens.bench.serve.client import RequestRecord
 from gpulens.bench.serve.runner import CANCELLED_ERROR, DIST_NAMES, LoadSpec, WorkerResult
 from gpulens.bench.serve.slo import Slo
-from gpulens.bench.serve.stats import STATUSES, Distribution, LoadSummary
+from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO, STATUSES, Distribution, LoadSummary
 
 # Sends later than this against the schedule mean the client, not the server, set the pace.
 CLIENT_LAG_P99_SECONDS = 0.010
 CLIENT_CPU_BUSY_RATIO = 0.9
-# A run (or a sweep's probe) with a larger share of errors, timeouts and rejections fails, SLOs
-# or not, unless an error_rate SLO sets its own bound. `--max-error-ratio` changes it.
-DEFAULT_MAX_ERROR_RATIO = 0.01
 
 
 @dataclass
