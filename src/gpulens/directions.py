@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from gpulens.errors import BadInputError
+
 Direction = Literal["lower_is_better", "higher_is_better", "unknown"]
 HIGHER: Direction = "higher_is_better"
 LOWER: Direction = "lower_is_better"
@@ -140,8 +142,6 @@ def worse_when(name: str) -> Literal["above", "below"] | None:
 
 def parse_direction(text: str) -> tuple[str, Direction]:
     """`NAME=higher` or `NAME=lower` (the `--direction` option) -> (name, direction)."""
-    from gpulens.errors import BadInputError
-
     name, sep, side = text.partition("=")
     side = side.strip().lower()
     if not sep or not name.strip() or side not in ("higher", "lower"):
