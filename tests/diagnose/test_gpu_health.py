@@ -200,9 +200,8 @@ def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, ca
     assert out.index("1. CRITICAL gpu xid") < out.index("input bound")
     assert "GPU faults first" in out and "XID 79 on GPU 1 on node1" in out
     # The demo's summary and the dashboard's findings list read the same diagnosis.
-    from gpulens.views.integrations import findings as dashboard_findings
-
     from gpulens.cli.demo import _summary
+    from gpulens.views.integrations import findings as dashboard_findings
 
     _summary(store_path)
     out = " ".join(capsys.readouterr().out.split())
