@@ -174,9 +174,20 @@ def render_compare(results: list[Any]) -> None:
         row += [f"{cost:,.3f} {r.cost.currency}" if cost is not None else "no price", "yes" if r.efficiency.calibrated else "no"]
         t.add_row(*row)
     console.print(t)
-    if any(r.cost_basis for r in results):
-        console.print("[dim]Cost per token " + ("" if train else "and speed ") + "priced "
-                      + "; ".join(f"{r.gpu.name} {r.cost_basis}" for r in results if r.cost_basis) + ".[/]", highlight=False)
+    if train:
+        bases = list(dict.fromkeys(r.cost_basis for r in results if r.cost_basis))
+        text = f"Cost per token {'; '.join(bases)}."
+    else:  # the batch column says which batch; say why that one
+        why = {r.gpu.name: r.cost_basis.partition("(")[2].rstrip(")") for r in results if r.cost_basis}
+        bases = list(dict.fromkeys(r.cost_basis for r in results if r.cost_basis))
+        reasons = list(dict.fromkeys(why.values()))
+        if len(bases) == 1:
+            text = f"Cost per token and speed {bases[0]}."
+        else:
+            text = "Cost per token and speed at the batch shown: " + (
+                reasons[0] if len(reasons) == 1 else "; ".join(f"{g}: {w}" for g, w in why.items())) + "."
+    if bases:
+        console.print(f"[dim]{text}[/]", highlight=False)
     if not any(r.cost for r in results):
         from gpulens.plan.catalog import config_path
 

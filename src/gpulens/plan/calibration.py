@@ -250,7 +250,9 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
     bench = [m for m in ok if m.achieved_flops or m.mfu_ratio]
     infer = [m for m in ok if m.kind == "infer"]
     if not (train or bench or infer):
-        raise BadInputError("No successful measurement to fit.", hint="Give runs with status 'ok' and measured times.")
+        why = "; ".join(f"{r.label}: {r.reason}" for r in rejected)
+        raise BadInputError("No successful measurement to fit" + (f" (left out: {why})." if why else "."),
+                            hint="Give runs with status 'ok' and measured times.")
     eff = base
 
     # memory: allocator-resident workspace, reserved/allocated, activation scale

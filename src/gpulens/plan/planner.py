@@ -90,7 +90,7 @@ class PlanResult:
     cost: Cost | None = None
     replicas: list[ReplicaOption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    cost_basis: str = ""  # which batch the cost per token is priced at, and why that one
+    cost_basis: str = ""  # "at batch N (why that batch)": what the cost per token is priced at
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
@@ -222,7 +222,7 @@ def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None =
         one = PlanRequest(**(asdict(req) | {"gpu": name}))
         res = plan(one, model=model, user=user, calibration_path=calibration_path)
         what = "micro-batch" if req.workload == "train" else "batch"
-        res.cost_basis = f"at {what} {req.batch} (--batch)" if batch_given else f"at {what} {req.batch}, the default"
+        res.cost_basis = f"at {what} {req.batch} ({'--batch' if batch_given else 'the default'})"
         if req.workload == "infer" and not batch_given and res.fits:
             res = _at_best_batch(one, res, model, user, calibration_path)
         results.append(res)
@@ -237,12 +237,12 @@ def _at_best_batch(req: PlanRequest, res: PlanResult, model: ModelSpec, user: Us
         limit = min(limit, res.speed["max_batch_for_tpot_target"])
         why = "the throughput-optimal batch that fits and meets the TPOT target"
     if limit < 1:
-        res.cost_basis = f"at batch {req.batch}: no batch meets the TPOT target"
+        res.cost_basis = f"at batch {req.batch} (no batch meets the TPOT target)"
         return res
     rows = [r for r in res.speed.get("by_batch", []) if r["batch"] <= limit]
     candidates = {int(max(rows, key=lambda r: r["output_tokens_per_second"])["batch"]) if rows else 1, int(limit)}
     best = max((plan(PlanRequest(**(asdict(req) | {"batch": b})), model=model, user=user,
                      calibration_path=calibration_path) for b in sorted(candidates)),
                key=lambda r: r.speed["output_tokens_per_second"])
-    best.cost_basis = f"at batch {best.request.batch}, {why}"
+    best.cost_basis = f"at batch {best.request.batch} ({why})"
     return best
