@@ -51,6 +51,12 @@ def test_fixes_read_as_cumulative(capsys, monkeypatch):
     assert lines[1].startswith("2. + ") and "→ after 1–2: " in lines[1]
 
 
+def test_compare_without_a_gpu_is_one_sentence(capsys):
+    rc = main(["plan", "compare", "--model", "7b"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "No GPUs to compare" in err and "Traceback" not in err
+
+
 def test_an_mfu_above_100_percent_says_it_is_impossible():
     assert format_mfu(0.42) == "42%"
     text = format_mfu(1.52)

@@ -61,8 +61,12 @@ def with_plan_options(func: Callable[..., None]) -> Callable[..., None]:
         func(opts=opts, **kw)
 
     wrapper.__name__, wrapper.__doc__ = func.__name__, func.__doc__
-    wrapper.__signature__ = inspect.Signature(own + shared)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in own + shared}
+    # help order as before: --model, --workload, the command's own (--gpu), the rest, --format last
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    last = [p for p in own if p.name == "fmt"]
+    params = shared[:2] + [p for p in own if p.name != "fmt"] + shared[2:] + last
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper
 
 
@@ -105,7 +109,7 @@ def register(app: typer.Typer) -> None:
     @with_plan_options
     def compare_cmd(
         opts: PlanOptions,
-        gpu: list[str] = typer.Option(..., "--gpu", "-g", help="A GPU to compare; repeat the option (or give a comma list)."),
+        gpu: list[str] = typer.Option(None, "--gpu", "-g", help="A GPU to compare; repeat the option (or give a comma list)."),
         fmt: str = typer.Option("text", "--format", help="text or json."),
     ) -> None:
         """The same plan on several GPUs side by side (same options as `gpulens plan`). Serving without
@@ -113,7 +117,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.cli.plan_render import render_compare
         from gpulens.plan.planner import compare
 
-        names = [n.strip() for g in gpu for n in g.split(",") if n.strip()]
+        names = [n.strip() for g in gpu or [] for n in g.split(",") if n.strip()]
         _check_format(fmt)
         results = compare(opts.to_request(names[0] if names else ""), names, batch_given=opts.batch_given)
         if fmt == "json":
