@@ -75,7 +75,10 @@ _NOT_HEADLINE = ("started", "ended", "created", "flops_per_token", "parameters",
 def _headline(summary: dict) -> str:
     nums = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool) and k not in _NOT_HEADLINE}
     keys = [k for k in _HEADLINE if k in nums] + [k for k in nums if k not in _HEADLINE]
-    return ", ".join(f"{k}={nums[k]:.4g}" for k in keys[:3])
+    from gpulens.mfu import mfu_is_impossible
+
+    return ", ".join(f"{k}={nums[k]:.4g}" + (" (impossible: above the peak)" if k == "mfu_ratio" and mfu_is_impossible(nums[k]) else "")
+                     for k in keys[:3])
 
 
 @runs_app.command("show")
@@ -99,6 +102,11 @@ def runs_show_command(
     console.print(f"[bold]{r.label}[/]  {_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}")
     for title, d in (("config", r.config), ("summary", r.summary)):
         console.print(f"[bold]{title}[/]: " + json.dumps(d, default=str), highlight=False, soft_wrap=True)
+    if isinstance(r.summary.get("mfu_ratio"), int | float):
+        from gpulens.mfu import MFU_IMPOSSIBLE, mfu_is_impossible
+
+        if mfu_is_impossible(r.summary["mfu_ratio"]):
+            console.print(f"[bold red]MFU {r.summary['mfu_ratio']:.0%}[/] {MFU_IMPOSSIBLE}.", highlight=False)
     console.print("[bold]samples[/]: " + (", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none"))
     if changes:
         console.print(f"[bold]changed since run #{changes[0].previous_run_id}[/]:")
