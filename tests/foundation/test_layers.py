@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -143,3 +145,32 @@ def test_the_checks_name_a_cycle_and_tell_lazy_from_module_level(tmp_path, monke
     sys.modules.pop("cyclepkg", None)
     assert cycles(import_edges("cyclepkg", module_level_only=True)) == [["cyclepkg.a", "cyclepkg.b"]]
     assert cycles(import_edges("cyclepkg", module_level_only=False)) == [["cyclepkg.a", "cyclepkg.b", "cyclepkg.c"]]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ruff_layer_codes(path: str, source: str) -> set[str]:
+    """The TID codes ruff reports for `source` as if it were the file at `path` (nothing is written)."""
+    pytest.importorskip("ruff", reason="the lint check needs ruff (the dev extra)")
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--select", "TID", "--output-format", "concise", "--stdin-filename", path, "-"],
+        input=source, capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
+    return set(re.findall(r"\b(TID25[13])\b", done.stdout))
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "codes"),
+    [
+        ("src/gpulens/report/x.py", "from gpulens.web import create_app\n", {"TID251"}),
+        ("src/gpulens/store/x.py", "def f():\n    import gpulens.cli.main\n", {"TID251"}),
+        ("src/gpulens/views/x.py", "from gpulens.export import grafana\n", {"TID253"}),
+        ("src/gpulens/views/x.py", "from gpulens.report.build import build_report\n", {"TID253"}),
+        ("src/gpulens/cli/x.py", "from gpulens.web.server import serve\n", set()),
+        ("src/gpulens/web/x.py", "from gpulens.views.panels import PANELS\n", set()),
+        ("src/gpulens/report/x.py", "from gpulens.views.data import ChartOut\n", set()),
+    ],
+)
+def test_ruff_bans_imports_up_a_layer(path, source, codes):
+    assert _ruff_layer_codes(path, source) == codes

@@ -51,3 +51,13 @@ def test_cli_writes_and_prints(tmp_path, capsys):
     assert main(["export", "grafana", "--out", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["title"].startswith("gpulens")
     assert main(["export", "grafana", "--out", str(tmp_path / "no" / "such" / "g.json")]) == 2
+
+
+def test_legends_say_whose_line_it_is():
+    d = grafana_dashboard()
+    legends = {p["title"]: [t["legendFormat"] for t in p["targets"]] for p in d["panels"] if p["type"] == "timeseries"}
+    assert legends["Clock-event (throttle) reasons"] == ["{{reason}} (GPU {{gpu}})"]
+    assert legends["Step time and where it goes"][0] == "step (job {{train_job}})"
+    assert legends["Queue depth and requests in flight"][0] == "queued (service {{service}})"
+    assert legends["Training memory"][-1] == "GPU capacity (GPU {{gpu}})"  # a GPU series in a training chart
+    assert legends["Requests per second"] == ["completed"]  # a sum() keeps no label to name

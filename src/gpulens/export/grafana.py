@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
-from gpulens.views.panels import PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, selection_label
+from gpulens.views.panels import (
+    LEGEND_OWNER,
+    PANELS,
+    SELECTION_KEYS,
+    ChartSpec,
+    PanelSpec,
+    SeriesSpec,
+    legend_name,
+    selection_label,
+)
 from gpulens.views.promql import series_expr, stat_expr
 
 DS = "${DS_PROMETHEUS}"
@@ -38,14 +47,23 @@ def _regex(workload: str) -> dict[str, str]:
     return {selection_label(k): f"${k}" for k in SELECTION_KEYS[workload]}  # type: ignore[index]
 
 
+def _legend(s: SeriesSpec, panel: PanelSpec) -> str:
+    """Whose line it is, as on the dashboard: "{{reason}} (GPU {{gpu}})"; a sum() keeps no labels."""
+    if s.kind == "events_per_second":
+        return s.label
+    owner = LEGEND_OWNER[s.workload or panel.id]
+    whose = f"{legend_name(owner)} {{{{{owner}}}}}"
+    return {
+        "gpu_clock_event_active": f"{{{{reason}}}} ({whose})",
+        "gpu_process_memory_bytes": f"{{{{process}}}} (pid {{{{pid}}}}, {whose})",
+    }.get(s.metric, f"{s.label} ({whose})")
+
+
 def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int) -> dict[str, Any]:
     targets = []
     for i, s in enumerate(chart.series):
         expr = series_expr(s, {}, "$__rate_interval", _regex(s.workload or panel.id))
-        legend = {
-            "gpu_clock_event_active": "{{reason}}",
-            "gpu_process_memory_bytes": "{{process}} (pid {{pid}})",
-        }.get(s.metric, s.label)
+        legend = _legend(s, panel)
         targets.append({"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": DS}})
     return {
         "id": pid,
