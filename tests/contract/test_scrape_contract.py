@@ -65,7 +65,8 @@ def test_the_job_picker_lists_the_users_job_and_filters_on_it(rig):
     jobs = rig.api(f"/api/v1/label/{label}/values", {"match[]": metric})
     assert jobs == ["llama-ft"]
     steps = rig.query(f'train_step_seconds_count{{{label}=~"llama-ft"}}')
-    assert steps and all(s["metric"]["job"] == "gpulens" for s in steps if "dcgm" not in s["metric"]["job"])
+    assert {s["metric"]["job"] for s in steps} == {"gpulens", "gpulens-dcgm"}  # Prometheus's own job label, both agents
+    assert all(s["metric"][label] == "llama-ft" and float(s["value"][1]) > 0 for s in steps)
 
 
 def test_no_series_carries_an_exported_label(rig):
