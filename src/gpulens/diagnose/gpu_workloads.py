@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpulens.diagnose.colocation import percentile
+from gpulens.diagnose.colocation import event_pid, percentile
 from gpulens.gpu.metrics import GPU_PROCESS_MEMORY, GPU_UP
 from gpulens.store import Event, Store
 from gpulens.workload import names as N
@@ -88,14 +88,6 @@ class WorkloadImpact:
     sentence: str = ""
 
 
-def _pid(e: Event) -> int | None:
-    v = e.data.get("pid", e.labels.get("pid"))
-    try:
-        return int(v) if v is not None and v != "" else None
-    except (TypeError, ValueError):
-        return None
-
-
 def _occupants_by_identity(store: Store, start: float | None, end: float | None) -> list[Occupant]:
     found: dict[tuple, Occupant] = {}
     # Start events are few and may precede the window; steps and requests (many) make the time span.
@@ -110,7 +102,7 @@ def _occupants_by_identity(store: Store, start: float | None, end: float | None)
             occ = found.get(key)
             if occ is None:
                 occ = found[key] = Occupant(role, labels)  # type: ignore[arg-type]
-            pid = _pid(e)
+            pid = event_pid(e)
             if pid is not None:
                 occ.pids.add(pid)
             if kind == N.EV_TRAIN_START and e.data.get("gpu") is not None:
@@ -207,7 +199,7 @@ def serving_impact(store: Store, occ: Occupant, start: float, end: float, what: 
     hi = end + REFERENCE_SECONDS if point else end
     reqs = store.events(N.EV_REQUEST, start=start - REFERENCE_SECONDS, end=hi, labels=occ.labels)
     if occ.pids:  # a service name may be shared by replicas on other GPUs of the host
-        reqs = [e for e in reqs if _pid(e) is None or _pid(e) in occ.pids]
+        reqs = [e for e in reqs if event_pid(e) is None or event_pid(e) in occ.pids]
     before = [e for e in reqs if e.t < start]
     after = [e for e in reqs if e.t >= start]
     failed = [e for e in after if e.data.get("status", "ok") != "ok"]

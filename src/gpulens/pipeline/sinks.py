@@ -128,40 +128,48 @@ class EvaluatorSink(SinkBase):
             self.evaluator.close()
 
 
-class ColocationWatch(SinkBase):
-    """Every few seconds, marks GPUs shared by a training job and a serving process."""
+class _Every(SinkBase):
+    """A sink that acts every `every_seconds` of the loop's (sample) time, at most."""
 
     ticks = True
 
-    def __init__(self, store: Store, every_seconds: float = 5.0):
-        self.store = store
+    def __init__(self, every_seconds: float):
         self.every_seconds = every_seconds
         self._last: float | None = None
 
-    def on_tick(self, now: float) -> None:
+    def due(self, now: float) -> bool:
         if self._last is not None and now - self._last < self.every_seconds:
-            return
+            return False
         self._last = now
+        return True
+
+
+class ColocationWatch(_Every):
+    """Every few seconds, marks GPUs shared by a training job and a serving process."""
+
+    def __init__(self, store: Store, every_seconds: float = 5.0):
+        super().__init__(every_seconds)
+        self.store = store
+
+    def on_tick(self, now: float) -> None:
+        if not self.due(now):
+            return
         from gpulens.diagnose.colocation import update_colocation_series
 
         update_colocation_series(self.store, now)
 
 
-class ScrapeSink(SinkBase):
+class ScrapeSink(_Every):
     """Reads serving engines' `/metrics` every `every_seconds` into the store, in the loop's thread.
     The exporter passes their histograms through (see `export.prometheus.EngineHistogramCollector`)."""
 
-    ticks = True
-
     def __init__(self, scrapers: list[Any], every_seconds: float = 5.0):
+        super().__init__(every_seconds)
         self.scrapers = scrapers
-        self.every_seconds = every_seconds
-        self._last: float | None = None
 
     def on_tick(self, now: float) -> None:
-        if self._last is not None and now - self._last < self.every_seconds:
+        if not self.due(now):
             return
-        self._last = now
         for s in self.scrapers:
             s.scrape_safely()
 

@@ -165,12 +165,7 @@ class EngineScraper:
         self.scrape_once()
         n += 1
         while (iterations is None or n < iterations) and not stop.wait(interval_seconds):
-            try:
-                self.scrape_once()
-            except GpulensError as e:
-                self.errors += 1
-                if self.errors == 1 or self.errors % 100 == 0:
-                    log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+            self.scrape_safely()
             n += 1
         return n
 
@@ -182,12 +177,7 @@ class EngineScraper:
 
         def loop() -> None:
             while not stop.wait(interval_seconds):
-                try:
-                    self.scrape_once()
-                except GpulensError as e:
-                    self.errors += 1
-                    if self.errors == 1 or self.errors % 100 == 0:
-                        log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+                self.scrape_safely()
 
         thread = threading.Thread(target=loop, daemon=True, name=f"gpulens-scrape-{self.base['service']}")
         thread.start()
