@@ -39,7 +39,7 @@ def test_queries_use_the_agents_names_and_the_pickers():
     exprs = {p["title"]: [t["expr"] for t in p["targets"]] for p in d["panels"] if p["type"] == "timeseries"}
     assert exprs["Power against its limit"] == ['gpu_power_watts{gpu=~"$gpu", host=~"$host"}', 'gpu_power_limit_watts{gpu=~"$gpu", host=~"$host"}']
     assert any("train_step_seconds" in e and 'train_job=~"$job"' in e for e in exprs["Step time and where it goes"])
-    assert exprs["Request latency p50 / p95 / p99"][2].startswith("quantile_over_time(0.99, infer_request_latency_seconds{")
+    assert exprs["Request latency p50 / p95 / p99"][2].startswith("histogram_quantile(0.99, sum by (le) (rate(infer_request_latency_seconds_bucket{")
     assert 'status="timeout"' in " ".join(exprs["Errors and timeouts per second"])
 
 

@@ -214,8 +214,48 @@ def latency_bound_low_utilization(store: Store, scope: DiagnoseScope) -> list[Fi
             f"Requests took {_ms(p50)} at the median and {_ms(p99)} at p99 while the GPU ran kernels only "
             f"{st.gpu_util_busy:.0%} of the time it was serving them: latency is bound by per-token overhead "
             "(launches, Python, tiny batches), not by the GPU.",
-            evidence, ADVICE_LATENCY_OVERHEAD))
+            evidence, _latency_advice(w)))
     return out
+
+
+def _latency_advice(w: Window) -> list[str]:
+    """An idle GPU suggests fewer replicas, unless requests also queued in this window: then
+    fewer replicas would deepen the queue (and the queueing finding asks for capacity)."""
+    queued = [r for run in _queued_runs(w) for r in run]
+    if not queued:
+        return ADVICE_LATENCY_OVERHEAD
+    wait = _pct([r.queue_wait_seconds for r in queued], 95)
+    return ADVICE_LATENCY_OVERHEAD[:-1] + [
+        f"Then cost, but not fewer replicas yet: requests also queued in this window (p95 wait {_ms(wait)}), so "
+        "removing replicas would lengthen the queue. Once batching drains it, scale replicas on queue depth."]
+
+
+def _queued_runs(w: Window) -> list[list[RequestRecord]]:
+    """Runs of adjacent QUEUE_BUCKET_SECONDS buckets of request ends where queue wait drove latency."""
+    done = [r for r in w.requests if r.status in ("ok", "timeout")]
+    if len(done) < MIN_REQUESTS:
+        return []
+    t0 = w.start
+    buckets: dict[int, list[RequestRecord]] = {}
+    for r in done:
+        buckets.setdefault(int((r.end_t - t0) // QUEUE_BUCKET_SECONDS), []).append(r)
+    flagged: list[tuple[int, list[RequestRecord]]] = []
+    for b in sorted(buckets):
+        reqs = buckets[b]
+        lat = [r.latency_seconds for r in reqs]
+        que = [r.queue_wait_seconds for r in reqs]
+        svc = [r.service_seconds for r in reqs]
+        if len(reqs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
+            flagged.append((b, reqs))
+    runs: list[list[RequestRecord]] = []
+    last = None
+    for b, reqs in flagged:
+        if last is not None and b == last + 1:
+            runs[-1].extend(reqs)
+        else:
+            runs.append(list(reqs))
+        last = b
+    return runs
 
 
 @register_analyzer("inference_queueing")
@@ -224,30 +264,7 @@ def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
     flagged buckets become one finding."""
     out = []
     for w in windows(store, scope):
-        done = [r for r in w.requests if r.status in ("ok", "timeout")]
-        if len(done) < MIN_REQUESTS:
-            continue
-        t0 = w.start
-        buckets: dict[int, list[RequestRecord]] = {}
-        for r in done:
-            buckets.setdefault(int((r.end_t - t0) // QUEUE_BUCKET_SECONDS), []).append(r)
-        flagged: list[tuple[int, list[RequestRecord]]] = []
-        for b in sorted(buckets):
-            reqs = buckets[b]
-            lat = [r.latency_seconds for r in reqs]
-            que = [r.queue_wait_seconds for r in reqs]
-            svc = [r.service_seconds for r in reqs]
-            if len(reqs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
-                flagged.append((b, reqs))
-        runs: list[list[RequestRecord]] = []
-        last = None
-        for b, reqs in flagged:
-            if last is not None and b == last + 1:
-                runs[-1].extend(reqs)
-            else:
-                runs.append(list(reqs))
-            last = b
-        for reqs in runs:
+        for reqs in _queued_runs(w):
             lat = [r.latency_seconds for r in reqs]
             que = [r.queue_wait_seconds for r in reqs]
             depth = [r.queue_depth_at_start for r in reqs if r.queue_depth_at_start is not None]

@@ -38,8 +38,8 @@ VARIABLES = {
     # variable -> (metric that carries the label, help)
     "host": ("gpu_up", "Host"),
     "gpu": ("gpu_up", "GPU"),
-    "job": ("train_step_seconds", "Training job"),
-    "service": ("infer_request_latency_seconds", "Inference service"),
+    "job": ("train_step_seconds_count", "Training job"),  # a histogram: its _count series carries the labels
+    "service": ("infer_request_latency_seconds_count", "Inference service"),
 }
 
 

@@ -80,10 +80,10 @@ def render_html(data: ReportData) -> str:
         if not data.baseline:
             h.append("<p class='muted'>The baseline window holds no data of the panels shown.</p>")
         else:
-            h.append("<table><tr><th>panel</th><th>number</th><th>this run</th><th>baseline</th><th>change</th></tr>")
+            h.append("<table><tr><th>panel</th><th>number</th><th>this run</th><th>baseline</th><th>change</th><th></th></tr>")
             for r in data.baseline:
                 h.append(f"<tr><td>{_e(r.panel)}</td><td>{_e(r.stat)}</td><td>{_e(r.value_text)}</td>"
-                         f"<td>{_e(r.baseline_text)}</td><td>{_e(r.change_text)}</td></tr>")
+                         f"<td>{_e(r.baseline_text)}</td><td>{_e(r.change_text)}</td><td>{_e(r.verdict_text)}</td></tr>")
             h.append("</table>")
     h.append("<h2>Alerts</h2>")
     if not data.alerts:
@@ -141,8 +141,9 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
         m += [f"_{_md(data.baseline_note)}_", ""]
     else:
         m += [f"Baseline window {_t(data.baseline_window.start)} – {_t(data.baseline_window.end)}.", "",
-              "| panel | number | this run | baseline | change |", "|---|---|---|---|---|"]
-        m += [f"| {_md(r.panel)} | {_md(r.stat)} | {_md(r.value_text)} | {_md(r.baseline_text)} | {_md(r.change_text)} |" for r in data.baseline]
+              "| panel | number | this run | baseline | change | |", "|---|---|---|---|---|---|"]
+        m += [f"| {_md(r.panel)} | {_md(r.stat)} | {_md(r.value_text)} | {_md(r.baseline_text)} | {_md(r.change_text)} "
+              f"| {r.verdict_text} |" for r in data.baseline]
         m.append("")
     m += ["## Alerts", ""]
     if not data.alerts:

@@ -1,9 +1,10 @@
 """The panels' series as PromQL, for the Grafana export and the dashboard's Prometheus reader.
 
-Over Prometheus a per-event series (a request's latency, a step's time) is seen as the agent
-exports it: its latest value at each scrape. Percentiles over Prometheus are therefore quantiles
-of those scraped values (quantile_over_time), an approximation; the local store keeps every event
-and computes exact percentiles.
+A per-event series (a request's latency, a step's time) reaches Prometheus as the histogram the agent
+counts from every event (`workload.names.HISTOGRAM_BUCKETS`), so percentiles are `histogram_quantile`
+over the merged buckets of the selection: right over any window, as exact as the bucket bounds
+around them (the local store keeps every event and computes them exactly). A drawn "line" of such a
+series is its mean per event over the window.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from gpulens.views.panels import SeriesSpec, StatSpec
+from gpulens.workload.names import HISTOGRAM_BUCKETS
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -28,9 +30,31 @@ def selector(metric: str, match: Mapping[str, str], regex: Mapping[str, str] | N
     return f"{metric}{{{', '.join(parts)}}}" if parts else metric
 
 
+def is_histogram(metric: str) -> bool:
+    return metric in HISTOGRAM_BUCKETS
+
+
+def histogram_quantile_expr(q: float, metric: str, match: Mapping[str, str], window: str, regex: Mapping[str, str] | None = None,
+                            fn: str = "rate") -> str:
+    """The q-quantile of every event of the selection in the window (buckets merged: never averaged)."""
+    return f"histogram_quantile({q}, sum by (le) ({fn}({selector(metric + '_bucket', match, regex)}[{window}])))"
+
+
+def histogram_mean_expr(metric: str, match: Mapping[str, str], window: str, regex: Mapping[str, str] | None = None) -> str:
+    """Mean per event in each window, one line per label set."""
+    return f"rate({selector(metric + '_sum', match, regex)}[{window}]) / rate({selector(metric + '_count', match, regex)}[{window}])"
+
+
 def series_expr(spec: SeriesSpec, match: Mapping[str, str], window: str, regex: Mapping[str, str] | None = None) -> str:
     """The PromQL of one drawn series. `window` is a range such as 1m or $__rate_interval."""
     m = {**match, **spec.match_dict}
+    if is_histogram(spec.metric):
+        if spec.kind == "quantile":
+            return histogram_quantile_expr(spec.quantile, spec.metric, m, window, regex)  # type: ignore[arg-type]
+        if spec.kind == "events_per_second" and not spec.counter:
+            return f"sum(rate({selector(spec.metric + '_count', m, regex)}[{window}]))"
+        if spec.kind == "line":
+            return histogram_mean_expr(spec.metric, m, window, regex)
     if spec.kind == "quantile":
         return f"quantile_over_time({spec.quantile}, {selector(spec.metric, m, regex)}[{window}])"
     if spec.kind == "rate":
@@ -46,7 +70,20 @@ _QUANT = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
 def stat_expr(stat: StatSpec, match: Mapping[str, str], window: str, regex: Mapping[str, str] | None = None) -> str | None:
     """The PromQL of a headline number over `window`, or None when Prometheus cannot answer it."""
-    sel = selector(stat.metric, {**match, **dict(stat.match)}, regex)
+    m = {**match, **dict(stat.match)}
+    sel = selector(stat.metric, m, regex)
+    if is_histogram(stat.metric):
+        count, total = selector(stat.metric + "_count", m, regex), selector(stat.metric + "_sum", m, regex)
+        if stat.agg in _QUANT:
+            return histogram_quantile_expr(_QUANT[stat.agg], stat.metric, m, window, regex, fn="increase")
+        if stat.agg == "count":
+            return f"sum(increase({count}[{window}]))"
+        if stat.agg == "mean":
+            return f"sum(increase({total}[{window}])) / sum(increase({count}[{window}]))"
+        if stat.agg == "sum_ratio" and stat.denominator and is_histogram(stat.denominator):
+            den = selector(stat.denominator + "_sum", m, regex)
+            return f"sum(increase({total}[{window}])) / sum(increase({den}[{window}]))"
+        return None  # a histogram keeps no min or max
     if stat.agg in _OVER_TIME:
         outer = "max" if stat.agg == "max" else "min" if stat.agg == "min" else "avg"
         return f"{outer}({_OVER_TIME[stat.agg]}({sel}[{window}]))"
