@@ -220,3 +220,18 @@ def test_sqlite_file_of_another_program_is_one_clear_error(tmp_path, capsys):
     assert main(["diagnose", "--store", str(db)]) == EXIT_BAD_INPUT
     err = " ".join(capsys.readouterr().err.split())
     assert f"Cannot read the store {db}: no such table" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
+def test_no_room_for_the_store_folder_is_storage_full_too(tmp_path):
+    mnt = tmp_path / "noinodes"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,nr_inodes=2", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        (mnt / "taken").write_bytes(b"")  # the last free inode
+        with pytest.raises(StorageFullError) as err:
+            Store(mnt / "new" / "s.db")
+        assert err.value.exit_code == EXIT_STORAGE_FULL
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

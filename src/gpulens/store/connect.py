@@ -47,6 +47,8 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise storage_error(e, path, "create", OPEN_HINT) from None
             raise StoreError(
                 f"Cannot create the folder for the store {path}: {e.strerror}.",
                 hint="Choose a --store path in a folder you can write to.",
