@@ -69,9 +69,9 @@ def test_monitor_and_importer_write_the_same_request_the_same_way(tmp_path):
 
 
 def test_same_requests_same_p99_in_diagnosis_dashboard_and_report(tmp_path):
-    """One percentile everywhere: the slo_violation finding, the dashboard reader's stat and the
-    report's headline number all equal gpulens.stats.percentile of the latencies (which, for these
-    20 requests, is not what nearest-rank gives)."""
+    """One percentile everywhere: the slo_violation finding, the dashboard reader's stat, the
+    report's headline number and `bench serve`'s histogram all equal gpulens.stats.percentile of
+    the latencies (which, for these 20 requests, is not what nearest-rank gives)."""
     from gpulens.diagnose import DiagnoseScope, diagnose
     from gpulens.diagnose.inference import set_slos
     from gpulens.report.build import build_report_data
@@ -96,3 +96,10 @@ def test_same_requests_same_p99_in_diagnosis_dashboard_and_report(tmp_path):
     report = build_report_data(db, service="chat")
     stats = {s.id: s.value for p in report.panels for s in p.stats}
     assert stats["latency_p99"] == pytest.approx(expected)
+    # `bench serve` records into HdrHistogram; its p99 is the same definition, to within 0.1%.
+    from gpulens.bench.serve.stats import Distribution
+
+    d = Distribution()
+    for lat in latencies:
+        d.record(lat)
+    assert d.percentile(99) == pytest.approx(expected, rel=2e-3)
