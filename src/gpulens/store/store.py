@@ -3,6 +3,9 @@
 SQLite in WAL mode: one file, crash-safe, readable by several processes while one writes.
 Writes are buffered and committed in batches; each commit also folds the batch into 1-minute and
 1-hour roll-ups (min/max/sum/count), so a week-long chart reads a few thousand rows, not millions.
+Readers ask typed questions (by name and labels, or by series id for those that cache ids) and get
+typed answers (`store.types`); the features' own tables are reached through the repositories
+beside this module. Opening a file migrates it (`connect`, `migrations`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ DEFAULT_RETENTION_SECONDS: dict[str, float] = {
     "rollup_1h": 2 * 365 * 86400,
     "events": 90 * 86400,
 }
+
 
 class Store:
     """A gpulens store at `path`. Thread-safe for one writer thread plus readers in this process;
