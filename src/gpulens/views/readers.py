@@ -82,7 +82,8 @@ def counter_rate(t: list[float], vmax: list[float]) -> tuple[list[float], list[f
 
 
 class StoreReader:
-    """Reads a local gpulens store (opened read-only: the dashboard never writes)."""
+    """Reads a local gpulens store (opened read-only: the dashboard never writes, except that opening
+    a store from an older gpulens migrates it once)."""
 
     kind = "store"
     supports_events = True
