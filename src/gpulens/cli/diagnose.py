@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ from gpulens.errors import BadInputError, StorageFullError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.workload.names import TRAIN_JOB_LABEL
 
-SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 FORMATS = ("text", "json")
 
 
@@ -60,7 +58,9 @@ def diagnose_command(
     if fmt == "json":
         typer.echo(json.dumps([f.to_dict() for f in findings], indent=2, default=str))
         return
-    _render_text(findings, store, job, service)
+    from gpulens.diagnose.render import render_findings
+
+    render_findings(console, findings, store, job, service)
 
 
 def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:
@@ -85,70 +85,6 @@ def _check_selection(st: Any, job: str | None, service: str | None) -> None:
         if service not in services:
             have = ", ".join(services) if services else "none"
             raise BadInputError(f"The store {st.path} has no requests of service {service!r} (services there: {have}).", hint="Check the spelling, or leave out --service.")
-
-
-def _when(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _value(key: str, v: Any) -> str:
-    from gpulens.units import format_bytes, format_seconds
-
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    if isinstance(v, dict):
-        if {"slo", "value"} <= v.keys():  # a missed objective: "p99_latency<=500ms: 2.62 s"
-            is_rate = str(v["slo"]).startswith("error_rate")
-            return f"{v['slo']}: {_value('error_ratio' if is_rate else 'value_seconds', v['value'])}"
-        return ", ".join(f"{k}: {_value(key, x)}" for k, x in v.items())
-    if isinstance(v, list):
-        return "; ".join(_value(key, x) for x in v)
-    if isinstance(v, int | float):
-        if key.endswith("_hz"):
-            return f"{v / 1e6:,.0f} MHz"
-        if key.endswith("_celsius"):
-            return f"{v:.0f} °C"
-        if key.endswith("_bytes"):
-            return format_bytes(v)
-        if key.endswith("_seconds"):
-            return format_seconds(float(v))
-        if "_vs_" in key or key == "ratio":
-            return f"{v:.2f}×"
-        if key.endswith(("_ratio", "_share")):
-            return f"{v:.0%}"
-        if isinstance(v, float):
-            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-        return f"{v:,}"
-    return str(v)
-
-
-def _render_text(findings: list[Any], store: Path, job: str | None, service: str | None) -> None:
-    what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
-    if not findings:
-        console.print(f"No bottleneck found for {what} in {store}.")
-        console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
-        return
-    console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {store}: GPU faults first, then oldest first.")
-    console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
-    for n, f in enumerate(findings, 1):
-        style = SEVERITY_STYLE.get(f.severity, "")
-        who = ", ".join(f"{k} {v}" for k, v in f.labels.items() if k in (TRAIN_JOB_LABEL, "rank", "service", "gpu", "host"))
-        dur = f.end - f.start
-        console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}{'; ' + who if who else ''}[/]")
-        span = f"{_when(f.start)}" + (f" → {datetime.fromtimestamp(f.end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
-        console.print(f"   [dim]{span}[/]")
-        console.print(f"   {f.summary}", highlight=False)
-        if f.evidence:
-            console.print("   [bold]Evidence[/]")
-            for k, v in f.evidence.items():
-                if v is None or v == [] or (isinstance(v, dict) and len(v) > 6) or (isinstance(v, list) and isinstance(v[0], dict)):
-                    continue  # nested detail stays in --format json
-                console.print(f"     {k.replace('_', ' ')}: {_value(k, v)}", highlight=False)
-        if f.advice:
-            console.print("   [bold]What to do, in order[/]")
-            for i, a in enumerate(f.advice, 1):
-                console.print(f"     {i}. {a}", highlight=False)
-        console.print()
 
 
 def register(app: typer.Typer) -> None:

@@ -20,12 +20,19 @@ class Finding:
     end: float
     severity: Severity
     summary: str  # one sentence a beginner understands
-    evidence: dict[str, Any] = field(default_factory=dict)  # the numbers that support it
+    evidence: dict[str, Any] = field(default_factory=dict)  # the numbers that support it (typed: diagnose.evidence)
     advice: list[str] = field(default_factory=list)  # ordered: the step that pays most first
     labels: dict[str, str] = field(default_factory=dict)  # job / service / gpu
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready: evidence values as plain numbers, with `evidence_units` (the unit of each value
+        that has one) and `evidence_text` (each value as the terminal, dashboard and report show it)."""
+        from gpulens.diagnose.evidence import format_value, unit_of
+
+        d = asdict(self)
+        d["evidence_units"] = {k: u for k, v in self.evidence.items() if (u := unit_of(v))}
+        d["evidence_text"] = {k: format_value(v) for k, v in self.evidence.items()}
+        return d
 
 
 @dataclass

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gpulens.alerts.xid import xid_info
+from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.diagnose.gpu_workloads import (
     GpuRef,
@@ -244,7 +245,7 @@ def remap_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
                 out.append(HealthEvent(
                     kind, ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, True,
                     f"On {ref} {text} (since {_when(d.t[a])}).", f"{ref} reported a row remapping {'failure' if sev == 'critical' else 'pending'}",
-                    {"flag_seconds": round(secs, 1), "remapped_rows_uncorrectable": None if rows is None else int(rows)}, advice,
+                    {"flag_seconds": Q.seconds(round(secs, 1)), "remapped_rows_uncorrectable": None if rows is None else int(rows)}, advice,
                 ))
     return out
 
@@ -258,7 +259,7 @@ def lost_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
             out.append(HealthEvent(
                 "gpu_lost", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "critical", True,
                 f"{ref} stopped answering at {_when(d.t[a])} (GPU is lost){' and had not come back at the last sample' if still else f' for {secs:.0f} s'}.",
-                f"{ref} was lost", {"lost_seconds": round(secs, 1), "lost_at_last_sample": still},
+                f"{ref} was lost", {"lost_seconds": Q.seconds(round(secs, 1)), "lost_at_last_sample": still},
                 ["Drain and reboot the node; look for XID 79 (fallen off the bus) in the kernel log (dmesg).", *ADVICE_HARDWARE[1:],
                  "If it repeats, check the GPU's power cables and PCIe / SXM seating."],
             ))
@@ -305,8 +306,8 @@ def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MI
                     "gpu_clock_cut", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, False,
                     f"The clocks of {ref} were cut for {reason} for {secs:.0f} s from {_when(d.t[a])}: {cause}{depth}.",
                     f"the clocks of {ref} were cut for {reason}",
-                    {"reason": reason, "cut_seconds": round(secs, 1), "sm_clock_before_hz": before_hz, "sm_clock_during_hz": during_hz,
-                     "sm_clock_lowest_hz": lowest_hz, "sm_clock_drop_ratio": None if drop is None else round(drop, 3)},
+                    {"reason": reason, "cut_seconds": Q.seconds(round(secs, 1)), "sm_clock_before_hz": Q.hertz(before_hz), "sm_clock_during_hz": Q.hertz(during_hz),
+                     "sm_clock_lowest_hz": Q.hertz(lowest_hz), "sm_clock_drop_ratio": Q.ratio(None if drop is None else round(drop, 3))},
                     list(advice),
                 ))
     return out
@@ -335,8 +336,8 @@ def temperature_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
                 f"{ref} reached {peak:.0f} °C for {secs:.0f} s from {_when(d.t[a])}, {where} its slowdown temperature ({slowdown:.0f} °C)"
                 + (f"; it shuts down at {shutdown:.0f} °C." if shutdown else "."),
                 f"{ref} ran at {peak:.0f} °C",
-                {"temperature_max_celsius": peak, "temperature_slowdown_celsius": slowdown, "temperature_shutdown_celsius": shutdown,
-                 "hot_seconds": round(secs, 1)},
+                {"temperature_max_celsius": Q.celsius(peak), "temperature_slowdown_celsius": Q.celsius(slowdown), "temperature_shutdown_celsius": Q.celsius(shutdown),
+                 "hot_seconds": Q.seconds(round(secs, 1))},
                 list(ADVICE_THERMAL),
             ))
     return out
@@ -362,8 +363,8 @@ def memory_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
                 "gpu_memory_full", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
                 f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {_when(d.t[a])}: the next allocation on it may fail.",
                 f"the memory of {ref} was {peak / total:.0%} full",
-                {"memory_used_max_bytes": int(peak), "memory_total_bytes": int(total), "memory_used_max_ratio": round(peak / total, 3),
-                 "full_seconds": round(secs, 1)},
+                {"memory_used_max_bytes": Q.bytes_(int(peak)), "memory_total_bytes": Q.bytes_(int(total)), "memory_used_max_ratio": Q.ratio(round(peak / total, 3)),
+                 "full_seconds": Q.seconds(round(secs, 1))},
                 list(ADVICE_MEMORY),
             ))
     return out

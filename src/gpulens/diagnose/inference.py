@@ -16,6 +16,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
+from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.stats import percentile
 from gpulens.store import Store
@@ -203,12 +204,12 @@ def latency_bound_low_utilization(store: Store, scope: DiagnoseScope) -> list[Fi
         queue_share = sum(st.queue) / max(sum(st.latency), 1e-9)
         p50, p99 = _pct(st.latency, 50), _pct(st.latency, 99)
         evidence = {
-            "requests": st.n, "latency_p50_seconds": p50, "latency_p99_seconds": p99,
-            "service_p50_seconds": _pct(st.service, 50), "queue_wait_share": queue_share,
-            "busy_ratio": st.busy_ratio, "gpu_utilization_while_serving_ratio": st.gpu_util_busy,
+            "requests": st.n, "latency_p50_seconds": Q.seconds(p50), "latency_p99_seconds": Q.seconds(p99),
+            "service_p50_seconds": Q.seconds(_pct(st.service, 50)), "queue_wait_share": Q.ratio(queue_share),
+            "busy_ratio": Q.ratio(st.busy_ratio), "gpu_utilization_while_serving_ratio": Q.ratio(st.gpu_util_busy),
         }
         if st.tpot:
-            evidence["tpot_p50_seconds"] = _pct(st.tpot, 50)
+            evidence["tpot_p50_seconds"] = Q.seconds(_pct(st.tpot, 50))
         out.append(_finding(
             "latency_bound_low_utilization", w, w.start, w.end, "warning",
             f"Requests took {_ms(p50)} at the median and {_ms(p99)} at p99 while the GPU ran kernels only "
@@ -268,9 +269,9 @@ def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
             lat = [r.latency_seconds for r in reqs]
             que = [r.queue_wait_seconds for r in reqs]
             depth = [r.queue_depth_at_start for r in reqs if r.queue_depth_at_start is not None]
-            ev = {"requests": len(reqs), "queue_wait_share": sum(que) / max(sum(lat), 1e-9),
-                  "queue_wait_p95_seconds": _pct(que, 95), "latency_p95_seconds": _pct(lat, 95),
-                  "service_p50_seconds": _pct([r.service_seconds for r in reqs], 50)}
+            ev = {"requests": len(reqs), "queue_wait_share": Q.ratio(sum(que) / max(sum(lat), 1e-9)),
+                  "queue_wait_p95_seconds": Q.seconds(_pct(que, 95)), "latency_p95_seconds": Q.seconds(_pct(lat, 95)),
+                  "service_p50_seconds": Q.seconds(_pct([r.service_seconds for r in reqs], 50))}
             if depth:
                 ev["queue_depth_max"] = max(depth)
             start = min(r.arrival_t for r in reqs)
@@ -295,15 +296,15 @@ def errors_and_timeouts(store: Store, scope: DiagnoseScope) -> list[Finding]:
                 "error_rate", w, w.start, w.end, "critical" if ratio >= ERROR_RATIO_CRIT else "warning",
                 f"{errors} of {st.n} requests ({ratio:.1%}) failed or were rejected.",
                 {"requests": st.n, "errors": st.statuses.get("error", 0), "rejected": st.statuses.get("rejected", 0),
-                 "error_ratio": ratio}, ADVICE_ERRORS))
+                 "error_ratio": Q.ratio(ratio)}, ADVICE_ERRORS))
         timeouts = st.statuses.get("timeout", 0)
         if timeouts:
             tl = [r.latency_seconds for r in w.requests if r.status == "timeout"]
             out.append(_finding(
                 "timeouts", w, w.start, w.end, "critical" if timeouts / st.n >= ERROR_RATIO_CRIT else "warning",
                 f"{timeouts} of {st.n} requests timed out, after {_ms(min(tl))} or more.",
-                {"requests": st.n, "timeouts": timeouts, "timeout_ratio": timeouts / st.n,
-                 "timeout_latency_min_seconds": min(tl)}, ADVICE_TIMEOUTS))
+                {"requests": st.n, "timeouts": timeouts, "timeout_ratio": Q.ratio(timeouts / st.n),
+                 "timeout_latency_min_seconds": Q.seconds(min(tl))}, ADVICE_TIMEOUTS))
     return out
 
 
@@ -356,7 +357,8 @@ def slo_violation(store: Store, scope: DiagnoseScope) -> list[Finding]:
                     continue
                 v = statistics.fmean(vals) if s.stat == "mean" else max(vals) if s.stat == "max" else _pct(vals, s.percentile or 99)
             if not s.holds(v):
-                missed.append({"slo": s.text, "value": v, "bound": s.bound})
+                typed = Q.ratio if s.metric.startswith("error_rate") else Q.seconds
+                missed.append({"slo": s.text, "value": typed(v), "bound": typed(s.bound)})
         if missed:
             first = missed[0]
             out.append(_finding(
@@ -384,7 +386,7 @@ def memory_headroom(store: Store, scope: DiagnoseScope) -> list[Finding]:
                 "memory_headroom", w, high[0][0], high[-1][0], "warning",
                 f"The KV cache was {max(v for _, v in high):.0%} full: new requests wait for cache space or "
                 "preempt others, and a longer context or larger batch will not fit.",
-                {"kv_cache_usage_max_ratio": max(v for _, v in high), "samples_above_threshold": len(high)},
+                {"kv_cache_usage_max_ratio": Q.ratio(max(v for _, v in high)), "samples_above_threshold": len(high)},
                 ADVICE_MEMORY))
     for w in windows(store, scope):
         used = _gpu_values(store, "gpu_memory_used_bytes", w.start, w.end, w.labels.get("host"))
@@ -398,7 +400,7 @@ def memory_headroom(store: Store, scope: DiagnoseScope) -> list[Finding]:
                 "memory_headroom", w, w.start, w.end, "warning",
                 f"GPU memory reached {peak / cap:.0%} of the card while serving: little headroom for longer "
                 "contexts or larger batches.",
-                {"gpu_memory_used_max_bytes": peak, "gpu_memory_total_bytes": cap, "used_ratio": peak / cap},
+                {"gpu_memory_used_max_bytes": Q.bytes_(peak), "gpu_memory_total_bytes": Q.bytes_(cap), "used_ratio": Q.ratio(peak / cap)},
                 ADVICE_MEMORY))
     return out
 
@@ -412,7 +414,7 @@ def cold_start(store: Store, scope: DiagnoseScope) -> list[Finding]:
         if not isinstance(seconds, int | float):
             continue
         w = Window(e.labels.get("service", ""), dict(e.labels))
-        evidence = {"cold_start_seconds": float(seconds)}
+        evidence = {"cold_start_seconds": Q.seconds(float(seconds))}
         if e.data.get("params"):
             evidence["parameters"] = e.data["params"]
         # Requests in the first WINDOW_GAP_SECONDS after the load that were slow compared with the rest

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.stats import percentile
 from gpulens.store import Store
@@ -317,11 +318,11 @@ def input_bound(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding]:
         util = _util_over(view, seg)
         ev = {
             "steps": len(seg),
-            "data_wait_share": _r(share),
-            "median_step_seconds": _r(med, 4),
-            "baseline_busy_step_seconds": _r(base, 4),
-            "step_time_vs_busy_baseline": _r(med / base, 2) if base else None,
-            "gpu_utilization_ratio": _r(util),
+            "data_wait_share": Q.ratio(_r(share)),
+            "median_step_seconds": Q.seconds(_r(med, 4)),
+            "baseline_busy_step_seconds": Q.seconds(_r(base, 4)),
+            "step_time_vs_busy_baseline": Q.factor(_r(med / base, 2) if base else None),
+            "gpu_utilization_ratio": Q.ratio(_r(util)),
         }
         sev = "critical" if share >= 0.5 else "warning"
         summary = (
@@ -338,7 +339,7 @@ def comm_bound(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding]:
     out = []
     for a, b, share, med in _wait_segments(run, view, "comm_wait_s", COMM_WAIT_SHARE):
         seg = run.steps[a : b + 1]
-        ev = {"steps": len(seg), "comm_wait_share": _r(share), "median_step_seconds": _r(med, 4), "gpu_utilization_ratio": _r(_util_over(view, seg))}
+        ev = {"steps": len(seg), "comm_wait_share": Q.ratio(_r(share)), "median_step_seconds": Q.seconds(_r(med, 4)), "gpu_utilization_ratio": Q.ratio(_r(_util_over(view, seg)))}
         summary = f"Communication-bound: for {len(seg)} steps rank {run.rank} waited on the other ranks {share:.0%} of the step time."
         out.append(_finding("comm_bound", run, a, b, "critical" if share >= 0.5 else "warning", summary, ev, ADVICE_COMM))
     return out
@@ -362,12 +363,12 @@ def checkpoint_stall(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Find
         start = s.t_end - ck
         util = _mean(_window(view.util_t, view.util_v, start, s.t_end)) if view.util_t else None
         ev = {
-            "checkpoint_seconds": _r(ck, 3),
+            "checkpoint_seconds": Q.seconds(_r(ck, 3)),
             "steps_lost": _r(ck / base, 1) if base else None,
-            "baseline_busy_step_seconds": _r(base, 4),
+            "baseline_busy_step_seconds": Q.seconds(_r(base, 4)),
             "steps_since_previous_checkpoint": (i - idx[n - 1]) if n else None,
-            "checkpoint_time_share": _r(total_ckpt / span) if span > 0 else None,
-            "gpu_utilization_ratio": _r(util),
+            "checkpoint_time_share": Q.ratio(_r(total_ckpt / span) if span > 0 else None),
+            "gpu_utilization_ratio": Q.ratio(_r(util)),
         }
         sev = "warning" if ev["checkpoint_time_share"] and ev["checkpoint_time_share"] >= 0.05 else "info"
         summary = f"Checkpoint stall: saving a checkpoint stopped training for {ck:.2f} s (about {ck / base:.0f} steps of work)." if base else f"Checkpoint stall: saving a checkpoint stopped training for {ck:.2f} s."
@@ -421,11 +422,11 @@ def underutilized(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding
         best = [s.tokens / s.duration_seconds for s, w in zip(run.steps, run.warm, strict=True) if w and s.tokens and s.duration_seconds > 0]
         ev = {
             "steps": len(seg),
-            "gpu_utilization_ratio": _r(u),
-            "tensor_active_ratio": _r(tensor, 4),
+            "gpu_utilization_ratio": Q.ratio(_r(u)),
+            "tensor_active_ratio": Q.ratio(_r(tensor, 4)),
             "batch_size": statistics.median(samples) if samples else None,
             "largest_batch_size_in_run": max((s.samples or 0 for s in run.steps), default=None) or None,
-            "tokens_per_second": _r(statistics.median(tps), 0) if tps else None,
+            "tokens_per_second": Q.per_second(_r(statistics.median(tps), 0) if tps else None),
             "best_tokens_per_second_in_run": _r(max(best), 0) if best else None,
         }
         tensor_txt = f", tensor cores active {tensor:.0%} of the time" if tensor is not None else ""
@@ -449,7 +450,7 @@ def throttled(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding]:
             if dur < THROTTLE_MIN_SECONDS:
                 continue
             share = _mean(_window(ts, vs, seg[0].t_start, seg[-1].t_end)) or 0.0
-            ev = {"reason": reason, "active_share": _r(share), "seconds": _r(dur, 1), "steps": len(seg), "median_step_seconds": _r(statistics.median(s.duration_seconds for s in seg), 4)}
+            ev = {"reason": reason, "active_share": Q.ratio(_r(share)), "seconds": Q.seconds(_r(dur, 1)), "steps": len(seg), "median_step_seconds": Q.seconds(_r(statistics.median(s.duration_seconds for s in seg), 4))}
             summary = f"Throttled: the GPU lowered its clocks ({reason.replace('_', ' ')}) during {share:.0%} of {dur:.0f} s of training."
             out.append(_finding("throttled", run, a, b, THROTTLE_REASONS[reason], summary, ev, ADVICE_THROTTLED))
     return out
@@ -474,7 +475,7 @@ def memory_pressure(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Findi
         peak = max(max(s.mem_peak or 0, s.mem_reserved or 0) for s in seg)
         used = max(_window(view.mem_used_t, view.mem_used_v, seg[0].t_start, seg[-1].t_end), default=0.0) if view.mem_used_t else 0.0
         share = max(peak, used) / total
-        ev = {"memory_share": _r(share), "allocator_peak_bytes": peak or None, "device_used_bytes": int(used) or None, "device_total_bytes": int(total), "steps": len(seg)}
+        ev = {"memory_share": Q.ratio(_r(share)), "allocator_peak_bytes": Q.bytes_(peak or None), "device_used_bytes": Q.bytes_(int(used) or None), "device_total_bytes": Q.bytes_(int(total)), "steps": len(seg)}
         summary = f"Memory pressure: the job used {share:.0%} of the GPU's memory; a slightly larger batch or sequence will run out of memory."
         out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY))
     return out
@@ -490,7 +491,8 @@ def oom(store: Store, scope: DiagnoseScope) -> list[Finding]:
     for e in store.events(N.EV_TRAIN_OOM, start=scope.start, end=scope.end, labels=labels):
         d = e.data
         keys = ("requested_bytes", "allocated_bytes", "reserved_bytes", "largest_free_block_bytes", "device_free_bytes", "step", "pid", "message")
-        ev = {k: d.get(k) for k in keys if d.get(k) is not None}
+        ev = {k: Q.bytes_(d[k]) if k.endswith("_bytes") and isinstance(d[k], int | float) else d[k]
+              for k in keys if d.get(k) is not None}
         frag = ""
         if d.get("reserved_bytes") and d.get("allocated_bytes") is not None and d["reserved_bytes"] - d["allocated_bytes"] > 0.2 * d["reserved_bytes"]:
             frag = " Much reserved memory was free but fragmented: try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
@@ -548,7 +550,8 @@ def straggler(store: Store, scope: DiagnoseScope) -> list[Finding]:
             continue
         waits = {r.rank: _r(statistics.median([s.comm_wait_s or 0.0 for s in r.steps]), 4) for r in rs}
         run = next(r for r in rs if r.rank == slow)
-        ev = {"slow_rank": slow, "busy_step_seconds_by_rank": {k: _r(v, 4) for k, v in sorted(busy.items())}, "comm_wait_seconds_by_rank": dict(sorted(waits.items())), "slow_vs_others": _r(busy[slow] / others, 2) if others else None, "host": run.host}
+        ev = {"slow_rank": slow, "busy_step_seconds_by_rank": {k: Q.seconds(_r(v, 4)) for k, v in sorted(busy.items())},
+              "comm_wait_seconds_by_rank": {k: Q.seconds(v) for k, v in sorted(waits.items())}, "slow_vs_others": Q.factor(_r(busy[slow] / others, 2) if others else None), "host": run.host}
         summary = f"Straggler: rank {slow} (host {run.host}) needs {busy[slow]:.3g} s of work per step against {others:.3g} s on the other ranks, so every rank waits for it."
         out.append(Finding("straggler", "training", min(r.steps[0].t_start for r in rs), max(r.steps[-1].t_end for r in rs), "warning", summary, ev, list(ADVICE_STRAGGLER), {N.TRAIN_JOB_LABEL: job, "rank": slow, "host": run.host}))
     return out
@@ -576,7 +579,7 @@ def step_time_regression(run: Run, view: GpuView, scope: DiagnoseScope) -> list[
         for a, b in _segments(flags, REGRESSION_MIN_STEPS, max_gap=1):
             seg = [run.steps[i] for i in idx[a : b + 1]]
             med = statistics.median(s.busy_seconds for s in seg)
-            ev = {"steps": len(seg), "busy_step_seconds": _r(med, 4), "baseline_busy_step_seconds": _r(base, 4), "ratio": _r(med / base, 2), "batch_size": batch, "gpu_utilization_ratio": _r(_util_over(view, seg))}
+            ev = {"steps": len(seg), "busy_step_seconds": Q.seconds(_r(med, 4)), "baseline_busy_step_seconds": Q.seconds(_r(base, 4)), "ratio": Q.factor(_r(med / base, 2)), "batch_size": batch, "gpu_utilization_ratio": Q.ratio(_r(_util_over(view, seg)))}
             summary = f"Step-time regression: {len(seg)} steps took {med / base:.1f}× the job's baseline ({med:.3g} s against {base:.3g} s) with no data, communication or checkpoint wait to explain it."
             out.append(Finding("step_time_regression", "training", seg[0].t_start, seg[-1].t_end, "warning", summary, ev, list(ADVICE_REGRESSION), run.labels))  # type: ignore[arg-type]
     return out

@@ -36,11 +36,10 @@ def _selection_text(data: ReportData) -> str:
     return ", ".join(parts) or "everything in the store"
 
 
-def _evidence_text(evidence: dict) -> str:
-    out = []
-    for k, v in evidence.items():
-        out.append(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
-    return " · ".join(out)
+def _evidence_text(finding: dict) -> str:
+    """The evidence as the terminal shows it (`evidence_text`, formatted from the values' units)."""
+    text = finding.get("evidence_text") or {k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in finding.get("evidence", {}).items()}
+    return " · ".join(f"{k.replace('_', ' ')}: {v}" for k, v in text.items())
 
 
 def render_html(data: ReportData) -> str:
@@ -67,7 +66,7 @@ def render_html(data: ReportData) -> str:
         h.append(f"<div class='finding' data-kind='{_e(f['kind'])}'><p><span class='sev {_e(f['severity'])}'>{_e(f['severity'])}</span> "
                  f"<b>{_e(f['kind'])}</b> ({_e(f['workload'])}, {_e(_t(f['start']))} – {_e(_t(f['end']))}): {_e(f['summary'])}</p>")
         if f.get("evidence"):
-            h.append(f"<p class='muted'>{_e(_evidence_text(f['evidence']))}</p>")
+            h.append(f"<p class='muted'>{_e(_evidence_text(f))}</p>")
         if f.get("advice"):
             h.append("<ol>" + "".join(f"<li>{_e(a)}</li>" for a in f["advice"]) + "</ol>")
         h.append("</div>")
@@ -133,7 +132,7 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
     for f in data.findings:
         m.append(f"- **{_md(f['severity'])} · {_md(f['kind'])}** ({_md(f['workload'])}, {_t(f['start'])} – {_t(f['end'])}): {_md(f['summary'])}")
         if f.get("evidence"):
-            m.append(f"  - evidence: {_md(_evidence_text(f['evidence']))}")
+            m.append(f"  - evidence: {_md(_evidence_text(f))}")
         for i, a in enumerate(f.get("advice") or [], 1):
             m.append(f"  {i}. {_md(a)}")
     m += ["", "## Comparison with the baseline", ""]

@@ -211,7 +211,8 @@ function renderFindings(res) {
     li.appendChild(el("div", {}, f.summary));
     const where = Object.entries(f.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
     li.appendChild(el("div", { class: "evidence" }, `${timeText(f.start)} – ${timeText(f.end)}${where ? " · " + where : ""}`));
-    const ev = Object.entries(f.evidence || {}).map(([k, v]) => `${k}: ${typeof v === "number" ? +v.toPrecision(4) : JSON.stringify(v)}`);
+    // evidence_text: each value formatted from its unit by the library, as the terminal shows it
+    const ev = Object.entries(f.evidence_text || f.evidence || {}).map(([k, v]) => `${k.replaceAll("_", " ")}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
     if (ev.length) li.appendChild(el("div", { class: "evidence" }, ev.join(" · ")));
     if ((f.advice || []).length) {
       const ol = el("ol", { class: "advice" });

@@ -1,0 +1,126 @@
+"""Typed evidence: the numbers behind a finding, each with its unit where it has one.
+
+A `Quantity` is a float that knows its unit (`Seconds(0.25) == 0.25`, JSON writes it as 0.25), so
+analyzers state the unit where they compute a value, and every surface (terminal, dashboard, report,
+JSON) formats it the same way from its type, never from a guess at the key's name.
+
+    ev = {"median_step_seconds": seconds(med), "data_wait_share": ratio(share), "steps": len(seg)}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from gpulens.units import format_bytes, format_seconds
+
+
+class Quantity(float):
+    unit: ClassVar[str] = ""
+
+    def text(self) -> str:
+        v = float(self)
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+class Seconds(Quantity):
+    unit = "seconds"
+
+    def text(self) -> str:
+        return format_seconds(float(self))
+
+
+class Bytes(Quantity):
+    unit = "bytes"
+
+    def text(self) -> str:
+        return format_bytes(float(self))
+
+
+class Ratio(Quantity):
+    """A share of a whole, 0..1 (shown as a percentage)."""
+
+    unit = "ratio"
+
+    def text(self) -> str:
+        return f"{float(self):.0%}"
+
+
+class Factor(Quantity):
+    """How many times another figure (e.g. slow rank vs the others)."""
+
+    unit = "factor"
+
+    def text(self) -> str:
+        return f"{float(self):.2f}×"
+
+
+class Hertz(Quantity):
+    unit = "hertz"
+
+    def text(self) -> str:
+        return f"{float(self) / 1e6:,.0f} MHz"
+
+
+class Celsius(Quantity):
+    unit = "celsius"
+
+    def text(self) -> str:
+        return f"{float(self):.0f} °C"
+
+
+class Watts(Quantity):
+    unit = "watts"
+
+    def text(self) -> str:
+        return f"{float(self):.0f} W"
+
+
+class PerSecond(Quantity):
+    unit = "per_second"
+
+    def text(self) -> str:
+        return f"{super().text()}/s"
+
+
+def _maker(cls: type[Quantity]):  # type: ignore[no-untyped-def]
+    def make(value: float | None) -> Quantity | None:
+        return None if value is None else cls(value)
+
+    make.__name__ = cls.__name__.lower()
+    make.__doc__ = f"`{cls.__name__}(value)`, or None for a missing value."
+    return make
+
+
+seconds, bytes_, ratio, factor, hertz, celsius, watts, per_second = (
+    _maker(c) for c in (Seconds, Bytes, Ratio, Factor, Hertz, Celsius, Watts, PerSecond)
+)
+
+
+def format_value(v: Any) -> str:
+    """One evidence value as text: a quantity by its unit, anything else as it is."""
+    if isinstance(v, Quantity):
+        return v.text()
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, Mapping):
+        if {"slo", "value"} <= v.keys():  # a missed objective: "p99_latency<=500ms: 2.62 s"
+            return f"{v['slo']}: {format_value(v['value'])}"
+        return ", ".join(f"{k}: {format_value(x)}" for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return "; ".join(format_value(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def unit_of(v: Any) -> str | None:
+    """The unit of a value: its own, or the one all values of a mapping share."""
+    if isinstance(v, Quantity):
+        return v.unit
+    if isinstance(v, Mapping) and v:
+        units = {unit_of(x) for x in v.values()}
+        return units.pop() if len(units) == 1 else None
+    return None

@@ -1,0 +1,33 @@
+"""Evidence values carry their units (diagnose.evidence): every surface formats them from the type."""
+
+from __future__ import annotations
+
+import json
+
+from gpulens.diagnose import diagnose
+from gpulens.diagnose.evidence import Bytes, Quantity, Ratio, Seconds, format_value, unit_of
+
+
+def test_quantities_are_numbers_that_know_their_unit():
+    s = Seconds(0.25)
+    assert s == 0.25 and s * 2 == 0.5 and json.dumps({"x": s}) == '{"x": 0.25}'
+    assert (s.unit, format_value(s)) == ("seconds", "250 ms") or format_value(s).endswith("s")
+    assert format_value(Ratio(0.42)) == "42%" and format_value(Bytes(2**30)).endswith("GiB")
+    assert format_value(0.5) == "0.5"  # a bare number is not guessed into a unit
+    assert unit_of({"0": Seconds(1.0), "1": Seconds(2.0)}) == "seconds" and unit_of(3) is None
+
+
+def test_every_number_with_a_unit_suffix_in_the_h200_findings_is_typed(replayed_store):
+    from gpulens.store import Store
+
+    with Store(replayed_store, readonly=True) as st:
+        findings = diagnose(st)
+    assert findings
+    suffixes = ("_seconds", "_bytes", "_ratio", "_share", "_hz", "_celsius")
+    for f in findings:
+        d = f.to_dict()
+        for k, v in f.evidence.items():
+            if k.endswith(suffixes) and isinstance(v, int | float) and not isinstance(v, bool):
+                assert isinstance(v, Quantity), (f.kind, k, v)
+                assert d["evidence_units"][k] == v.unit and d["evidence_text"][k] == v.text()
+        json.dumps(d)  # JSON-ready
