@@ -9,7 +9,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -25,23 +25,9 @@ log = logging.getLogger(__name__)
 AlertStatus = Literal["pending", "firing", "resolved"]
 
 @dataclass
-class AlertState:
-    """One alert (a rule firing for one label set). Times are unix seconds."""
-
-    rule: str
-    severity: str
-    labels: dict[str, str]
-    state: AlertStatus
-    active_since: float
-    value: float
-    summary: str
-    advice: str
-    annotations: dict[str, str] = field(default_factory=dict)
-    fired_at: float | None = None
-    resolved_at: float | None = None
-    silenced: bool = False
-    fingerprint: str = ""
-    id: int | None = None
+class AlertState(repo.AlertRow):
+    """One alert (a rule firing for one label set). Times are unix seconds. The fields are the store's
+    row (store.alert_state.AlertRow); `state` is one of AlertStatus."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -230,7 +216,7 @@ class AlertEngine:
         return a
 
     def _save(self, a: AlertState) -> None:
-        a.id = repo.save_alert(self.store, repo.AlertRow(**asdict(a)))
+        a.id = repo.save_alert(self.store, a)
 
     def _delete(self, a: AlertState) -> None:
         if a.id is not None:

@@ -12,7 +12,7 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from gpulens.errors import BadInputError
@@ -30,18 +30,9 @@ FINGERPRINT_IGNORE = ("host",)
 Verdict = Literal["good", "regression"]
 
 @dataclass
-class Run:
-    id: int
-    kind: str
-    name: str
-    created: float  # unix seconds
-    started: float | None
-    ended: float | None
-    config: dict[str, Any]
-    summary: dict[str, Any]
-    fingerprint: dict[str, Any]
-    verdict: Verdict | None = None  # set by `compare`: good (no regression) or regression
-    baseline: bool = False
+class Run(repo.RunRow):
+    """A stored run (the store's row, store.runs.RunRow) and, when asked for, its samples."""
+
     samples: dict[str, list[float]] = field(default_factory=dict)
 
     @property
@@ -127,8 +118,7 @@ def save_run(
 
 
 def _run(row: repo.RunRow) -> Run:
-    return Run(row.id, row.kind, row.name, row.created, row.started, row.ended, row.config, row.summary,
-               row.fingerprint, row.verdict, row.baseline)  # type: ignore[arg-type]
+    return Run(**asdict(row))
 
 
 def get_run(store: Store, run_id: int, *, with_samples: bool = True) -> Run:

@@ -22,8 +22,8 @@ class RunRow:
     config: dict[str, Any]
     summary: dict[str, Any]
     fingerprint: dict[str, Any]
-    verdict: str | None
-    baseline: bool
+    verdict: str | None = None  # set by `compare`: good (no regression) or regression
+    baseline: bool = False
 
 
 @dataclass(frozen=True)
