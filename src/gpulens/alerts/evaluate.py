@@ -167,20 +167,11 @@ class Evaluator:
             return r
         if isinstance(left, float):
             assert isinstance(right, dict)
-            return _scalar_vector(op, right, lambda v: _apply(op, left, v))
+            return _elementwise(op, right, lambda _k, v: _apply(op, left, v))
         if isinstance(right, float):
-            return _scalar_vector(op, left, lambda v: _apply(op, v, right))
-        out = {}
-        for k, v in left.items():
-            if k not in right:
-                continue
-            r = _apply(op, v, right[k])
-            if op in COMPARISONS:
-                if r:
-                    out[k] = v
-            elif not math.isnan(r):
-                out[k] = r
-        return out
+            return _elementwise(op, left, lambda _k, v: _apply(op, v, right))
+        matched = {k: v for k, v in left.items() if k in right}  # one-to-one on identical label sets
+        return _elementwise(op, matched, lambda k, v: _apply(op, v, right[k]))
 
 
 def _apply(op: str, a: float, b: float) -> float:
@@ -216,12 +207,13 @@ def quantile(values: list[float], q: float) -> float:
     return math.nan if v is None else v
 
 
-def _scalar_vector(op: str, vector: dict, apply: Callable[[float], float]) -> dict:
-    """A scalar against each element of a vector: comparisons filter (keeping the element's value,
-    as PromQL does), arithmetic maps, and NaN results drop out."""
+def _elementwise(op: str, vector: dict, apply: Callable[[LabelKey, float], float]) -> dict:
+    """`op` applied to each element of a vector (against a scalar or the matching element of another
+    vector): comparisons filter (keeping the element's value, as PromQL does), arithmetic maps, and
+    NaN results drop out."""
     out = {}
     for k, v in vector.items():
-        r = apply(v)
+        r = apply(k, v)
         if op in COMPARISONS:
             if r:
                 out[k] = v
