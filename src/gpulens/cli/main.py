@@ -14,6 +14,7 @@ from rich.markup import escape
 from gpulens import __version__
 from gpulens.cli import usage_errors
 from gpulens.cli.common import console_err
+from gpulens.cli.help_text import keep_examples_everywhere
 from gpulens.errors import EXIT_BAD_INPUT, GpulensError
 
 app = typer.Typer(
@@ -52,7 +53,7 @@ def _register_all() -> None:
     import gpulens.cli as pkg
 
     for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if mod.name in {"main", "common", "usage_errors"}:
+        if mod.name in {"main", "common", "usage_errors", "help_text"}:
             continue
         module = importlib.import_module(f"gpulens.cli.{mod.name}")
         register = getattr(module, "register", None)
@@ -61,6 +62,7 @@ def _register_all() -> None:
 
 
 _register_all()
+keep_examples_everywhere(app)
 
 
 def main(argv: list[str] | None = None) -> int:

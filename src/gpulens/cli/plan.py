@@ -12,6 +12,7 @@ from rich.text import Text
 
 from gpulens.cli.common import console
 from gpulens.errors import BadInputError
+from gpulens.render import print_table
 from gpulens.units import format_seconds, parse_duration
 
 HELP = """Plan GPU memory, speed and cost of **training** or **serving** a model, before renting anything.
@@ -292,7 +293,7 @@ def register(app: typer.Typer) -> None:
             for k in rep.after:
                 b, a = [abs(v) for v in rep.before[k]], [abs(v) for v in rep.after[k]]
                 t.add_row(k.replace("_", " "), str(len(a)), f"{_median(b):.0%}", f"{max(b):.0%}", f"{_median(a):.0%}", f"{max(a):.0%}")
-            console.print(t)
+            print_table(console, t)
             e = rep.efficiency
             console.print(f"  matmul efficiency {e.compute_ratio:.0%} (16-bit), {e.fp32_compute_ratio:.0%} (fp32) · "
                           f"bandwidth efficiency {e.memory_bandwidth_ratio:.0%} · per-layer overhead {format_seconds(e.layer_overhead_seconds)} · "
@@ -318,7 +319,7 @@ def register(app: typer.Typer) -> None:
                       f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f}", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
                       _tf(g.fp8_dense_flops), _tf(g.int8_dense_ops), g.interconnect or "–",
                       f"{g.tdp_watts:.0f}" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
-        console.print(t)
+        print_table(console, t)
         console.print(f"[dim]Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
                       f"Your cards and prices: {config_path()}[/]")
 
@@ -338,7 +339,7 @@ def register(app: typer.Typer) -> None:
         for s in specs:
             t.add_row(s.name, s.family, format_count(s.params) + (f" ({format_count(s.active_params)} active)" if s.is_moe else ""),
                       str(s.num_layers), str(s.hidden_size), f"{s.num_heads} / {s.num_kv_heads}", f"{s.vocab_size:,}")
-        console.print(t)
+        print_table(console, t)
 
     app.add_typer(plan_app, name="plan", help=HELP)
 
