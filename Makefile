@@ -2,18 +2,17 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch that lies on this kind of machine; on a GPU host override, e.g. TORCH_SPEC=torch.
-TORCH_SPEC ?= torch==2.13.0
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 # Every install comes from a lock file: pinned, hashed, --no-deps (nothing resolves by accident), then `pip check`.
 LOCKED := $(PIP) --no-deps --require-hashes -r
-# torch sits outside requirements-test.txt: by default the hashed CPU build that lies on this kind of machine
-# (requirements-torch.txt); on a GPU host name your build instead, e.g. `make test TORCH_SPEC=torch==2.13.0`.
+# torch sits outside requirements-test.txt: by default the CPU build that lies on this kind of machine, checked
+# against its hash (requirements-torch.txt). On a GPU host name your build on purpose, e.g.
+# `make test TORCH_SPEC=torch==2.13.0`: pip then resolves that build's own dependencies (its CUDA libraries).
 TORCH_SPEC ?=
 ifeq ($(strip $(TORCH_SPEC)),)
 TORCH_INSTALL := $(LOCKED) requirements-torch.txt
 else
-TORCH_INSTALL := $(PIP) --no-deps '$(TORCH_SPEC)'
+TORCH_INSTALL := $(PIP) '$(TORCH_SPEC)'
 endif
 
 .PHONY: run test bench lint clean setup lock
