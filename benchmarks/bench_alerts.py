@@ -33,7 +33,7 @@ class _Timed:
 def _import(db: Path, with_alerts: bool) -> tuple[float, float, int]:
     from gpulens.alerts.runtime import AlertRuntime
     from gpulens.data import bundled_trace
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
     from gpulens.store import Store
 
     t0 = time.perf_counter()

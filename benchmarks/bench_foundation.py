@@ -21,17 +21,17 @@ import time
 from pathlib import Path
 
 from gpulens import FakeBackend, Store
-from gpulens.agent import Agent
+from gpulens.pipeline import NodeConfig, build_node
 
 
 def _agent_cost(hz: float, seconds: float, tmp: Path) -> tuple[float, float]:
     """(agent CPU % of one core, floor CPU % of one core)."""
     with Store(tmp / f"agent-{hz}.db") as st:
-        agent = Agent(FakeBackend(gpus=8), st, interval_seconds=1.0 / hz)
-        timer = threading.Timer(seconds, agent.stop)
+        node = build_node(NodeConfig(backend=FakeBackend(gpus=8), interval_seconds=1.0 / hz, alerts=None, colocation=False), store=st)
+        timer = threading.Timer(seconds, node.stop)
         timer.start()
-        stats = agent.run()
-        agent.close()
+        stats = node.run()
+        node.close()
     # floor: the same schedule, doing nothing
     stop = threading.Event()
     cpu0, wall0 = time.process_time(), time.monotonic()

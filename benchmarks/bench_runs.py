@@ -86,7 +86,7 @@ def run() -> list[dict]:
     from gpulens.data import bundled_colocation_trace
     from gpulens.diagnose.base import DiagnoseScope
     from gpulens.diagnose.colocation import analyze
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
     from gpulens.store import Store
 
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "c.db") as st:

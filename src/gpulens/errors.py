@@ -45,6 +45,12 @@ class PortInUseError(BadInputError):
     """A listen address is taken."""
 
 
+class GateFailedError(GpulensError):
+    """A check the caller gates on failed (a missed SLO, too many failed requests, a regression)."""
+
+    exit_code = EXIT_GATE
+
+
 class BackendUnavailableError(GpulensError):
     """A GPU backend cannot start (no driver, no GPU)."""
 

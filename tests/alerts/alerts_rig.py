@@ -10,7 +10,7 @@ from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for the
 from gpulens.alerts.engine import AlertState
 from gpulens.alerts.runtime import AlertRuntime
 from gpulens.gpu.fake import FakeBackend
-from gpulens.sampling import SampleWriter
+from gpulens.pipeline.writer import SampleWriter
 
 T0 = 1_800_000_000.0
 

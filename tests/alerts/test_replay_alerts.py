@@ -10,7 +10,7 @@ from recordings import PHASE_ANOMALY, PHASE_IDLE, Segment, build_recording, load
 
 from gpulens.alerts.engine import load_alerts
 from gpulens.alerts.runtime import AlertRuntime
-from gpulens.ingest import import_trace
+from gpulens.pipeline.ingest import import_trace
 from gpulens.store import Store
 
 LEARN_SECONDS = 3.0  # the bundled session's healthy training lasts 5.7 s, its first step is a 1.75 s warm-up

@@ -6,11 +6,11 @@ import subprocess
 import time
 
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from testlib import which_or_skip
 
 from gpulens import FakeBackend, Store
+from gpulens.export.exposition import render_text
 from gpulens.export.prometheus import LatestReadings, make_registry
 
 
@@ -25,7 +25,7 @@ def _exposition(metric_names="gpulens", store=None, faults=True) -> tuple[str, l
     readings.update(samples)
     for ev in fake.drain_xid_events():
         readings.add_xid(ev.gpu, ev.xid)
-    text = generate_latest(make_registry(readings, metric_names=metric_names, store=store)).decode()
+    text = render_text(make_registry(readings, metric_names=metric_names, store=store)).decode()
     return text, samples
 
 
@@ -47,7 +47,13 @@ def test_dcgm_exposition_differs_from_promtool_only_in_dcgm_exporters_own_label_
     result = _promtool_check(text)
     problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert problems, "expected promtool to note the camelCase labels"
-    assert all("label names should be written in 'snake_case'" in p for p in problems), problems
+    # ... and that DCGM's counters keep their own names (no `_total`): they are typed counter all the same
+    lint = ("label names should be written in 'snake_case'", 'counter metrics should have "_total" suffix')
+    assert all(p.startswith("DCGM_") and any(x in p for x in lint) for p in problems), problems
+    types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert types["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter"
+    assert types["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"] == types["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == "counter"
+    assert types["gpu_up"] == "gauge" and types["gpu_xid_errors_total"] == "counter"  # gpulens's own, kept
 
 
 def test_values_and_labels_match_the_samples():
@@ -77,16 +83,48 @@ def test_dcgm_names_and_units():
     assert fams["DCGM_FI_DEV_SM_CLOCK"].samples[0].value == pytest.approx(samples[0].sm_clock_hz / 1e6)
 
 
-def test_workload_series_from_the_store_are_exported_while_fresh(tmp_path):
+def test_workload_gauges_are_exported_while_fresh(tmp_path):
     with Store(tmp_path / "s.db") as st:
         now = time.time()
-        st.write("train_step_seconds", {"train_job": "llama", "rank": "0"}, now, 0.25)
-        st.write("infer_requests_total", {"service": "chat", "status": "ok"}, now, 12)
-        st.write("train_step_seconds", {"train_job": "old", "rank": "0"}, now - 3600, 9.0)
+        st.write("train_tokens_per_second", {"train_job": "llama", "rank": "0"}, now, 8000.0)
+        st.write("train_tokens_per_second", {"train_job": "old", "rank": "0"}, now - 3600, 9.0)
         st.flush()
         text, _ = _exposition(store=st, faults=False)
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    steps = {s.labels["train_job"]: s.value for s in fams["train_step_seconds"].samples}
-    assert steps == {"llama": 0.25}
-    assert fams["infer_requests"].type == "counter"
+    assert {s.labels["train_job"]: s.value for s in fams["train_tokens_per_second"].samples} == {"llama": 8000.0}
     assert _promtool_check(text).returncode == 0
+
+
+def test_distributions_are_histograms_of_every_sample_and_requests_a_counter(tmp_path):
+    """The p99 over Prometheus must describe every request, not the one that was latest at a scrape."""
+    steps = [0.05, 0.12, 0.12, 0.3, 2.0, 400.0]  # one past the last bucket: counted in +Inf only
+    with Store(tmp_path / "s.db") as st:
+        now = time.time()
+        for i, v in enumerate(steps):
+            st.write("train_step_seconds", {"train_job": "llama", "rank": "0"}, now - 3600 + i, v)  # old samples count too
+        for i in range(5):
+            st.write("infer_requests_total", {"service": "chat", "status": "ok"}, now + i, float(i + 1))  # one sample per request
+        st.write("infer_request_latency_seconds", {"service": "chat", "source": "vllm", "quantile": "0.99"}, now, 9.0)  # an engine's: not ours
+        st.flush()
+        text, _ = _exposition(store=st, faults=False)
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    fam = fams["train_step_seconds"]
+    assert fam.type == "histogram"
+    buckets = {s.labels["le"]: s.value for s in fam.samples if s.name.endswith("_bucket")}
+    assert buckets["0.1"] == 1 and buckets["0.125"] == 3 and buckets["0.3"] == 4 and buckets["2.0"] == 5 and buckets["+Inf"] == 6
+    total = {s.name: s.value for s in fam.samples if not s.name.endswith("_bucket")}
+    assert total["train_step_seconds_count"] == 6 and total["train_step_seconds_sum"] == pytest.approx(sum(steps))
+    assert "infer_request_latency_seconds" not in fams  # scraped percentiles are not re-exported as ours
+    assert fams["infer_requests"].type == "counter"
+    assert [s.value for s in fams["infer_requests"].samples] == [5.0]
+    assert _promtool_check(text).returncode == 0
+
+
+def test_no_exported_label_is_a_scrape_target_label(tmp_path):
+    with Store(tmp_path / "s.db") as st:
+        st.write("train_tokens_per_second", {"job": "legacy", "instance": "x"}, time.time(), 1.0)
+        st.flush()
+        text, _ = _exposition(store=st, faults=False)
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            assert not {"job", "instance"} & set(s.labels), (fam.name, s.labels)

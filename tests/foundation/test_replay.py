@@ -10,7 +10,7 @@ import pytest
 
 from gpulens import FakeBackend, ReplayBackend, TraceError
 from gpulens.gpu.record import Recorder
-from gpulens.ingest import import_trace
+from gpulens.pipeline.ingest import import_trace
 
 
 def _trace_lines(h200_trace):

@@ -180,7 +180,7 @@ def test_killed_writer_loses_at_most_the_unflushed_batch(tmp_path):
 def test_sample_writer_writes_exactly_the_metric_table(store):
     from gpulens import FakeBackend
     from gpulens.gpu.metrics import gpu_labels, sample_values
-    from gpulens.sampling import SampleWriter
+    from gpulens.pipeline.writer import SampleWriter
 
     fake = FakeBackend(gpus=2, clock=lambda: 50.0)
     fake.add_process(1, 7, "serve", 1024)

@@ -40,6 +40,16 @@ def test_h200_serving_is_latency_bound_at_low_utilization(h200_findings, h200_tr
     assert f.labels["service"] == "h200-demo"
 
 
+def test_one_window_never_advises_both_fewer_and_more_replicas(h200_findings):
+    # the overload phase queues inside the idle-GPU window: "fewer replicas" would deepen that queue
+    lat = next(f for f in h200_findings if f.kind == "latency_bound_low_utilization")
+    queued = [f for f in h200_findings if f.kind == "queueing" and lat.start <= f.start and f.end <= lat.end]
+    assert queued
+    advice = " ".join(lat.advice + [a for f in queued for a in f.advice])
+    assert not ("fewer replicas" in advice.replace("not fewer replicas", "") and "more replicas" in advice)
+    assert "not fewer replicas" in lat.advice[-1] and "queue" in lat.advice[-1]
+
+
 def test_h200_cold_start_is_the_model_load(h200_findings, h200_trace):
     phases = _phases(h200_trace)
     found = [f for f in h200_findings if f.kind == "cold_start"]
@@ -62,7 +72,7 @@ def test_h200_has_no_false_alarms(h200_findings, h200_trace):
 
 
 def test_colocation_warm_up_is_reported_with_the_cold_start(tmp_path, colocation_trace):
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
 
     with Store(tmp_path / "c.db") as s:
         import_trace(colocation_trace, s)

@@ -35,7 +35,7 @@ def test_h200_requests_become_series_and_events(replayed_store, h200_trace):
 
 
 def test_colocation_requests_count_latency_from_the_intended_time(tmp_path, colocation_trace):
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
 
     recs = [json.loads(line) for line in (colocation_trace / "coloc_events.jsonl").open()]
     reqs = [r for r in recs if r["kind"] == "request"]

@@ -152,3 +152,30 @@ def test_unreachable_and_wrong_endpoints_fail_clearly(metrics_server, store, por
     metrics_server.text = "# TYPE up gauge\nup 1\n"
     with pytest.raises(GpulensError, match="No vLLM, TGI or Triton"):
         EngineScraper(metrics_server.url, store, service="s").scrape_once()
+
+
+def test_an_agent_passes_engine_histograms_through_as_histograms(metrics_server, shared_data, store, port):
+    """`gpulens agent --scrape`: the engine's own buckets reach /metrics as a histogram (so
+    histogram_quantile works on them), not as re-quantiled percentiles."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulens.pipeline import NodeConfig, build_node
+
+    metrics_server.text = (shared_data / "engine-metrics" / "vllm.txt").read_text()
+    node = build_node(NodeConfig(backend="fake:1", listen=("127.0.0.1", port), scrape_urls=[metrics_server.url],
+                                 scrape_service="chat", alerts=None), store=store)
+    try:
+        node.loop.tick()
+        with urllib.request.urlopen(node.metrics_url, timeout=5) as r:
+            fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    finally:
+        node.close()
+    ttft = fams[N.INFER_TTFT_SECONDS]
+    assert ttft.type == "histogram"
+    buckets = [s for s in ttft.samples if s.name.endswith("_bucket")]
+    assert buckets and all(s.labels["source"] == "vllm" and s.labels["service"] == "chat" for s in buckets)
+    count = next(s.value for s in ttft.samples if s.name.endswith("_count"))
+    assert count == max(s.value for s in buckets) > 0
+    assert not any("quantile" in s.labels for f in fams.values() for s in f.samples)

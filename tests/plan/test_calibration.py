@@ -12,6 +12,7 @@ from gpulens.data import bundled_trace
 from gpulens.errors import BadInputError
 from gpulens.plan import PlanRequest, find_gpu, from_hf_config, plan
 from gpulens.plan.calibration import calibrate, fit, load_efficiency, load_measurements
+from gpulens.runs.measurements import measurements_from_store, read_store_measurements
 
 CALIBRATION_FILE = bundled_trace() / "memory_calibration.jsonl"
 
@@ -99,7 +100,7 @@ def test_benchmark_runs_from_the_store_give_the_matmul_efficiency(tmp_path, stor
              "device_name": "NVIDIA H100 80GB HBM3"}, summary={"tokens_per_second": 100_000.0, "flops_per_token": 4.0e9},
              fingerprint={})
     store.flush()
-    (rep,) = calibrate(None, gpu_name=None, store_path=store.path, save=False)
+    (rep,) = calibrate(measurements_from_store(store).measurements, gpu_name=None, save=False)
     assert rep.gpu == "H100-SXM"
     assert rep.efficiency.compute_ratio == pytest.approx(4.0e14 / 989.5e12)
 
@@ -107,12 +108,14 @@ def test_benchmark_runs_from_the_store_give_the_matmul_efficiency(tmp_path, stor
 def test_the_training_monitors_mfu_series_calibrates_the_matmul_efficiency(store):
     from gpulens.workload.names import TRAIN_MFU_RATIO
 
-    for i, v in enumerate([0.41, 0.43, 0.42, 0.44, 0.40]):
+    # three warm-up steps (left out), then the steady ones
+    for i, v in enumerate([0.05, 0.30, 0.39, 0.41, 0.43, 0.42, 0.44, 0.40]):
         store.write(TRAIN_MFU_RATIO, {"train_job": "pretrain"}, 1000.0 + i, v)
     store.flush()
+    ms = measurements_from_store(store).measurements
     with pytest.raises(BadInputError, match="which GPU"):
-        calibrate(None, gpu_name=None, store_path=store.path, save=False)
-    (rep,) = calibrate(None, gpu_name="h100-sxm", store_path=store.path, save=False)
+        calibrate(ms, gpu_name=None, save=False)
+    (rep,) = calibrate(ms, gpu_name="h100-sxm", save=False)
     assert rep.efficiency.compute_ratio == pytest.approx(0.42)
     with pytest.raises(BadInputError, match="no gpulens store"):
-        calibrate(None, gpu_name="h100", store_path=store.path.parent / "missing.db", save=False)
+        read_store_measurements(store.path.parent / "missing.db")

@@ -113,3 +113,16 @@ def test_compare_gates_a_ci_job_as_a_subprocess(two_runs):
     r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "compare", str(a), str(b), "--store", str(db)],
                        capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 1 and "verdict: regression" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_an_impossible_mfu_is_flagged_in_the_list_and_the_run(store_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    with Store(store_path) as st:
+        rid = save_run(st, "bench-train", "wrong-params", {"batch": 8}, {"tokens_per_second": 9000.0, "mfu_ratio": 1.52},
+                       fingerprint={})
+    assert main(["runs", "list", "--store", str(store_path)]) == 0
+    out = capsys.readouterr().out
+    assert "mfu_ratio=1.52 (impossible" in out
+    assert main(["runs", "show", str(rid), "--store", str(store_path)]) == 0
+    out = capsys.readouterr().out
+    assert "MFU 152%" in out and "impossible" in out and "FLOPs per token" in out

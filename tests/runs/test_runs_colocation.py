@@ -7,7 +7,7 @@ import pytest
 from gpulens.diagnose import DiagnoseScope, diagnose
 from gpulens.diagnose.colocation import find_colocations, percentile
 from gpulens.gpu.fake import FakeBackend
-from gpulens.sampling import SampleWriter
+from gpulens.pipeline.writer import SampleWriter
 from gpulens.store import Store
 from gpulens.workload import names as N
 
@@ -105,7 +105,7 @@ def test_processes_one_after_the_other_are_not_together(store):
 
 @pytest.fixture(scope="module")
 def coloc_store(tmp_path_factory, colocation_trace):
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline.ingest import import_trace
 
     path = tmp_path_factory.mktemp("coloc") / "c.db"
     with Store(path) as s:

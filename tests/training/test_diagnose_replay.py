@@ -6,7 +6,7 @@ from __future__ import annotations
 from training_traces import build_reordered_trace, checkpoint_windows, coverage, overlap, phase_windows
 
 from gpulens.diagnose import diagnose
-from gpulens.ingest import import_trace
+from gpulens.pipeline.ingest import import_trace
 from gpulens.store import Store
 
 TRAINING_KINDS = {"input_bound", "checkpoint_stall", "comm_bound", "straggler", "underutilized", "memory_pressure", "oom", "throttled", "nan_loss", "step_time_regression"}

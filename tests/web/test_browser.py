@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpulens.store import Store
-from gpulens.web.format import format_value
+from gpulens.views.format import format_value
 from gpulens.workload import names as wn
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 
 from gpulens.cli.main import main
 from gpulens.export.grafana import grafana_dashboard
-from gpulens.web.panels import PANELS
+from gpulens.views.panels import PANELS
 
 
 def test_dashboard_has_the_three_panels_and_every_chart():
@@ -39,7 +39,7 @@ def test_queries_use_the_agents_names_and_the_pickers():
     exprs = {p["title"]: [t["expr"] for t in p["targets"]] for p in d["panels"] if p["type"] == "timeseries"}
     assert exprs["Power against its limit"] == ['gpu_power_watts{gpu=~"$gpu", host=~"$host"}', 'gpu_power_limit_watts{gpu=~"$gpu", host=~"$host"}']
     assert any("train_step_seconds" in e and 'train_job=~"$job"' in e for e in exprs["Step time and where it goes"])
-    assert exprs["Request latency p50 / p95 / p99"][2].startswith("quantile_over_time(0.99, infer_request_latency_seconds{")
+    assert exprs["Request latency p50 / p95 / p99"][2].startswith("histogram_quantile(0.99, sum by (le) (rate(infer_request_latency_seconds_bucket{")
     assert 'status="timeout"' in " ".join(exprs["Errors and timeouts per second"])
 
 
@@ -51,3 +51,13 @@ def test_cli_writes_and_prints(tmp_path, capsys):
     assert main(["export", "grafana", "--out", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["title"].startswith("gpulens")
     assert main(["export", "grafana", "--out", str(tmp_path / "no" / "such" / "g.json")]) == 2
+
+
+def test_legends_say_whose_line_it_is():
+    d = grafana_dashboard()
+    legends = {p["title"]: [t["legendFormat"] for t in p["targets"]] for p in d["panels"] if p["type"] == "timeseries"}
+    assert legends["Clock-event (throttle) reasons"] == ["{{reason}} (GPU {{gpu}})"]
+    assert legends["Step time and where it goes"][0] == "step (job {{train_job}})"
+    assert legends["Queue depth and requests in flight"][0] == "queued (service {{service}})"
+    assert legends["Training memory"][-1] == "GPU capacity (GPU {{gpu}})"  # a GPU series in a training chart
+    assert legends["Requests per second"] == ["completed"]  # a sum() keeps no label to name

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from gpulens.store import Store
-from gpulens.web.data import Selection, Window, build_panel
-from gpulens.web.readers import (
+from gpulens.views.data import Selection, Window, build_panel
+from gpulens.views.readers import (
     LONG_WINDOW_SECONDS,
     SAMPLES_PER_QUANTILE_BUCKET,
     StoreReader,

@@ -432,7 +432,11 @@ def to_promql(node: Node) -> str:
             sel = node.args[0]
             assert isinstance(sel, Selector) and sel.range_seconds is not None
             inst = to_promql(Selector(sel.name, sel.matchers))
-            return f"(increase({to_promql(sel)}) or ({inst} unless {inst} offset {format_duration(sel.range_seconds)}))"
+            # A series that appeared inside the window counts from zero: its value. PromQL's
+            # increase() of such a series is 0 once it has two samples, so it must not mask the
+            # new-series branch (`or` keeps the left side's label sets): take it out first.
+            new = f"({inst} unless {inst} offset {format_duration(sel.range_seconds)})"
+            return f"((increase({to_promql(sel)}) unless {new}) or {new})"
         return f"{node.func}({', '.join(to_promql(a) for a in node.args)})"
     if isinstance(node, Binary):
         return f"{_paren(node.left)} {node.op} {_paren(node.right)}"

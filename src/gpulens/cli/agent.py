@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import threading
-import time
 from pathlib import Path
 
 import typer
@@ -28,20 +26,6 @@ def install_stop_handlers(stop: threading.Event) -> None:
             signal.signal(sig, handler)
         except ValueError:  # not the main thread
             pass
-
-
-def attach_alerts(agent, store, learn: str, rules: Path | None, notify: list[str]):  # type: ignore[no-untyped-def]
-    """Hook the alert runtime into the agent when the alerts feature is installed."""
-    from gpulens.units import parse_duration
-
-    learn_seconds = parse_duration(learn, what="--learn", allow_zero=True)
-    try:
-        from gpulens.alerts.runtime import AlertRuntime
-    except ImportError:
-        return None
-    rt = AlertRuntime(store, learn_seconds=learn_seconds, rules_file=rules, notify=list(notify or []))
-    agent.evaluators.append(rt)
-    return rt
 
 
 def agent_command(
@@ -71,59 +55,40 @@ def agent_command(
         gpulens agent --metric-names dcgm              # dcgm-exporter's metric names
         gpulens agent --scrape http://127.0.0.1:8000/metrics --service chat   # plus a vLLM server's metrics
     """
-    from gpulens.agent import Agent
     from gpulens.errors import BadInputError
-    from gpulens.export.prometheus import LatestReadings, make_registry, serve_metrics
-    from gpulens.gpu import FakeBackend, open_backend
-    from gpulens.gpu.fake import schedule_fault
-    from gpulens.store import Store
+    from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
     from gpulens.units import parse_duration, parse_listen
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration is not None else None
     if metric_names not in ("gpulens", "dcgm"):
         raise BadInputError(f"--metric-names must be gpulens or dcgm, not {metric_names!r}.")
-    speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
-    addr = None if listen == "off" else parse_listen(listen)
-    be = open_backend(backend, speed=speed_f, rebase=True, loop=loop)
-    if fault:
-        if not isinstance(be, FakeBackend):
-            raise BadInputError("--fault works only with the fake backend.", hint="Add --backend fake or fake:N.")
-        for spec in fault:
-            schedule_fault(be, spec)
-    st = Store(store)
-    readings = LatestReadings(host=__import__("socket").gethostname())
-    keep = {"raw": parse_duration(keep_raw, what="--keep-raw")}
-    agent = Agent(be, st, interval_seconds=interval_s, readings=readings, keep_seconds=keep)
-    if importlib.util.find_spec("gpulens.diagnose.colocation") is not None:
-        from gpulens.agent import ColocationWatch
-
-        agent.evaluators.append(ColocationWatch(st))  # before the alert rules, which read its series
-    attach_alerts(agent, st, learn, rules, notify)
-    scrapers = []
-    for url in scrape:
-        from gpulens.workload.inference.scrape import EngineScraper
-
-        scrapers.append(EngineScraper(url, st, service=service).start(5.0))  # a wrong URL fails here, at once
-    server = None
-    if addr:
-        server = serve_metrics(make_registry(readings, metric_names=metric_names, store=st), *addr)  # type: ignore[arg-type]
-    install_stop_handlers(agent.stop_event)
-    gpus = ", ".join(f"{g.index}: {g.name}" for g in be.gpus())
+    config = NodeConfig(
+        backend=backend,
+        speed=None if speed == "max" else parse_duration(speed, what="--speed"),
+        loop=loop,
+        faults=list(fault),
+        store_path=store,
+        interval_seconds=interval_s,
+        keep_seconds={"raw": parse_duration(keep_raw, what="--keep-raw")},
+        listen=None if listen == "off" else parse_listen(listen),
+        metric_names=metric_names,  # type: ignore[arg-type]
+        alerts=AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify)),
+        scrape_urls=list(scrape),
+        scrape_service=service,
+    )
+    node = build_node(config)
+    install_stop_handlers(node.loop.stop_event)
+    gpus = ", ".join(f"{g.index}: {g.name}" for g in node.backend.gpus())
     console_err.print(
-        f"[bold]gpulens agent[/] {be.name} backend ({gpus}) every {interval_s:g} s → {st.path}"
-        + (f"; metrics on http://{addr[0]}:{addr[1]}/metrics" if addr else "")
+        f"[bold]gpulens agent[/] {node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}"
+        + (f"; metrics on {node.metrics_url}" if node.metrics_url else "")
         + ". Ctrl-C stops."
     )
     try:
-        stats = agent.run(duration_s)
+        stats = node.run(duration_s)
     finally:
-        for _thread, stop_scrape in scrapers:
-            stop_scrape.set()
-        agent.close()
-        st.close()
-        if server is not None:
-            server.shutdown()
+        node.close()
     console_err.print(
         f"stopped after {stats.ticks} samples, {stats.values_written} values, {stats.xid_events} XID events; "
         f"CPU {stats.cpu_seconds:.2f} s over {stats.wall_seconds:.1f} s"
@@ -137,26 +102,22 @@ def record_command(
     duration: str = typer.Option("60s", "--duration", help="How long to record."),
 ) -> None:
     """Record any backend to gpulens's trace format, for `gpulens replay` or `--backend replay:FILE`."""
-    from gpulens.gpu import open_backend
-    from gpulens.gpu.record import Recorder, open_recording
+    from gpulens.gpu.record import open_recording
+    from gpulens.pipeline import NodeConfig, build_node
+    from gpulens.pipeline.sinks import RecorderSink
     from gpulens.units import parse_duration
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration")
-    be = open_backend(backend, speed=1.0, rebase=True)
-    stop = threading.Event()
-    install_stop_handlers(stop)
     with open_recording(out) as f:
-        rec = Recorder(f, be)
-        t_end = time.monotonic() + duration_s
-        while not stop.is_set() and time.monotonic() < t_end and not be.exhausted:
-            rec.write_samples(be.sample())
-            for ev in be.drain_xid_events():
-                rec.write_xid(ev)
-            if not getattr(be, "paced", False):
-                stop.wait(interval_s)
-    be.close()
-    console_err.print(f"wrote {rec.lines} lines to {out}")
+        node = build_node(NodeConfig(backend=backend, interval_seconds=interval_s, record_to=f, alerts=None, colocation=False))
+        install_stop_handlers(node.loop.stop_event)
+        try:
+            node.run(duration_s)
+        finally:
+            node.close()
+        lines = next(s.recorder.lines for s in node.sinks if isinstance(s, RecorderSink))
+    console_err.print(f"wrote {lines} lines to {out}")
 
 
 def register(app: typer.Typer) -> None:

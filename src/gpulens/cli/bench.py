@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from gpulens.cli.common import console, console_err, store_option
-from gpulens.errors import BadInputError, GpulensError
+from gpulens.errors import BadInputError, GateFailedError, GpulensError
 from gpulens.units import parse_duration
 
 bench_app = typer.Typer(
@@ -47,6 +47,13 @@ report adds TTFT, inter-token latency (ITL) and TPOT = (latency − TTFT) / (out
 
 **Sweep** (`--sweep --slo "p99_latency<=500ms"`): the highest rate (or concurrency) at which
 every SLO holds, by doubling then bisection, with goodput (requests/s meeting every SLO) per probe.
+When every probe passes, the capacity was not found: the answer is "at least N" (raise `--max-rate`).
+
+**Exit codes**: 0 when every `--slo` held and at most `--max-error-ratio` (default 0.01, i.e. 1 %)
+of requests failed (errors, timeouts, rejections; an `error_rate` SLO replaces that bound);
+**1** when a run missed an SLO or had more failures, or a sweep found no load meeting every SLO
+(`--no-fail` reports and exits 0); 2 for bad input; 3 when the target cannot be reached or every
+request failed.
 
 Examples:
 
@@ -55,8 +62,9 @@ Examples:
     gpulens bench serve --url http://127.0.0.1:8000/v1/chat/completions --concurrency 16 --requests 500
     gpulens bench serve --url http://host:8000/v1/completions --sweep --rate 2 --slo "p99_ttft<=300ms" --slo "p99_latency<=5s"
 
-Results: a table (or `--format json` on standard output), `--csv` with every request, and a run
-in the store that `gpulens compare` can test later runs against.
+Results: a table (or `--format json` on standard output), `--csv` with every request (with
+`--sweep`: one row per probe), and a run in the store that `gpulens compare` can test later runs
+against.
 """
 
 
@@ -82,11 +90,15 @@ def serve(
     slo: list[str] = typer.Option([], "--slo", help='Objective, e.g. "p99_latency<=500ms", "p95_ttft<=200ms", "error_rate<=1%".'),
     tolerance: float = typer.Option(0.05, "--tolerance", help="Sweep: stop bisecting when the bracket is this close (ratio)."),
     max_probes: int = typer.Option(14, "--max-probes", help="Sweep: at most this many probes."),
+    max_rate: float = typer.Option(None, "--max-rate", help="Sweep (open loop): probe no higher than this many requests/s."),
+    max_concurrency: int = typer.Option(None, "--max-concurrency", help="Sweep (closed loop): probe no more users than this."),
+    max_error_ratio: float = typer.Option(0.01, "--max-error-ratio", help="Fail (exit 1) when more than this share of requests fail or time out (0.01 = 1 %); an error_rate SLO replaces it."),
+    no_fail: bool = typer.Option(False, "--no-fail", help="Report missed SLOs and failures but exit 0 (not 1)."),
     workers: int = typer.Option(1, "--workers", help="Client processes sharing the load (add them when the client is the bottleneck)."),
     max_connections: int = typer.Option(1000, "--max-connections", help="Open connections per worker at most."),
     insecure: bool = typer.Option(False, "--insecure", "-k", help="https: do not verify the server's certificate (a self-signed test server)."),
     seed: int = typer.Option(None, "--seed", help="Seed for Poisson/gamma arrivals, for a repeatable schedule."),
-    csv_path: Path = typer.Option(None, "--csv", help="Write every request (times, status, tokens) to this CSV."),
+    csv_path: Path = typer.Option(None, "--csv", help="Write every request (times, status, tokens) to this CSV; with --sweep, one row per probe."),
     fmt: Format = typer.Option(Format.table, "--format", help="table (human) or json (standard output)."),
     store: Path = store_option(),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the run in the store."),
@@ -124,18 +136,28 @@ def serve(
     out_json = fmt is Format.json
 
     if sweep:
+        cap = max_concurrency if spec.mode == "closed" else max_rate
         result = _with_progress(lambda progress_factory, tick: run_sweep(
-            spec, slos, tolerance_ratio=tolerance, max_probes=max_probes, progress_factory=progress_factory,
-            on_tick=tick, on_probe=None if out_json else _print_probe))
+            spec, slos, tolerance_ratio=tolerance, max_probes=max_probes, max_value=cap, progress_factory=progress_factory,
+            on_tick=tick, on_probe=None if out_json else _print_probe, max_error_ratio=max_error_ratio))
+        if csv_path is not None:
+            from gpulens.bench.serve.output import write_sweep_csv
+
+            n = write_sweep_csv(result, csv_path)
+            console_err.print(f"[dim]wrote {n} probes to {csv_path}[/]")
         if not no_store and result.probes:
             _save(store, spec, result.probes[-1].result, slo, {"sweep": result.to_dict()})
         if out_json:
             sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
         else:
             _render_sweep(result)
+        if result.best is None and not no_fail:
+            raise GateFailedError(f"No load tried met every SLO ({', '.join(result.slos)}).",
+                                  hint="Lower the starting --rate (or --concurrency), or relax the SLOs; --no-fail exits 0.")
         return
 
-    load = _with_progress(lambda progress_factory, tick: run_load(spec, slos, progress=progress_factory(), on_tick=tick))
+    load = _with_progress(lambda progress_factory, tick: run_load(
+        spec, slos, progress=progress_factory(), on_tick=tick, max_error_ratio=max_error_ratio))
     if csv_path is not None:
         from gpulens.bench.serve.output import write_csv
 
@@ -158,6 +180,9 @@ def serve(
             hint = "Check the URL, method and body against the server's API."
         raise _AllFailed(f"Every request to {url} failed: {s.first_error or 'no response'}.",
                          hint=hint + " The results above are kept (CSV and store).")
+    if s.failures and not no_fail:
+        raise GateFailedError(f"The run failed its gate: {'; '.join(s.failures)}.",
+                              hint="The results above are kept (CSV and store); --no-fail reports without failing.")
 
 
 class _AllFailed(GpulensError):
@@ -229,19 +254,30 @@ def _ms(v: float | None) -> str:
     return "–" if v is None else (f"{v * 1e3:.2f}" if v < 10 else f"{v * 1e3:.0f}")
 
 
+def _latency_caption(mode: str) -> str:
+    if mode == "open":
+        return ("latency: from each request's intended send time (open loop: includes queueing behind a stall); "
+                "'from send': from its actual send, so it differs only by the client's send lag and still includes "
+                "that queueing. A closed-loop tool sends fewer requests into a stall and reports less than either "
+                "(--concurrency measures that)")
+    return ("closed loop: each user sends when its previous answer arrives, so 'latency' and 'from send' coincide; "
+            "this is what a closed-loop tool reports, and it hides a stall from all but the requests in flight")
+
+
 def _render_summary(s, run_id: int | None) -> None:
     from rich.table import Table
 
     from gpulens.render import print_table
 
     target = f"{s.target_rate:g} req/s {s.arrival}" if s.mode == "open" else f"concurrency {s.target_concurrency}"
-    console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s: achieved {s.achieved_rate:.1f} req/s, "
-                  f"sent {s.sent_rate:.1f} req/s")
+    rates = s.rates_per_second
+    console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s (first intended send to end of run): "
+                  f"achieved {s.achieved_rate:.1f} req/s ok, {rates.get('error', 0.0):.1f} errors/s, "
+                  f"{rates.get('timeout', 0.0):.1f} timeouts/s; sent {s.sent_rate:.1f} req/s")
     req = s.requests
     console.print(f"requests: {req['total']} ({req['ok']} ok, {req['error']} errors, {req['timeout']} timeouts, "
                   f"{req['rejected']} rejected" + (f", {req['not_sent']} not sent" if req["not_sent"] else "") + ")")
-    t = Table(title="milliseconds", caption="latency counts from each request's intended send time; "
-              "'from send' from its actual send, as a closed-loop tool would report it")
+    t = Table(title="milliseconds", caption=_latency_caption(s.mode))
     t.add_column("", no_wrap=True)
     for c in ("p50", "p90", "p95", "p99", "p99.9", "mean", "max", "n"):
         t.add_column(c, justify="right", no_wrap=True)
@@ -291,9 +327,12 @@ def _render_sweep(r) -> None:
     print_table(console, t)
     if r.best is None:
         console.print(f"[red]No load met every SLO[/] (lowest tried failed{': ' + r.note if r.note else ''}).")
+    elif not r.limit_found:
+        how = ("raise --max-rate" if r.mode == "open" else "raise --max-concurrency") if r.stopped_by == "max_value" else \
+            "raise --max-probes, or start from a higher " + ("--rate" if r.mode == "open" else "--concurrency")
+        console.print(f"[bold yellow]At least {r.best:g} {unit}[/]: every probe met every SLO, so the limit was not found; {how}.")
     else:
-        console.print(f"[bold green]Highest {unit} meeting every SLO: {r.best:g}[/]"
-                      + (f" (fails at {r.lowest_failing:g})" if r.lowest_failing is not None else ""))
+        console.print(f"[bold green]Highest {unit} meeting every SLO: {r.best:g}[/] (fails at {r.lowest_failing:g})")
     if r.note:
         console.print(f"[yellow]note:[/] {r.note}")
 

@@ -94,7 +94,9 @@ def _render(r) -> None:  # noqa: ANN001
     console.print(f"  step time   median {r.step_seconds_median * 1000:.2f} ms, p90 {r.step_seconds_p90 * 1000:.2f} ms over {len(r.step_seconds)} steps")
     console.print(f"  throughput  {r.tokens_per_second:,.0f} tokens/s")
     if r.mfu_ratio is not None:
-        console.print(f"  MFU         {r.mfu_ratio:.1%} [dim](peak: {r.peak.source})[/]", highlight=False)
+        from gpulens.mfu import format_mfu
+
+        console.print(f"  MFU         {format_mfu(r.mfu_ratio, 1)} [dim](peak: {r.peak.source})[/]", highlight=False)
     else:
         console.print("  MFU         [dim]unknown: no peak figure for this device[/]")
     console.print(f"  peak memory {format_bytes(r.peak_memory_bytes)} [dim]({r.peak_memory_source})[/]")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from gpulens.cli.agent import install_stop_handlers
 from gpulens.cli.common import STORE_HELP, console, console_err
 
 DEMO_DIR = Path(".gpulens")
@@ -90,66 +91,54 @@ def demo_command(
     dashboard: str = typer.Option("127.0.0.1:8642", "--dashboard", help="Where the dashboard listens ('off' for none)."),
     duration: str = typer.Option(None, "--duration", help="Stop after this long. Default: until Ctrl-C."),
     backend: str = typer.Option(None, "--backend", help="Force a backend (nvml, fake[:N], replay[:PATH]); default: nvml if a driver is present, else the bundled replay."),
+    speed: str = typer.Option("1", "--speed", help="For the replay: 1 = the recorded pace, N = N times faster."),
 ) -> None:
     """Watch the real GPUs, or, without a driver, replay the bundled H200 session: import it into the
     store, print what it shows, then keep replaying it live behind /metrics and the dashboard."""
-    from gpulens.agent import Agent
-    from gpulens.cli.agent import attach_alerts, install_stop_handlers
     from gpulens.data import bundled_trace
-    from gpulens.export.prometheus import LatestReadings, make_registry, serve_metrics
-    from gpulens.gpu import nvidia_driver_present, open_backend
-    from gpulens.ingest import import_trace
+    from gpulens.gpu import nvidia_driver_present
+    from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
+    from gpulens.pipeline.ingest import import_trace
     from gpulens.store import Store
     from gpulens.units import parse_duration, parse_listen
     from gpulens.workload.importers import ImportContext
 
     duration_s = parse_duration(duration, what="--duration") if duration else None
-    host, port = parse_listen(listen)
+    speed_f = parse_duration(speed, what="--speed")
+    addr = parse_listen(listen)
     if backend is None:
         backend = "nvml" if nvidia_driver_present() else "replay"
     live_store = store
-    if backend.startswith("replay"):
+    replaying = backend.startswith("replay")
+    if replaying:
         trace = backend.partition(":")[2] or str(bundled_trace())
+        backend = f"replay:{trace}"
         console.print(f"[bold]No NVIDIA driver here[/]: replaying the recorded H200 session ({trace}).")
-        with Store(store) as st:
-            evaluators = []
-            try:
-                from gpulens.alerts.runtime import AlertRuntime
-
-                evaluators.append(AlertRuntime(st, learn_seconds=5.0))
-            except ImportError:
-                pass
-            with console_err.status("importing the session into the store …"):
-                s = import_trace(trace, st, ctx=ImportContext(), evaluators=evaluators)
-            for ev in evaluators:
-                ev.close()
+        with Store(store) as st, console_err.status("importing the session into the store …"):
+            s = import_trace(trace, st, ctx=ImportContext(), alerts=AlertsConfig(learn_seconds=5.0))
         if s.already_imported:
             console.print(f"(already imported into {store})")
         else:
             console.print(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}")
         _summary(store)
-        # The live replay goes to its own store, so the imported session stays as recorded.
+        # The live replay goes to its own store, so the imported session stays as recorded; the
+        # session's training steps and requests replay with it, so /metrics carries them too.
         live_store = store.with_name("live.db")
-    st = Store(live_store)
-    be = open_backend(backend, speed=1.0, rebase=True, loop=True)
-    readings = LatestReadings(host=__import__("socket").gethostname())
-    agent = Agent(be, st, interval_seconds=1.0, readings=readings)
-    if backend == "nvml":
-        attach_alerts(agent, st, "7d", None, ["log"])
-    server = serve_metrics(make_registry(readings, store=st), host, port)
-    lines = [f"Prometheus metrics: http://{host}:{port}/metrics"]
+    node = build_node(NodeConfig(
+        backend=backend, speed=speed_f, loop=True, store_path=live_store, listen=addr,
+        alerts=AlertsConfig(notify=["log"]), import_context=ImportContext(),
+    ))
+    lines = [f"Prometheus metrics: {node.metrics_url}"]
     if dashboard != "off":
         dh, dp = parse_listen(dashboard)
         url = _start_dashboard(store, dh, dp)
         lines.append(f"dashboard: {url}" if url else "dashboard: not installed (pip install 'gpulens[web]')")
     console.print("\n".join(lines) + "\nCtrl-C stops.")
-    install_stop_handlers(agent.stop_event)
+    install_stop_handlers(node.loop.stop_event)
     try:
-        agent.run(duration_s)
+        node.run(duration_s)
     finally:
-        agent.close()
-        st.close()
-        server.shutdown()
+        node.close()
 
 
 def register(app: typer.Typer) -> None:

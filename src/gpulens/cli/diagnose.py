@@ -103,6 +103,10 @@ def _value(key: str, v: Any) -> str:
     if isinstance(v, list):
         return "; ".join(_value(key, x) for x in v)
     if isinstance(v, int | float):
+        if key.endswith("_hz"):
+            return f"{v / 1e6:,.0f} MHz"
+        if key.endswith("_celsius"):
+            return f"{v:.0f} °C"
         if key.endswith("_bytes"):
             return format_bytes(v)
         if key.endswith("_seconds"):
@@ -121,9 +125,9 @@ def _render_text(findings: list[Any], store: Path, job: str | None, service: str
     what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
     if not findings:
         console.print(f"No bottleneck found for {what} in {store}.")
-        console.print("[dim]That means none of the checks fired (input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
+        console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
         return
-    console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {store}, oldest first.")
+    console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {store}: GPU faults first, then oldest first.")
     console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
     for n, f in enumerate(findings, 1):
         style = SEVERITY_STYLE.get(f.severity, "")
@@ -136,7 +140,7 @@ def _render_text(findings: list[Any], store: Path, job: str | None, service: str
         if f.evidence:
             console.print("   [bold]Evidence[/]")
             for k, v in f.evidence.items():
-                if v is None or (isinstance(v, dict) and len(v) > 6):
+                if v is None or v == [] or (isinstance(v, dict) and len(v) > 6) or (isinstance(v, list) and isinstance(v[0], dict)):
                     continue  # nested detail stays in --format json
                 console.print(f"     {k.replace('_', ' ')}: {_value(k, v)}", highlight=False)
         if f.advice:

@@ -30,26 +30,17 @@ def replay_command(
         gpulens replay path/to/trace --store run.db --learn 20s
     """
     from gpulens.data import bundled_trace
-    from gpulens.ingest import import_trace
+    from gpulens.pipeline import AlertsConfig
+    from gpulens.pipeline.ingest import import_trace
     from gpulens.store import Store
     from gpulens.units import format_seconds, parse_duration
     from gpulens.workload.importers import ImportContext
 
     speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
     path = trace or bundled_trace()
-    learn_seconds = parse_duration(learn, what="--learn", allow_zero=True)
-    with Store(store) as st:
-        evaluators = []
-        try:
-            from gpulens.alerts.runtime import AlertRuntime
-
-            evaluators.append(AlertRuntime(st, learn_seconds=learn_seconds, rules_file=rules, notify=list(notify)))
-        except ImportError:
-            pass
-        with console_err.status(f"importing {path} …"):
-            summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service), force=force, evaluators=evaluators)
-        for ev in evaluators:
-            ev.close()
+    alerts = AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify))
+    with Store(store) as st, console_err.status(f"importing {path} …"):
+        summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service), force=force, alerts=alerts)
     if summary.already_imported:
         console.print(f"{summary.trace} is already in {store}; nothing imported (use --force to import it again).")
         return

@@ -75,7 +75,10 @@ _NOT_HEADLINE = ("started", "ended", "created", "flops_per_token", "parameters",
 def _headline(summary: dict) -> str:
     nums = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool) and k not in _NOT_HEADLINE}
     keys = [k for k in _HEADLINE if k in nums] + [k for k in nums if k not in _HEADLINE]
-    return ", ".join(f"{k}={nums[k]:.4g}" for k in keys[:3])
+    from gpulens.mfu import mfu_is_impossible
+
+    return ", ".join(f"{k}={nums[k]:.4g}" + (" (impossible: above the peak)" if k == "mfu_ratio" and mfu_is_impossible(nums[k]) else "")
+                     for k in keys[:3])
 
 
 @runs_app.command("show")
@@ -99,6 +102,11 @@ def runs_show_command(
     console.print(f"[bold]{r.label}[/]  {_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}")
     for title, d in (("config", r.config), ("summary", r.summary)):
         console.print(f"[bold]{title}[/]: " + json.dumps(d, default=str), highlight=False, soft_wrap=True)
+    if isinstance(r.summary.get("mfu_ratio"), int | float):
+        from gpulens.mfu import MFU_IMPOSSIBLE, mfu_is_impossible
+
+        if mfu_is_impossible(r.summary["mfu_ratio"]):
+            console.print(f"[bold red]MFU {r.summary['mfu_ratio']:.0%}[/] {MFU_IMPOSSIBLE}.", highlight=False)
     console.print("[bold]samples[/]: " + (", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none"))
     if changes:
         console.print(f"[bold]changed since run #{changes[0].previous_run_id}[/]:")
@@ -160,26 +168,33 @@ def compare_command(
     threshold: str = typer.Option("5%", "--threshold", help="A median change smaller than this is 'no change' even when significant."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the Mann-Whitney test."),
     metric: list[str] = typer.Option([], "--metric", help="Compare only this metric (repeatable). Default: every metric both runs sampled."),
+    margin: float = typer.Option(0.01, "--margin", help="Scores (accuracy, exact_match, f1): the absolute drop that is a regression (non-inferiority margin)."),
+    direction: list[str] = typer.Option([], "--direction", help="METRIC=higher or METRIC=lower: which way is better, for a metric gpulens does not know (repeatable)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     record: bool = typer.Option(True, "--record/--no-record", help="Mark the new run good or regression (what 'last known-good' uses)."),
 ) -> None:
     """Compare run B with run A, metric by metric, with statistics rather than eyeballing.
 
     Per metric: the median change with a bootstrap 95 % interval, a Mann-Whitney test, and a
-    verdict (regression, improvement, no change, not enough data). Beside it: what changed in the
-    configuration and the environment, and the last known-good run to roll back to.
+    verdict (regression, improvement, no change, not enough data, direction unknown). Scores from
+    0 to 1 (accuracy, exact_match, f1) are tested for non-inferiority instead: a regression when the
+    lower 95 % bound of B − A is below −margin. Beside it: what changed in the configuration and the
+    environment, and the last known-good run to roll back to.
 
     Exit code 1 when any metric regressed, so it can gate a CI job.
 
         gpulens compare 12 17
         gpulens compare baseline latest --threshold 3%
         gpulens compare 17                  # run 17 against its baseline
+        gpulens compare 12 17 --metric accuracy --margin 0.02
     """
     from gpulens.bench.compare import compare_runs
+    from gpulens.directions import parse_direction
     from gpulens.runs import resolve_run
 
     _check_format(fmt)
     ratio = _parse_threshold(threshold)
+    directions = dict(parse_direction(d) for d in direction)
     with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
         if b is None:
             new = resolve_run(st, a)
@@ -187,7 +202,8 @@ def compare_command(
         else:
             new = resolve_run(st, b)
             ref = resolve_run(st, a, other=new)
-        cmp = compare_runs(ref, new, threshold_ratio=ratio, alpha=alpha, metrics=list(metric) or None, store=st, record=record)
+        cmp = compare_runs(ref, new, threshold_ratio=ratio, alpha=alpha, margin=margin, directions=directions,
+                           metrics=list(metric) or None, store=st, record=record)
     if fmt == "json":
         typer.echo(json.dumps(cmp.to_dict(), indent=2, default=str))
     else:
@@ -199,24 +215,35 @@ def compare_command(
 def _render(cmp) -> None:  # noqa: ANN001
     from rich.table import Table
 
-    colour = {"regression": "red", "improvement": "green", "no change": "default", "not enough data": "yellow"}
-    console.print(f"[bold]{cmp.b.label}[/] against [bold]{cmp.a.label}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g})")
+    colour = {"regression": "red", "improvement": "green", "no change": "default", "not enough data": "yellow",
+              "direction unknown": "yellow"}
+    console.print(f"[bold]{cmp.b.label}[/] against [bold]{cmp.a.label}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g}"
+                  + (f", score margin {cmp.margin:g}" if any(m.test == "non-inferiority" for m in cmp.metrics) else "") + ")")
     t = Table()
-    for col in ("metric", "A median", "B median", "change", "95 % CI", "p", "verdict"):
+    scores = any(m.test == "non-inferiority" for m in cmp.metrics)  # then each cell says median or mean
+    for col in ("metric", "A" if scores else "A median", "B" if scores else "B median", "change", "95 % CI", "p", "verdict"):
         t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
+    arrows = {"lower_is_better": "↓ better", "higher_is_better": "↑ better", "unknown": "? better"}
     for m in cmp.metrics:
         f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
         pc = lambda v: "–" if v is None else f"{v:+.1%}"  # noqa: E731
-        ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
-        arrow = "↓ better" if m.direction == "lower_is_better" else "↑ better"
+        if m.test == "non-inferiority":  # a score: means and the absolute difference
+            a_cell, b_cell = f"{f(m.mean_a)} [dim]mean n={m.n_a}[/]", f"{f(m.mean_b)} [dim]mean n={m.n_b}[/]"
+            change = "–" if m.difference is None else f"{m.difference:+.4f}"
+            ci = "–" if m.ci95_low is None else f"{m.ci95_low:+.4f} … {m.ci95_high:+.4f}"
+        else:
+            tag = "median " if scores else ""
+            a_cell, b_cell = f"{f(m.median_a)} [dim]{tag}n={m.n_a}[/]", f"{f(m.median_b)} [dim]{tag}n={m.n_b}[/]"
+            change = pc(m.change_ratio)
+            ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
         t.add_row(
-            f"{m.metric} [dim]{arrow}[/]", f"{f(m.median_a)} [dim]n={m.n_a}[/]", f"{f(m.median_b)} [dim]n={m.n_b}[/]",
-            pc(m.change_ratio), ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
+            f"{m.metric} [dim]{arrows[m.direction]}[/]", a_cell, b_cell,
+            change, ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
         )
     console.print(t)
     for m in cmp.metrics:
-        if m.verdict == "not enough data":
-            console.print(f"[yellow]{m.metric}[/]: {m.reason}", highlight=False)
+        if m.verdict in ("not enough data", "direction unknown") or m.test == "non-inferiority":
+            console.print(f"[{colour[m.verdict]}]{m.metric}[/]: {m.reason}", highlight=False)
     if cmp.config_changes or cmp.fingerprint_changes:
         console.print("[bold]what changed[/]:")
         for section, changes in (("config", cmp.config_changes), ("environment", cmp.fingerprint_changes)):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 
 import typer
@@ -24,34 +23,34 @@ def top_command(
     from rich.live import Live
 
     from gpulens.cli.agent import install_stop_handlers
-    from gpulens.gpu import open_backend
+    from gpulens.pipeline import Frame, NodeConfig, build_node
     from gpulens.units import parse_duration
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration else None
     speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
-    be = open_backend(backend, speed=speed_f, rebase=True)
-    history: dict[int, deque[float]] = {g.index: deque(maxlen=40) for g in be.gpus()}
-    stop = threading.Event()
-    install_stop_handlers(stop)
+    history: dict[int, deque[float]] = {}
     host = __import__("socket").gethostname()
-    t_end = None if duration_s is None else time.monotonic() + duration_s
-    paced = bool(getattr(be, "paced", False))
     last_draw = 0.0
+    live = Live(console=console, refresh_per_second=4, transient=False)
+
+    def show(frame: Frame) -> None:
+        nonlocal last_draw
+        for s in frame.samples:
+            if s.utilization_gpu_ratio is not None:
+                history.setdefault(s.gpu, deque(maxlen=40)).append(s.utilization_gpu_ratio)
+        # a replay hands every recorded frame: draw at the refresh interval, not at 10 Hz
+        if frame.source_time is None or time.monotonic() - last_draw >= interval_s:
+            live.update(render(frame.samples, history, host))
+            last_draw = time.monotonic()
+
+    node = build_node(NodeConfig(backend=backend, speed=speed_f, interval_seconds=interval_s, view=show, alerts=None, colocation=False))
+    install_stop_handlers(node.loop.stop_event)
     try:
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            while not stop.is_set() and not be.exhausted and (t_end is None or time.monotonic() < t_end):
-                samples = be.sample()
-                for s in samples:
-                    if s.utilization_gpu_ratio is not None:
-                        history.setdefault(s.gpu, deque(maxlen=40)).append(s.utilization_gpu_ratio)
-                if samples and (not paced or time.monotonic() - last_draw >= interval_s):
-                    live.update(render(samples, history, host))
-                    last_draw = time.monotonic()
-                if not paced:
-                    stop.wait(interval_s)
+        with live:
+            node.run(duration_s)
     finally:
-        be.close()
+        node.close()
 
 
 def register(app: typer.Typer) -> None:

@@ -39,12 +39,15 @@ class DiagnoseScope:
 
 
 Analyzer = Callable[[Store, DiagnoseScope], list[Finding]]
-_ANALYZERS: list[tuple[str, Analyzer]] = []
+_ANALYZERS: list[tuple[str, Analyzer, int]] = []
+# Findings are listed by their analyzer's order, then oldest first: GPU faults (order 0) and GPU
+# conditions (1) come before the workload findings, which they may explain.
+DEFAULT_ORDER = 2
 
 
-def register_analyzer(name: str) -> Callable[[Analyzer], Analyzer]:
+def register_analyzer(name: str, *, order: int = DEFAULT_ORDER) -> Callable[[Analyzer], Analyzer]:
     def deco(fn: Analyzer) -> Analyzer:
-        _ANALYZERS.append((name, fn))
+        _ANALYZERS.append((name, fn, order))
         return fn
 
     return deco
@@ -55,11 +58,12 @@ ANALYZER_MODULES = (
     "gpulens.diagnose.training",
     "gpulens.diagnose.inference",
     "gpulens.diagnose.colocation",
+    "gpulens.diagnose.health",
 )
 
 
 def diagnose(store: Store, scope: DiagnoseScope | None = None) -> list[Finding]:
-    """Every registered analyzer over the store, findings sorted by start time."""
+    """Every registered analyzer over the store: GPU health first, then the rest, each oldest first."""
     import importlib
     import importlib.util
 
@@ -67,7 +71,7 @@ def diagnose(store: Store, scope: DiagnoseScope | None = None) -> list[Finding]:
         if importlib.util.find_spec(mod) is not None:
             importlib.import_module(mod)
     scope = scope or DiagnoseScope()
-    findings: list[Finding] = []
-    for _name, fn in _ANALYZERS:
-        findings.extend(fn(store, scope))
-    return sorted(findings, key=lambda f: (f.start, f.kind))
+    ranked: list[tuple[int, Finding]] = []
+    for _name, fn, order in _ANALYZERS:
+        ranked.extend((order, f) for f in fn(store, scope))
+    return [f for _, f in sorted(ranked, key=lambda of: (of[0], of[1].start, of[1].kind))]

@@ -104,7 +104,8 @@ class Colocation:
     interference: Interference | None
 
 
-def _pid(e: Event) -> int | None:
+def event_pid(e: Event) -> int | None:
+    """The process id an event names (in its data or labels), if any."""
     v = e.data.get("pid", e.labels.get("pid"))
     try:
         return int(v) if v is not None and v != "" else None
@@ -136,7 +137,7 @@ def _roles(store: Store, scope: DiagnoseScope) -> tuple[dict[int, ProcessInfo], 
             # the beginning (they are few); steps and requests only inside the window.
             since = None if kind in (N.EV_TRAIN_START, N.EV_INFER_START) else scope.start
             for e in store.events(kind, start=since, end=scope.end):
-                pid = _pid(e)
+                pid = event_pid(e)
                 if pid is None or (sel and e.labels.get(key, sel) != sel):
                     continue
                 if pid not in roles:
@@ -274,8 +275,8 @@ def find_colocations(store: Store, scope: DiagnoseScope | None = None) -> list[C
                 if hi < lo:
                     continue  # on this GPU one after the other, never together
                 together = len({round(t, 1) for t in t_tr} & {round(t, 1) for t in t_sv})
-                launch = [e.t for e in store.events(N.EV_TRAIN_START, start=scope.start, end=scope.end) if _pid(e) == tr.pid]
-                cold = [e for e in store.events(N.EV_COLD_START, start=scope.start, end=scope.end) if _pid(e) == sv.pid]
+                launch = [e.t for e in store.events(N.EV_TRAIN_START, start=scope.start, end=scope.end) if event_pid(e) == tr.pid]
+                cold = [e for e in store.events(N.EV_COLD_START, start=scope.start, end=scope.end) if event_pid(e) == sv.pid]
                 inter = interference(steps.get(tr.pid, []), requests.get(sv.pid, []), (t_tr[0], t_tr[-1]), min(launch) if launch else None, cold)
                 out.append(Colocation(gpu, host, uuid, tr, sv, lo, hi, together, mps, mig, inter))
     return out

@@ -233,8 +233,48 @@ def latency_bound_low_utilization(store: Store, scope: DiagnoseScope) -> list[Fi
             f"Requests took {_ms(p50)} at the median and {_ms(p99)} at p99 while the GPU ran kernels only "
             f"{st.gpu_util_busy:.0%} of the time it was serving them: latency is bound by per-token overhead "
             "(launches, Python, tiny batches), not by the GPU.",
-            evidence, ADVICE_LATENCY_OVERHEAD))
+            evidence, _latency_advice(w)))
     return out
+
+
+def _latency_advice(w: Window) -> list[str]:
+    """An idle GPU suggests fewer replicas, unless requests also queued in this window: then
+    fewer replicas would deepen the queue (and the queueing finding asks for capacity)."""
+    queued = [e for run in _queued_runs(w) for e in run]
+    if not queued:
+        return ADVICE_LATENCY_OVERHEAD
+    wait = _pct([max(_start(e) - _arrival(e), 0.0) for e in queued], 95)
+    return ADVICE_LATENCY_OVERHEAD[:-1] + [
+        f"Then cost, but not fewer replicas yet: requests also queued in this window (p95 wait {_ms(wait)}), so "
+        "removing replicas would lengthen the queue. Once batching drains it, scale replicas on queue depth."]
+
+
+def _queued_runs(w: Window) -> list[list[Event]]:
+    """Runs of adjacent QUEUE_BUCKET_SECONDS buckets of request ends where queue wait drove latency."""
+    done = [e for e in w.events if e.data.get("status", "ok") in ("ok", "timeout")]
+    if len(done) < MIN_REQUESTS:
+        return []
+    t0 = w.start
+    buckets: dict[int, list[Event]] = {}
+    for e in done:
+        buckets.setdefault(int((float(e.data.get("end", e.t)) - t0) // QUEUE_BUCKET_SECONDS), []).append(e)
+    flagged: list[tuple[int, list[Event]]] = []
+    for b in sorted(buckets):
+        evs = buckets[b]
+        lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
+        que = [max(_start(e) - _arrival(e), 0.0) for e in evs]
+        svc = [float(e.data.get("end", e.t)) - _start(e) for e in evs]
+        if len(evs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
+            flagged.append((b, evs))
+    runs: list[list[Event]] = []
+    last = None
+    for b, evs in flagged:
+        if last is not None and b == last + 1:
+            runs[-1].extend(evs)
+        else:
+            runs.append(list(evs))
+        last = b
+    return runs
 
 
 @register_analyzer("inference_queueing")
@@ -243,29 +283,7 @@ def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
     flagged buckets become one finding."""
     out = []
     for w in windows(store, scope):
-        done = [e for e in w.events if e.data.get("status", "ok") in ("ok", "timeout")]
-        if len(done) < MIN_REQUESTS:
-            continue
-        t0 = w.start
-        buckets: dict[int, list[Event]] = {}
-        for e in done:
-            buckets.setdefault(int((float(e.data.get("end", e.t)) - t0) // QUEUE_BUCKET_SECONDS), []).append(e)
-        flagged: list[tuple[int, list[Event]]] = []
-        for b in sorted(buckets):
-            evs = buckets[b]
-            lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
-            que = [max(_start(e) - _arrival(e), 0.0) for e in evs]
-            svc = [float(e.data.get("end", e.t)) - _start(e) for e in evs]
-            if len(evs) >= 5 and sum(que) / max(sum(lat), 1e-9) >= QUEUE_SHARE_MIN and _pct(lat, 95) >= 2 * _pct(svc, 50):
-                flagged.append((b, evs))
-        runs: list[list[Event]] = []
-        last = None
-        for b, evs in flagged:
-            if last is not None and b == last + 1:
-                runs[-1].extend(evs)
-            else:
-                runs.append(list(evs))
-            last = b
+        runs = _queued_runs(w)
         for evs in runs:
             lat = [float(e.data.get("end", e.t)) - _arrival(e) for e in evs]
             que = [max(_start(e) - _arrival(e), 0.0) for e in evs]

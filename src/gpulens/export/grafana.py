@@ -9,8 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
-from gpulens.web.panels import PANELS, SELECTION_KEYS, ChartSpec, PanelSpec, selection_label
-from gpulens.web.promql import series_expr, stat_expr
+from gpulens.views.panels import (
+    LEGEND_OWNER,
+    PANELS,
+    SELECTION_KEYS,
+    ChartSpec,
+    PanelSpec,
+    SeriesSpec,
+    legend_name,
+    selection_label,
+)
+from gpulens.views.promql import series_expr, stat_expr
 
 DS = "${DS_PROMETHEUS}"
 DEFAULT_UID = "gpulens-overview"
@@ -29,8 +38,8 @@ VARIABLES = {
     # variable -> (metric that carries the label, help)
     "host": ("gpu_up", "Host"),
     "gpu": ("gpu_up", "GPU"),
-    "job": ("train_step_seconds", "Training job"),
-    "service": ("infer_request_latency_seconds", "Inference service"),
+    "job": ("train_step_seconds_count", "Training job"),  # a histogram: its _count series carries the labels
+    "service": ("infer_request_latency_seconds_count", "Inference service"),
 }
 
 
@@ -38,14 +47,23 @@ def _regex(workload: str) -> dict[str, str]:
     return {selection_label(k): f"${k}" for k in SELECTION_KEYS[workload]}  # type: ignore[index]
 
 
+def _legend(s: SeriesSpec, panel: PanelSpec) -> str:
+    """Whose line it is, as on the dashboard: "{{reason}} (GPU {{gpu}})"; a sum() keeps no labels."""
+    if s.kind == "events_per_second":
+        return s.label
+    owner = LEGEND_OWNER[s.workload or panel.id]
+    whose = f"{legend_name(owner)} {{{{{owner}}}}}"
+    return {
+        "gpu_clock_event_active": f"{{{{reason}}}} ({whose})",
+        "gpu_process_memory_bytes": f"{{{{process}}}} (pid {{{{pid}}}}, {whose})",
+    }.get(s.metric, f"{s.label} ({whose})")
+
+
 def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int) -> dict[str, Any]:
     targets = []
     for i, s in enumerate(chart.series):
         expr = series_expr(s, {}, "$__rate_interval", _regex(s.workload or panel.id))
-        legend = {
-            "gpu_clock_event_active": "{{reason}}",
-            "gpu_process_memory_bytes": "{{process}} (pid {{pid}})",
-        }.get(s.metric, s.label)
+        legend = _legend(s, panel)
         targets.append({"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": DS}})
     return {
         "id": pid,

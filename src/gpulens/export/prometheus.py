@@ -1,21 +1,28 @@
-"""Prometheus exposition of the agent's latest readings (custom collectors, fresh families per scrape).
+"""Prometheus exposition of a node: the agent's latest GPU readings and the workload series that
+monitors in other processes write to the store (custom collectors, fresh families per scrape).
 
-Two naming schemes: gpulens's own (base units, `_bytes`, `_ratio`, `_total`, labels gpu/uuid/model/host)
-and dcgm-exporter's (`DCGM_FI_DEV_*` in DCGM's units, labels gpu/UUID/modelName/Hostname) so that
-existing DCGM dashboards keep working. Workload series (train_*, infer_*) written to the store by
-monitors in other processes are exported with their latest value while fresh.
+The contract (docs/metrics.md, tested against a real Prometheus that scrapes an agent):
+- no exported label is named `job` or `instance` (a scrape owns them): training series carry `train_job`;
+- per-event distributions (request latency, TTFT, TPOT, inter-token latency, queue wait, step time and
+  its parts) are Prometheus histograms counted from every sample in the store, so `histogram_quantile`
+  is right over any window and aggregation; engine histograms read by `--scrape` are passed through;
+- counters are typed `counter` in both naming modes;
+- `--metric-names dcgm` renames the GPU families only (dcgm-exporter's names and units); `gpu_up`,
+  `gpu_xid_errors_total` (DCGM has no XID counter) and every workload series keep their names.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpulens.export.readings import LatestReadings
 from gpulens.gpu.metrics import (
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_METRICS,
@@ -30,6 +37,8 @@ from gpulens.gpu.metrics import (
 )
 from gpulens.gpu.types import GpuSample
 from gpulens.store import Store
+from gpulens.store.types import SeriesKey
+from gpulens.workload import names as wn
 
 MetricNames = Literal["gpulens", "dcgm"]
 
@@ -41,34 +50,8 @@ _HELP_EXTRA = {
     GPU_XID_TOTAL: "XID errors seen by this agent, by XID code.",
     GPU_XID_LAST: "Code of the last XID error seen (0 if none).",
 }
-
-
-class LatestReadings:
-    """The newest sample of each GPU and the XID counts, shared by the agent loop and the scrapes."""
-
-    def __init__(self, host: str):
-        self.host = host
-        self._lock = threading.Lock()
-        self._samples: dict[int, GpuSample] = {}
-        self._xids: dict[tuple[int, int], int] = {}
-        self._xid_last: dict[int, int] = {}
-        self.source_time: float | None = None  # recorded time of the newest sample (replays)
-
-    def update(self, samples: list[GpuSample], source_time: float | None = None) -> None:
-        with self._lock:
-            for s in samples:
-                self._samples[s.gpu] = s
-            if source_time is not None:
-                self.source_time = source_time
-
-    def add_xid(self, gpu: int, xid: int) -> None:
-        with self._lock:
-            self._xids[(gpu, xid)] = self._xids.get((gpu, xid), 0) + 1
-            self._xid_last[gpu] = xid
-
-    def snapshot(self) -> tuple[list[GpuSample], dict[tuple[int, int], int], dict[int, int]]:
-        with self._lock:
-            return sorted(self._samples.values(), key=lambda s: s.gpu), dict(self._xids), dict(self._xid_last)
+# Labels a scrape owns; an exported label of either name would come back as exported_job/_instance.
+RESERVED_LABELS = frozenset({"job", "instance"})
 
 
 class GpuCollector:
@@ -82,6 +65,7 @@ class GpuCollector:
         samples, xids, xid_last = self.readings.snapshot()
         if self.metric_names == "dcgm":
             yield from self._collect_dcgm(samples, xid_last)
+            yield from self._up_and_xids(samples, xids)
             return
         families: dict[str, Metric] = {}
         extra_label_names: dict[str, list[str]] = {}
@@ -102,17 +86,12 @@ class GpuCollector:
                     families[name] = fam
                 fam.add_metric([base[k] for k in base_names] + [extra[k] for k in extra_label_names[name]], value)  # type: ignore[attr-defined]
         yield from families.values()
-        xid_total = CounterMetricFamily(GPU_XID_TOTAL, _HELP_EXTRA[GPU_XID_TOTAL], labels=base_names + ["xid"])
+        yield self._xid_counter(samples, xids)
+        base_names = ["gpu", "uuid", "model", "host"]
         last = GaugeMetricFamily(GPU_XID_LAST, _HELP_EXTRA[GPU_XID_LAST], labels=base_names)
-        by_gpu = {s.gpu: gpu_labels(s, self.readings.host) for s in samples}
-        for (gpu, xid), n in sorted(xids.items()):
-            b = by_gpu.get(gpu)
-            if b:
-                xid_total.add_metric([b[k] for k in base_names] + [str(xid)], float(n))
         for s in samples:
-            b = by_gpu[s.gpu]
+            b = gpu_labels(s, self.readings.host)
             last.add_metric([b[k] for k in base_names], float(xid_last.get(s.gpu, 0)))
-        yield xid_total
         yield last
         if self.readings.source_time is not None:
             src = GaugeMetricFamily(
@@ -121,9 +100,29 @@ class GpuCollector:
             src.add_metric([], self.readings.source_time)
             yield src
 
+    def _xid_counter(self, samples: list, xids: dict[tuple[int, int], int]) -> Metric:
+        base_names = ["gpu", "uuid", "model", "host"]
+        xid_total = CounterMetricFamily(GPU_XID_TOTAL, _HELP_EXTRA[GPU_XID_TOTAL], labels=base_names + ["xid"])
+        by_gpu = {s.gpu: gpu_labels(s, self.readings.host) for s in samples}
+        for (gpu, xid), n in sorted(xids.items()):
+            b = by_gpu.get(gpu)
+            if b:
+                xid_total.add_metric([b[k] for k in base_names] + [str(xid)], float(n))
+        return xid_total
+
+    def _up_and_xids(self, samples: list, xids: dict[tuple[int, int], int]) -> Iterator[Metric]:
+        """gpulens's own `gpu_up` and XID counter, which DCGM's names lack (its rules need them)."""
+        base_names = ["gpu", "uuid", "model", "host"]
+        up = GaugeMetricFamily(GPU_UP, _HELP_EXTRA[GPU_UP], labels=base_names)
+        for s in samples:
+            b = gpu_labels(s, self.readings.host)
+            up.add_metric([b[k] for k in base_names], 0.0 if s.lost else 1.0)
+        yield up
+        yield self._xid_counter(samples, xids)
+
     def _collect_dcgm(self, samples: list[GpuSample], xid_last: dict[int, int]) -> Iterator[Metric]:
         names = ["gpu", "UUID", "modelName", "Hostname"]
-        fams: dict[str, GaugeMetricFamily] = {}
+        fams: dict[str, Metric] = {}
         for s in samples:
             if s.lost:
                 continue
@@ -134,66 +133,183 @@ class GpuCollector:
                     continue
                 fam = fams.get(m.dcgm_name)
                 if fam is None:
-                    fam = fams[m.dcgm_name] = GaugeMetricFamily(m.dcgm_name, f"{m.help} (dcgm-exporter name and unit)", labels=names)
-                fam.add_metric(lv, float(v) * m.dcgm_scale)
+                    # dcgm-exporter's counters keep their names (no `_total` added): see exposition.py
+                    fam = fams[m.dcgm_name] = Metric(m.dcgm_name, f"{m.help} (dcgm-exporter name and unit)", "counter" if m.is_counter else "gauge")
+                fam.add_sample(m.dcgm_name, dict(zip(names, lv, strict=True)), float(v) * m.dcgm_scale)
             fam = fams.get("DCGM_FI_DEV_XID_ERRORS")
             if fam is None:
-                fam = fams["DCGM_FI_DEV_XID_ERRORS"] = GaugeMetricFamily(
-                    "DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error (dcgm-exporter name)", labels=names
-                )
-            fam.add_metric(lv, float(xid_last.get(s.gpu, 0)))
+                fam = fams["DCGM_FI_DEV_XID_ERRORS"] = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error (dcgm-exporter name)", "gauge")
+            fam.add_sample("DCGM_FI_DEV_XID_ERRORS", dict(zip(names, lv, strict=True)), float(xid_last.get(s.gpu, 0)))
         yield from fams.values()
 
 
+class WorkloadTally:
+    """Counts every per-event workload sample in the store into cumulative histograms (and request
+    counts), following the store's commits (`Store.samples_after`), whichever process wrote them.
+
+    Counting starts from everything the store keeps, so an agent restarted on the same store goes on
+    from the same totals; retention deleting old samples shows up as a counter reset. Series carrying a
+    `quantile` label (an engine's percentiles kept by `--scrape`) are left out: the engine's own
+    histogram is passed through instead."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._lock = threading.Lock()
+        self._cursor = 0
+        # series -> [cumulative bucket counts..., +Inf count], sum
+        self._hist: dict[SeriesKey, tuple[list[int], list[float]]] = {}
+        self._counts: dict[SeriesKey, int] = {}
+        self._names = [*wn.HISTOGRAM_BUCKETS, *wn.WORKLOAD_COUNTERS]
+
+    def catch_up(self) -> None:
+        with self._lock:
+            while True:
+                rows, cursor = self.store.samples_after(self._names, self._cursor)
+                if not rows:
+                    return
+                self._cursor = cursor
+                for key, _t, value in rows:
+                    self._add(key, value)
+
+    def _add(self, key: SeriesKey, value: float) -> None:
+        if "source" in key.labels or "quantile" in key.labels:
+            return  # read from an engine: its own counter and histogram are exported instead
+        bounds = wn.HISTOGRAM_BUCKETS.get(key.name)
+        if bounds is None:  # a counter sample: one per finished request
+            self._counts[key] = self._counts.get(key, 0) + 1
+            return
+        if not math.isfinite(value):
+            return
+        h = self._hist.get(key)
+        if h is None:
+            h = self._hist[key] = ([0] * (len(bounds) + 1), [0.0])
+        counts = h[0]
+        for i, b in enumerate(bounds):  # cumulative: every bucket whose bound holds the value
+            if value <= b:
+                counts[i] += 1
+        counts[-1] += 1
+        h[1][0] += value
+
+    def snapshot(self) -> tuple[dict[SeriesKey, tuple[list[int], float]], dict[SeriesKey, int]]:
+        self.catch_up()
+        with self._lock:
+            return {k: (list(c), s[0]) for k, (c, s) in self._hist.items()}, dict(self._counts)
+
+
 class WorkloadCollector:
-    """Latest value of each training / inference series in the store, while it is fresh."""
+    """Training and inference series from the store: distributions as histograms, the request counter
+    as a counter, and every other series (throughput, ratios, memory, queue depth) as its latest value
+    while fresh."""
 
     PREFIXES = ("train_", "infer_")
 
-    def __init__(self, store: Store, *, max_age_seconds: float = 120.0, clock: Callable[[], float] = time.time):
+    def __init__(self, store: Store, *, max_age_seconds: float = 120.0, clock: Callable[[], float] = time.time,
+                 tally: WorkloadTally | None = None):
         self.store = store
         self.max_age_seconds = max_age_seconds
         self.clock = clock
+        self.tally = tally or WorkloadTally(store)
 
     def collect(self) -> Iterator[Metric]:
+        hists, counts = self.tally.snapshot()
+        yield from _histogram_families(hists)
         now = self.clock()
         for name in self.store.metric_names():
-            if not name.startswith(self.PREFIXES):
+            if not name.startswith(self.PREFIXES) or name in wn.HISTOGRAM_BUCKETS:
                 continue
-            values = [v for v in self.store.latest(name) if now - v.t <= self.max_age_seconds]
+            latest = self.store.latest(name)
+            if name in wn.WORKLOAD_COUNTERS:
+                fam = Metric(name.removesuffix("_total"), f"gpulens workload counter {name}", "counter")
+                for key, n in sorted(counts.items(), key=lambda kv: kv[0].labels_json):
+                    if key.name == name:
+                        fam.add_sample(name, _export_labels(key.labels), float(n))
+                for v in latest:  # an engine's own counter, read by --scrape
+                    if "source" in v.key.labels:
+                        fam.add_sample(name, _export_labels(v.key.labels), v.value)
+                if fam.samples:
+                    yield fam
+                continue
+            values = [v for v in latest if now - v.t <= self.max_age_seconds]
             if not values:
                 continue
-            label_names = sorted({k for v in values for k in v.key.labels})
-            cls = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
-            fam = cls(name, f"gpulens workload series {name}", labels=label_names)
+            fam = Metric(name, f"gpulens workload series {name} (latest value)", "gauge")
             for v in values:
-                fam.add_metric([v.key.labels.get(k, "") for k in label_names], v.value)
+                fam.add_sample(name, _export_labels(v.key.labels), v.value)
             yield fam
 
 
+def _export_labels(labels: dict[str, str]) -> dict[str, str]:
+    """A store label set as exported: a reserved name that slipped in is prefixed, never dropped."""
+    return {(f"gpulens_{k}" if k in RESERVED_LABELS else k): v for k, v in labels.items()}
+
+
+def _histogram_families(hists: dict[SeriesKey, tuple[list[int], float]]) -> Iterator[Metric]:
+    by_name: dict[str, list[tuple[SeriesKey, list[int], float]]] = {}
+    for key, (counts, total) in hists.items():
+        by_name.setdefault(key.name, []).append((key, counts, total))
+    for name in sorted(by_name):
+        bounds = wn.HISTOGRAM_BUCKETS[name]
+        fam = Metric(name, f"gpulens workload distribution {name} (histogram, seconds)", "histogram")
+        for key, counts, total in sorted(by_name[name], key=lambda r: r[0].labels_json):
+            add_histogram(fam, name, _export_labels(key.labels), bounds, counts, total)
+        yield fam
+
+
+def add_histogram(fam: Metric, name: str, labels: dict[str, str], bounds: Iterable[float], cumulative: list[float] | list[int], total: float) -> None:
+    """Add one histogram's `_bucket` (cumulative, ending with +Inf), `_sum` and `_count` samples."""
+    bounds = list(bounds)
+    for b, c in zip([*bounds, math.inf], cumulative, strict=False):
+        fam.add_sample(f"{name}_bucket", {**labels, "le": _le(b)}, float(c))
+    fam.add_sample(f"{name}_sum", labels, float(total))
+    fam.add_sample(f"{name}_count", labels, float(cumulative[-1]))
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+class EngineHistogramCollector:
+    """Serving engines' own histograms, read by `--scrape`, passed through under gpulens's names with
+    the engine's buckets (labels service, model, host, source)."""
+
+    def __init__(self, scrapers: list):
+        self.scrapers = scrapers
+
+    def collect(self) -> Iterator[Metric]:
+        fams: dict[str, Metric] = {}
+        for scraper in self.scrapers:
+            for name, labels, buckets in scraper.histograms():
+                fam = fams.get(name)
+                if fam is None:
+                    fam = fams[name] = Metric(name, f"{name} as the serving engine counts it (passed through)", "histogram")
+                add_histogram(fam, name, _export_labels(labels), buckets.bounds[:-1], list(buckets.counts), buckets.sum)
+        yield from fams.values()
+
+
 def make_registry(
-    readings: LatestReadings, *, metric_names: MetricNames = "gpulens", store: Store | None = None
+    readings: LatestReadings, *, metric_names: MetricNames = "gpulens", store: Store | None = None,
+    scrapers: list | None = None, tally: WorkloadTally | None = None,
 ) -> CollectorRegistry:
-    """A private registry (no global state) with the GPU collector, and the workload one when a store is given."""
+    """A private registry (no global state): the GPU collector, and the workload ones when a store is
+    given, in both naming modes."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(readings, metric_names))  # type: ignore[arg-type]
-    if store is not None and metric_names == "gpulens":
-        registry.register(WorkloadCollector(store))  # type: ignore[arg-type]
+    if store is not None:
+        registry.register(WorkloadCollector(store, tally=tally))  # type: ignore[arg-type]
+    if scrapers:
+        registry.register(EngineHistogramCollector(scrapers))  # type: ignore[arg-type]
     return registry
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
     """Serve /metrics on host:port in a daemon thread. Returns the server (call .shutdown() to stop)."""
-    from prometheus_client import start_http_server
-
     from gpulens.errors import PortInUseError
+    from gpulens.export.exposition import start_metrics_server
 
     try:
-        result = start_http_server(port, addr=host, registry=registry)
+        return start_metrics_server(registry, host, port)
     except OSError as e:
         raise PortInUseError(
             f"Cannot listen on {host}:{port}: {e.strerror or e}.",
             hint="Pick another address with --listen HOST:PORT (or stop whatever holds that port).",
         ) from None
-    server = result[0] if isinstance(result, tuple) else result
-    return server

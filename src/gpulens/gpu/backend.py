@@ -17,6 +17,18 @@ class GpuBackend(Protocol):
 
     name: str
 
+    @property
+    def paced(self) -> bool:
+        """True when the backend keeps its own time (a replay): `sample()` waits for the next recorded
+        moment itself, and the pipeline flushes and evaluates on the samples' timeline, not the wall clock."""
+        ...
+
+    @property
+    def source_time(self) -> float | None:
+        """The recorded time of the frame last returned (a replay, in the trace's own clock, including
+        the offset of a looped pass); None for a live source, whose sample times are the wall clock."""
+        ...
+
     def gpus(self) -> list[GpuInfo]:
         """Static facts about each GPU."""
         ...

@@ -40,6 +40,8 @@ class FakeBackend:
     """A scriptable stand-in for NVML. Values follow a smooth, seeded load pattern unless pinned."""
 
     name = "fake"
+    paced = False  # sampled on the wall clock, at the pipeline's interval
+    source_time: float | None = None
 
     def __init__(
         self,

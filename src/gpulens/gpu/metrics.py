@@ -22,6 +22,10 @@ class GpuMetric:
     dcgm_name: str | None = None  # dcgm-exporter's field name
     dcgm_scale: float = 1.0  # multiply the base-unit value by this for DCGM's unit
 
+    @property
+    def is_counter(self) -> bool:
+        return self.type == "counter"
+
 
 MiB = 1024 * 1024
 
@@ -48,8 +52,8 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
     GpuMetric("gpu_ecc_uncorrected_volatile_total", "ecc_uncorrected_volatile_total", "Uncorrected (double-bit) ECC errors since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
     GpuMetric("gpu_ecc_corrected_aggregate_total", "ecc_corrected_aggregate_total", "Corrected ECC errors over the GPU's life.", "counter", dcgm_name="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
     GpuMetric("gpu_ecc_uncorrected_aggregate_total", "ecc_uncorrected_aggregate_total", "Uncorrected ECC errors over the GPU's life.", "counter", dcgm_name="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
-    GpuMetric("gpu_remapped_rows_correctable", "remapped_rows_correctable", "Rows remapped for correctable errors.", dcgm_name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
-    GpuMetric("gpu_remapped_rows_uncorrectable", "remapped_rows_uncorrectable", "Rows remapped for uncorrectable errors.", dcgm_name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+    GpuMetric("gpu_remapped_rows_correctable_total", "remapped_rows_correctable", "Rows remapped for correctable errors.", "counter", dcgm_name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+    GpuMetric("gpu_remapped_rows_uncorrectable_total", "remapped_rows_uncorrectable", "Rows remapped for uncorrectable errors.", "counter", dcgm_name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
     GpuMetric("gpu_remapped_rows_pending", "remapped_rows_pending", "1 when a row remapping waits for a GPU reset.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_PENDING"),
     GpuMetric("gpu_remapped_rows_failure", "remapped_rows_failure", "1 when a row remapping failed.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_FAILURE"),
     GpuMetric("gpu_mig_mode", "mig_mode", "1 when MIG (multi-instance GPU) mode is enabled.", dcgm_name=None),

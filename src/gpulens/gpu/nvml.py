@@ -55,6 +55,8 @@ def _error_name(e: pynvml.NVMLError) -> str:
 
 class NvmlBackend:
     name = "nvml"
+    paced = False  # sampled on the wall clock, at the pipeline's interval
+    source_time: float | None = None
 
     def __init__(self, *, clock: Callable[[], float] = time.time, watch_xid: bool = True, processes: bool = True):
         try:

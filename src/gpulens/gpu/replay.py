@@ -157,6 +157,8 @@ class ReplayBackend:
         self._wall0: float | None = None
         self._rec0: float | None = None
         self.last_recorded_t: float | None = None  # recorded time of the frame last returned
+        self.pass_offset_seconds = 0.0  # with loop=True: how far the current pass is shifted from the recording
+        self._next_offset = 0.0
         self._advance()
 
     # ------------------------------------------------------------ reading
@@ -236,6 +238,7 @@ class ReplayBackend:
                 last_t = frame[0].t
                 for s in frame:
                     s.t += span
+                self._next_offset = span
                 yield frame
             if not count:
                 return
@@ -245,6 +248,7 @@ class ReplayBackend:
 
     def _advance(self) -> None:
         self._next = next(self._frames, None)
+        self._offset_of_next = self._next_offset  # set by the generator just before it yielded _next
         if self._next is None:
             self._done = True
 
@@ -260,6 +264,10 @@ class ReplayBackend:
     def paced(self) -> bool:
         return True
 
+    @property
+    def source_time(self) -> float | None:
+        return self.last_recorded_t
+
     def sample(self) -> list[GpuSample]:
         """The next recorded frame (waiting for its moment when a speed is set). [] at the end."""
         if self._done or self._next is None:
@@ -267,6 +275,7 @@ class ReplayBackend:
         frame = self._next
         rec_t = frame[0].t
         self.last_recorded_t = rec_t
+        self.pass_offset_seconds = self._offset_of_next
         if self._rec0 is None:
             self._rec0 = rec_t
             self._wall0 = self._clock()
@@ -282,6 +291,14 @@ class ReplayBackend:
         self.samples_read += len(frame)
         self._advance()
         return frame
+
+    def live_time(self, recorded_t: float) -> float:
+        """Where a recorded moment (pass offset included) lands on the sample timeline: itself unless
+        rebased, else shifted (and scaled by the speed) like the frames."""
+        if not self.rebase or self._rec0 is None:
+            return recorded_t
+        scale = 1.0 / self.speed if self.speed else 1.0
+        return self._wall0 + (recorded_t - self._rec0) * scale  # type: ignore[operator]
 
     def drain_xid_events(self) -> list[XidEvent]:
         out, self._xids = self._xids, []

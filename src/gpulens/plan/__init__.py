@@ -5,6 +5,7 @@ from gpulens.plan.catalog import GpuSpec, UnknownGpuError, UnsupportedPrecisionE
 from gpulens.plan.memory import MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config, load_model, preset, preset_names
 from gpulens.plan.planner import PlanRequest, PlanResult, compare, plan
+from gpulens.plan.request import PlanOptions
 from gpulens.plan.serve import ServeSetup, plan_serving
 from gpulens.plan.speed import Efficiency, training_speed
 
@@ -13,6 +14,7 @@ __all__ = [
     "GpuSpec",
     "MemoryEstimate",
     "ModelSpec",
+    "PlanOptions",
     "PlanRequest",
     "PlanResult",
     "ServeSetup",

@@ -1,9 +1,14 @@
 """Fit a GPU's efficiency and overhead factors from measured runs, store them, load them.
 
-Inputs: JSON lines in the format of gpulens/data/h200-trace/memory_calibration.jsonl (one
-configuration per line: shapes, precision, optimizer, batch, seq, measured peak_alloc, step_s ...),
-and the training benchmarks gpulens records in its store (`gpulens bench train` runs: measured
-tokens/s and FLOPs per token give the achieved matmul efficiency).
+Inputs: a list of `Measurement`s, from JSON lines in the format of
+gpulens/data/h200-trace/memory_calibration.jsonl (one configuration per line: shapes, precision,
+optimizer, batch, seq, measured peak_alloc, step_s ...), or from what the caller read out of a
+gpulens store (`gpulens.runs.measurements`: benchmark runs and the healthy steps of monitored
+jobs). The planner reads no store itself.
+
+A fit is written only when it succeeded and its leave-one-out error is no worse than the
+defaults' on the same measurements; otherwise nothing is written and `CalibrationRefusedError`
+says why.
 
 Storage: one JSON file, `$GPULENS_CALIBRATION`, else `$XDG_CONFIG_HOME/gpulens/calibration.json`
 (`~/.config/gpulens/calibration.json`), keyed by the catalog's GPU name.
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
+from gpulens.mfu import MFU_IMPOSSIBLE
 from gpulens.plan.catalog import GpuSpec, find_gpu
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
@@ -127,39 +133,32 @@ def load_measurements(path: Path) -> list[Measurement]:
     return [parse_measurement(d, where=w) for w, d in rows]
 
 
-def measurements_from_store(store_path: Path) -> list[Measurement]:
-    """What gpulens recorded in a store: `gpulens bench train` runs (measured tokens/s x FLOPs per
-    token = the achieved rate) and the training monitor's MFU series (median per job)."""
-    import statistics as st
-
-    from gpulens.runs import list_runs
-    from gpulens.store import Store
-    from gpulens.workload.names import TRAIN_MFU_RATIO
-
-    out: list[Measurement] = []
-    dummy = ModelSpec("recorded", "llama", 64, 1, 1, 1, 64, 64, 64)  # these runs carry rates, not shapes
-    if not store_path.exists():
-        raise BadInputError(f"There is no gpulens store at {store_path}.", hint="Pass the --store of a recorded session.")
-    with Store(store_path) as store:
-        for run in list_runs(store, kind="bench-train"):
-            s, c = run.summary, run.config
-            tps, fpt = s.get("tokens_per_second"), s.get("flops_per_token")
-            name = c.get("device_name") or s.get("device_name")
-            if not (tps and fpt and name) or str(c.get("device", "")).startswith("cpu"):
-                continue
-            out.append(Measurement(kind="train", model=dummy, gpu=name, precision=str(c.get("precision", "bf16")),
-                                   achieved_flops=float(tps) * float(fpt), label=run.label))
-        for series in store.query(TRAIN_MFU_RATIO):
-            vals = [v for v in series.value if v and v > 0]
-            if len(vals) >= 3:
-                labels = series.key.labels
-                out.append(Measurement(kind="train", model=dummy, gpu=labels.get("gpu_model") or None,
-                                       mfu_ratio=float(st.median(vals)),
-                                       label=f"monitored job {labels.get('job', '?')} ({len(vals)} steps)"))
-    return out
-
-
 # ---------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A run or a set of steps left out of a fit, and why."""
+
+    label: str
+    reason: str
+
+
+@dataclass
+class LeaveOneOut:
+    """Each measurement predicted by a fit of all the others, against the defaults' prediction of it."""
+
+    measurements: int
+    mean_abs_error_ratio: float  # mean |relative error| of the held-out predictions
+    defaults_mean_abs_error_ratio: float  # the same measurements predicted by the defaults
+
+    @property
+    def informative(self) -> bool:
+        return self.measurements >= 2  # with one, the fit of "the others" is the defaults
+
+    @property
+    def worse_than_defaults(self) -> bool:
+        return self.informative and self.mean_abs_error_ratio > self.defaults_mean_abs_error_ratio + 1e-9
 
 
 @dataclass
@@ -169,7 +168,39 @@ class FitReport:
     runs: int
     before: dict[str, list[float]] = field(default_factory=dict)  # relative errors per figure, defaults
     after: dict[str, list[float]] = field(default_factory=dict)  # with the fitted factors
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # labels of failed runs (oom, error)
+    used: list[str] = field(default_factory=list)  # labels of the measurements the fit used
+    rejected: list[Rejected] = field(default_factory=list)  # left out by the caller or the fit, with reasons
+    leave_one_out: LeaveOneOut | None = None
+    refused: str | None = None  # why this fit must not be stored (calibrate raises unless it only shows)
+
+
+class CalibrationRefusedError(BadInputError):
+    """A fit that would predict worse than the defaults: nothing is stored."""
+
+
+def _rate_ratio(m: Measurement, gpu: GpuSpec) -> tuple[str, float] | None:
+    """("bf16"|"fp32", achieved/peak) of a rate-only measurement (benchmark run, monitored job)."""
+    if m.mfu_ratio:
+        return "bf16", m.mfu_ratio
+    if not m.achieved_flops:
+        return None
+    fmt = "fp32" if m.precision == "fp32" else "bf16"
+    if not gpu.supports(fmt):
+        return None
+    return fmt, m.achieved_flops / gpu.peak_flops(fmt)
+
+
+def _rate_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[float]:
+    """A measured rate is a floor on the matmul ratio (the step also waits on memory and
+    overheads), so only a predicted ratio below what was achieved is an error."""
+    out = []
+    for m in ms:
+        r = _rate_ratio(m, gpu)
+        if r is not None:
+            pred = eff.fp32_compute_ratio if r[0] == "fp32" else eff.compute_ratio
+            out.append(max(0.0, r[1] / pred - 1))
+    return out
 
 
 def _train_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[float]:
@@ -206,13 +237,22 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
     from scipy.optimize import least_squares, nnls
 
     base = base or Efficiency()
-    ok = [m for m in measurements if m.status == "ok"]
     skipped = [m.label for m in measurements if m.status != "ok"]
+    rejected = [Rejected(m.label, f"the run failed ({m.status})") for m in measurements if m.status != "ok"]
+    ok = []
+    for m in measurements:
+        r = _rate_ratio(m, gpu) if m.status == "ok" else None
+        if r is not None and r[1] > 1.0:
+            rejected.append(Rejected(m.label, f"MFU {r[1]:.0%} {MFU_IMPOSSIBLE}"))
+        elif m.status == "ok":
+            ok.append(m)
     train = [m for m in ok if m.kind == "train" and m.step_s and m.seq]
     bench = [m for m in ok if m.achieved_flops or m.mfu_ratio]
     infer = [m for m in ok if m.kind == "infer"]
     if not (train or bench or infer):
-        raise BadInputError("No successful measurement to fit.", hint="Give runs with status 'ok' and measured times.")
+        why = "; ".join(f"{r.label}: {r.reason}" for r in rejected)
+        raise BadInputError("No successful measurement to fit" + (f" (left out: {why})." if why else "."),
+                            hint="Give runs with status 'ok' and measured times.")
     eff = base
 
     # memory: allocator-resident workspace, reserved/allocated, activation scale
@@ -245,15 +285,13 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
         eff = replace(eff, **{n: float(math.exp(v)) for n, v in zip(names, sol.x, strict=True)})
     elif bench:
         # benchmark runs measure the whole step: the achieved rate is a floor on the matmul ratio
-        r16 = [m.achieved_flops / gpu.peak_flops("bf16") for m in bench
-               if m.achieved_flops and m.precision != "fp32" and gpu.supports("bf16")]
-        r16 += [m.mfu_ratio for m in bench if m.mfu_ratio]
-        r32 = [m.achieved_flops / gpu.peak_flops("fp32") for m in bench
-               if m.achieved_flops and m.precision == "fp32" and gpu.supports("fp32")]
+        rates = [r for r in (_rate_ratio(m, gpu) for m in bench) if r is not None]
+        r16 = [v for fmt, v in rates if fmt == "bf16"]
+        r32 = [v for fmt, v in rates if fmt == "fp32"]
         if r16:
-            eff = replace(eff, compute_ratio=min(1.0, statistics.median(r16)))
+            eff = replace(eff, compute_ratio=statistics.median(r16))
         if r32:
-            eff = replace(eff, fp32_compute_ratio=min(1.0, statistics.median(r32)))
+            eff = replace(eff, fp32_compute_ratio=statistics.median(r32))
 
     # serving: per-step and per-layer decode overhead above the bandwidth time; prefill overhead
     dec = [m for m in infer if m.decode_token_s]
@@ -284,14 +322,46 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
 
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     eff = replace(eff, calibrated=True, source=f"calibrated on {stamp} from {len(ok)} measured runs")
-    rep = FitReport(gpu=gpu.name, efficiency=eff, runs=len(ok), skipped=skipped)
-    checks = (("train_step", _train_err, train), ("peak_memory", _mem_err, ok), ("decode_tpot", _decode_err, dec),
-              ("prefill", _prefill_err, pre))
-    for label, fn, rows in checks:
-        if rows:
-            rep.before[label] = fn(rows, gpu, base)
-            rep.after[label] = fn(rows, gpu, eff)
+    rep = FitReport(gpu=gpu.name, efficiency=eff, runs=len(ok), skipped=skipped, used=[m.label for m in ok],
+                    rejected=rejected)
+    for label, fn in _FIGURES:
+        before = fn(ok, gpu, base)
+        if before:  # a figure no measurement carries is not reported (an empty column is no error of 0)
+            rep.before[label] = before
+            rep.after[label] = fn(ok, gpu, eff)
     return rep
+
+
+def _train_rows_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[float]:
+    return _train_err([m for m in ms if m.kind == "train" and m.step_s and m.seq], gpu, eff)
+
+
+def _infer_rows(fn: Any) -> Any:
+    return lambda ms, gpu, eff: fn([m for m in ms if m.kind == "infer"], gpu, eff)
+
+
+_FIGURES = (("train_step", _train_rows_err), ("peak_memory", _mem_err), ("decode_tpot", _infer_rows(_decode_err)),
+            ("prefill", _infer_rows(_prefill_err)), ("matmul_rate", _rate_err))
+
+
+def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> LeaveOneOut:
+    """Predict each successful measurement from a fit of the others (the defaults when the others
+    give nothing to fit), and the same measurement from the defaults."""
+    base = base or Efficiency()
+    ok = [m for m in measurements if m.status == "ok"]
+    held_errs: list[float] = []
+    default_errs: list[float] = []
+    for i, held in enumerate(ok):
+        others = ok[:i] + ok[i + 1:]
+        try:
+            eff = fit(others, gpu, base).efficiency if others else base
+        except BadInputError:
+            eff = base
+        for _, fn in _FIGURES:
+            held_errs += [abs(e) for e in fn([held], gpu, eff)]
+            default_errs += [abs(e) for e in fn([held], gpu, base)]
+    n = max(len(held_errs), 1)
+    return LeaveOneOut(len(ok), sum(held_errs) / n, sum(default_errs) / n)
 
 
 # ---------------------------------------------------------------- storage
@@ -310,21 +380,30 @@ def _read_store(path: Path) -> dict[str, Any]:
     return data
 
 
-def save_calibration(report: FitReport, *, measurements: str, path: Path | None = None) -> Path:
+def save_calibration(reports: list[FitReport] | FitReport, *, measurements: str, path: Path | None = None) -> Path:
+    """Add the fits to the calibration file in one atomic replace (a crash leaves the old file)."""
     path = path or calibration_path()
     data = _read_store(path)
-    entry = report.efficiency.to_dict() | {
-        "measurements": measurements,
-        "runs": report.runs,
-        "fitted_at": time.time(),
-        "errors_after": {k: [round(v, 4) for v in vs] for k, vs in report.after.items()},
-    }
-    data["gpus"][report.gpu] = entry
+    for report in [reports] if isinstance(reports, FitReport) else reports:
+        data["gpus"][report.gpu] = report.efficiency.to_dict() | {
+            "measurements": measurements,
+            "runs": report.runs,
+            "used": list(report.used),
+            "fitted_at": time.time(),
+            "errors_after": {k: [round(v, 4) for v in vs] for k, vs in report.after.items()},
+        }
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     except OSError as e:
         raise BadInputError(f"Cannot write the calibration file {path}: {e.strerror}.",
                             hint="Set GPULENS_CALIBRATION to a writable path.") from None
@@ -341,7 +420,7 @@ def load_efficiency(gpu: GpuSpec, *, path: Path | None = None) -> Efficiency:
     return replace(eff, calibrated=True, source=entry.get("source") or "calibrated")
 
 
-def _gpu_from_env_json(measurements_path: Path) -> str | None:
+def gpu_from_env_json(measurements_path: Path) -> str | None:
     """gpulens recordings keep an env.json (device name, versions) beside their files."""
     env = measurements_path.parent / "env.json"
     try:
@@ -351,22 +430,22 @@ def _gpu_from_env_json(measurements_path: Path) -> str | None:
     return str(name) if name else None
 
 
-def calibrate(measurements_path: Path | None, *, gpu_name: str | None, store_path: Path | None = None,
-              save: bool = True, path: Path | None = None) -> list[FitReport]:
-    """Read measurements, fit per GPU, store. Runs without a GPU name use `gpu_name`."""
-    ms: list[Measurement] = []
-    source = []
-    if measurements_path is not None:
-        ms += load_measurements(measurements_path)
-        source.append(str(measurements_path))
-        gpu_name = gpu_name or _gpu_from_env_json(measurements_path)
-    if store_path is not None:
-        ms += measurements_from_store(store_path)
-        source.append(f"store {store_path}")
-    if not ms:
-        raise BadInputError("No measurements given.", hint="Pass --measurements FILE and/or --store PATH.")
+def calibrate(measurements: Path | list[Measurement], *, gpu_name: str | None, source: str | None = None,
+              rejected: list[Rejected] | None = None, save: bool = True, path: Path | None = None) -> list[FitReport]:
+    """Fit per GPU, check each fit by leave-one-out, and store them all only if every one
+    succeeded and none predicts worse than the defaults (else CalibrationRefusedError; with
+    save=False the reports say `refused` instead). Runs without a GPU name use `gpu_name`;
+    `rejected`: what the caller left out before (e.g. unhealthy steps), reported with the fit."""
+    if isinstance(measurements, Path):
+        source = source or str(measurements)
+        gpu_name = gpu_name or gpu_from_env_json(measurements)
+        measurements = load_measurements(measurements)
+    if not measurements:
+        why = "; ".join(f"{r.label}: {r.reason}" for r in rejected or [])
+        raise BadInputError("No measurements to fit" + (f" (left out: {why})." if why else "."),
+                            hint="Pass --measurements FILE and/or --store PATH with healthy measured runs.")
     groups: dict[str, tuple[GpuSpec, list[Measurement]]] = {}
-    for m in ms:
+    for m in measurements:
         name = m.gpu or gpu_name
         if not name:
             raise BadInputError(f"The run {m.label!r} does not say which GPU it was measured on.",
@@ -376,7 +455,19 @@ def calibrate(measurements_path: Path | None, *, gpu_name: str | None, store_pat
     reports = []
     for spec, rows in groups.values():
         rep = fit(rows, spec)
-        if save:
-            save_calibration(rep, measurements=", ".join(source), path=path)
+        rep.rejected = list(rejected or []) + rep.rejected
+        rep.leave_one_out = loo = leave_one_out(rows, spec)
+        if loo.worse_than_defaults:
+            rep.refused = (
+                f"Calibration of {spec.name} refused, nothing stored: predicting each of the {loo.measurements} "
+                f"measurements from the others is off by {loo.mean_abs_error_ratio:.0%} on average, the defaults "
+                f"by {loo.defaults_mean_abs_error_ratio:.0%}, so the fit would predict worse than the defaults.")
         reports.append(rep)
+    refused = [r for r in reports if r.refused]
+    if save and refused:  # all or nothing: one bad fit stores none
+        raise CalibrationRefusedError(" ".join(r.refused or "" for r in refused),
+                                      hint="Measure steady, healthy runs (not input-bound, no checkpoints, past "
+                                           "warm-up) of a few configurations, or keep the defaults.")
+    if save:
+        save_calibration(reports, measurements=source or "measurements", path=path)
     return reports

@@ -90,6 +90,7 @@ class PlanResult:
     cost: Cost | None = None
     replicas: list[ReplicaOption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cost_basis: str = ""  # "at batch N (why that batch)": what the cost per token is priced at
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
@@ -109,6 +110,7 @@ class PlanResult:
                             "factors": {k: v for k, v in self.efficiency.to_dict().items() if k not in ("source", "extra")}},
             "rough": self.model.rough,
             "notes": list(self.notes),
+            "cost_basis": self.cost_basis,
         }
 
 
@@ -206,14 +208,41 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
 
 
 def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None = None,
-            calibration_path: Path | None = None) -> list[PlanResult]:
-    """The same plan on several GPUs, side by side (a GPU that lacks the precision raises)."""
+            calibration_path: Path | None = None, batch_given: bool = True) -> list[PlanResult]:
+    """The same plan on several GPUs, side by side (a GPU that lacks the precision raises).
+
+    Serving without a batch the user chose is priced at each GPU's throughput-optimal batch that
+    fits (and meets the TPOT target, if any): batch 1 would price a card by its idlest use."""
     if not gpu_names:
         raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
     user = user if user is not None else load_user_config()
     model = load_model(req.model)
     results = []
     for name in gpu_names:
-        results.append(plan(PlanRequest(**(asdict(req) | {"gpu": name})), model=model, user=user,
-                            calibration_path=calibration_path))
+        one = PlanRequest(**(asdict(req) | {"gpu": name}))
+        res = plan(one, model=model, user=user, calibration_path=calibration_path)
+        what = "micro-batch" if req.workload == "train" else "batch"
+        res.cost_basis = f"at {what} {req.batch} ({'--batch' if batch_given else 'the default'})"
+        if req.workload == "infer" and not batch_given and res.fits:
+            res = _at_best_batch(one, res, model, user, calibration_path)
+        results.append(res)
     return results
+
+
+def _at_best_batch(req: PlanRequest, res: PlanResult, model: ModelSpec, user: UserConfig,
+                   calibration_path: Path | None) -> PlanResult:
+    limit = res.speed["max_batch_that_fits"]
+    why = "the throughput-optimal batch that fits"
+    if res.speed.get("max_batch_for_tpot_target") is not None:
+        limit = min(limit, res.speed["max_batch_for_tpot_target"])
+        why = "the throughput-optimal batch that fits and meets the TPOT target"
+    if limit < 1:
+        res.cost_basis = f"at batch {req.batch} (no batch meets the TPOT target)"
+        return res
+    rows = [r for r in res.speed.get("by_batch", []) if r["batch"] <= limit]
+    candidates = {int(max(rows, key=lambda r: r["output_tokens_per_second"])["batch"]) if rows else 1, int(limit)}
+    best = max((plan(PlanRequest(**(asdict(req) | {"batch": b})), model=model, user=user,
+                     calibration_path=calibration_path) for b in sorted(candidates)),
+               key=lambda r: r.speed["output_tokens_per_second"])
+    best.cost_basis = f"at batch {best.request.batch} ({why})"
+    return best

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from gpulens.directions import Direction, direction_of
 from gpulens.errors import BadInputError
-from gpulens.web.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
-from gpulens.web.format import format_value
-from gpulens.web.integrations import findings as find_all
-from gpulens.web.panels import PANELS
-from gpulens.web.readers import AlertRow, StoreReader
+from gpulens.views.answers import AlertRow
+from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
+from gpulens.views.format import format_value
+from gpulens.views.integrations import findings as find_all
+from gpulens.views.panels import PANELS
+from gpulens.views.readers import StoreReader
 
 # Charts are drawn about this many points wide: enough for a printed page.
 REPORT_POINTS = 500
@@ -27,6 +29,15 @@ class BaselineRow:
     unit: str
     value: float | None
     baseline: float | None
+    direction: Direction = "unknown"  # from gpulens.directions, by the stat's series
+
+    @property
+    def verdict_text(self) -> str:
+        """"better", "worse" or "" (no change, a missing side, or a series of unknown direction)."""
+        if self.value is None or self.baseline is None or self.value == self.baseline or self.direction == "unknown":
+            return ""
+        up = self.value > self.baseline
+        return "better" if up == (self.direction == "higher_is_better") else "worse"
 
     @property
     def change_ratio(self) -> float | None:
@@ -169,5 +180,6 @@ def _compare(reader: StoreReader, panels: list[PanelOut], window: Window, base: 
             if st.agg in ("count", "event_count"):  # counts grow with the window's length: not comparable
                 continue
             then = build_stat(reader, spec, st, base, sel)
-            rows.append(BaselineRow(spec.title, st.label, st.unit, now[st.id].value if st.id in now else None, then.value))
+            rows.append(BaselineRow(spec.title, st.label, st.unit, now[st.id].value if st.id in now else None, then.value,
+                                    direction_of(st.metric)))
     return rows

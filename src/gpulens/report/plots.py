@@ -6,8 +6,8 @@ import io
 from datetime import datetime
 
 from gpulens.errors import BadInputError
-from gpulens.web.data import ChartOut, Window
-from gpulens.web.format import format_value
+from gpulens.views.data import ChartOut, Window
+from gpulens.views.format import format_value
 
 PALETTE = ["#2f6fdf", "#e07a1f", "#2e9e5b", "#c23b6e", "#7a52c7", "#8a8f2c", "#1aa3b5", "#b0503a"]
 

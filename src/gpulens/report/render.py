@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpulens.report.build import ReportData
 from gpulens.report.plots import chart_png
-from gpulens.web.data import ChartOut
+from gpulens.views.data import ChartOut
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1d2330;max-width:1100px;margin:24px auto;padding:0 16px}
@@ -81,10 +81,10 @@ def render_html(data: ReportData) -> str:
         if not data.baseline:
             h.append("<p class='muted'>The baseline window holds no data of the panels shown.</p>")
         else:
-            h.append("<table><tr><th>panel</th><th>number</th><th>this run</th><th>baseline</th><th>change</th></tr>")
+            h.append("<table><tr><th>panel</th><th>number</th><th>this run</th><th>baseline</th><th>change</th><th></th></tr>")
             for r in data.baseline:
                 h.append(f"<tr><td>{_e(r.panel)}</td><td>{_e(r.stat)}</td><td>{_e(r.value_text)}</td>"
-                         f"<td>{_e(r.baseline_text)}</td><td>{_e(r.change_text)}</td></tr>")
+                         f"<td>{_e(r.baseline_text)}</td><td>{_e(r.change_text)}</td><td>{_e(r.verdict_text)}</td></tr>")
             h.append("</table>")
     h.append("<h2>Alerts</h2>")
     if not data.alerts:
@@ -156,8 +156,9 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
         m += [f"_{_md(data.baseline_note)}_", ""]
     else:
         m += [f"Baseline window {_t(data.baseline_window.start)} – {_t(data.baseline_window.end)}.", "",
-              "| panel | number | this run | baseline | change |", "|---|---|---|---|---|"]
-        m += [f"| {_md(r.panel)} | {_md(r.stat)} | {_md(r.value_text)} | {_md(r.baseline_text)} | {_md(r.change_text)} |" for r in data.baseline]
+              "| panel | number | this run | baseline | change | |", "|---|---|---|---|---|---|"]
+        m += [f"| {_md(r.panel)} | {_md(r.stat)} | {_md(r.value_text)} | {_md(r.baseline_text)} | {_md(r.change_text)} "
+              f"| {r.verdict_text} |" for r in data.baseline]
         m.append("")
     m += ["## Alerts", ""]
     if not data.alerts:

@@ -377,6 +377,38 @@ class Store:
                 out.append(LatestValue(key, row[0], row[1]))
         return out
 
+    def samples_after(
+        self, names: Iterable[str], cursor: int = 0, *, limit: int = 100_000
+    ) -> tuple[list[tuple[SeriesKey, float, float]], int]:
+        """Samples of the series named `names` committed after `cursor` (a position returned by the
+        previous call; 0 for everything kept), in commit order, with the new cursor. Follows writes
+        made by other processes, whatever their timestamps (a monitor commits steps that ended
+        seconds ago), which a time watermark would miss."""
+        names = list(names)
+        if not names:
+            return [], cursor
+        with self._lock:
+            ids = self._conn.execute(
+                f"SELECT id, name, labels FROM series WHERE name IN ({','.join('?' * len(names))})", names
+            ).fetchall()
+            if not ids:
+                return [], cursor
+            keys = {sid: SeriesKey(n, json.loads(lj)) for sid, n, lj in ids}
+            rows = self._conn.execute(
+                f"SELECT rowid, series_id, t, value FROM samples WHERE rowid > ? AND series_id IN ({','.join('?' * len(keys))})"
+                " ORDER BY rowid LIMIT ?",
+                (cursor, *keys, limit),
+            ).fetchall()
+        if not rows:
+            return [], cursor
+        return [(keys[sid], t, v) for _, sid, t, v in rows], rows[-1][0]
+
+    def last_sample_position(self) -> int:
+        """The cursor of the newest committed sample (see `samples_after`)."""
+        with self._lock:
+            row = self._conn.execute("SELECT max(rowid) FROM samples").fetchone()
+        return int(row[0] or 0)
+
     def events(
         self,
         kind: str | None = None,

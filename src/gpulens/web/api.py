@@ -1,6 +1,6 @@
 """The JSON API behind the panels (documented in gpulens.web.openapi). Read-only, GET only.
 
-Handlers parse and validate the query, call one function of gpulens.web.data, and answer JSON.
+Handlers parse and validate the query, call one function of gpulens.views.data, and answer JSON.
 A bad parameter is a 400 with one sentence saying what to send instead.
 """
 
@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gpulens.errors import BadInputError, GpulensError
-from gpulens.web.data import (
+from gpulens.views.data import (
     RANGE_CHOICES,
     Selection,
     Window,
@@ -22,8 +22,8 @@ from gpulens.web.data import (
     clamp_points,
     resolve_window,
 )
-from gpulens.web.panels import PANELS
-from gpulens.web.readers import Reader
+from gpulens.views.panels import PANELS
+from gpulens.views.readers import Reader
 
 MAX_EVENTS = 1000
 EVENT_WORKLOAD = {"xid": "gpu", "cold_start": "inference", "train_oom": "training", "train_nan_loss": "training"}
@@ -156,7 +156,7 @@ def series(request: Request) -> Response:
 
 
 def findings(request: Request) -> Response:
-    from gpulens.web.integrations import findings as find
+    from gpulens.views.integrations import findings as find
 
     reader = _reader(request)
     w = window_of(request, reader)

@@ -41,10 +41,10 @@ def make_reader(store_path: str | Path | None = None, prometheus_url: str | None
         raise BadInputError("Give the dashboard either a store or a Prometheus URL, not both or neither.",
                             hint="Use --store PATH for one node or --prometheus URL for a fleet.")
     if prometheus_url is not None:
-        from gpulens.web.prometheus import PrometheusReader
+        from gpulens.views.prometheus import PrometheusReader
 
         return PrometheusReader(prometheus_url)
-    from gpulens.web.readers import StoreReader
+    from gpulens.views.readers import StoreReader
 
     return StoreReader(store_path)  # type: ignore[arg-type]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulens.web.data import DEFAULT_POINTS, DEFAULT_RANGE, MAX_POINTS
-from gpulens.web.panels import PANELS
+from gpulens.views.data import DEFAULT_POINTS, DEFAULT_RANGE, MAX_POINTS
+from gpulens.views.panels import PANELS
 
 
 def _param(name: str, schema: dict[str, Any], description: str, *, where: str = "query", required: bool = False) -> dict[str, Any]:

@@ -55,3 +55,39 @@ INFER_COLD_START_SECONDS = "infer_cold_start_seconds"  # one sample per model lo
 EV_REQUEST = "request"  # data: arrival/intended, start, first_token, end, status, tokens, pid
 EV_COLD_START = "cold_start"
 EV_INFER_START = "infer_start"  # data: pid, service, model
+
+# ---- distributions: per-event series exported to Prometheus as histograms (`_bucket`, `_sum`,
+# `_count`), so `histogram_quantile` gives a right percentile over any window and any aggregation.
+# Buckets (upper bounds, seconds; +Inf is implied) are chosen per quantity: roughly 1-2-5 steps
+# over the range where that quantity lives, denser where service objectives are usually set.
+LATENCY_BUCKETS_SECONDS = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0,
+    7.5, 10.0, 15.0, 20.0, 30.0, 60.0,
+)  # a whole request: 5 ms .. 60 s
+TOKEN_BUCKETS_SECONDS = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+    0.5, 0.75, 1.0, 2.0,
+)  # one output token (TPOT, inter-token latency): 1 ms .. 2 s
+FIRST_TOKEN_BUCKETS_SECONDS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
+    7.5, 10.0, 20.0, 30.0,
+)  # TTFT and queue wait: 1 ms .. 30 s
+STEP_BUCKETS_SECONDS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
+    1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0,
+)  # a training step and its parts: 1 ms .. 5 min (checkpoints)
+HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
+    INFER_LATENCY_SECONDS: LATENCY_BUCKETS_SECONDS,
+    INFER_SERVICE_SECONDS: LATENCY_BUCKETS_SECONDS,
+    INFER_QUEUE_WAIT_SECONDS: FIRST_TOKEN_BUCKETS_SECONDS,
+    INFER_TTFT_SECONDS: FIRST_TOKEN_BUCKETS_SECONDS,
+    INFER_TPOT_SECONDS: TOKEN_BUCKETS_SECONDS,
+    INFER_ITL_SECONDS: TOKEN_BUCKETS_SECONDS,
+    TRAIN_STEP_SECONDS: STEP_BUCKETS_SECONDS,
+    TRAIN_DATA_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
+    TRAIN_COMPUTE_SECONDS: STEP_BUCKETS_SECONDS,
+    TRAIN_COMM_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
+    TRAIN_CHECKPOINT_SECONDS: STEP_BUCKETS_SECONDS,
+}
+# Counters among the workload series (typed `counter` on /metrics in both naming modes).
+WORKLOAD_COUNTERS = frozenset({INFER_REQUESTS_TOTAL})

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpulens.bench.serve.runner import LoadSpec, Progress, check_reachable, run_processes, run_worker
 from gpulens.bench.serve.slo import Slo
+from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO
 from gpulens.bench.serve.summary import LoadResult, summarize
 from gpulens.errors import BadInputError
 
@@ -22,10 +23,13 @@ def run_load(
     progress: Progress | None = None,
     on_tick: Callable[[], None] | None = None,
     check_target: bool = True,
+    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO,
 ) -> LoadResult:
     """Run one load test and summarize it. Raises TargetUnreachableError (exit 3) when no connection
-    to the target can be opened; every other failure of the server is in the result."""
+    to the target can be opened; every other failure of the server is in the result, and
+    `summary.failures` says which gates (SLOs, `max_error_ratio` of failed requests) it failed."""
     spec.validate()
+    _check_ratio(max_error_ratio)
     if check_target:
         asyncio.run(check_reachable(spec.target.url))
     progress = progress or Progress()
@@ -41,7 +45,13 @@ def run_load(
         results = [run_worker(spec, 0, 1, progress)]
     else:
         results = run_processes(spec, progress, on_tick)
-    return summarize(spec, results, slos or [], wall_start)
+    return summarize(spec, results, slos or [], wall_start, max_error_ratio)
+
+
+def _check_ratio(ratio: float) -> None:
+    if not 0 <= ratio <= 1:
+        raise BadInputError(f"--max-error-ratio must be from 0 to 1, not {ratio:g}.",
+                            hint="Give e.g. --max-error-ratio 0.01 for at most 1 % failed requests.")
 
 
 @dataclass
@@ -60,7 +70,7 @@ class Probe:
             "achieved_rate": s.achieved_rate, "goodput": s.goodput, "client_bound": s.client_bound,
             "latency": s.latency.to_dict() if s.latency else None,
             "ttft": s.ttft.to_dict() if s.ttft else None,
-            "requests": s.requests, "slo_results": s.slo_results,
+            "requests": s.requests, "error_ratio": s.error_ratio, "slo_results": s.slo_results,
         }
 
 
@@ -72,9 +82,18 @@ class SweepResult:
     lowest_failing: float | None  # lowest value that failed; None when no probe failed
     probes: list[Probe]
     note: str | None = None
+    # Why the sweep stopped without a failing probe: "max_value" (it reached --max-rate or
+    # --max-concurrency) or "max_probes"; None when a probe failed.
+    stopped_by: str | None = None
+
+    @property
+    def limit_found(self) -> bool:
+        """False when every probe passed: `best` is then only a lower bound of the capacity."""
+        return self.lowest_failing is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "slos": self.slos, "best": self.best, "lowest_failing": self.lowest_failing,
+                "limit_found": self.limit_found, "stopped_by": self.stopped_by,
                 "note": self.note, "probes": [p.to_dict() for p in self.probes]}
 
 
@@ -88,6 +107,7 @@ def sweep(
     on_probe: Callable[[Probe], None] | None = None,
     progress_factory: Callable[[], Progress] | None = None,
     on_tick: Callable[[], None] | None = None,
+    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO,
 ) -> SweepResult:
     """Find the highest rate (open loop) or concurrency (closed loop) at which every SLO holds.
 
@@ -97,6 +117,9 @@ def sweep(
     if not slos:
         raise BadInputError("--sweep needs at least one --slo to sweep against.", hint='E.g. --slo "p99_latency<=500ms".')
     spec.validate()
+    _check_ratio(max_error_ratio)
+    if max_value is not None and not max_value > 0:
+        raise BadInputError(f"The sweep's upper limit must be above zero, not {max_value:g}.", hint="Give e.g. --max-rate 1000.")
     asyncio.run(check_reachable(spec.target.url))
     closed = spec.mode == "closed"
     probes: list[Probe] = []
@@ -107,7 +130,7 @@ def sweep(
             s = replace(s, workers=max(1, int(value)))
         def once() -> LoadResult:
             return run_load(s, slos, progress=progress_factory() if progress_factory else None, on_tick=on_tick,
-                            check_target=False)
+                            check_target=False, max_error_ratio=max_error_ratio)
 
         res = once()
         failed = [r["slo"] for r in res.summary.slo_results if not r["met"]]
@@ -123,6 +146,10 @@ def sweep(
         return p.passed
 
     start = float(spec.concurrency if closed else spec.rate)  # type: ignore[arg-type]
+    if max_value is not None and max_value < start:
+        what = ("--max-concurrency", "--concurrency") if closed else ("--max-rate", "--rate")
+        raise BadInputError(f"{what[0]} {max_value:g} is below the sweep's start, {what[1]} {start:g}.",
+                            hint=f"Give a {what[0]} at or above {start:g}, or start lower.")
     lo: float | None = None
     hi: float | None = None
     x = start
@@ -165,6 +192,11 @@ def sweep(
             hi = mid
     if lo is not None and hi is not None and len(probes) >= max_probes and note is None:
         note = f"stopped after {max_probes} probes; the boundary lies between {lo:g} and {hi:g}"
+    stopped_by = None
+    if hi is None and lo is not None:  # never failed: the capacity is above every probe
+        reached_max = max_value is not None and lo >= max_value
+        stopped_by = "max_value" if reached_max else "max_probes"
+        note = None if reached_max else note
     if any(p.passed and p.result.summary.client_bound for p in probes):
         note = (note + "; " if note else "") + "the client was the bottleneck in some probes: add --workers"
-    return SweepResult("closed" if closed else "open", [s.text for s in slos], lo, hi, probes, note)
+    return SweepResult("closed" if closed else "open", [s.text for s in slos], lo, hi, probes, note, stopped_by)

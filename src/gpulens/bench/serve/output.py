@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpulens.bench.serve.api import SweepResult
 from gpulens.bench.serve.runner import LoadSpec
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
@@ -25,25 +26,60 @@ def _r(v: float | None) -> str:
     return "" if v is None else f"{v:.6f}"
 
 
-def write_csv(result: LoadResult, path: str | Path) -> int:
-    """One row per request, times in seconds from the run's start. Returns the rows written."""
+def _write_rows(path: str | Path, header: tuple[str, ...], rows) -> int:  # noqa: ANN001
     path = Path(path)
+    n = 0
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(CSV_COLUMNS)
-            for rec in result.records:
-                lag = None if rec.sent is None else rec.sent - rec.intended
-                w.writerow([
-                    rec.index, rec.worker, _r(rec.intended), _r(rec.sent), _r(rec.first_token), _r(rec.end),
-                    _r(rec.latency), _r(lag), _r(rec.ttft), _r(rec.tpot), _r(rec.itl_mean),
-                    "" if rec.output_tokens is None else rec.output_tokens, rec.status,
-                    "" if rec.http_status is None else rec.http_status, rec.error or "",
-                ])
+            w.writerow(header)
+            for row in rows:
+                w.writerow(row)
+                n += 1
     except OSError as e:
         raise BadInputError(f"Cannot write the CSV {path}: {e.strerror}.", hint="Choose a --csv path in a folder you can write to.") from None
-    return len(result.records)
+    return n
+
+
+def write_csv(result: LoadResult, path: str | Path) -> int:
+    """One row per request, times in seconds from the run's start. Returns the rows written."""
+    def rows():
+        for rec in result.records:
+            lag = None if rec.sent is None else rec.sent - rec.intended
+            yield [
+                rec.index, rec.worker, _r(rec.intended), _r(rec.sent), _r(rec.first_token), _r(rec.end),
+                _r(rec.latency), _r(lag), _r(rec.ttft), _r(rec.tpot), _r(rec.itl_mean),
+                "" if rec.output_tokens is None else rec.output_tokens, rec.status,
+                "" if rec.http_status is None else rec.http_status, rec.error or "",
+            ]
+
+    return _write_rows(path, CSV_COLUMNS, rows())
+
+
+SWEEP_CSV_COLUMNS = (
+    "probe", "value", "passed", "failed_slos", "achieved_rate_per_second", "goodput_per_second", "ok", "error",
+    "timeout", "rejected", "error_ratio", "latency_p50_s", "latency_p99_s", "ttft_p99_s", "client_bound",
+    "best", "limit_found",
+)
+
+
+def write_sweep_csv(result: SweepResult, path: str | Path) -> int:
+    """One row per probe, in the order they ran. `best` and `limit_found` repeat on every row, so
+    a reader of any row knows whether `best` is the capacity or only a lower bound of it."""
+    best = "" if result.best is None else f"{result.best:g}"
+
+    def rows():
+        for i, p in enumerate(result.probes):
+            s, q = p.result.summary, p.result.summary.requests
+            yield [
+                i, f"{p.value:g}", str(p.passed).lower(), ";".join(p.failed_slos), _r(s.achieved_rate),
+                _r(s.goodput), q["ok"], q["error"], q["timeout"], q["rejected"], _r(s.error_ratio),
+                _r(s.latency.p50 if s.latency else None), _r(s.latency.p99 if s.latency else None),
+                _r(s.ttft.p99 if s.ttft else None), str(s.client_bound).lower(), best, str(result.limit_found).lower(),
+            ]
+
+    return _write_rows(path, SWEEP_CSV_COLUMNS, rows())
 
 
 def run_name(url: str) -> str:

@@ -31,6 +31,8 @@ from gpulens.errors import BadInputError, GpulensError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
 DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot")
+# The error of a request still in flight when the user stopped the run: not the server's failure.
+CANCELLED_ERROR = "cancelled: the run was stopped while this request was in flight"
 
 
 class TargetUnreachableError(GpulensError):
@@ -215,7 +217,7 @@ class _Run:
             await send_one(pool, self.spec.target, self.raw, rec, self.t0, self.spec.timeout_seconds, itl)
         finally:
             if rec.end is None and rec.error is None:
-                rec.error = "cancelled: the run was stopped while this request was in flight"
+                rec.error = CANCELLED_ERROR
             self._finish(rec, itl)
 
     async def _open_loop(self, pool: ConnectionPool) -> None:

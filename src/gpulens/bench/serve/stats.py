@@ -91,6 +91,9 @@ class Distribution:
 
 
 STATUSES = ("ok", "error", "timeout", "rejected")
+# A run (or a sweep's probe) with a larger share of errors, timeouts and rejections fails, SLOs
+# or not, unless an error_rate SLO sets its own bound. `--max-error-ratio` changes it.
+DEFAULT_MAX_ERROR_RATIO = 0.01
 
 
 @dataclass
@@ -101,12 +104,16 @@ class LoadSummary:
     target_rate: float | None
     target_concurrency: int | None
     arrival: str
-    duration_seconds: float  # from the first intended send to the last completion
+    # The run window: from the first intended send to the later of the end of the send window
+    # (--duration, or N requests at the rate) and the last completion. Rates divide by it.
+    duration_seconds: float
     requests: dict[str, int]  # counts by status, plus "total" and "not_sent"
-    achieved_rate: float  # completed requests per second
-    sent_rate: float  # requests sent per second
+    achieved_rate: float  # requests that succeeded (status ok) per second of the run window
+    sent_rate: float  # requests sent per second of the send window
     latency: Percentiles | None  # from the intended send time (ok responses and timeouts)
-    latency_uncorrected: Percentiles | None  # from the actual send time: what a closed-loop tool reports
+    # From the actual send time. In an open loop this still includes waiting behind a stall (the
+    # request was sent on time into it); only a closed loop, which sends fewer requests, hides that.
+    latency_uncorrected: Percentiles | None
     send_lag: Percentiles | None  # actual send time minus intended send time
     ttft: Percentiles | None = None
     itl: Percentiles | None = None
@@ -120,12 +127,23 @@ class LoadSummary:
     first_error: str | None = None
     interrupted: bool = False
     warnings: list[str] = field(default_factory=list)
+    send_window_seconds: float = 0.0  # from the first intended send to the end of sending
+    rates_per_second: dict[str, float] = field(default_factory=dict)  # by status, over the run window
+    error_ratio: float = 0.0  # (errors + timeouts + rejected) / requests, leaving out those cut by a stop
+    max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO  # the gate on error_ratio when no error_rate SLO is given
+    failures: list[str] = field(default_factory=list)  # one sentence per gate the run failed
 
     @property
     def slo_met(self) -> bool | None:
         return None if not self.slo_results else all(r["met"] for r in self.slo_results)
 
+    @property
+    def passed(self) -> bool:
+        """Every SLO held and failures stayed within the error-ratio gate."""
+        return not self.failures
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["slo_met"] = self.slo_met
+        d["passed"] = self.passed
         return d

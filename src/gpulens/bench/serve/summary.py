@@ -7,14 +7,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from gpulens.bench.serve.client import RequestRecord
-from gpulens.bench.serve.runner import DIST_NAMES, LoadSpec, WorkerResult
+from gpulens.bench.serve.runner import CANCELLED_ERROR, DIST_NAMES, LoadSpec, WorkerResult
 from gpulens.bench.serve.slo import Slo
-from gpulens.bench.serve.stats import STATUSES, Distribution, LoadSummary
+from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO, STATUSES, Distribution, LoadSummary
 
 # Sends later than this against the schedule mean the client, not the server, set the pace.
 CLIENT_LAG_P99_SECONDS = 0.010
 CLIENT_CPU_BUSY_RATIO = 0.9
-DEFAULT_MAX_ERROR_RATIO = 0.01  # a probe with more failures than this fails the sweep, SLOs or not
 
 
 @dataclass
@@ -49,7 +48,36 @@ def request_meets(rec: RequestRecord, slos: list[Slo]) -> bool:
     return True
 
 
-def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall_start_unix: float) -> LoadResult:
+def run_windows(spec: LoadSpec, records: list[RequestRecord], interrupted: bool, wall_seconds: float) -> tuple[float, float]:
+    """(send window, run window) in seconds, both from the first intended send.
+
+    The send window ends with `--duration`, or, when `--requests` ended the schedule first, after
+    N requests at the rate (N gaps of 1/rate, not the N − 1 between the first and the last send);
+    a closed loop bounded by requests alone ends with its last send, a stopped run when it stopped.
+    The run window ends at the later of the send window's end and the last completion."""
+    if not records:
+        return 0.0, 0.0
+    first = min(rec.intended for rec in records)
+    last_end = max((rec.end for rec in records if rec.end is not None), default=first)
+    last_sent = max((rec.sent if rec.sent is not None else rec.intended) for rec in records)
+    capped = spec.max_requests is not None and len(records) >= spec.max_requests
+    if interrupted:
+        send_end = max(last_sent, wall_seconds)
+    elif capped and spec.mode == "open" and spec.rate:
+        send_end = first + len(records) / spec.rate
+        if spec.duration_seconds is not None:
+            send_end = min(send_end, spec.duration_seconds)
+    elif spec.duration_seconds is not None and not capped:
+        send_end = spec.duration_seconds
+    else:
+        send_end = last_sent
+    send_window = max(send_end - first, 1e-9)
+    run_window = max(max(send_end, last_end) - first, 1e-9)
+    return send_window, run_window
+
+
+def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall_start_unix: float,
+              max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO) -> LoadResult:
     dists = {k: Distribution() for k in DIST_NAMES}
     records: list[RequestRecord] = []
     not_sent = 0
@@ -71,21 +99,20 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
     http = Counter(str(rec.http_status) for rec in records if rec.http_status is not None)
     first_error = next((rec.error for rec in records if rec.status != "ok" and rec.error), None)
 
-    first = min((rec.intended for rec in records), default=0.0)
-    last_end = max((rec.end for rec in records if rec.end is not None), default=first)
-    last_sent = max((rec.sent for rec in records if rec.sent is not None), default=first)
-    span = max(last_end - first, 1e-9)
-    completed = sum(1 for rec in records if rec.status in ("ok", "error", "rejected") and rec.end is not None)
-    send_span = max(last_sent - first, 1e-9)
+    send_window, span = run_windows(spec, records, interrupted, wall)
     tokens = sum(rec.output_tokens or 0 for rec in records if rec.status == "ok")
+    # Requests the user's stop cut off are neither the server's successes nor its failures.
+    cancelled = sum(1 for rec in records if rec.error == CANCELLED_ERROR)
+    judged = len(records) - cancelled
+    failed = requests["error"] + requests["timeout"] + requests["rejected"] - cancelled
 
     summary = LoadSummary(
         mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency,
         arrival=spec.arrival if spec.mode == "open" else "closed",
         duration_seconds=span if records else 0.0,
         requests=requests,
-        achieved_rate=completed / span if records else 0.0,
-        sent_rate=(len(records) - 1) / send_span if len(records) > 1 else float(len(records)),
+        achieved_rate=requests["ok"] / span if records else 0.0,
+        sent_rate=len(records) / send_window if records else 0.0,
         latency=dists["latency"].summary(),
         latency_uncorrected=dists["latency_uncorrected"].summary(),
         send_lag=dists["send_lag"].summary(),
@@ -93,18 +120,22 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
         output_tokens=tokens,
         output_tokens_per_second=(tokens / span) if tokens else None,
         http_statuses=dict(http), first_error=first_error, interrupted=interrupted,
+        send_window_seconds=send_window if records else 0.0,
+        rates_per_second={s: (requests[s] / span if records else 0.0) for s in STATUSES},
+        error_ratio=failed / judged if judged else 0.0,
+        max_error_ratio=max_error_ratio,
     )
     _verdicts(summary, records, slos)
     _warnings(summary, spec, cpu, wall)
     return LoadResult(summary, records, wall_start_unix)
 
 
+def _pct(ratio: float) -> str:
+    return f"{ratio * 100:g}%"
+
+
 def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo]) -> None:
-    if not slos:
-        return
-    total = summary.requests["total"] or 1
-    failed = summary.requests["error"] + summary.requests["timeout"] + summary.requests["rejected"]
-    error_ratio = failed / total
+    error_ratio, bound = summary.error_ratio, summary.max_error_ratio
     for s in slos:
         if s.metric == "error_rate":
             value = error_ratio
@@ -113,12 +144,23 @@ def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo
             value = None if dist is None else dist.get(s.stat or "p99")
         summary.slo_results.append({"slo": s.text, "metric": s.metric, "stat": s.stat, "bound": s.bound,
                                     "value": value, "met": s.holds(value)})
-    if not any(s.metric == "error_rate" for s in slos):
-        summary.slo_results.append({"slo": f"error_rate<={DEFAULT_MAX_ERROR_RATIO:.0%} (implied)", "metric": "error_rate",
-                                    "stat": None, "bound": DEFAULT_MAX_ERROR_RATIO, "value": error_ratio,
-                                    "met": error_ratio <= DEFAULT_MAX_ERROR_RATIO})
-    good = sum(1 for rec in records if request_meets(rec, slos))
-    summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
+    explicit = any(s.metric == "error_rate" for s in slos)
+    if slos and not explicit:
+        summary.slo_results.append({"slo": f"error_rate<={_pct(bound)} (implied)", "metric": "error_rate",
+                                    "stat": None, "bound": bound, "value": error_ratio, "met": error_ratio <= bound})
+    for r in summary.slo_results:
+        if not r["met"]:
+            v = r["value"]
+            shown = "nothing measured" if v is None else (f"{v:.2%}" if r["metric"] == "error_rate" else f"{v * 1e3:.1f} ms")
+            summary.failures.append(f"SLO {r['slo']} missed ({shown})")
+    if not explicit and not slos and error_ratio > bound:
+        q = summary.requests
+        summary.failures.append(f"{error_ratio:.2%} of requests failed ({q['error']} errors, {q['timeout']} timeouts, "
+                                f"{q['rejected']} rejected of {q['total']}), above the {_pct(bound)} allowed "
+                                f"(--max-error-ratio {bound:g})")
+    if slos:
+        good = sum(1 for rec in records if request_meets(rec, slos))
+        summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
 
 
 def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> None:

@@ -16,7 +16,7 @@ function el(tag, attrs, text) {
 
 function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 
-// Mirrors gpulens/web/format.py for axes and hover values.
+// Mirrors gpulens/views/format.py for axes and hover values.
 function si(v, unit) {
   const a = Math.abs(v);
   for (const [f, p] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
@@ -97,6 +97,40 @@ function bandPlugin(band) {
   };
 }
 
+// The y-range from the values uPlot finds in view (it skips the gaps that uPlot.join leaves as
+// undefined; a Math.min over the joined arrays gave NaN and a blank chart), the learned band
+// included. A constant series gets a range around it, not uPlot's [0, 100] ("10000 %" for a ratio).
+function yRange(dmin, dmax, band) {
+  let lo = Number.isFinite(dmin) ? dmin : null, hi = Number.isFinite(dmax) ? dmax : null;
+  if (band) {
+    lo = lo === null ? band.low : Math.min(lo, band.low);
+    hi = hi === null ? band.high : Math.max(hi, band.high);
+  }
+  if (lo === null || hi === null) return [0, 1];
+  if (hi === lo) {
+    const pad = lo === 0 ? 1 : Math.abs(lo) * 0.5;
+    return lo >= 0 && lo - pad < 0 ? [0, hi + pad] : [lo - pad, hi + pad];
+  }
+  return uPlot.rangeNum(lo, hi, 0.1, true);
+}
+
+// Units shown without decimals get whole-number tick steps: a step of 0.5 W printed "1 W, 1 W, 0 W".
+const WHOLE_UNITS = new Set(["count", "watts", "celsius", "bytes"]);
+const WHOLE_INCRS = [];
+for (let m = 1; m <= 1e15; m *= 10) WHOLE_INCRS.push(m, 2 * m, ...(m >= 10 ? [2.5 * m] : []), 5 * m);
+
+// The y-axis as wide as its widest tick label (uPlot's fixed size clipped "139.7 GiB").
+function yAxisSize(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;
+  let widest = 0;
+  u.ctx.save();
+  u.ctx.font = axis.font[0];
+  for (const v of values || []) widest = Math.max(widest, u.ctx.measureText(String(v)).width / uPlot.pxRatio);
+  u.ctx.restore();
+  return Math.ceil(widest + axis.ticks.size + axis.gap + 4);
+}
+
 function drawChart(container, chart, win) {
   const tables = chart.series.map((s) => [s.t, s.v]);
   const data = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
@@ -110,18 +144,18 @@ function drawChart(container, chart, win) {
     points: { show: few, size: 4 },
     value: (u, v) => fmt(v, chart.unit),
   })));
-  const scales = { x: { time: true, min: win.start, max: win.end } };
-  if (chart.band) {
-    const lo = Math.min(chart.band.low, ...data.slice(1).flat().filter((v) => v !== null));
-    const hi = Math.max(chart.band.high, ...data.slice(1).flat().filter((v) => v !== null));
-    scales.y = { range: [lo, hi] };
-  }
+  const scales = {
+    x: { time: true, min: win.start, max: win.end },
+    y: { range: (u, dmin, dmax) => yRange(dmin, dmax, chart.band) },
+  };
+  const yAxis = { values: (u, ticks) => ticks.map((v) => fmt(v, chart.unit)), size: yAxisSize };
+  if (WHOLE_UNITS.has(chart.unit)) yAxis.incrs = WHOLE_INCRS;
   const opts = {
     width: Math.max(200, container.clientWidth),
     height: 180,
     scales,
     series,
-    axes: [{ space: 70, values: (u, ticks) => ticks.map((t) => timeTick(t, win)) }, { values: (u, ticks) => ticks.map((v) => fmt(v, chart.unit)), size: 70 }],
+    axes: [{ space: 70, values: (u, ticks) => ticks.map((t) => timeTick(t, win)) }, yAxis],
     plugins: chart.band ? [bandPlugin(chart.band)] : [],
     cursor: { drag: { x: true, y: false } },
   };

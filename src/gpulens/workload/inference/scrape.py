@@ -75,7 +75,7 @@ class EngineScraper:
         self.engine = None if engine == "auto" else ENGINES[engine]
         self.base = {"service": service, "host": host or socket.gethostname()}
         self.default_model = model
-        self._hist_prev: dict[tuple[str, str], Buckets] = {}
+        self._hist_prev: dict[tuple[str, str], Buckets] = {}  # the engine's cumulative histograms, last scrape
         self._ctr_prev: dict[tuple[str, str], float] = {}
         self.errors = 0
 
@@ -142,6 +142,21 @@ class EngineScraper:
         self.store.flush()
         return ScrapeResult(t, engine.name, written, sorted(models))
 
+    def histograms(self) -> list[tuple[str, dict[str, str], Buckets]]:
+        """The engine's own cumulative histograms at the last scrape, under gpulens's names, for the
+        exporter to pass through (so `histogram_quantile` works on the engine's buckets)."""
+        engine = self.engine.name if self.engine else ""
+        return [(dest, {**self.base, "model": model, "source": engine}, b) for (dest, model), b in sorted(self._hist_prev.items())]
+
+    def scrape_safely(self) -> None:
+        """One scrape in the agent's loop: a failure is counted and logged (first and every 100th)."""
+        try:
+            self.scrape_once()
+        except GpulensError as e:
+            self.errors += 1
+            if self.errors == 1 or self.errors % 100 == 0:
+                log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+
     def run(self, interval_seconds: float = 5.0, stop: threading.Event | None = None, iterations: int | None = None) -> int:
         """Scrape every `interval_seconds` until `stop` is set (or `iterations` scrapes). The first
         failure raises (a wrong URL should fail at once); later ones are logged and retried."""
@@ -150,12 +165,7 @@ class EngineScraper:
         self.scrape_once()
         n += 1
         while (iterations is None or n < iterations) and not stop.wait(interval_seconds):
-            try:
-                self.scrape_once()
-            except GpulensError as e:
-                self.errors += 1
-                if self.errors == 1 or self.errors % 100 == 0:
-                    log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+            self.scrape_safely()
             n += 1
         return n
 
@@ -167,12 +177,7 @@ class EngineScraper:
 
         def loop() -> None:
             while not stop.wait(interval_seconds):
-                try:
-                    self.scrape_once()
-                except GpulensError as e:
-                    self.errors += 1
-                    if self.errors == 1 or self.errors % 100 == 0:
-                        log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+                self.scrape_safely()
 
         thread = threading.Thread(target=loop, daemon=True, name=f"gpulens-scrape-{self.base['service']}")
         thread.start()

@@ -1,6 +1,6 @@
 """A Reader over a Prometheus server's HTTP API: the dashboard for a fleet of `gpulens agent`s.
 
-The panels ask the same questions as over a local store; the answers are PromQL (gpulens.web.promql).
+The panels ask the same questions as over a local store; the answers are PromQL (gpulens.views.promql).
 What Prometheus cannot know is said, not invented: it keeps no events (XIDs, cold starts) and no
 per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store.
 """
@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
-from gpulens.web.panels import selection_label
-from gpulens.web.promql import selector
-from gpulens.web.readers import QUANTILE_OF_AGG, AlertRow, Band, EventRow, Line
+from gpulens.views.answers import AlertRow, Band, EventRow, Line
+from gpulens.views.panels import selection_label
+from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, is_histogram, selector
+from gpulens.views.readers import QUANTILE_OF_AGG
 
 SELECTION_LABELS = ("gpu", "job", "service", "host")
 TIMEOUT_SECONDS = 10.0
@@ -111,15 +112,21 @@ class PrometheusReader:
         return out
 
     def has_data(self, metric: str, match: Mapping[str, str], start: float, end: float) -> bool:
-        return bool(self._instant(f"count_over_time({selector(metric, match)}[{_duration(end - start)}])", end))
+        name = metric + "_count" if is_histogram(metric) else metric
+        return bool(self._instant(f"count_over_time({selector(name, match)}[{_duration(end - start)}])", end))
 
     def line(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
+        if is_histogram(metric):  # the mean per event in each step's window
+            window = _duration(max((end - start) / max(points, 1) * 4, 60.0))
+            return self._lines(self._range(histogram_mean_expr(metric, match, window), start, end, points))
         return self._lines(self._range(selector(metric, match), start, end, points))
 
     def quantile(self, metric: str, match: Mapping[str, str], q: float, start: float, end: float, points: int) -> list[Line]:
         # Buckets a quarter as many as points, like the store reader's percentiles.
         n = max(1, points // 4)
         window = _duration((end - start) / n)
+        if is_histogram(metric):
+            return self._lines(self._range(histogram_quantile_expr(q, metric, match, window), start, end, n))
         return self._lines(self._range(f"quantile_over_time({q}, {selector(metric, match)}[{window}])", start, end, n))
 
     def rate(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
@@ -132,6 +139,8 @@ class PrometheusReader:
         return self._lines(self._range(f"sum(rate({selector(metric, match)}[{window}]))", start, end, points))
 
     def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
+        if is_histogram(metric):
+            return self._histogram_aggregate(metric, match, agg, start, end)
         sel = f"{selector(metric, match)}[{_duration(end - start)}]"
         if agg in QUANTILE_OF_AGG:
             # Every raw sample in the window, merged across series: percentiles are never averaged.
@@ -146,6 +155,22 @@ class PrometheusReader:
         }.get(agg)
         if expr is None:
             raise ValueError(f"unknown aggregate {agg!r}")
+        res = self._instant(expr, end)
+        if not res:
+            return 0.0 if agg == "count" else None
+        v = float(res[0]["value"][1])
+        return v if math.isfinite(v) else None
+
+    def _histogram_aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
+        window = _duration(end - start)
+        count = f"sum(increase({selector(metric + '_count', match)}[{window}]))"
+        total = f"sum(increase({selector(metric + '_sum', match)}[{window}]))"
+        if agg in QUANTILE_OF_AGG:
+            expr = histogram_quantile_expr(QUANTILE_OF_AGG[agg], metric, match, window, fn="increase")
+        else:
+            expr = {"count": count, "sum": total, "mean": f"{total} / {count}"}.get(agg)
+            if expr is None:
+                return None  # a histogram keeps no min or max
         res = self._instant(expr, end)
         if not res:
             return 0.0 if agg == "count" else None

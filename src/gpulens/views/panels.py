@@ -37,6 +37,15 @@ def selection_label(key: str) -> str:
     return SELECTION_LABEL.get(key, key)
 # Labels that tell apart several series drawn in one chart, in the order they are named.
 LEGEND_LABELS = ("reason", "status", "xid", "gpu", wn.TRAIN_JOB_LABEL, "rank", "service", "model", "process", "pid", "host")
+# The label a legend always names, even when one series has it: whose GPU, job or service a line is
+# ("hw_thermal (GPU 1)"), by the series' workload.
+LEGEND_OWNER = {"gpu": "gpu", "training": wn.TRAIN_JOB_LABEL, "inference": "service"}
+# How a legend writes a label's name.
+LEGEND_NAMES = {"gpu": "GPU", wn.TRAIN_JOB_LABEL: "job"}
+
+
+def legend_name(label: str) -> str:
+    return LEGEND_NAMES.get(label, label)
 
 
 @dataclass(frozen=True)

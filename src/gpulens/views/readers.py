@@ -1,6 +1,6 @@
 """Where the dashboard's numbers come from: a Reader answers the few questions a panel asks.
 
-`StoreReader` reads a local gpulens store; `PrometheusReader` (gpulens.web.prometheus) asks a
+`StoreReader` reads a local gpulens store; `PrometheusReader` (gpulens.views.prometheus) asks a
 Prometheus server's HTTP API the same questions, so one dashboard serves a node or a fleet.
 All times are unix seconds; every answer is a typed value, never a raw row.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from gpulens.store import Store
-from gpulens.web.panels import selection_label
+from gpulens.views.answers import AlertRow, Band, EventRow, Line
+from gpulens.views.panels import selection_label
 
 StatAggName = str  # "count" | "mean" | "max" | "min" | "p50" | "p95" | "p99" | "sum"
 QUANTILE_OF_AGG = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -25,44 +25,6 @@ QUANTILE_OF_AGG = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 SAMPLES_PER_QUANTILE_BUCKET = 10
 # Above this window length, sums and extremes read the 1-minute roll-up (exact: it keeps n, sum, min, max).
 LONG_WINDOW_SECONDS = 2 * 3600
-
-
-@dataclass
-class Line:
-    """One drawn series. `value` may hold None where a bucket is empty."""
-
-    labels: dict[str, str]
-    t: list[float]
-    value: list[float | None]
-    value_min: list[float | None] | None = None
-    value_max: list[float | None] | None = None
-
-
-@dataclass
-class EventRow:
-    t: float
-    kind: str
-    labels: dict[str, str]
-    data: dict[str, Any]
-
-
-@dataclass
-class AlertRow:
-    t: float
-    name: str
-    state: str  # firing | resolved | pending
-    severity: str
-    summary: str
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Band:
-    """A learned baseline: the normal range of a series (from gpulens.alerts when it has one)."""
-
-    low: float
-    high: float
-    center: float | None = None
 
 
 class Reader(Protocol):
@@ -279,12 +241,12 @@ class StoreReader:
         return sorted(out, key=lambda e: e.t)
 
     def alerts(self, start: float, end: float) -> list[AlertRow]:
-        from gpulens.web.integrations import alert_history
+        from gpulens.views.integrations import alert_history
 
         return alert_history(self.store, start, end)
 
     def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None:
-        from gpulens.web.integrations import baseline_band
+        from gpulens.views.integrations import baseline_band
 
         return baseline_band(self.store, metric, match, t)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulens.store import Store
-from gpulens.web.readers import AlertRow, Band
+from gpulens.views.answers import AlertRow, Band
 
 log = logging.getLogger(__name__)
 

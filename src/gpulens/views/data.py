@@ -13,18 +13,21 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.units import parse_duration
-from gpulens.web.format import format_value
-from gpulens.web.panels import (
+from gpulens.views.answers import Band, Line
+from gpulens.views.format import format_value
+from gpulens.views.panels import (
     LEGEND_LABELS,
+    LEGEND_OWNER,
     PANELS,
     SELECTION_KEYS,
     ChartSpec,
     PanelSpec,
     SeriesSpec,
     StatSpec,
+    legend_name,
     selection_label,
 )
-from gpulens.web.readers import Band, Line, Reader
+from gpulens.views.readers import Reader
 
 # The time-range picker's choices; the API accepts any duration.
 RANGE_CHOICES = ("15m", "1h", "6h", "24h", "7d")
@@ -144,11 +147,17 @@ def _clean(values: list[float | None]) -> list[float | None]:
     return [v if v is not None and math.isfinite(v) else None for v in values]
 
 
-def _legend(spec: SeriesSpec, line: Line, varying: list[str]) -> str:
-    parts = [f"{k} {line.labels[k]}" for k in varying if k in line.labels]
-    if spec.metric.endswith("clock_event_active") and "reason" in line.labels:
-        return line.labels["reason"]
-    return spec.label + (f" · {', '.join(parts)}" if parts else "")
+def _legend(spec: SeriesSpec, line: Line, owner: str, varying: list[str], match: dict[str, str]) -> str:
+    """The series' name, then whose it is and what tells it apart: "hw_thermal (GPU 1)".
+    A pooled line (a percentile over every service) names its owner only when the selection picks one."""
+    labels = {**({owner: match[owner]} if owner in match else {}), **line.labels}
+    base = spec.label
+    named = [owner] + [k for k in varying if k != owner]
+    if spec.metric.endswith("clock_event_active") and "reason" in labels:
+        base = labels["reason"]
+        named = [k for k in named if k != "reason"]
+    parts = [f"{legend_name(k)} {labels[k]}" for k in named if k in labels]
+    return f"{base} ({', '.join(parts)})" if parts else base
 
 
 def _series_lines(reader: Reader, spec: SeriesSpec, match: dict[str, str], w: Window, points: int) -> list[Line]:
@@ -172,8 +181,9 @@ def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, s
         lines = _series_lines(reader, spec, match, w, points)
         # Name the labels that tell the lines apart (e.g. two GPUs), not the ones they share.
         varying = [k for k in LEGEND_LABELS if len({ln.labels.get(k) for ln in lines}) > 1]
+        owner = LEGEND_OWNER[spec.workload or panel.id]
         for ln in lines:
-            out.series.append(SeriesOut(_legend(spec, ln, varying), spec.metric, ln.labels, list(ln.t), _clean(ln.value)))
+            out.series.append(SeriesOut(_legend(spec, ln, owner, varying, match), spec.metric, ln.labels, list(ln.t), _clean(ln.value)))
         if band is None and spec.kind == "line" and lines:
             band = reader.band(spec.metric, {**match, **spec.match_dict}, w.end)
     if band is not None:

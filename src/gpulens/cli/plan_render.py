@@ -1,0 +1,268 @@
+"""The text `gpulens plan` prints: the plan (memory bar, breakdown, speed, cost, fixes), the
+comparison table, the calibration report, the GPU and model listings. Pure rendering of the
+planner's typed results; the commands in cli/plan.py only parse, call and hand over."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from gpulens.cli.common import console
+from gpulens.mfu import format_mfu
+from gpulens.render import print_table
+from gpulens.units import format_seconds
+
+_COLORS = ["cyan", "magenta", "yellow", "green", "blue", "red", "bright_cyan", "bright_magenta", "bright_yellow"]
+
+
+def _gib(n: float | None) -> str:
+    return "–" if n is None else f"{n / (1 << 30):,.1f} GiB"
+
+
+def _bar(breakdown: dict[str, int], capacity: int, context: int, width: int = 56) -> Text:
+    """One line: a coloured block per item, then free space up to the card's capacity (┃)."""
+    total = sum(breakdown.values()) + context
+    scale = max(total, capacity) / width
+    cells: list[tuple[str, str]] = []
+    for i, (name, v) in enumerate(list(breakdown.items()) + [("cuda_context", context)]):
+        n = max(1 if v > 0 else 0, round(v / scale))
+        cells += [("█", _COLORS[i % len(_COLORS)] if name != "cuda_context" else "grey50")] * n
+    cap_at = min(width, round(capacity / scale))
+    while len(cells) < cap_at:
+        cells.append(("·", "dim"))
+    text = Text()
+    for i, (ch, style) in enumerate(cells[: max(width, cap_at)]):
+        if i == cap_at:
+            text.append("┃", style="bold white")
+        text.append(ch, style=("bold red" if i >= cap_at and ch == "█" else style))
+    if cap_at >= len(cells):
+        text.append("┃", style="bold white")
+    return text
+
+
+def render_plan(res: Any) -> None:
+    d = res.to_dict()
+    m, g, r, mem = res.model, res.gpu, res.request, res.memory
+    from gpulens.plan.models import format_count
+
+    params = f"{format_count(m.params)} params" + (f", {format_count(m.active_params)} active" if m.is_moe else "")
+    if r.workload == "train":
+        what = (f"train · {r.precision} · {r.optimizer} · micro-batch {r.batch} × {r.seq} tokens"
+                + (f" · accumulate ×{r.grad_accum}" if r.grad_accum > 1 else "")
+                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero}" if r.zero else ""))
+        cards = f"{r.gpus} × {g.name}"
+    else:
+        what = f"serve · {r.runtime} · weights {r.dtype} · {r.batch} × ({r.prompt} prompt + {r.new_tokens} new) tokens"
+        cards = f"{r.tensor_parallel} × {g.name}" if r.tensor_parallel > 1 else g.name
+    console.print(f"[bold]{m.name}[/] ({params}) on [bold]{cards}[/] ({_gib(g.memory_bytes)} each)")
+    console.print(f"  {what}", highlight=False)
+    usable = mem.capacity_bytes - mem.cuda_context_bytes
+    if res.fits:
+        console.print(f"[bold green]✔ Fits[/]: peak {_gib(mem.peak_bytes)} of {_gib(usable)} usable "
+                      f"({_gib(mem.headroom_bytes)} to spare), highest at the {mem.peak_at}.")
+    else:
+        console.print(f"[bold red]✘ Does not fit[/]: needs {_gib(mem.peak_bytes)} at the {mem.peak_at}; "
+                      f"the card has {_gib(usable)} usable.")
+    console.print()
+    console.print(Text("Memory  ") + _bar(mem.breakdown, mem.capacity_bytes, mem.cuda_context_bytes))
+    t = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+    t.add_column("")
+    t.add_column("item")
+    t.add_column("size", justify="right")
+    t.add_column("share", justify="right")
+    for i, (k, v) in enumerate(mem.breakdown.items()):
+        t.add_row(Text("█", style=_COLORS[i % len(_COLORS)]), k.replace("_", " "), _gib(v), f"{v / max(mem.peak_bytes, 1):.0%}")
+    t.add_row("", "[bold]peak allocated by PyTorch[/]", f"[bold]{_gib(mem.peak_bytes)}[/]", "")
+    t.add_row(Text("█", style="grey50"), "CUDA context (outside PyTorch)", _gib(mem.cuda_context_bytes), "")
+    t.add_row("", "reserved by the allocator (≈)", _gib(mem.reserved_bytes), "")
+    t.add_row(Text("┃", style="bold"), "the card", _gib(mem.capacity_bytes), "")
+    print_table(console, t)
+    console.print()
+    s = d["speed"]
+    st = Table(show_header=False, box=None, padding=(0, 2))
+    if r.workload == "train":
+        st.add_row("step time", format_seconds(s["step_seconds"]))
+        st.add_row("tokens per second", f"{s['tokens_per_second']:,.0f}" + (f" (all {r.gpus} GPUs)" if r.gpus > 1 else ""))
+        st.add_row("MFU (model FLOPs / peak)", format_mfu(s["mfu_ratio"]))
+        st.add_row("time split", f"matmuls {format_seconds(s['compute_seconds'])}, memory-bound {format_seconds(s['memory_seconds'])}, "
+                                 f"overhead {format_seconds(s['overhead_seconds'])}"
+                                 + (f", communication {format_seconds(s['communication_seconds'])}" if s["communication_seconds"] else ""))
+    else:
+        st.add_row("time to first token (TTFT)", format_seconds(s["ttft_seconds"]))
+        st.add_row("time per output token (TPOT)", f"{format_seconds(s['tpot_seconds'])} ({s['bound']}-bound)")
+        st.add_row("output tokens per second", f"{s['output_tokens_per_second']:,.0f} at batch {s['batch']}")
+        st.add_row("largest batch that fits", str(s["max_batch_that_fits"]))
+        if s.get("max_batch_for_tpot_target") is not None:
+            st.add_row("largest batch meeting the TPOT target", str(s["max_batch_for_tpot_target"]))
+    console.print(f"[bold]Speed[/] [dim]({res.efficiency.source})[/]")
+    console.print(st)
+    if r.workload == "infer" and s.get("by_batch"):
+        bt = Table(title="by batch size", box=None, header_style="bold", padding=(0, 2))
+        for c in ("batch", "TTFT", "TPOT", "output tokens/s"):
+            bt.add_column(c, justify="right")
+        for row in s["by_batch"]:
+            bt.add_row(str(row["batch"]), format_seconds(row["ttft_seconds"]), format_seconds(row["tpot_seconds"]),
+                       f"{row['output_tokens_per_second']:,.0f}")
+        print_table(console, bt)
+    if res.cost:
+        c = res.cost
+        parts = [f"{c.hourly_total:,.2f} {c.currency}/hour"]
+        if c.per_million_tokens is not None:
+            parts.append(f"{c.per_million_tokens:,.3f} {c.currency} per million {'trained' if r.workload == 'train' else 'output'} tokens")
+        if c.per_thousand_requests is not None:
+            parts.append(f"{c.per_thousand_requests:,.3f} {c.currency} per thousand requests")
+        if c.break_even_months is not None:
+            parts.append(f"buying pays off after {c.break_even_months:,.1f} months of renting 24/7")
+        console.print("[bold]Cost[/]  " + " · ".join(parts))
+    if res.replicas:
+        rt = Table(title="more cards or more replicas", box=None, header_style="bold", padding=(0, 2))
+        for col in ("replicas", "× TP", "= GPUs", "batch", "TTFT", "TPOT", "cost/hour"):
+            rt.add_column(col, justify="right")
+        for o in res.replicas[:6]:
+            rt.add_row(str(o.replicas), str(o.tensor_parallel), str(o.gpus), str(o.batch), format_seconds(o.ttft_seconds),
+                       format_seconds(o.tpot_seconds), f"{o.hourly_total:,.2f}" if o.hourly_total is not None else "–")
+        print_table(console, rt)
+    if res.advice:
+        console.print("\n[bold]What to do[/]")
+        first_fix = None
+        for i, a in enumerate(res.advice, 1):
+            if a.kind == "fix":
+                # the fixes are cumulative: each one's memory is with every earlier fix applied
+                first_fix = first_fix or i
+                mark = "[green]✔ fits[/]" if a.fits else "[yellow]still too big[/]"
+                after = f"after {first_fix}–{i}: " if i > first_fix else ""
+                plus = "+ " if i > first_fix else ""
+                console.print(f"  {i}. {plus}{a.text} → {after}{_gib(a.peak_bytes)} {mark}\n     [dim]{a.why}[/]",
+                              highlight=False)
+            else:
+                console.print(f"  {i}. {a.text}", highlight=False)
+    for n in res.notes:
+        console.print(f"[dim]· {n}[/]", highlight=False)
+
+
+def _median(v: list[float]) -> float:
+    return statistics.median(v) if v else 0.0
+
+
+def _tf(v: float | None) -> str:
+    return f"{v / 1e12:,.0f}" if v else "–"
+
+
+
+def render_compare(results: list[Any]) -> None:
+    r0 = results[0]
+    train = r0.request.workload == "train"
+    console.print(f"[bold]{r0.model.name}[/] · {'train' if train else 'serve'} · compared on {len(results)} GPUs")
+    t = Table(header_style="bold", box=None, padding=(0, 2))
+    cols = ["GPU", "fits", "peak", "card"] + (["step", "tokens/s", "MFU"] if train else ["TTFT", "TPOT", "max batch", "out tok/s"])
+    cols += (["batch"] if not train else []) + ["cost / M tokens", "calibrated"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("GPU", "fits") else "right")
+    for r in results:
+        s = r.speed
+        fit = "[green]✔[/]" if r.fits else "[red]✘[/]"
+        row = [r.gpu.name, fit, _gib(r.memory.peak_bytes), _gib(r.memory.capacity_bytes)]
+        if train:
+            row += [format_seconds(s["step_seconds"]), f"{s['tokens_per_second']:,.0f}", format_mfu(s["mfu_ratio"])]
+        else:
+            row += [format_seconds(s["ttft_seconds"]), format_seconds(s["tpot_seconds"]), str(s["max_batch_that_fits"]),
+                    f"{s['output_tokens_per_second']:,.0f}"]
+        cost = r.cost.per_million_tokens if r.cost else None
+        row += [] if train else [str(r.request.batch)]
+        row += [f"{cost:,.3f} {r.cost.currency}" if cost is not None else "no price", "yes" if r.efficiency.calibrated else "no"]
+        t.add_row(*row)
+    print_table(console, t)
+    if train:
+        bases = list(dict.fromkeys(r.cost_basis for r in results if r.cost_basis))
+        text = f"Cost per token {'; '.join(bases)}."
+    else:  # the batch column says which batch; say why that one
+        why = {r.gpu.name: r.cost_basis.partition("(")[2].rstrip(")") for r in results if r.cost_basis}
+        bases = list(dict.fromkeys(r.cost_basis for r in results if r.cost_basis))
+        reasons = list(dict.fromkeys(why.values()))
+        if len(bases) == 1:
+            text = f"Cost per token and speed {bases[0]}."
+        else:
+            text = "Cost per token and speed at the batch shown: " + (
+                reasons[0] if len(reasons) == 1 else "; ".join(f"{g}: {w}" for g, w in why.items())) + "."
+    if bases:
+        console.print(f"[dim]{text}[/]", highlight=False)
+    if not any(r.cost for r in results):
+        from gpulens.plan.catalog import config_path
+
+        console.print(f"[dim]Add your hourly prices to {config_path()} to compare costs (gpulens invents none).[/]")
+    for r in results:
+        if not r.fits and r.advice:
+            console.print(f"[dim]{r.gpu.name}: first fix: {r.advice[0].text}[/]", highlight=False)
+
+
+
+def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
+    for rep in reports:
+        console.print(f"[bold]{rep.gpu}[/]: fitted from {rep.runs} runs" + (f" ({len(rep.skipped)} failed runs skipped)" if rep.skipped else ""))
+        t = Table(box=None, header_style="bold", padding=(0, 2))
+        for c in ("figure", "runs", "median error before", "worst before", "median error after", "worst after"):
+            t.add_column(c, justify="right" if c != "figure" else "left")
+        for k, after in rep.after.items():
+            b, a = [abs(v) for v in rep.before[k]], [abs(v) for v in after]
+            if not a:
+                continue
+            t.add_row(k.replace("_", " "), str(len(a)), f"{_median(b):.0%}", f"{max(b):.0%}", f"{_median(a):.0%}", f"{max(a):.0%}")
+        print_table(console, t)
+        e = rep.efficiency
+        console.print(f"  matmul efficiency {e.compute_ratio:.0%} (16-bit), {e.fp32_compute_ratio:.0%} (fp32) · "
+                      f"bandwidth efficiency {e.memory_bandwidth_ratio:.0%} · per-layer overhead {format_seconds(e.layer_overhead_seconds)} · "
+                      f"decode overhead {format_seconds(e.decode_token_overhead_seconds)} · allocator reserved/allocated {e.reserved_ratio:.2f}",
+                      highlight=False)
+        loo = rep.leave_one_out
+        if loo is not None and loo.informative:
+            console.print(f"  leave-one-out: each run predicted from the others is off by {loo.mean_abs_error_ratio:.0%} on average "
+                          f"(the defaults: {loo.defaults_mean_abs_error_ratio:.0%})", highlight=False)
+        elif loo is not None:
+            console.print("  [dim]leave-one-out not possible with one measurement[/]")
+        console.print(f"  used ({len(rep.used)}): " + "; ".join(rep.used), highlight=False)
+        for r in rep.rejected:
+            console.print(f"  [dim]left out: {r.label}: {r.reason}[/]", highlight=False)
+        if rep.refused:
+            console.print(f"  [bold red]would be refused:[/] {rep.refused}", highlight=False)
+    console.print("[dim]not stored (--dry-run)[/]" if stored_in is None else
+                  f"stored in {stored_in}; later plans on these GPUs use it and say so.")
+
+
+def calibration_json(reports: list[Any], *, stored_in: str | None) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {"stored_in": stored_in,
+            "gpus": [{"gpu": r.gpu, "runs": r.runs, "factors": r.efficiency.to_dict(), "errors_before": r.before,
+                      "errors_after": r.after, "skipped": r.skipped, "used": r.used,
+                      "rejected": [asdict(x) for x in r.rejected],
+                      "leave_one_out": asdict(r.leave_one_out) if r.leave_one_out else None,
+                      "refused": r.refused} for r in reports]}
+
+
+def render_gpus(rows: list[Any], config_path: Any) -> None:
+    t = Table(header_style="bold", box=None, padding=(0, 2))
+    for c in ("GPU", "GiB", "GB/s", "BF16", "FP8", "INT8", "interconnect", "TDP W", "price/h"):
+        t.add_column(c, justify="left" if c in ("GPU", "interconnect") else "right", no_wrap=True)
+    for g in rows:
+        t.add_row(g.name + (" (yours)" if g.user_defined else ""), f"{g.memory_bytes / (1 << 30):.0f}",
+                  f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f}", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
+                  _tf(g.fp8_dense_flops), _tf(g.int8_dense_ops), g.interconnect or "–",
+                  f"{g.tdp_watts:.0f}" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
+    print_table(console, t)
+    console.print(f"[dim]Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
+                  f"Your cards and prices: {config_path}[/]")
+
+
+def render_models(specs: list[Any]) -> None:
+    from gpulens.plan.models import format_count
+
+    t = Table(header_style="bold", box=None, padding=(0, 2))
+    for c in ("preset", "family", "params", "layers", "hidden", "heads / kv", "vocab"):
+        t.add_column(c, justify="left" if c in ("preset", "family") else "right", no_wrap=c == "preset")
+    for s in specs:
+        t.add_row(s.name, s.family, format_count(s.params) + (f" ({format_count(s.active_params)} active)" if s.is_moe else ""),
+                  str(s.num_layers), str(s.hidden_size), f"{s.num_heads} / {s.num_kv_heads}", f"{s.vocab_size:,}")
+    print_table(console, t)

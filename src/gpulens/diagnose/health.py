@@ -1,0 +1,418 @@
+"""GPU health findings: XIDs, uncorrectable ECC errors, row remapping, clock cuts, heat, a lost
+GPU and full memory, each joined with the workloads that were on that GPU at that time.
+
+They read the same GPU series the alert rules read (gpu/metrics.py) and the `xid` events; XID
+meanings and actions come from the one catalog in alerts/xid.py. Faults that point at the hardware
+(XIDs, ECC, row remapping, a lost GPU) are listed before every other finding, conditions that slow
+the GPU (clock cuts, heat, full memory) right after them: a bottleneck analysis of a job on a
+failing GPU is moot until the GPU is dealt with.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from gpulens.alerts.xid import xid_info
+from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.diagnose.gpu_workloads import (
+    GpuRef,
+    Occupant,
+    WorkloadImpact,
+    impacts,
+    occupants_around,
+    workload_labels,
+)
+from gpulens.gpu.metrics import GPU_CLOCK_EVENT_ACTIVE, GPU_UP
+from gpulens.store import SeriesData, Store
+from gpulens.workload import names as N
+
+XID_EVENT = "xid"  # written by sampling.SampleWriter.write_xid
+# Clock-event reasons that cut the clocks (gpu/types.py CLOCK_EVENT_LABELS), with what to say.
+CLOCK_CUT_REASONS = {
+    "hw_thermal": "the GPU is too hot (hardware thermal slowdown)",
+    "sw_thermal": "the GPU is near its temperature limit (software thermal slowdown)",
+    "hw_power_brake": "the power supply or board asserted the power brake",
+    "hw_slowdown": "a hardware slowdown (thermal or power brake) cut the clocks by half or more",
+    "sw_power_cap": "the GPU reached its power limit",
+}
+# A condition shorter than this is left out: NVML reports a reason for the period just sampled,
+# and a sub-second power-cap blip while the boost clock settles under a new load is not a fault
+# (the bundled H200 session opens with 0.4 s of sw_power_cap at rising clocks).
+MIN_CONDITION_SECONDS = 2.0
+POWER_CAP_DEEP_DROP_RATIO = 0.15  # a power cap that costs less SM clock than this is only info
+TEMPERATURE_MARGIN_CELSIUS = 5.0  # as the GpuTemperatureNearSlowdown rule
+MEMORY_FULL_RATIO = 0.95  # as the GpuMemoryAlmostFull rule
+REFERENCE_SECONDS = 60.0  # the SM clock before a cut is read over this long
+COARSE_POINTS = 500  # buckets per series in the first, downsampled look for a problem
+
+FAULT_ORDER, CONDITION_ORDER = 0, 1  # before the workload analyzers (base.DEFAULT_ORDER)
+
+ADVICE_HARDWARE = [
+    "Keep new jobs off this GPU (cordon the node) and restart the affected jobs on other GPUs from their last checkpoint.",
+    "Reset the GPU (nvidia-smi -r -i GPU, with nothing running on it) or reboot the node, then check it: nvidia-smi -q -d ECC,ROW_REMAPPER and a short burn-in (dcgmi diag -r 2).",
+    "If the fault comes back after the reset, collect nvidia-bug-report.sh and RMA the GPU.",
+]
+ADVICE_APPLICATION = [
+    "Look at the job's own log around that time: these XIDs usually come from the application, and the GPU stays healthy.",
+    "If the same XID repeats on this GPU with different jobs, treat it as hardware: drain the node and reset the GPU.",
+]
+ADVICE_THERMAL = [
+    "Check cooling first: fans, airflow, blocked inlets, the inlet temperature, and whether this GPU runs hotter than its neighbours under the same load.",
+    "Watch temperature against the slowdown threshold while the job runs (nvidia-smi -q -d TEMPERATURE,PERFORMANCE).",
+    "If one GPU keeps slowing down while its neighbours do not, report the node to its operators (heatsink, thermal paste, fan) and move the job.",
+]
+ADVICE_POWER_BRAKE = [
+    "Report the node to its operators: the power brake is asserted by the board or the power supplies (a failed PSU, a node over its power budget).",
+    "Move the job to another node until the power supply is checked.",
+]
+ADVICE_POWER_CAP = [
+    "Check the enforced power limit against the default (nvidia-smi -q -d POWER): raise it back if someone lowered it.",
+    "Under a steady full load a GPU at its power cap is expected; compare its clock with other nodes of the same model before acting.",
+]
+ADVICE_MEMORY = [
+    "Find who holds the memory (nvidia-smi --query-compute-apps=pid,used_memory): a stray process, or two workloads on one GPU.",
+    "A serving engine pre-allocates most of the GPU: lower its memory fraction (e.g. vLLM --gpu-memory-utilization) to leave headroom.",
+    "A training job: a smaller micro-batch with gradient accumulation, or activation checkpointing.",
+]
+
+
+@dataclass
+class HealthEvent:
+    """One health problem of one GPU before it is joined with workloads."""
+
+    kind: str
+    ref: GpuRef
+    uuid: str
+    start: float
+    end: float
+    severity: str
+    point: bool  # an event (XID, ECC error) whose effect shows after it; else a lasting condition
+    summary: str  # without the workload part
+    what: str  # for "... while <what>"
+    evidence: dict[str, Any]
+    advice: list[str]
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def _ref(labels: dict[str, str]) -> GpuRef:
+    return GpuRef(labels.get("host", ""), labels.get("gpu", ""))
+
+
+Finder = Callable[[SeriesData, float], tuple[float, float] | None]
+
+
+def _series(store: Store, name: str, scope: DiagnoseScope, find: Finder, extra: dict[str, str] | None = None) -> list[SeriesData]:
+    """Raw samples of each series `name` over the part of the scope where `find` says a problem
+    may be: found first on a downsampled read (min and max per bucket), so that a week of healthy
+    samples on a dashboard refresh is a few aggregate queries, not millions of rows."""
+    rng = store.time_range(name)
+    if rng is None:
+        return []
+    lo = rng[0] if scope.start is None else max(scope.start, rng[0])
+    hi = rng[1] if scope.end is None else min(scope.end, rng[1])
+    if hi < lo:
+        return []
+    out = []
+    for coarse in store.query(name, extra, start=lo, end=hi, max_points=COARSE_POINTS):
+        where = find(coarse, hi) if coarse.t else None
+        if where is not None:
+            out.extend(d for d in store.query(name, coarse.key.labels, start=where[0], end=where[1]) if d.t and d.key == coarse.key)
+    return out
+
+
+def _threshold(on_for: Callable[[SeriesData], Callable[[float], bool] | None]) -> Finder:
+    """From the first to the end of the last bucket whose min or max meets the series' condition."""
+
+    def find(d: SeriesData, hi: float) -> tuple[float, float] | None:
+        on = on_for(d)
+        if on is None:
+            return None
+        hits = [i for i, (a, b) in enumerate(zip(d.value_min, d.value_max, strict=True)) if on(a) or on(b)]
+        if not hits:
+            return None
+        nxt = hits[-1] + 1
+        return d.t[hits[0]], d.t[nxt] if nxt < len(d.t) else hi
+
+    return find
+
+
+def _flag_set(v: float) -> bool:
+    return v >= 1
+
+
+def _lost(gpu_up: float) -> bool:
+    return gpu_up < 0.5
+
+
+def _each(on: Callable[[float], bool]) -> Callable[[SeriesData], Callable[[float], bool]]:
+    return lambda _d: on
+
+
+def _changed(d: SeriesData, hi: float) -> tuple[float, float] | None:
+    return (d.t[0], hi) if min(d.value_min) != max(d.value_max) else None
+
+
+def _stretches(d: SeriesData, on: Callable[[float], bool]) -> list[tuple[int, int, float]]:
+    """(first, last index, seconds) of runs of samples where `on` holds. A run lasts until the next
+    sample (NVML reports the period just ended), bridged over gaps of up to 3 sampling intervals."""
+    if not d.t:
+        return []
+    dt = statistics.median([b - a for a, b in zip(d.t, d.t[1:], strict=False)]) if len(d.t) > 1 else 1.0
+    out, first, last = [], None, None
+    for i, (t, v) in enumerate(zip(d.t, d.value, strict=True)):
+        if not on(v):
+            continue
+        if first is not None and last is not None and t - d.t[last] > 3 * dt:
+            out.append((first, last, d.t[last] - d.t[first] + dt))
+            first = None
+        first = i if first is None else first
+        last = i
+    if first is not None and last is not None:
+        out.append((first, last, d.t[last] - d.t[first] + dt))
+    return out
+
+
+def _latest_value(store: Store, name: str, ref: GpuRef) -> float | None:
+    vals = store.latest(name, {"host": ref.host, "gpu": ref.gpu})
+    return vals[0].value if vals else None
+
+
+# ------------------------------------------------------------------ faults
+def xid_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+    """XIDs grouped by GPU and code: one finding each, from the first to the last occurrence."""
+    groups: dict[tuple[GpuRef, int], list[Any]] = {}
+    for e in store.events(XID_EVENT, start=scope.start, end=scope.end):
+        try:
+            code = int(e.data.get("xid", e.labels.get("xid")))
+        except (TypeError, ValueError):
+            continue
+        groups.setdefault((_ref(e.labels), code), []).append(e)
+    out = []
+    for (ref, code), evs in sorted(groups.items(), key=lambda kv: kv[1][0].t):
+        info = xid_info(code)
+        times = f"at {_when(evs[0].t)}" + (f" ({len(evs)} times, last at {_when(evs[-1].t)})" if len(evs) > 1 else "")
+        advice = [info.action, *(ADVICE_HARDWARE if info.severity == "critical" else ADVICE_APPLICATION)]
+        out.append(HealthEvent(
+            "gpu_xid", ref, evs[0].labels.get("uuid", ""), evs[0].t, evs[-1].t, info.severity, True,
+            f"XID {code} on {ref} {times}: {info.meaning}.", f"XID {code} hit {ref}",
+            {"xid": code, "meaning": info.meaning, "count": len(evs), "model": evs[0].labels.get("model", "")},
+            advice,
+        ))
+    return out
+
+
+def ecc_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+    """An increase of the volatile uncorrectable ECC counter inside the window (a counter that
+    drops was reset by a driver reload: counting starts again from its new value)."""
+    out = []
+    for d in _series(store, "gpu_ecc_uncorrected_volatile_total", scope, _changed):
+        rises = [(t, b - a) for t, a, b in zip(d.t[1:], d.value, d.value[1:], strict=False) if b > a]
+        if not rises:
+            continue
+        ref, n = _ref(d.key.labels), int(sum(x for _, x in rises))
+        out.append(HealthEvent(
+            "gpu_ecc_uncorrectable", ref, d.key.labels.get("uuid", ""), rises[0][0], rises[-1][0], "critical", True,
+            f"{n} uncorrectable ECC error{'s' if n != 1 else ''} on {ref} (first at {_when(rises[0][0])}): data in GPU memory was corrupted, "
+            "and what ran on it since may have computed with it.", f"ECC errors hit {ref}",
+            {"ecc_uncorrected_increase": n, "ecc_uncorrected_volatile_total": int(d.value[-1])},
+            ADVICE_HARDWARE,
+        ))
+    return out
+
+
+def remap_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+    """Row remapping failure (critical: the memory cannot be repaired) or pending (a reset applies it)."""
+    out = []
+    for name, kind, sev, text, advice in (
+        ("gpu_remapped_rows_failure", "gpu_row_remap_failure", "critical",
+         "row remapping failed: a memory bank has no spare rows left, so this GPU's memory can no longer be repaired in the field", ADVICE_HARDWARE),
+        ("gpu_remapped_rows_pending", "gpu_row_remap_pending", "warning",
+         "a row remapping waits for a GPU reset; until then the bad rows stay in use",
+         ["Drain the GPU and reset it (nvidia-smi -r -i GPU) to apply the remapping.", "After the reset, check that no remapping failure is reported (nvidia-smi -q -d ROW_REMAPPER)."]),
+    ):
+        for d in _series(store, name, scope, _threshold(_each(_flag_set))):
+            for a, _b, secs in _stretches(d, _flag_set):
+                ref = _ref(d.key.labels)
+                rows = _latest_value(store, "gpu_remapped_rows_uncorrectable", ref)
+                out.append(HealthEvent(
+                    kind, ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, True,
+                    f"On {ref} {text} (since {_when(d.t[a])}).", f"{ref} reported a row remapping {'failure' if sev == 'critical' else 'pending'}",
+                    {"flag_seconds": round(secs, 1), "remapped_rows_uncorrectable": None if rows is None else int(rows)}, advice,
+                ))
+    return out
+
+
+def lost_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+    out = []
+    for d in _series(store, GPU_UP, scope, _threshold(_each(_lost))):
+        for a, b, secs in _stretches(d, _lost):
+            ref = _ref(d.key.labels)
+            still = b == len(d.t) - 1
+            out.append(HealthEvent(
+                "gpu_lost", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "critical", True,
+                f"{ref} stopped answering at {_when(d.t[a])} (GPU is lost){' and had not come back at the last sample' if still else f' for {secs:.0f} s'}.",
+                f"{ref} was lost", {"lost_seconds": round(secs, 1), "lost_at_last_sample": still},
+                ["Drain and reboot the node; look for XID 79 (fallen off the bus) in the kernel log (dmesg).", *ADVICE_HARDWARE[1:],
+                 "If it repeats, check the GPU's power cables and PCIe / SXM seating."],
+            ))
+    return out
+
+
+# ------------------------------------------------------------------ conditions
+def _sm_clock(store: Store, ref: GpuRef, scope: DiagnoseScope, t0: float, t1: float, active: set[float]) -> tuple[float | None, float | None, float | None]:
+    """Median SM clock in the minute before the cut (samples without the reason), median and lowest
+    during it. Without samples before, the GPU's highest SM clock is the reference."""
+    lo = t0 - REFERENCE_SECONDS if scope.start is None else max(scope.start, t0 - REFERENCE_SECONDS)
+    data = store.query("gpu_sm_clock_hertz", {"host": ref.host, "gpu": ref.gpu}, start=lo, end=t1)
+    if not data:
+        return None, None, None
+    d = data[0]
+    before = [v for t, v in zip(d.t, d.value, strict=True) if t < t0 and round(t, 3) not in active]
+    during = [v for t, v in zip(d.t, d.value, strict=True) if t0 <= t <= t1]
+    ref_hz = statistics.median(before) if before else _latest_value(store, "gpu_sm_clock_max_hertz", ref)
+    if not during:
+        return ref_hz, None, None
+    return ref_hz, statistics.median(during), min(during)
+
+
+def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MIN_CONDITION_SECONDS) -> list[HealthEvent]:
+    """Stretches where a clock-event reason that cuts the clocks was active, with how deep the SM clock fell."""
+    out = []
+    for reason, cause in CLOCK_CUT_REASONS.items():
+        for d in _series(store, GPU_CLOCK_EVENT_ACTIVE, scope, _threshold(_each(_flag_set)), {"reason": reason}):
+            active = {round(t, 3) for t, v in zip(d.t, d.value, strict=True) if v >= 1}
+            for a, b, secs in _stretches(d, _flag_set):
+                if secs < min_seconds:
+                    continue
+                ref = _ref(d.key.labels)
+                before_hz, during_hz, lowest_hz = _sm_clock(store, ref, scope, d.t[a], d.t[b], active)
+                drop = None if not before_hz or during_hz is None else 1.0 - during_hz / before_hz
+                sev = "warning"
+                if reason == "sw_power_cap" and (drop is None or drop < POWER_CAP_DEEP_DROP_RATIO):
+                    sev = "info"
+                depth = f"; SM clock {before_hz / 1e6:.0f} → {during_hz / 1e6:.0f} MHz ({-drop:+.0%})" if drop is not None and before_hz and during_hz is not None else ""
+                advice = ADVICE_POWER_CAP if reason == "sw_power_cap" else ADVICE_POWER_BRAKE if reason == "hw_power_brake" else ADVICE_THERMAL
+                if reason == "hw_slowdown":
+                    advice = [*ADVICE_THERMAL[:1], *ADVICE_POWER_BRAKE[:1], *ADVICE_THERMAL[2:]]
+                out.append(HealthEvent(
+                    "gpu_clock_cut", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, False,
+                    f"The clocks of {ref} were cut for {reason} for {secs:.0f} s from {_when(d.t[a])}: {cause}{depth}.",
+                    f"the clocks of {ref} were cut for {reason}",
+                    {"reason": reason, "cut_seconds": round(secs, 1), "sm_clock_before_hz": before_hz, "sm_clock_during_hz": during_hz,
+                     "sm_clock_lowest_hz": lowest_hz, "sm_clock_drop_ratio": None if drop is None else round(drop, 3)},
+                    list(advice),
+                ))
+    return out
+
+
+def temperature_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+    """Temperature within 5 °C of the GPU's slowdown threshold (or above it)."""
+    out = []
+    slowdown_of = {_ref(lv.key.labels): lv.value for lv in store.latest("gpu_temperature_slowdown_celsius")}
+
+    def hot(d: SeriesData) -> Callable[[float], bool] | None:
+        s = slowdown_of.get(_ref(d.key.labels))  # none reported: nothing to be near
+        return None if s is None else lambda v: v >= s - TEMPERATURE_MARGIN_CELSIUS
+
+    for d in _series(store, "gpu_temperature_celsius", scope, _threshold(hot)):
+        ref = _ref(d.key.labels)
+        slowdown = slowdown_of[ref]
+        for a, b, secs in _stretches(d, lambda v, s=slowdown: v >= s - TEMPERATURE_MARGIN_CELSIUS):
+            if secs < MIN_CONDITION_SECONDS:
+                continue
+            peak = max(d.value[a : b + 1])
+            shutdown = _latest_value(store, "gpu_temperature_shutdown_celsius", ref)
+            where = "above" if peak >= slowdown else "within 5 °C of"
+            out.append(HealthEvent(
+                "gpu_temperature_high", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
+                f"{ref} reached {peak:.0f} °C for {secs:.0f} s from {_when(d.t[a])}, {where} its slowdown temperature ({slowdown:.0f} °C)"
+                + (f"; it shuts down at {shutdown:.0f} °C." if shutdown else "."),
+                f"{ref} ran at {peak:.0f} °C",
+                {"temperature_max_celsius": peak, "temperature_slowdown_celsius": slowdown, "temperature_shutdown_celsius": shutdown,
+                 "hot_seconds": round(secs, 1)},
+                list(ADVICE_THERMAL),
+            ))
+    return out
+
+
+def memory_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+    """Device memory in use above 95 % of the GPU's memory (the GPU's view: every process counts)."""
+    out = []
+    total_of = {_ref(lv.key.labels): lv.value for lv in store.latest("gpu_memory_total_bytes")}
+
+    def full(d: SeriesData) -> Callable[[float], bool] | None:
+        tot = total_of.get(_ref(d.key.labels))
+        return None if not tot else lambda v: v / tot > MEMORY_FULL_RATIO
+
+    for d in _series(store, "gpu_memory_used_bytes", scope, _threshold(full)):
+        ref = _ref(d.key.labels)
+        total = total_of[ref]
+        for a, b, secs in _stretches(d, lambda v, tot=total: v / tot > MEMORY_FULL_RATIO):
+            if secs < MIN_CONDITION_SECONDS:
+                continue
+            peak = max(d.value[a : b + 1])
+            out.append(HealthEvent(
+                "gpu_memory_full", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
+                f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {_when(d.t[a])}: the next allocation on it may fail.",
+                f"the memory of {ref} was {peak / total:.0%} full",
+                {"memory_used_max_bytes": int(peak), "memory_total_bytes": int(total), "memory_used_max_ratio": round(peak / total, 3),
+                 "full_seconds": round(secs, 1)},
+                list(ADVICE_MEMORY),
+            ))
+    return out
+
+
+# ------------------------------------------------------------------ findings
+FAULT_DETECTORS = (xid_events, ecc_events, remap_events, lost_events)
+CONDITION_DETECTORS = (clock_cut_events, temperature_events, memory_events)
+
+
+def _selected(scope: DiagnoseScope, occs: list[Occupant]) -> bool:
+    """With --job / --service, a GPU counts only if the selected workload ran on it."""
+    if not scope.job and not scope.service:
+        return True
+    return any(
+        (scope.job and o.labels.get(N.TRAIN_JOB_LABEL) == scope.job) or (scope.service and o.labels.get("service") == scope.service)
+        for o in occs
+    )
+
+
+def to_findings(store: Store, scope: DiagnoseScope, events: list[HealthEvent]) -> list[Finding]:
+    if not events:
+        return []
+    placed = occupants_around(store, min(h.start for h in events), max(h.end for h in events))
+    out = []
+    for h in events:
+        imps: list[WorkloadImpact] = impacts(store, placed, h.ref, h.start, h.end, h.what, point=h.point)
+        on_gpu = [o for o in placed.get(h.ref, []) if o.overlaps(h.start, h.end)]
+        if not _selected(scope, on_gpu):
+            continue
+        summary = h.summary
+        if imps:
+            summary += " " + "; ".join(i.sentence[:1].upper() + i.sentence[1:] for i in imps) + "."
+        else:
+            summary += " No workload gpulens knows of ran on it at that time."
+        evidence = {**{k: v for k, v in h.evidence.items() if v is not None}, "uuid": h.uuid,
+                    "workloads": [i.sentence for i in imps], "workload_impact": [asdict(i) for i in imps]}
+        labels = {"gpu": h.ref.gpu, "host": h.ref.host, **workload_labels(imps, on_gpu)}
+        out.append(Finding(h.kind, "gpu", h.start, h.end, h.severity, summary, evidence, list(h.advice), labels))  # type: ignore[arg-type]
+    return out
+
+
+@register_analyzer("gpu_faults", order=FAULT_ORDER)
+def gpu_faults(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    """XIDs, uncorrectable ECC errors, row remapping and lost GPUs: the hardware needs attention."""
+    return to_findings(store, scope, [h for det in FAULT_DETECTORS for h in det(store, scope)])
+
+
+@register_analyzer("gpu_conditions", order=CONDITION_ORDER)
+def gpu_conditions(store: Store, scope: DiagnoseScope) -> list[Finding]:
+    """Clock cuts, heat and full memory: the GPU runs, but slower or close to failing allocations."""
+    return to_findings(store, scope, [h for det in CONDITION_DETECTORS for h in det(store, scope)])

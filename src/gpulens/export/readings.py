@@ -1,0 +1,36 @@
+"""The newest reading of each GPU, shared by the sampling loop (which writes it) and `/metrics`
+scrapes (which read it from another thread)."""
+
+from __future__ import annotations
+
+import threading
+
+from gpulens.gpu.types import GpuSample
+
+
+class LatestReadings:
+    """The newest sample of each GPU and the XID counts, shared by the agent loop and the scrapes."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self._lock = threading.Lock()
+        self._samples: dict[int, GpuSample] = {}
+        self._xids: dict[tuple[int, int], int] = {}
+        self._xid_last: dict[int, int] = {}
+        self.source_time: float | None = None  # recorded time of the newest sample (replays)
+
+    def update(self, samples: list[GpuSample], source_time: float | None = None) -> None:
+        with self._lock:
+            for s in samples:
+                self._samples[s.gpu] = s
+            if source_time is not None:
+                self.source_time = source_time
+
+    def add_xid(self, gpu: int, xid: int) -> None:
+        with self._lock:
+            self._xids[(gpu, xid)] = self._xids.get((gpu, xid), 0) + 1
+            self._xid_last[gpu] = xid
+
+    def snapshot(self) -> tuple[list[GpuSample], dict[tuple[int, int], int], dict[int, int]]:
+        with self._lock:
+            return sorted(self._samples.values(), key=lambda s: s.gpu), dict(self._xids), dict(self._xid_last)

@@ -1,0 +1,174 @@
+"""The one sampling loop of a node: read the GPU backend, hand each frame to the sinks, flush the
+store and run the evaluating sinks on a steady cadence. `gpulens agent`, `demo`, `replay`, `record`
+and `top` all run this loop (built by `pipeline.node.build_node`); only their sinks differ.
+
+Pacing comes from the backend: a live backend (NVML, fake) is sampled every `interval_seconds` of
+wall clock; a paced one (a replay) waits for each recorded moment itself, and flushing and
+evaluation follow the recorded timeline instead, so a replay raises the alerts a live agent would.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpulens.gpu.backend import GpuBackend
+from gpulens.gpu.types import GpuSample, XidEvent
+from gpulens.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One reading of every GPU, the XID events seen with it, and (for a replay) its recorded time."""
+
+    samples: list[GpuSample]
+    xids: list[XidEvent] = field(default_factory=list)
+    source_time: float | None = None
+
+    @property
+    def t(self) -> float:
+        return self.samples[0].t
+
+
+class Sink(Protocol):
+    """Something the loop feeds. `on_frame` runs for every frame (keep it cheap); `on_tick` runs on the
+    evaluation cadence, after the store was flushed, with the current time (the samples' time for a
+    replay), for sinks whose `ticks` is true; `close` once at the end. A sink that raises is logged
+    and never stops the loop."""
+
+    ticks: bool
+
+    def on_frame(self, frame: Frame) -> None: ...
+
+    def on_tick(self, now: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class LoopStats:
+    ticks: int = 0
+    values_written: int = 0
+    xid_events: int = 0
+    evaluations: int = 0
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    first_sample_t: float | None = None
+    last_sample_t: float | None = None
+
+
+class SamplingLoop:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        sinks: list[Sink],
+        *,
+        store: Store | None = None,
+        interval_seconds: float = 1.0,
+        flush_seconds: float = 5.0,
+        evaluate_seconds: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.backend = backend
+        self.sinks = list(sinks)
+        self.store = store
+        self.interval_seconds = interval_seconds
+        # Commit once per flush_seconds: one transaction (and roll-up fold) for many ticks. A crash
+        # loses at most that much; evaluating sinks always see flushed data (the loop flushes first).
+        self.flush_seconds = max(flush_seconds, interval_seconds)
+        self.evaluate_seconds = max(evaluate_seconds, interval_seconds)
+        self.clock = clock
+        self.stop_event = threading.Event()
+        self.stats = LoopStats()
+        self._failed: set[int] = set()
+        self._ticking = [s for s in self.sinks if s.ticks]
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _each(self, method: str, *args: object, sinks: list[Sink] | None = None) -> None:
+        for sink in self.sinks if sinks is None else sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception:  # a sink must never stop sampling; say so once per sink
+                if id(sink) not in self._failed:
+                    self._failed.add(id(sink))
+                    log.exception("%s.%s failed (further failures of it are logged at debug level)", type(sink).__name__, method)
+                else:
+                    log.debug("%s.%s failed", type(sink).__name__, method, exc_info=True)
+
+    def tick(self) -> Frame | None:
+        """Sample once and feed the sinks. None when the backend gave nothing."""
+        samples = self.backend.sample()
+        if not samples:
+            return None
+        frame = Frame(samples, self.backend.drain_xid_events(), self.backend.source_time)
+        for ev in frame.xids:
+            log.warning("XID %d on GPU %d (%s)", ev.xid, ev.gpu, ev.uuid)
+        self._each("on_frame", frame)
+        s = self.stats
+        s.ticks += 1
+        s.xid_events += len(frame.xids)
+        s.first_sample_t = frame.t if s.first_sample_t is None else s.first_sample_t
+        s.last_sample_t = frame.t
+        return frame
+
+    def evaluate(self, now: float) -> None:
+        if self.store is not None:
+            self.store.flush()
+        self._each("on_tick", now, sinks=self._ticking)
+        self.stats.evaluations += 1
+
+    def run(self, duration_seconds: float | None = None) -> LoopStats:
+        """Loop until stopped, the duration has passed, or a finite backend is exhausted."""
+        wall0, cpu0 = time.monotonic(), time.process_time()
+        next_tick = last_flush = last_eval = time.monotonic()
+        sample_t_last_eval: float | None = None
+        paced = self.backend.paced
+        try:
+            while not self.stop_event.is_set():
+                if duration_seconds is not None and time.monotonic() - wall0 >= duration_seconds:
+                    break
+                if self.backend.exhausted:
+                    break
+                self.tick()
+                if paced:
+                    # A replay carries its own clock: flush and evaluate on the recorded timeline.
+                    t = self.stats.last_sample_t
+                    if t is not None and (sample_t_last_eval is None or t - sample_t_last_eval >= self.evaluate_seconds):
+                        self.evaluate(t)
+                        sample_t_last_eval = t
+                    continue
+                now_m = time.monotonic()
+                if self._ticking and now_m - last_eval >= self.evaluate_seconds:
+                    self.evaluate(self.clock())
+                    last_eval = last_flush = now_m
+                elif self.store is not None and now_m - last_flush >= self.flush_seconds:
+                    self.store.flush()
+                    last_flush = now_m
+                next_tick += self.interval_seconds
+                delay = next_tick - time.monotonic()
+                if delay < 0:  # fell behind (a slow NVML call): skip, do not burst
+                    next_tick = time.monotonic()
+                    delay = 0
+                if self.stop_event.wait(delay):
+                    break
+        finally:
+            if self.store is not None:
+                self.store.flush()
+            self.stats.wall_seconds = time.monotonic() - wall0
+            self.stats.cpu_seconds = time.process_time() - cpu0
+        return self.stats
+
+    def close(self) -> None:
+        """Close every sink, then the backend; flush what is left."""
+        self._each("close")
+        self.backend.close()
+        if self.store is not None:
+            self.store.flush()

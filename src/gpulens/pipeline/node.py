@@ -1,0 +1,196 @@
+"""One node, wired once: `build_node(NodeConfig)` is what `gpulens agent`, `demo` (`make run`),
+`replay`, `record` and `top` all call, so every door gets the same features.
+
+    node = build_node(NodeConfig(backend="fake:2", store_path=Path("g.db"), listen=("127.0.0.1", 9464)))
+    node.run(duration_seconds=30)
+    node.close()
+
+What a node is made of, in the order its sinks see each frame:
+  backend (nvml | fake | replay) ─▶ sampling loop ─▶ trace events (replays) ─▶ store ─▶ readings for
+  /metrics ─▶ recording ─▶ view (top) ─▶ co-location watch ─▶ alert rules ─▶ engine scrapers
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpulens.errors import BadInputError
+from gpulens.export.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
+from gpulens.export.readings import LatestReadings
+from gpulens.gpu.backend import GpuBackend
+from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
+from gpulens.pipeline.sinks import (
+    ColocationWatch,
+    EvaluatorSink,
+    ReadingsSink,
+    RecorderSink,
+    ScrapeSink,
+    StoreSink,
+    TraceEventsSink,
+    ViewSink,
+)
+from gpulens.store import Store
+
+
+@dataclass
+class AlertsConfig:
+    learn_seconds: float = 7 * 86400.0
+    rules_file: Path | None = None
+    notify: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeConfig:
+    """Everything a door decides; each field has the default `gpulens agent` uses."""
+
+    backend: str | GpuBackend | None = None  # a spec (nvml, fake[:N], replay[:PATH]) or a backend; None: nvml
+    speed: float | None = 1.0  # replays: 1 = recorded pace, None = as fast as possible
+    rebase: bool = True  # replays: shift the recording to start now (False keeps recorded times)
+    loop: bool = False  # replays: start over at the end
+    faults: list[str] = field(default_factory=list)  # fake backend: injected faults (gpu.fake.schedule_fault)
+    store_path: Path | None = None  # None: no store (top, record)
+    interval_seconds: float = 1.0
+    evaluate_seconds: float = 1.0
+    flush_seconds: float = 5.0
+    keep_seconds: dict[str, float] | None = None  # retention per table (store defaults otherwise)
+    host: str | None = None  # the host label; default: this machine's name ("replay" for imports)
+    listen: tuple[str, int] | None = None  # where /metrics is served
+    metric_names: MetricNames = "gpulens"
+    alerts: AlertsConfig | None = field(default_factory=AlertsConfig)  # None: no alert rules
+    evaluators: list[Any] = field(default_factory=list)  # evaluators the caller holds (an AlertRuntime); not closed
+    colocation: bool = True  # mark GPUs shared by training and serving
+    replay_events: bool = True  # replays: feed the trace's workload events (steps, requests) in step
+    import_context: Any = None  # replays: labels for imported workload events (workload.importers.ImportContext)
+    scrape_urls: list[str] = field(default_factory=list)  # serving engines' /metrics (vLLM, TGI, Triton)
+    scrape_service: str = "default"
+    scrape_seconds: float = 5.0
+    record_to: IO[str] | None = None  # a gpulens recording of every frame
+    view: Callable[[Frame], None] | None = None  # called with every frame (top)
+
+
+@dataclass
+class Node:
+    config: NodeConfig
+    backend: GpuBackend
+    store: Store | None
+    loop: SamplingLoop
+    readings: LatestReadings
+    sinks: list[Sink]
+    trace_events: TraceEventsSink | None = None
+    store_sink: StoreSink | None = None
+    server: Any = None
+    owns_store: bool = True
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.server is None:
+            return None
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/metrics"
+
+    def run(self, duration_seconds: float | None = None) -> LoopStats:
+        stats = self.loop.run(duration_seconds)
+        if self.trace_events is not None and self.backend.exhausted:
+            self.trace_events.finish()  # a trace's workload may outlast its telemetry
+        stats.values_written = self.store_sink.values_written if self.store_sink else 0
+        return stats
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        try:
+            self.loop.close()
+        finally:
+            if self.server is not None:
+                self.server.shutdown()
+                self.server.server_close()
+            if self.store is not None and self.owns_store:
+                self.store.close()
+
+
+def _open_backend(config: NodeConfig) -> GpuBackend:
+    from gpulens.gpu import FakeBackend, open_backend
+
+    be = config.backend if config.backend is not None and not isinstance(config.backend, str) else open_backend(
+        config.backend, speed=config.speed, rebase=config.rebase, loop=config.loop
+    )
+    if config.faults:
+        if not isinstance(be, FakeBackend):
+            raise BadInputError("--fault works only with the fake backend.", hint="Add --backend fake or fake:N.")
+        from gpulens.gpu.fake import schedule_fault
+
+        for spec in config.faults:
+            schedule_fault(be, spec)
+    return be
+
+
+def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
+    """Open the backend and the store, wire the sinks, and start serving /metrics (when `listen`).
+    Pass `store` to use an open one (the node then leaves it open)."""
+    backend = _open_backend(config)
+    owns_store = store is None
+    if store is None and config.store_path is not None:
+        store = Store(config.store_path)
+    host = config.host or socket.gethostname()
+    readings = LatestReadings(host=host)
+    sinks: list[Sink] = []
+    trace_events = store_sink = None
+    try:
+        if store is not None:
+            if config.replay_events and getattr(backend, "events_path", None) is not None:
+                from gpulens.gpu.replay import iter_events
+                from gpulens.workload.importers import ImportContext
+
+                ctx = config.import_context or ImportContext()
+                trace_events = TraceEventsSink(backend, store, ctx, list(iter_events(backend.events_path)))  # type: ignore[attr-defined]
+                sinks.append(trace_events)  # before the samples of the same moment, as recorded
+            models = {g.index: g.name for g in backend.gpus()}
+            store_sink = StoreSink(store, host=host, keep_seconds=config.keep_seconds, gpu_models=models)
+            sinks.append(store_sink)
+        sinks.append(ReadingsSink(readings))
+        if config.record_to is not None:
+            sinks.append(RecorderSink(config.record_to, backend))
+        if config.view is not None:
+            sinks.append(ViewSink(config.view))
+        scrapers: list[Any] = []
+        if store is not None:
+            if config.colocation:
+                sinks.append(ColocationWatch(store))  # before the alert rules, which read its series
+            if config.alerts is not None:
+                sinks.append(EvaluatorSink(_alert_runtime(store, config.alerts)))
+            sinks += [EvaluatorSink(ev, owned=False) for ev in config.evaluators]
+            if config.scrape_urls:
+                from gpulens.workload.inference.scrape import EngineScraper
+
+                for url in config.scrape_urls:
+                    scraper = EngineScraper(url, store, service=config.scrape_service)
+                    scraper.scrape_once()  # a wrong URL fails here, at once
+                    scrapers.append(scraper)
+                sinks.append(ScrapeSink(scrapers, config.scrape_seconds))
+        loop = SamplingLoop(backend, sinks, store=store, interval_seconds=config.interval_seconds,
+                            evaluate_seconds=config.evaluate_seconds, flush_seconds=config.flush_seconds)
+        node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store)
+        if config.listen is not None:
+            tally = None
+            if store is not None:
+                tally = WorkloadTally(store)
+                tally.catch_up()  # count what the store already holds before the first scrape
+            registry = make_registry(readings, metric_names=config.metric_names, store=store, scrapers=scrapers, tally=tally)
+            node.server = serve_metrics(registry, *config.listen)
+        return node
+    except BaseException:
+        backend.close()
+        if store is not None and owns_store:
+            store.close()
+        raise
+
+
+def _alert_runtime(store: Store, cfg: AlertsConfig) -> Any:
+    from gpulens.alerts.runtime import AlertRuntime
+
+    return AlertRuntime(store, learn_seconds=cfg.learn_seconds, rules_file=cfg.rules_file, notify=list(cfg.notify))

@@ -1,0 +1,81 @@
+"""The options of `gpulens plan` and `plan compare`, declared once: the CLI generates its flags
+from these fields (so the two commands cannot drift apart), and `to_request` turns the raw values
+into a validated `PlanRequest` (workload aliases, defaults that depend on the workload, the
+serving rule that N GPUs of one replica means tensor parallelism N, durations parsed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from gpulens.errors import BadInputError
+from gpulens.plan.planner import PlanRequest
+from gpulens.units import parse_duration
+
+WORKLOAD_ALIASES = {"inference": "infer", "serve": "infer", "serving": "infer"}
+DEFAULT_BATCH = {"train": 8, "infer": 1}
+
+
+def _opt(flags: tuple[str, ...], help: str, default: Any = None) -> Any:  # noqa: A002 - the CLI's word
+    return field(default=default, metadata={"flags": flags, "help": help})
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Raw values as a user gives them; `None` means "not given"."""
+
+    model: str | None = _opt(("--model", "-m"), "config.json path or folder, preset name, or a size such as 7b.")
+    workload: str = _opt(("--workload", "-w"), "train or infer.", "train")
+    gpus: int = _opt(("--gpus",), "Training: number of GPUs (data parallel; with --zero, sharded). "
+                                 "Serving: GPUs per replica (= --tp).", 1)
+    precision: str = _opt(("--precision",), "Training: fp32, amp_bf16, amp_fp16 (fp32 weights, 16-bit autocast), "
+                                            "bf16, fp16 (weights and states in 16-bit).", "amp_bf16")
+    optimizer: str = _opt(("--optimizer",), "adamw, sgd, sgd-momentum, adafactor, adamw8bit.", "adamw")
+    batch: int | None = _opt(("--batch", "-b"), "Training: micro-batch per GPU (default 8). "
+                                                "Serving: concurrent sequences (default 1).")
+    seq: int = _opt(("--seq", "-s"), "Training: sequence length in tokens.", 2048)
+    grad_accum: int = _opt(("--grad-accum",), "Training: micro-batches per optimizer step.", 1)
+    grad_ckpt: bool = _opt(("--grad-ckpt/--no-grad-ckpt",), "Training: activation checkpointing per layer.", False)
+    zero: int = _opt(("--zero",), "Training: ZeRO stage 0-3 across --gpus (3 = FSDP full sharding).", 0)
+    dtype: str = _opt(("--dtype",), "Serving: weight format fp32, bf16, fp16, fp8, int8, int4.", "bf16")
+    kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
+    prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
+    new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
+    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate) or vllm (preallocated paged KV cache).", "hf")
+    tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica.", 1)
+    tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
+    ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
+    target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @property
+    def workload_name(self) -> str:
+        w = WORKLOAD_ALIASES.get(self.workload, self.workload)
+        if w not in ("train", "infer"):
+            raise BadInputError(f"Unknown workload {self.workload!r}.", hint="Use --workload train or --workload infer.")
+        return w
+
+    @property
+    def batch_given(self) -> bool:
+        return self.batch is not None
+
+    def to_request(self, gpu: str) -> PlanRequest:
+        if self.model is None:
+            raise BadInputError("No model given.", hint="Pass --model PATH|PRESET|SIZE, e.g. --model llama-3-8b.")
+        workload = self.workload_name
+        tp = self.tp
+        if workload == "infer" and self.gpus > 1 and tp == 1:
+            tp = self.gpus  # serving on N GPUs of one replica = tensor parallelism
+        return PlanRequest(
+            model=self.model, workload=workload, gpu=gpu, gpus=self.gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
+            optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
+            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero, dtype=self.dtype.lower(),
+            kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
+            runtime=self.runtime.lower(), tensor_parallel=tp,
+            tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
+            ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
+            target_requests_per_second=self.target_rps,
+        )
