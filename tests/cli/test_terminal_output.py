@@ -39,6 +39,12 @@ def test_bench_serve_table_keeps_every_number_and_the_n_column(tmp_path):
     header = next(line for line in r.stdout.splitlines() if "p99.9" in line).split()
     assert header == ["p50", "p90", "p95", "p99", "p99.9", "mean", "max", "n"]
 
+    # the run it stored, listed: its name and summary whole (rich cut them to "127.0.0.1…", "achieved_…")
+    runs = run_gpulens("runs", "list", "--store", str(tmp_path / "b.db"))
+    assert runs.returncode == 0, runs.stderr
+    assert ANSI not in runs.stdout and "…" not in runs.stdout, runs.stdout
+    assert re.search(r"127\.0\.0\.1:\d+/slow", runs.stdout) and "achieved_rate=" in runs.stdout, runs.stdout
+
 
 def test_plan_gpus_in_a_pipe_shows_every_column():
     r = run_gpulens("plan", "gpus")
