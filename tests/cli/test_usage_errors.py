@@ -28,7 +28,7 @@ USAGE_ERRORS = [
     # missing argument / option value
     (["query"], ["missing argument"]),
     (["env", "diff"], ["missing argument"]),
-    (["bench", "serve", "--url"], ["--url", "requires an argument"]),
+    (["bench", "serve", "--url"], ["--url", "requires an argument", "gpulens bench serve --help"]),
     # bad choice
     (["bench", "serve", "--url", "http://127.0.0.1:9/", "--arrival", "bogus"], ["--arrival", "bogus", "poisson"]),
     (["bench", "serve", "--url", "http://127.0.0.1:9/", "--format", "xml"], ["--format", "xml"]),

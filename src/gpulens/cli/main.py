@@ -87,10 +87,16 @@ def main(argv: list[str] | None = None) -> int:
         if usage_errors.is_help_for_no_args(e):
             e.show()  # type: ignore[attr-defined]  # the help text, as click means it
             return EXIT_BAD_INPUT
-        problem = usage_errors.describe(e)
+        problem = usage_errors.describe(e, _command_path(argv))
         _print_error(problem.message, problem.hint)
         return problem.exit_code
     return 0
+
+
+def _command_path(argv: list[str] | None) -> str:
+    import typer.main
+
+    return usage_errors.command_path_of(typer.main.get_command(app), list(sys.argv[1:] if argv is None else argv))
 
 
 def _print_error(message: str, hint: str | None) -> None:

@@ -77,10 +77,23 @@ def _command_names(ctx: object) -> list[str]:
         return []
 
 
-def describe(err: BaseException) -> UsageProblem:
+def command_path_of(root: object, argv: list[str], prog: str = "gpulens") -> str:
+    """The command an argument list names ("gpulens bench serve"), for errors click raises without a context
+    (an option missing its value is found by the parser, before the command's context exists)."""
+    path, command = [prog], root
+    for arg in argv:
+        commands = getattr(command, "commands", None)
+        if not commands or arg not in commands:
+            break
+        path.append(arg)
+        command = commands[arg]
+    return " ".join(path)
+
+
+def describe(err: BaseException, fallback_path: str = "gpulens") -> UsageProblem:
     """One sentence for a click/typer error, with a 'did you mean' where there is a close name."""
     ctx = getattr(err, "ctx", None)
-    command_path = getattr(ctx, "command_path", None) or "gpulens"
+    command_path = getattr(ctx, "command_path", None) or fallback_path
     if _NO_SUCH_OPTION and isinstance(err, _NO_SUCH_OPTION):
         option = str(getattr(err, "option_name", "") or "")
         choices = list(getattr(err, "possibilities", None) or []) or _option_names(ctx)
