@@ -2,25 +2,41 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch that lies on this kind of machine; on a GPU host override, e.g. TORCH_SPEC=torch.
-TORCH_SPEC ?= torch==2.13.0
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
+# Every install comes from a lock file: pinned, hashed, --no-deps (nothing resolves by accident), then `pip check`.
+LOCKED := $(PIP) --no-deps --require-hashes -r
+# torch sits outside requirements-test.txt: by default the CPU build that lies on this kind of machine, checked
+# against its hash (requirements-torch.txt). On a GPU host name your build on purpose, e.g.
+# `make test TORCH_SPEC=torch==2.13.0`: pip then resolves that build's own dependencies (its CUDA libraries).
+TORCH_SPEC ?=
+ifeq ($(strip $(TORCH_SPEC)),)
+TORCH_INSTALL := $(LOCKED) requirements-torch.txt
+else
+TORCH_INSTALL := $(PIP) '$(TORCH_SPEC)'
+endif
 
-.PHONY: run test bench lint clean setup
+.PHONY: run test bench lint clean setup lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Runtime set-up: the package with its web and plot extras.
-$(VENV)/.run-stamp: pyproject.toml | $(PY)
-	$(PIP) -e '.[web,plot]'
+# Runtime set-up: the package with its web and plot extras, at the versions in requirements.txt.
+$(VENV)/.run-stamp: requirements.txt pyproject.toml | $(PY)
+	$(LOCKED) requirements.txt
+	$(PIP) --no-deps -e .
+	$(PY) -m pip check
 	touch $@
 
-# Test set-up: everything run needs, plus torch (CPU) and the test tools.
-$(VENV)/.test-stamp: $(VENV)/.run-stamp pyproject.toml
-	$(PIP) '$(TORCH_SPEC)'
-	$(PIP) -e '.[web,plot,torch,dev]'
+# Test set-up: everything run needs, plus torch and the test tools, at the versions in requirements-test.txt.
+$(VENV)/.test-stamp: $(VENV)/.run-stamp requirements-test.txt requirements-torch.txt pyproject.toml
+	$(TORCH_INSTALL)
+	$(LOCKED) requirements-test.txt
+	$(PY) -m pip check
 	touch $@
+
+# Refresh the lock files on purpose (newest versions pyproject.toml's ranges allow), then run `make test`.
+lock:
+	.ci/lock
 
 setup: $(VENV)/.test-stamp
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from gpulens.cli.common import STORE_HELP, console_err
+from gpulens.gpu.fake import FAULT_HELP
 from gpulens.store import DEFAULT_STORE_PATH
 
 BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:PATH (a recorded trace; the bundled H200 session by default). Default: nvml when a driver is present."
@@ -36,7 +37,7 @@ def agent_command(
     metric_names: str = typer.Option("gpulens", "--metric-names", help="gpulens (Prometheus conventions) or dcgm (dcgm-exporter's names)."),
     speed: str = typer.Option("1", "--speed", help="For replay backends: 1 = recorded pace, N = N times faster, max = as fast as possible."),
     loop: bool = typer.Option(False, "--loop", help="For replay backends: start over at the end."),
-    fault: list[str] = typer.Option([], "--fault", help="For the fake backend: inject a fault, e.g. xid:79@5s, throttle:hw_thermal@10s:gpu=1, lost@20s. Repeatable."),
+    fault: list[str] = typer.Option([], "--fault", help=f"For the fake backend: inject a fault, {FAULT_HELP}. Repeatable."),
     learn: str = typer.Option("7d", "--learn", help="How long each series is learned before its learned alert rules may fire."),
     rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
     notify: list[str] = typer.Option([], "--notify", help="Where alerts go: log, file:PATH, webhook:URL. Repeatable."),

@@ -56,6 +56,8 @@ def baseline_show_command(
     now = time.time()
     with open_existing_store(store, "baselines") as st:
         items = load_baselines(st, metric, _labels(label))
+        if not items and fmt != "json" and (metric is not None or label):
+            _say_which_there_are(load_baselines(st), metric, label)
     spec = BandSpec()
     rows = []
     for b in items:
@@ -82,6 +84,17 @@ def baseline_show_command(
             band = f"{r['band_low']:.4g} – {r['band_high']:.4g}" if r["band_low"] is not None else "–"
             tod = f", time-of-day profile for {len(r['profile_hours'])} h" if r["profile_hours"] else ""
             console.print(f"  median {r['median']:.4g}  MAD {r['mad']:.4g}  band {band}  ({r['samples']} samples{tod})", highlight=False)
+
+
+def _say_which_there_are(every, metric: str | None, label: list[str] | None) -> None:  # type: ignore[no-untyped-def]
+    """A filter that matched nothing in a store that has baselines names the ones it has (exit 2)."""
+    from gpulens.errors import BadInputError
+
+    if not every:
+        return  # no baselines at all: "No baselines yet" says it
+    names = sorted({b.name for b in every})
+    asked = " ".join([*([metric] if metric else []), *(f"--label {x}" for x in label or [])])
+    raise BadInputError(f"There is no baseline for {asked}.", hint="Baselines in this store: " + ", ".join(names) + ".")
 
 
 def _selection(metric: str | None, label: list[str] | None, all_: bool, verb: str) -> tuple[str | None, dict[str, str]]:

@@ -267,6 +267,8 @@ def _latency_caption(mode: str) -> str:
 def _render_summary(s, run_id: int | None) -> None:
     from rich.table import Table
 
+    from gpulens.render import print_table
+
     target = f"{s.target_rate:g} req/s {s.arrival}" if s.mode == "open" else f"concurrency {s.target_concurrency}"
     rates = s.rates_per_second
     console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s (first intended send to end of run): "
@@ -284,7 +286,7 @@ def _render_summary(s, run_id: int | None) -> None:
     for name, d in rows:
         if d is not None:
             t.add_row(name, *(_ms(getattr(d, k)) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "max")), str(d.count))
-    console.print(t)
+    print_table(console, t)
     if s.output_tokens_per_second:
         console.print(f"output tokens: {s.output_tokens} ({s.output_tokens_per_second:.1f} tokens/s)")
     for r in s.slo_results:
@@ -311,6 +313,8 @@ def _print_probe(p) -> None:
 def _render_sweep(r) -> None:
     from rich.table import Table
 
+    from gpulens.render import print_table
+
     unit = "req/s" if r.mode == "open" else "users"
     t = Table(title=f"sweep against {', '.join(r.slos)}")
     for c in (unit, "achieved req/s", "goodput req/s", "p50 ms", "p99 ms", "verdict"):
@@ -320,7 +324,7 @@ def _render_sweep(r) -> None:
         t.add_row(f"{p.value:g}", f"{s.achieved_rate:.1f}", f"{s.goodput or 0:.1f}",
                   _ms(s.latency.p50 if s.latency else None), _ms(s.latency.p99 if s.latency else None),
                   "pass" if p.passed else "fail: " + ", ".join(p.failed_slos))
-    console.print(t)
+    print_table(console, t)
     if r.best is None:
         console.print(f"[red]No load met every SLO[/] (lowest tried failed{': ' + r.note if r.note else ''}).")
     elif not r.limit_found:

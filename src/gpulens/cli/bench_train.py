@@ -105,6 +105,7 @@ def _render(r) -> None:  # noqa: ANN001
 def _render_sweep(sw) -> None:  # noqa: ANN001
     from rich.table import Table
 
+    from gpulens.render import print_table
     from gpulens.units import format_bytes
 
     t = Table(title="batch sweep")
@@ -117,7 +118,7 @@ def _render_sweep(sw) -> None:  # noqa: ANN001
             "–" if p.step_seconds_median is None else f"{p.step_seconds_median * 1000:.1f} ms",
             format_bytes(p.peak_memory_bytes) if p.peak_memory_bytes else "–",
         )
-    console.print(t)
+    print_table(console, t)
     console.print(
         f"largest batch that fits: [bold]{sw.largest_fitting_batch}[/] ({sw.stopped_because}); "
         f"throughput stops growing (< {sw.gain_ratio:.0%} per doubling) after batch [bold]{sw.knee_batch}[/]."

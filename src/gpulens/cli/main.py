@@ -9,10 +9,13 @@ import pkgutil
 import sys
 
 import typer
+from rich.markup import escape
 
 from gpulens import __version__
+from gpulens.cli import usage_errors
 from gpulens.cli.common import console_err
-from gpulens.errors import GpulensError
+from gpulens.cli.help_text import keep_examples_everywhere
+from gpulens.errors import EXIT_BAD_INPUT, GpulensError
 
 app = typer.Typer(
     name="gpulens",
@@ -50,7 +53,7 @@ def _register_all() -> None:
     import gpulens.cli as pkg
 
     for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if mod.name in {"main", "common"}:
+        if mod.name in {"main", "common", "usage_errors", "help_text"}:
             continue
         module = importlib.import_module(f"gpulens.cli.{mod.name}")
         register = getattr(module, "register", None)
@@ -59,17 +62,19 @@ def _register_all() -> None:
 
 
 _register_all()
+keep_examples_everywhere(app)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs the CLI and turns a GpulensError into one sentence and its exit code."""
+    """Entry point: runs the CLI and turns a GpulensError or a usage error into one sentence and its exit code."""
     try:
-        # Without standalone mode click returns a command's typer.Exit code instead of exiting.
-        rc = app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns a command's typer.Exit code instead of exiting; prog_name keeps
+        # messages saying `gpulens` under `python -m gpulens` too.
+        rc = app(args=argv, prog_name="gpulens", standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool):
             return rc
     except GpulensError as e:
-        console_err.print(f"[bold red]error:[/] {e.message}" + (f"\n[dim]→[/] {e.hint}" if e.hint else ""), highlight=False)
+        _print_error(e.message, e.hint)
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code
@@ -78,14 +83,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # click's usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
-        raise
+    except usage_errors.CLICK_ERRORS as e:
+        if usage_errors.is_help_for_no_args(e):
+            e.show()  # type: ignore[attr-defined]  # the help text, as click means it
+            return EXIT_BAD_INPUT
+        problem = usage_errors.describe(e, _command_path(argv))
+        _print_error(problem.message, problem.hint)
+        return problem.exit_code
     return 0
+
+
+def _command_path(argv: list[str] | None) -> str:
+    import typer.main
+
+    return usage_errors.command_path_of(typer.main.get_command(app), list(sys.argv[1:] if argv is None else argv))
+
+
+def _print_error(message: str, hint: str | None) -> None:
+    console_err.print(f"[bold red]error:[/] {escape(message)}" + (f"\n[dim]→[/] {escape(hint)}" if hint else ""), highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from gpulens.cli.common import console
 from gpulens.mfu import format_mfu
+from gpulens.render import print_table
 from gpulens.units import format_seconds
 
 _COLORS = ["cyan", "magenta", "yellow", "green", "blue", "red", "bright_cyan", "bright_magenta", "bright_yellow"]
@@ -78,7 +79,7 @@ def render_plan(res: Any) -> None:
     t.add_row(Text("█", style="grey50"), "CUDA context (outside PyTorch)", _gib(mem.cuda_context_bytes), "")
     t.add_row("", "reserved by the allocator (≈)", _gib(mem.reserved_bytes), "")
     t.add_row(Text("┃", style="bold"), "the card", _gib(mem.capacity_bytes), "")
-    console.print(t)
+    print_table(console, t)
     console.print()
     s = d["speed"]
     st = Table(show_header=False, box=None, padding=(0, 2))
@@ -105,7 +106,7 @@ def render_plan(res: Any) -> None:
         for row in s["by_batch"]:
             bt.add_row(str(row["batch"]), format_seconds(row["ttft_seconds"]), format_seconds(row["tpot_seconds"]),
                        f"{row['output_tokens_per_second']:,.0f}")
-        console.print(bt)
+        print_table(console, bt)
     if res.cost:
         c = res.cost
         parts = [f"{c.hourly_total:,.2f} {c.currency}/hour"]
@@ -123,7 +124,7 @@ def render_plan(res: Any) -> None:
         for o in res.replicas[:6]:
             rt.add_row(str(o.replicas), str(o.tensor_parallel), str(o.gpus), str(o.batch), format_seconds(o.ttft_seconds),
                        format_seconds(o.tpot_seconds), f"{o.hourly_total:,.2f}" if o.hourly_total is not None else "–")
-        console.print(rt)
+        print_table(console, rt)
     if res.advice:
         console.print("\n[bold]What to do[/]")
         first_fix = None
@@ -173,7 +174,7 @@ def render_compare(results: list[Any]) -> None:
         row += [] if train else [str(r.request.batch)]
         row += [f"{cost:,.3f} {r.cost.currency}" if cost is not None else "no price", "yes" if r.efficiency.calibrated else "no"]
         t.add_row(*row)
-    console.print(t)
+    print_table(console, t)
     if train:
         bases = list(dict.fromkeys(r.cost_basis for r in results if r.cost_basis))
         text = f"Cost per token {'; '.join(bases)}."
@@ -209,7 +210,7 @@ def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
             if not a:
                 continue
             t.add_row(k.replace("_", " "), str(len(a)), f"{_median(b):.0%}", f"{max(b):.0%}", f"{_median(a):.0%}", f"{max(a):.0%}")
-        console.print(t)
+        print_table(console, t)
         e = rep.efficiency
         console.print(f"  matmul efficiency {e.compute_ratio:.0%} (16-bit), {e.fp32_compute_ratio:.0%} (fp32) · "
                       f"bandwidth efficiency {e.memory_bandwidth_ratio:.0%} · per-layer overhead {format_seconds(e.layer_overhead_seconds)} · "
@@ -250,7 +251,7 @@ def render_gpus(rows: list[Any], config_path: Any) -> None:
                   f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f}", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
                   _tf(g.fp8_dense_flops), _tf(g.int8_dense_ops), g.interconnect or "–",
                   f"{g.tdp_watts:.0f}" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
-    console.print(t)
+    print_table(console, t)
     console.print(f"[dim]Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
                   f"Your cards and prices: {config_path}[/]")
 
@@ -264,4 +265,4 @@ def render_models(specs: list[Any]) -> None:
     for s in specs:
         t.add_row(s.name, s.family, format_count(s.params) + (f" ({format_count(s.active_params)} active)" if s.is_moe else ""),
                   str(s.num_layers), str(s.hidden_size), f"{s.num_heads} / {s.num_kv_heads}", f"{s.vocab_size:,}")
-    console.print(t)
+    print_table(console, t)

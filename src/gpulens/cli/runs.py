@@ -55,6 +55,8 @@ def runs_list_command(
         return
     from rich.table import Table
 
+    from gpulens.render import print_table
+
     t = Table()
     for col in ("id", "kind", "name", "when", "verdict", "changes", "summary"):
         t.add_column(col)
@@ -64,7 +66,7 @@ def runs_list_command(
             verdict = (verdict + " baseline").strip()
         summ = _headline(r.summary)
         t.add_row(str(r.id), r.kind, r.name, _when(r.ended or r.created), verdict, str(changed[r.id] or ""), summ)
-    console.print(t)
+    print_table(console, t)
 
 
 # Summary figures worth a column, in this order; other numbers follow, times and counts never.
@@ -215,6 +217,8 @@ def compare_command(
 def _render(cmp) -> None:  # noqa: ANN001
     from rich.table import Table
 
+    from gpulens.render import print_table
+
     colour = {"regression": "red", "improvement": "green", "no change": "default", "not enough data": "yellow",
               "direction unknown": "yellow"}
     console.print(f"[bold]{cmp.b.label}[/] against [bold]{cmp.a.label}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g}"
@@ -240,7 +244,7 @@ def _render(cmp) -> None:  # noqa: ANN001
             f"{m.metric} [dim]{arrows[m.direction]}[/]", a_cell, b_cell,
             change, ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
         )
-    console.print(t)
+    print_table(console, t)
     for m in cmp.metrics:
         if m.verdict in ("not enough data", "direction unknown") or m.test == "non-inferiority":
             console.print(f"[{colour[m.verdict]}]{m.metric}[/]: {m.reason}", highlight=False)

@@ -24,6 +24,23 @@ class ReportResult:
     extra_files: list[Path] = field(default_factory=list)
 
 
+_SUFFIX_FORMATS: dict[str, ReportFormat] = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
+
+
+def _format_from_suffix(out: Path) -> ReportFormat:
+    """html or md from the file name; no suffix means html. Any other suffix (.pdf) is refused, never
+    written as HTML under a name that promises something else."""
+    suffix = out.suffix.lower()
+    if not suffix:
+        return "html"
+    if suffix not in _SUFFIX_FORMATS:
+        raise BadInputError(
+            f"gpulens cannot write a {suffix} report ({out.name}): it writes HTML (.html) or Markdown (.md).",
+            hint="Name the file report.html or report.md, or give --format html|md.",
+        )
+    return _SUFFIX_FORMATS[suffix]
+
+
 def write_report(
     store_path: str | Path,
     out: str | Path,
@@ -39,7 +56,7 @@ def write_report(
     from gpulens.report.render import render_html, write_markdown
 
     out = Path(out)
-    fmt = fmt or ("md" if out.suffix.lower() in (".md", ".markdown") else "html")
+    fmt = fmt or _format_from_suffix(out)
     if fmt not in ("html", "md"):
         raise BadInputError(f"Unknown report format {fmt!r}.", hint="Use --format html or --format md.")
     if job and service:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,15 +107,29 @@ def render_html(data: ReportData) -> str:
     return "\n".join(h)
 
 
+# Markdown's own syntax characters, escaped with a backslash: no link, image, emphasis or code span from data.
+# An underscore inside a word (input_bound) cannot start emphasis, so it stays as written.
+_MD_SPECIAL = re.compile(r"[\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+# a "<" that could open raw HTML or an autolink (a letter, /, ! or ? follows); "<=" and "< 5" stay as they are
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
 def _md(x: object) -> str:
-    """Markdown-safe text: no raw HTML, no table breaks."""
-    return html.escape(str(x), quote=False).replace("|", "\\|").replace("\n", " ")
+    """Markdown-safe text: no raw HTML, no links or table breaks from data; plain comparisons like
+    "p99_latency<=2s" stay readable (not "&lt;=")."""
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), str(x).replace("\n", " "))
+    return _TAG_START.sub("&lt;", text)
+
+
+def _md_code(x: object) -> str:
+    """Text for inside a `code span`, where backslashes are literal: only the backtick must go."""
+    return str(x).replace("`", "'").replace("\n", " ")
 
 
 def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str]) -> str:
     """The report as Markdown; `write_png(chart, png)` stores one chart and returns its relative path."""
     m = [f"# {_md(data.title)}", "",
-         f"From `{_md(data.source)}` · {_t(data.window.start)} – {_t(data.window.end)} ({data.window.seconds:.0f} s) · "
+         f"From `{_md_code(data.source)}` · {_t(data.window.start)} – {_t(data.window.end)} ({data.window.seconds:.0f} s) · "
          f"{_md(_selection_text(data))}", "", "## Summary", ""]
     for p in data.panels:
         m.append(f"### {_md(p.title)}")

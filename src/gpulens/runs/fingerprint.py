@@ -165,6 +165,10 @@ def fingerprint_dict() -> dict[str, Any]:
     return take_fingerprint().to_dict()
 
 
+#: the fields every fingerprint has (`gpulens env --format json`): a JSON file without them is something else
+FINGERPRINT_KEYS = ("host", "os", "python", "cpu", "packages")
+
+
 def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, Any]]:
     """A fingerprint from what a user typed: "current" (this machine now), a JSON file written by
     `gpulens env --format json`, or a run id in the store. Returns (a label, the fingerprint)."""
@@ -183,6 +187,12 @@ def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, A
             raise BadInputError(f"{ref} is not a fingerprint JSON file ({e}).", hint="Write one with `gpulens env --format json > env.json`.") from None
         if not isinstance(data, dict):
             raise BadInputError(f"{ref} holds JSON but not a fingerprint object.", hint="Write one with `gpulens env --format json > env.json`.")
+        missing = [k for k in FINGERPRINT_KEYS if k not in data]
+        if missing:
+            raise BadInputError(
+                f"{ref} is JSON but not a gpulens fingerprint: it has no {', '.join(missing)}.",
+                hint="Write one with `gpulens env --format json > env.json`.",
+            )
         return str(p), data
     r = ref.lstrip("#")
     if r.isdigit():

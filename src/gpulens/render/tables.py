@@ -1,0 +1,125 @@
+"""Rich tables that stay correct at 80 columns and in a pipe.
+
+Rich's own answer to a table wider than the terminal is to cut cells to "1,…", squeeze a column to nothing
+or crop the last ones. Here the widths are chosen from the cells instead: a column whose cells are single
+tokens (numbers, "–") never wraps and keeps its widest cell; other columns fold at spaces, never below their
+longest word, and share what room is left. When even that cannot fit, the table is drawn lighter, and then
+wider than the terminal rather than with a figure lost. In a pipe rich writes plain text (no ANSI codes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+
+def _plain(cell: object) -> str | None:
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        try:
+            return Text.from_markup(cell).plain
+        except Exception:  # not valid markup: its characters are what is shown
+            return cell
+    return None  # another renderable: rich measures it
+
+
+def _is_figure(text: str) -> bool:
+    """One token ("1,555", "–") or a value with its unit ("58 %", "1881 MHz"): shown whole or not at all."""
+    tokens = text.split()
+    return len(tokens) <= 1 or (len(tokens) == 2 and tokens[0][:1].isdigit() and not tokens[1][:1].isdigit())
+
+
+@dataclass(frozen=True)
+class _Span:
+    least_chars: int  # never narrower: the widest number, or the longest word
+    most_chars: int  # the widest cell: no use being wider
+    single_token: bool
+
+
+def _span(column) -> _Span:  # type: ignore[no-untyped-def]
+    texts = [t for t in (_plain(c) for c in column.cells) if t is not None]
+    header = _plain(column.header) or ""
+    single = all(_is_figure(t) for t in texts)
+    widest = max([len(line) for t in [*texts, header] for line in t.splitlines()] or [1])
+    if single:
+        return _Span(widest, widest, True)
+    longest_word = max([len(w) for t in [*texts, header] for w in t.split()] or [1])
+    return _Span(longest_word, widest, False)
+
+
+def _overhead(console: Console, options: ConsoleOptions, table: Table) -> int:
+    """Characters the table adds to its columns (padding, rules), measured with every column fixed at 1."""
+    saved = [c.width for c in table.columns]
+    for c in table.columns:
+        c.width = 1
+    try:
+        return Measurement.get(console, options, table).maximum - len(table.columns)
+    finally:
+        for c, w in zip(table.columns, saved, strict=True):
+            c.width = w
+
+
+def compact(table: Table) -> Table:
+    """Fewer characters around the columns: no vertical rules, one space between columns."""
+    table.box = box.SIMPLE_HEAD if table.box is not None else None
+    table.padding = (0, 1)
+    table.collapse_padding = True
+    table.pad_edge = False
+    return table
+
+
+def fit_table(table: Table, console: Console, options: ConsoleOptions | None = None) -> int:
+    """Fix every column's width for `options.max_width`; returns the table's width (more than the room
+    only when the numbers and longest words alone need more)."""
+    options = options or console.options
+    room = options.max_width
+    spans = [_span(c) for c in table.columns]
+    for column, span in zip(table.columns, spans, strict=True):
+        column.overflow = "fold"
+        column.no_wrap = span.single_token
+    if sum(s.most_chars for s in spans) + _overhead(console, options, table) > room:
+        compact(table)
+    overhead = _overhead(console, options, table)
+    widths = [s.least_chars for s in spans]
+    spare = room - overhead - sum(widths)
+    # the room left goes to the folding columns, each up to its widest cell, narrowest need first
+    for i in sorted(range(len(spans)), key=lambda i: spans[i].most_chars - spans[i].least_chars):
+        if spare <= 0:
+            break
+        grow = min(spare, spans[i].most_chars - widths[i])
+        widths[i] += grow
+        spare -= grow
+    for column, w in zip(table.columns, widths, strict=True):
+        column.width = w
+        column.min_width = w
+    total = sum(widths) + overhead
+    table.width = total if total > room else None
+    if table.expand and total <= room:
+        table.width = None
+    return total
+
+
+@dataclass
+class FittedTable:
+    """A table fitted when it is drawn, to whatever width the console (or a Live display) offers."""
+
+    table: Table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        fit_table(self.table, console, options)
+        yield self.table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.table)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table` fitted to `console`; wider than the console rather than with a number cut."""
+    total = fit_table(table, console)
+    console.print(table, crop=total <= console.width)

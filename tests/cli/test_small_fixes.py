@@ -1,0 +1,105 @@
+"""Small things a new user hits in the first hour (issue 13), each through the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from clirun import run_gpulens
+
+from gpulens.alerts.baseline import BaselineConfig, Baselines
+from gpulens.alerts.expr import Selector
+from gpulens.alerts.source import StoreSource
+from gpulens.store import Store
+from gpulens.workload import names as wn
+
+
+def _store_with_a_step_series(path, job: str = "j") -> None:
+    with Store(path) as s:
+        for i in range(20):
+            s.write(wn.TRAIN_STEP_SECONDS, {wn.TRAIN_JOB_LABEL: job, "rank": "0", "host": "h"}, 1000.0 + i, 0.1)
+
+
+def _one_line_error(r) -> str:  # type: ignore[no-untyped-def]
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    return " ".join(r.stderr.split())
+
+
+def test_report_refuses_a_pdf_instead_of_writing_html_into_it(tmp_path):
+    db = tmp_path / "s.db"
+    _store_with_a_step_series(db)
+    out = tmp_path / "r.pdf"
+    err = _one_line_error(run_gpulens("report", "--store", str(db), "--out", str(out)))
+    assert ".pdf" in err and "HTML (.html)" in err and "Markdown (.md)" in err
+    assert not out.exists()
+
+
+def test_report_without_a_suffix_is_still_html(tmp_path):
+    db = tmp_path / "s.db"
+    _store_with_a_step_series(db)
+    r = run_gpulens("report", "--store", str(db), "--out", str(tmp_path / "report"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "report").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_markdown_report_keeps_comparisons_and_stays_safe(tmp_path):
+    # a job name with a comparison, raw HTML and a Markdown link in it
+    job = "p99<=2s <img src=x onerror=alert(1)> [click](javascript:alert(1))"
+    db = tmp_path / "s.db"
+    _store_with_a_step_series(db, job)
+    out = tmp_path / "r.md"
+    r = run_gpulens("report", "--store", str(db), "--out", str(out), "--job", job)
+    assert r.returncode == 0, r.stderr
+    md = out.read_text()
+    assert "p99<=2s" in md and "&lt;=" not in md  # readable, not HTML-escaped
+    assert "<img" not in md  # no raw HTML from data
+    assert "[click](javascript" not in md  # no link from data
+
+
+def test_baseline_show_names_the_metric_and_lists_the_ones_there_are(tmp_path):
+    db = tmp_path / "s.db"
+    with Store(db) as st:
+        sid = st.series_id(wn.TRAIN_STEP_SECONDS, {wn.TRAIN_JOB_LABEL: "j", "rank": "0", "host": "h"})
+        ts = 1_800_000_000.0 + np.arange(0, 400, 1.0)
+        st.write_many(zip([sid] * len(ts), ts.tolist(), [1.0] * len(ts), strict=True))
+        st.flush()
+        src = StoreSource(st)
+        src.refresh()
+        bl = Baselines(st, src, BaselineConfig(learn_seconds=300, refresh_seconds=60, history_seconds=300))
+        bl.track(src.series(Selector(wn.TRAIN_STEP_SECONDS)))
+        bl.update(ts[-1])
+    err = _one_line_error(run_gpulens("baseline", "show", "no_such_metric", "--store", str(db)))
+    assert "no baseline for no_such_metric" in err.lower() and "No baselines yet" not in err
+    assert wn.TRAIN_STEP_SECONDS in err
+    # the metric that has one still shows it
+    ok = run_gpulens("baseline", "show", wn.TRAIN_STEP_SECONDS, "--store", str(db))
+    assert ok.returncode == 0 and wn.TRAIN_STEP_SECONDS in ok.stdout
+
+
+def test_baseline_show_in_a_store_without_baselines_says_none_yet(tmp_path):
+    db = tmp_path / "s.db"
+    _store_with_a_step_series(db)
+    r = run_gpulens("baseline", "show", "no_such_metric", "--store", str(db))
+    assert r.returncode == 0 and "No baselines yet" in r.stdout
+
+
+def test_env_diff_refuses_json_that_is_not_a_fingerprint(tmp_path):
+    other = tmp_path / "package.json"
+    other.write_text(json.dumps({"name": "left-pad", "version": "1.3.0"}))
+    err = _one_line_error(run_gpulens("env", "diff", str(other)))
+    assert "not a gpulens fingerprint" in err and "gpulens env --format json" in err
+
+
+def test_env_diff_of_a_real_fingerprint_still_works(tmp_path):
+    fp = run_gpulens("env", "--format", "json")
+    assert fp.returncode == 0, fp.stderr
+    before = tmp_path / "before.json"
+    before.write_text(fp.stdout)
+    r = run_gpulens("env", "diff", str(before))
+    assert r.returncode == 0, r.stderr
+
+
+def test_python_dash_m_gpulens_runs_the_cli():
+    r = run_gpulens("--version", entry="python -m")
+    assert r.returncode == 0 and r.stdout.startswith("gpulens "), (r.stdout, r.stderr)
