@@ -34,57 +34,6 @@ def _start_dashboard(store_path: Path, host: str, port: int) -> str | None:
     return plan.url(sock.getsockname()[1])
 
 
-def _summary(store_path: Path) -> None:
-    """What the session holds and what gpulens concludes from it."""
-    from rich.table import Table
-
-    from gpulens.store import Store
-    from gpulens.units import format_bytes, format_seconds
-
-    with Store(store_path, readonly=True) as st:
-        rng = st.time_range()
-        table = Table(title="the recorded H200 session", title_justify="left", show_header=False)
-        table.add_column(style="bold")
-        table.add_column()
-        if rng:
-            table.add_row("span", format_seconds(rng[1] - rng[0]))
-        for name, label, fmt in (
-            ("gpu_utilization_ratio", "GPU utilization (mean / max)", lambda v: f"{v * 100:.0f} %"),
-            ("gpu_power_watts", "power (mean / max)", lambda v: f"{v:.0f} W"),
-            ("gpu_temperature_celsius", "temperature (mean / max)", lambda v: f"{v:.0f} °C"),
-            ("gpu_memory_used_bytes", "memory used (mean / max)", format_bytes),
-        ):
-            for d in st.query(name):
-                if d.value:
-                    table.add_row(label, f"{fmt(sum(d.value) / len(d.value))} / {fmt(max(d.value))}")
-        kinds = {k: len(st.events(k)) for k in st.event_kinds()}
-        workload = {k: n for k, n in kinds.items() if k in ("train_step", "request", "cold_start")}
-        if workload:
-            table.add_row("workload records", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(workload.items())))
-        if kinds.get("alert"):
-            table.add_row("alert notifications", f"{kinds['alert']} (gpulens alerts list --store {store_path})")
-        console.print(table)
-        try:
-            from gpulens.diagnose import diagnose
-
-            findings = diagnose(st)
-        except Exception as e:  # diagnosis is a bonus here, never a reason to stop the demo
-            console_err.print(f"[dim]diagnosis unavailable: {e}[/]")
-            findings = []
-        if findings:
-            t0 = rng[0] if rng else 0.0
-            console.print(f"\n[bold]What gpulens finds[/] (details: gpulens diagnose --store {store_path})")
-            colour = {"critical": "red", "warning": "yellow", "info": "cyan"}
-            for f in findings:
-                console.print(
-                    f"  [{colour.get(f.severity, 'white')}]{f.kind}[/] ({f.workload}, +{f.start - t0:.0f}…{f.end - t0:.0f} s): {f.summary}",
-                    highlight=False,
-                )
-                if f.advice:
-                    console.print(f"    [dim]→ {f.advice[0]}[/]", highlight=False)
-        console.print()
-
-
 def demo_command(
     store: Path = typer.Option(DEMO_DIR / "gpulens.db", "--store", help=STORE_HELP),
     listen: str = typer.Option("127.0.0.1:9464", "--listen", help="Where /metrics is served."),
@@ -120,7 +69,9 @@ def demo_command(
             console.print(f"(already imported into {store})")
         else:
             console.print(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}")
-        _summary(store)
+        from gpulens.render.session import print_session_summary
+
+        print_session_summary(console, store)
         # The live replay goes to its own store, so the imported session stays as recorded; the
         # session's training steps and requests replay with it, so /metrics carries them too.
         live_store = store.with_name("live.db")
