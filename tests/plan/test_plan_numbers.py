@@ -85,7 +85,8 @@ def test_plan_and_compare_take_the_same_options_with_the_same_help():
     assert all(h for _, h in plan_opts.values())
 
 
-@pytest.mark.parametrize("line,banned", [("from gpulens.store import Store", True), ("import sqlite3", True),
+# (sqlite3 anywhere outside store/ is refused by tests/foundation/test_store_layer.py, for every file)
+@pytest.mark.parametrize("line,banned", [("from gpulens.store import Store", True), ("import gpulens.cli", True),
                                          ("from gpulens.plan.models import ModelSpec", False)])
 def test_plan_may_not_import_the_store(line, banned):
     ruff = Path(sys.executable).with_name("ruff")
