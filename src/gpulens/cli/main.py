@@ -11,7 +11,7 @@ import sys
 import typer
 
 from gpulens import __version__
-from gpulens.cli.common import console_err
+from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.errors import GpulensError
 
 app = typer.Typer(
@@ -21,12 +21,14 @@ app = typer.Typer(
         "Plan (will it fit, how fast, what it costs), measure (honest baselines), watch (GPU health and "
         "workload metrics with learned thresholds) and diagnose (the bottleneck, with evidence and the fix).\n\n"
         "Start with `gpulens demo` (the recorded H200 session) or `gpulens agent` on a GPU machine.\n\n"
-        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable."
+        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable.\n\n"
+        "Set once in the environment: GPULENS_STORE (--store), GPULENS_BACKEND (--backend), "
+        "GPULENS_METRIC_NAMES (--metric-names), GPULENS_NOTIFY (--notify), GPULENS_DASHBOARD_TOKEN (--token); "
+        "a flag on the command line wins. Shell completion: `gpulens --install-completion`."
     ),
     no_args_is_help=True,
     rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
 
 
@@ -59,13 +61,14 @@ def _register_all() -> None:
 
 
 _register_all()
+apply_env_defaults(app)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the CLI and turns a GpulensError into one sentence and its exit code."""
     try:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting.
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False, prog_name="gpulens")
         if isinstance(rc, int) and not isinstance(rc, bool):
             return rc
     except GpulensError as e:
