@@ -50,6 +50,7 @@ _EXACT: dict[str, tuple[Direction, str]] = {
     "train_compute_seconds": (LOWER, "s"),
     "train_comm_wait_seconds": (LOWER, "s"),
     "train_checkpoint_seconds": (LOWER, "s"),
+    "train_eval_seconds": (LOWER, "s"),
     "train_data_wait_ratio": (LOWER, "ratio"),
     "train_comm_wait_ratio": (LOWER, "ratio"),
     "train_samples_per_second": (HIGHER, "1/s"),

@@ -14,6 +14,7 @@ TRAIN_DATA_WAIT_SECONDS = "train_data_wait_seconds"
 TRAIN_COMPUTE_SECONDS = "train_compute_seconds"
 TRAIN_COMM_WAIT_SECONDS = "train_comm_wait_seconds"
 TRAIN_CHECKPOINT_SECONDS = "train_checkpoint_seconds"
+TRAIN_EVAL_SECONDS = "train_eval_seconds"  # one sample per evaluation run (between steps, not part of one)
 TRAIN_DATA_WAIT_RATIO = "train_data_wait_ratio"  # data wait / step time
 TRAIN_COMM_WAIT_RATIO = "train_comm_wait_ratio"
 TRAIN_SAMPLES_PER_SECOND = "train_samples_per_second"
@@ -32,6 +33,7 @@ EV_TRAIN_OOM = "train_oom"  # data: allocated/reserved/largest free block bytes,
 EV_TRAIN_NAN = "train_nan_loss"
 EV_TRAIN_STEP_OUTLIER = "train_step_outlier"
 EV_TRAIN_START = "train_start"  # data: pid, rank, world_size, config
+EV_TRAIN_EVAL = "train_eval"  # data: seconds, after_step, pid, rank
 
 # ---- inference: one sample per request at its end time, unless noted
 INFER_LATENCY_SECONDS = "infer_request_latency_seconds"  # from arrival (or intended send) to end
@@ -106,6 +108,7 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     TRAIN_COMPUTE_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_COMM_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_CHECKPOINT_SECONDS: STEP_BUCKETS_SECONDS,
+    TRAIN_EVAL_SECONDS: STEP_BUCKETS_SECONDS,
 }
 # Counters among the workload series (typed `counter` on /metrics in both naming modes). Only
 # infer_requests_total is also written per request by gpulens's own monitors (one sample a request);

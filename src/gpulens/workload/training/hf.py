@@ -4,8 +4,12 @@
     trainer = Trainer(..., callbacks=[GpulensTrainerCallback(job="llama-ft", store="run.db", tokens_per_sample=1024)])
 
 Per optimizer step (all its gradient-accumulation micro-batches) it records the step time, the
-wait for the next batches (the Trainer fetches them between steps), the time spent saving
-checkpoints and the logged loss. The Trainer has no hook around an exception, so an
+wait for the next batches (the Trainer fetches them between steps), and the logged loss. After a
+step the Trainer logs, evaluates and saves (`_maybe_log_save_evaluate`, which runs after
+`on_step_end`): each evaluation is its own phase (`train_eval_seconds`, from the step's end or the
+previous phase to `on_evaluate`, so it includes the logging just before it), each save is charged
+to the step as checkpoint time (from the evaluation's end, if one ran), and only what is left
+before the next step is data wait. The Trainer has no hook around an exception, so an
 out-of-memory error is recorded only with `TrainingMonitor.step()` or the Lightning callback.
 """
 
@@ -40,7 +44,7 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         self._args = dict(job=job, store=store, **monitor_args)
         self._tokens_per_sample = tokens_per_sample
         self._samples: int | None = None
-        self._last_end: float | None = None
+        self._last_end: float | None = None  # the end of the last step or of the phase after it
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.monitor is None:
@@ -69,13 +73,23 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         if self.monitor is not None and logs and "loss" in logs:
             self.monitor.record_loss(logs["loss"])
 
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Called right after the evaluation; it began where the step (or the phase after it) ended.
+        # An evaluation outside training (trainer.evaluate()) has no step before it: not recorded.
+        mon = self.monitor
+        if mon is not None and self._last_end is not None and not mon.closed and not mon.in_step:
+            now = time.perf_counter()
+            mon.record_evaluation(now - self._last_end)
+            self._last_end = now
+
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        # Called right after the save; the save began after logging/evaluation that followed the step.
+        # Called right after the save, which began after the evaluation (if any) that followed the step.
         if self.monitor is not None and self._last_end is not None:
             now = time.perf_counter()
             self.monitor.record_checkpoint(now - self._last_end)
             self._last_end = now
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._last_end = None  # a later trainer.evaluate() is not a phase of this run
         if self.monitor is not None and self._owns:
             self.monitor.close()

@@ -5,8 +5,10 @@
 
 Per optimizer batch it records the step (forward, backward, optimizer), the wait for the batch
 (the time between one batch's end and the next one's start, which is where Lightning fetches it),
-the loss, and the time spent saving checkpoints. An out-of-memory error inside a batch is
-recorded with the allocator's numbers before Lightning re-raises it.
+the loss, the time spent saving checkpoints (charged to the step before the save) and each
+validation run during fit as its own phase (`train_eval_seconds`), so neither counts as the next
+batch's data wait. An out-of-memory error inside a batch is recorded with the allocator's numbers
+before Lightning re-raises it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         self._args = dict(job=job, store=store, **monitor_args)
         self._tokens_per_sample = tokens_per_sample
         self._last_end: float | None = None
+        self._eval_t0: float | None = None
         self._restore: Any = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -85,6 +88,20 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         mon.current_step.loss = loss
         mon.end_step()
         self._last_end = time.perf_counter()
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor is not None and not trainer.sanity_checking and not self.monitor.closed:
+            self._eval_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        mon, t0 = self.monitor, self._eval_t0
+        self._eval_t0 = None
+        if mon is None or t0 is None or mon.closed:
+            return
+        now = time.perf_counter()
+        mon.record_evaluation(now - t0)
+        if self._last_end is not None:
+            self._last_end = now  # the next batch's wait starts after the validation
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         mon = self.monitor
