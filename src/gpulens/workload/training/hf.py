@@ -31,10 +31,13 @@ def _callback_base() -> type:
 
 class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument, or a ready
-    `monitor=`. tokens_per_sample: sequence length, so tokens/s and MFU can be computed."""
+    `monitor=`. tokens_per_sample: sequence length, so tokens/s and MFU can be computed.
+    trackers: also log to W&B / MLflow / TensorBoard ("auto": those in `report_to`, set up by the
+    Trainer's own callbacks; or names / Tracker objects; see gpulens.workload.training.trackers)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
-                 tokens_per_sample: int | None = None, **monitor_args: Any):
+                 tokens_per_sample: int | None = None, trackers: Any = None, tracker_every_n_steps: int = 1,
+                 **monitor_args: Any):
         if monitor is None and not job:
             from gpulens.errors import MonitorUsageError
 
@@ -45,11 +48,19 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         self._tokens_per_sample = tokens_per_sample
         self._samples: int | None = None
         self._last_end: float | None = None  # the end of the last step or of the phase after it
+        self._trackers_spec, self._tracker_every = trackers, tracker_every_n_steps
+        self.trackers: Any = None  # a TrackerBridge once training starts, when trackers are asked for
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.monitor is None:
             self.monitor = TrainingMonitor(rank=args.process_index, world_size=args.world_size, **self._args)
         self._samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        # The Trainer's reporting callbacks come first, so their runs exist by now; they log on the main process only.
+        if self._trackers_spec is not None and self.trackers is None and state.is_world_process_zero:
+            from gpulens.workload.training.trackers import TrackerBridge, hf_trackers, make_trackers
+
+            found = hf_trackers(args) if self._trackers_spec == "auto" else []
+            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         mon = self.monitor
@@ -68,6 +79,8 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
             return
         mon.end_step()
         self._last_end = time.perf_counter()
+        if self.trackers is not None:
+            self.trackers.drain()  # steps the writer has finished (a step or two behind)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.monitor is not None and logs and "loss" in logs:
@@ -91,5 +104,7 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._last_end = None  # a later trainer.evaluate() is not a phase of this run
+        if self.trackers is not None:
+            self.trackers.finish()
         if self.monitor is not None and self._owns:
             self.monitor.close()

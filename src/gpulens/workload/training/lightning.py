@@ -33,10 +33,13 @@ def _callback_base() -> type:
 
 class GpulensCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument; or pass a
-    ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids."""
+    ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids.
+    trackers: also log to W&B / MLflow / TensorBoard ("auto": the Trainer's loggers and an active
+    W&B or MLflow run; or names / Tracker objects; see gpulens.workload.training.trackers)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
-                 tokens_per_sample: int | None = None, **monitor_args: Any):
+                 tokens_per_sample: int | None = None, trackers: Any = None, tracker_every_n_steps: int = 1,
+                 **monitor_args: Any):
         super().__init__()
         if monitor is None and not job:
             from gpulens.errors import MonitorUsageError
@@ -49,13 +52,23 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         self._last_end: float | None = None
         self._eval_t0: float | None = None
         self._restore: Any = None
+        self._trackers_spec, self._tracker_every = trackers, tracker_every_n_steps
+        self.trackers: Any = None  # a TrackerBridge once fit starts, when trackers are asked for
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or self.monitor is not None:
+        if stage != "fit":
             return
-        self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
+        if self.monitor is None:
+            self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
+            self._time_saves(trainer, self.monitor)
+        if self._trackers_spec is not None and self.trackers is None and trainer.global_rank == 0:  # loggers log on rank 0
+            from gpulens.workload.training.trackers import TrackerBridge, lightning_trackers, make_trackers
+
+            found = lightning_trackers(trainer) if self._trackers_spec == "auto" else []
+            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every)
+
+    def _time_saves(self, trainer: Any, mon: TrainingMonitor) -> None:
         original = trainer.save_checkpoint
-        mon = self.monitor
 
         def timed_save(*args: Any, **kwargs: Any) -> Any:
             if mon.in_step or mon.closed:  # inside a batch it counts with the step; after fit, not at all
@@ -88,6 +101,8 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         mon.current_step.loss = loss
         mon.end_step()
         self._last_end = time.perf_counter()
+        if self.trackers is not None:
+            self.trackers.drain()  # steps the writer has finished (a step or two behind)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self.monitor is not None and not trainer.sanity_checking and not self.monitor.closed:
@@ -117,6 +132,8 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
             self._close()
 
     def _close(self) -> None:
+        if self.trackers is not None:
+            self.trackers.finish()
         if self._restore is not None:
             self._restore()
             self._restore = None
