@@ -66,10 +66,11 @@ class WandbTracker:
         import wandb
 
         self._wandb = wandb
-        self.run = run if run is not None else wandb.run
-        if self.run is None:
+        active = run if run is not None else wandb.run
+        if active is None:
             raise MonitorUsageError("There is no active W&B run to log gpulens's numbers to.",
                                     hint="Call wandb.init() before training, or pass WandbTracker(run=...).")
+        self.run: Any = active
         self.run.define_metric(STEP_KEY, hidden=True)
         self.run.define_metric(PREFIX + "*", step_metric=STEP_KEY)
 
