@@ -105,7 +105,7 @@ def test_lightning_wandb_logger_gets_the_step_breakdown_and_findings(tmp_path, m
     assert findings[0]["gpulens/findings/ncols"] == 5 and summary["gpulens/findings_count"] == findings[0]["gpulens/findings/nrows"]
 
 
-def test_hf_trainer_reporting_to_mlflow_gets_the_steps_and_findings(tmp_path, monkeypatch):
+def test_hf_trainer_reporting_to_mlflow_and_tensorboard_gets_the_steps_and_findings(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -116,6 +116,7 @@ def test_hf_trainer_reporting_to_mlflow_gets_the_steps_and_findings(tmp_path, mo
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a local file store: no server, no network
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "gpulens-test")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
     mlflow.set_tracking_uri(uri)
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                    num_key_value_heads=2, max_position_embeddings=64)
@@ -123,7 +124,7 @@ def test_hf_trainer_reporting_to_mlflow_gets_the_steps_and_findings(tmp_path, mo
     ids = torch.randint(0, 128, (24, 16))
     train = [{"input_ids": r, "labels": r} for r in ids]
     args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=5, logging_steps=1,
-                                          save_strategy="no", report_to=["mlflow"], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
+                                          save_strategy="no", report_to=["mlflow", "tensorboard"], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
     cb = GpulensTrainerCallback(job="mlf", store=tmp_path / "mlf.db", tokens_per_sample=16, trackers="auto", flush_interval_seconds=0.1)
     transformers.Trainer(model=model, args=args, train_dataset=train, callbacks=[cb]).train()
     client = mlflow.tracking.MlflowClient(uri)
@@ -137,6 +138,12 @@ def test_hf_trainer_reporting_to_mlflow_gets_the_steps_and_findings(tmp_path, mo
     path = client.download_artifacts(run.info.run_id, "gpulens/findings.json", str(tmp_path / "dl"))
     assert isinstance(json.loads(open(path).read())["findings"], list)
     assert client.get_run(run.info.run_id).data.tags["gpulens/findings_count"].isdigit()
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "out" / "runs" / "gpulens"), size_guidance={"scalars": 0})
+    acc.Reload()  # gpulens's TensorBoard run, beside the Trainer's dated one
+    assert [e.step for e in acc.Scalars("gpulens/train_step_seconds")] == [0, 1, 2, 3, 4]
 
 
 def test_lightning_tensorboard_logger_gets_steps_gpu_readings_and_findings(tmp_path):

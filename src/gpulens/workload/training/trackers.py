@@ -20,6 +20,7 @@ logged once and left out.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections import deque
@@ -208,7 +209,11 @@ def hf_trackers(args: Any) -> list[Tracker]:
     if "mlflow" in report_to and mlflow is not None and mlflow.active_run() is not None:
         out.append(MlflowTracker())
     if "tensorboard" in report_to:
-        out.append(TensorBoardTracker(log_dir=getattr(args, "logging_dir", None)))
+        # transformers 4 names the Trainer's folder (logging_dir); 5 takes TENSORBOARD_LOGGING_DIR or
+        # makes a dated one under output_dir/runs: gpulens's run is then output_dir/runs/gpulens beside it
+        log_dir = (getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
+                   or os.path.join(args.output_dir, "runs", "gpulens"))
+        out.append(TensorBoardTracker(log_dir=log_dir))
     return out
 
 
