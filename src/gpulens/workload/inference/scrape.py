@@ -163,15 +163,9 @@ class EngineScraper:
             rows = self._rows(samples, o.source)
             if not rows:
                 continue
-            minus = {m: v for name in o.minus for m, v in self._sum_by_model(samples, name, engine).items()}
-            per: dict[tuple[str, str], float] = {}
             for labels, value in rows:
-                k = (self._model(labels, engine), o.status_of(labels))
-                per[k] = per.get(k, 0.0) + value
-            for (model, status), value in per.items():
-                if status == o.default:
-                    value = max(0.0, value - minus.get(model, 0.0))
-                by = out.setdefault(model, {})
+                by = out.setdefault(self._model(labels, engine), {})
+                status = o.status_of(labels)
                 by[status] = by.get(status, 0.0) + value
         return out
 

@@ -44,15 +44,12 @@ class Counter:
 @dataclass(frozen=True)
 class Outcomes:
     """A cumulative request counter -> `infer_requests_total{status}`. With `label`, each value of
-    that label is mapped through `statuses` (anything else is `default`); `minus` names counters
-    included in `source` but counted under another status (SGLang counts aborted requests in its
-    total too)."""
+    that label is mapped through `statuses` (anything else is `default`)."""
 
     source: str
     default: str = "ok"
     label: str | None = None
     statuses: tuple[tuple[str, str], ...] = ()
-    minus: tuple[str, ...] = ()
 
     def status_of(self, labels: dict[str, str]) -> str:
         if self.label is None:

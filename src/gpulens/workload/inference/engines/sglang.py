@@ -1,13 +1,13 @@
 """SGLang (`sglang:` names, 0.5.x collector). Scheduler gauges carry tp/pp/ep rank labels: counts
-are summed over them, ratios averaged. `num_requests_total` counts every finished request,
-aborted ones included, so ok = total − `num_aborted_requests_total` (0.5.9+; older servers have no
-abort counter and every finished request is ok). A retraction (a running request sent back to
-the queue for want of KV cache) is SGLang's preemption."""
+are summed over them, ratios averaged. Outcomes: `num_requests_total` (requests that finished
+through the output path) is ok, `num_aborted_requests_total` (newer servers) is aborted. SGLang
+counts an abort when one is asked for: a request aborted in the queue is only in the abort
+counter, one aborted while running also finishes through the output path and is in both (so ok
+can hold a few aborted requests; the two counters cannot be told apart further). A retraction
+(a running request sent back to the queue for want of KV cache) is SGLang's preemption."""
 
 from gpulens.workload import names as N
 from gpulens.workload.inference.engines.base import Counter, EngineMap, Gauge, Histogram, Outcomes
-
-_ABORTED = "sglang:num_aborted_requests_total"
 
 SGLANG = EngineMap(
     name="sglang",
@@ -34,7 +34,7 @@ SGLANG = EngineMap(
         Counter(("sglang:num_retracted_requests_total",), N.INFER_PREEMPTIONS_TOTAL),
     ),
     outcomes=(
-        Outcomes("sglang:num_requests_total", minus=(_ABORTED,)),
-        Outcomes(_ABORTED, default="aborted"),
+        Outcomes("sglang:num_requests_total"),
+        Outcomes("sglang:num_aborted_requests_total", default="aborted"),
     ),
 )
