@@ -160,10 +160,7 @@ class EngineScraper:
         """{model: {status: cumulative requests}} from the engine's request counters."""
         out: dict[str, dict[str, float]] = {}
         for o in engine.outcomes:
-            rows = self._rows(samples, o.source)
-            if not rows:
-                continue
-            for labels, value in rows:
+            for labels, value in self._rows(samples, o.source):
                 by = out.setdefault(self._model(labels, engine), {})
                 status = o.status_of(labels)
                 by[status] = by.get(status, 0.0) + value
