@@ -50,6 +50,7 @@ _EXACT: dict[str, tuple[Direction, str]] = {
     "train_compute_seconds": (LOWER, "s"),
     "train_comm_wait_seconds": (LOWER, "s"),
     "train_checkpoint_seconds": (LOWER, "s"),
+    "train_eval_seconds": (LOWER, "s"),
     "train_data_wait_ratio": (LOWER, "ratio"),
     "train_comm_wait_ratio": (LOWER, "ratio"),
     "train_samples_per_second": (HIGHER, "1/s"),
@@ -66,6 +67,10 @@ _EXACT: dict[str, tuple[Direction, str]] = {
     "infer_queue_depth": (LOWER, ""),
     "infer_cold_start_seconds": (LOWER, "s"),
     "infer_kv_cache_usage_ratio": (LOWER, "ratio"),
+    "infer_prefill_seconds": (LOWER, "s"),
+    "infer_decode_seconds": (LOWER, "s"),
+    "infer_prefix_cache_hit_ratio": (HIGHER, "ratio"),
+    "infer_preemptions_total": (LOWER, ""),
     # run samples
     "step_seconds": (LOWER, "s"),
     "tokens_per_second": (HIGHER, "1/s"),

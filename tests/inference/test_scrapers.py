@@ -59,30 +59,65 @@ def _one(store, name, **labels):
     return vals[0]
 
 
-@pytest.mark.parametrize("fixture", ["vllm", "vllm_legacy", "tgi", "triton"])
+@pytest.mark.parametrize("fixture", ["vllm", "vllm_legacy", "sglang", "trtllm", "tgi", "triton"])
 def test_recorded_engine_metrics_map_onto_inference_series(fixture, metrics_server, shared_data, store):
     metrics_server.text = (shared_data / "engine-metrics" / f"{fixture}.txt").read_text()
     result = EngineScraper(metrics_server.url, store, service="svc", host="h").scrape_once()
     assert result.engine == fixture.removesuffix("_legacy")
-    if fixture == "vllm":  # 24 requests: stop=8, length=16; TTFT observations in (0.02, 0.04] mostly
+    if fixture == "vllm":  # 24 requests: stop=8, length=16, abort=0; TTFT observations in (0.02, 0.04] mostly
         assert _one(store, N.INFER_REQUESTS_TOTAL, status="ok") == 24
+        assert _one(store, N.INFER_REQUESTS_TOTAL, status="aborted") == 0  # its own series, not folded into ok
         assert 0.02 < _one(store, N.INFER_TTFT_SECONDS, quantile="0.5") <= 0.04
         assert _one(store, N.INFER_KV_CACHE_USAGE_RATIO) == 0.0
         assert _one(store, N.INFER_ITL_SECONDS, quantile="mean") > 0  # the V1 name wins over the deprecated one
         assert result.models == ["Qwen/Qwen2.5-3B-Instruct"]
+        assert _one(store, N.INFER_PROMPT_TOKENS_TOTAL) == 228 and _one(store, N.INFER_OUTPUT_TOKENS_TOTAL) == 2502
+        assert _one(store, N.INFER_PREEMPTIONS_TOTAL) == 0
+        # 24 requests of 9.5 prompt tokens on average (228 / 24), 104.25 generated (2502 / 24)
+        assert _one(store, N.INFER_REQUEST_PROMPT_TOKENS, quantile="mean") == pytest.approx(228 / 24)
+        assert _one(store, N.INFER_REQUEST_OUTPUT_TOKENS, quantile="mean") == pytest.approx(2502 / 24)
+        prefill = _one(store, N.INFER_PREFILL_SECONDS, quantile="mean")
+        decode = _one(store, N.INFER_DECODE_SECONDS, quantile="mean")
+        service = _one(store, N.INFER_SERVICE_SECONDS, quantile="mean")
+        assert 0 < prefill < decode and prefill + decode == pytest.approx(service, rel=0.01)  # inference = prefill + decode
+        assert _one(store, N.INFER_PREFIX_CACHE_HIT_RATIO) == 0.0  # queried, never hit
     elif fixture == "vllm_legacy":  # V0: gpu_cache_usage_perc and time_per_output_token
         assert store.series(N.INFER_KV_CACHE_USAGE_RATIO, {"model": "facebook/opt-125m"})
         assert store.series(N.INFER_ITL_SECONDS, {"quantile": "0.5"})
+        assert _one(store, N.INFER_PROMPT_TOKENS_TOTAL) == 5 and _one(store, N.INFER_OUTPUT_TOKENS_TOTAL) == 7
+        assert _one(store, N.INFER_PREEMPTIONS_TOTAL) == 0
+    elif fixture == "sglang":  # 1 request: 33 prompt tokens, 300 generated, TTFT 1.557 s, e2e 2.171 s, 299 ITLs
+        assert result.models == ["Qwen/Qwen3-0.6B"]
+        assert _one(store, N.INFER_REQUESTS_TOTAL, status="ok") == 1
+        assert _one(store, N.INFER_TTFT_SECONDS, quantile="mean") == pytest.approx(1.5573771)
+        assert _one(store, N.INFER_LATENCY_SECONDS, quantile="mean") == pytest.approx(2.171227)
+        assert _one(store, N.INFER_ITL_SECONDS, quantile="mean") == pytest.approx(0.6138594 / 299)
+        assert _one(store, N.INFER_QUEUE_WAIT_SECONDS, quantile="mean") == pytest.approx(0.0018393, rel=1e-3)
+        assert _one(store, N.INFER_PROMPT_TOKENS_TOTAL) == 33 and _one(store, N.INFER_OUTPUT_TOKENS_TOTAL) == 300
+        for gauge in (N.INFER_IN_FLIGHT, N.INFER_QUEUE_DEPTH, N.INFER_KV_CACHE_USAGE_RATIO, N.INFER_PREFIX_CACHE_HIT_RATIO):
+            assert _one(store, gauge) == 0.0  # scraped after the request
+    elif fixture == "trtllm":  # Dynamo's trtllm_ names: 2 requests, finished_reason=length
+        assert _one(store, N.INFER_REQUESTS_TOTAL, status="ok") == 2
+        assert _one(store, N.INFER_TTFT_SECONDS, quantile="mean") == pytest.approx(0.068 / 2, rel=0.01)
+        assert _one(store, N.INFER_LATENCY_SECONDS, quantile="mean") == pytest.approx(1.730 / 2, rel=0.01)
+        assert _one(store, N.INFER_TPOT_SECONDS, quantile="mean") == pytest.approx(0.0056 / 2, rel=0.01)
+        assert _one(store, N.INFER_QUEUE_WAIT_SECONDS, quantile="mean") == pytest.approx(0.0118 / 2, rel=0.01)
     elif fixture == "tgi":  # 109 ok, 2 validation failures; no model label: the scraper's default
         assert _one(store, N.INFER_REQUESTS_TOTAL, status="ok") == 109
-        assert _one(store, N.INFER_REQUESTS_TOTAL, status="error") == 2
+        assert _one(store, N.INFER_REQUESTS_TOTAL, status="error") == 2  # validation: an error, not a rejection
+        assert not store.series(N.INFER_REQUESTS_TOTAL, {"status": "rejected"})
         assert _one(store, N.INFER_QUEUE_DEPTH) == 0
+        assert _one(store, N.INFER_BATCH_MAX_TOKENS) == 0
         assert _one(store, N.INFER_LATENCY_SECONDS, quantile="0.99") >= _one(store, N.INFER_LATENCY_SECONDS, quantile="0.5") > 0
+        assert _one(store, N.INFER_REQUEST_PROMPT_TOKENS, quantile="mean") > 0
+        assert _one(store, N.INFER_REQUEST_OUTPUT_TOKENS, quantile="mean") > 0
         assert not store.series(N.INFER_TTFT_SECONDS)  # TGI has no TTFT metric
     else:  # Triton: densenet_onnx served 3 requests, mean request duration Δµs/Δcount
         assert _one(store, N.INFER_REQUESTS_TOTAL, status="ok", model="densenet_onnx") == 3
         mean = _one(store, N.INFER_LATENCY_SECONDS, model="densenet_onnx", quantile="mean")
         assert 0.01 < mean < 10
+        assert _one(store, N.INFER_BATCH_SIZE, model="densenet_onnx") == 1.0  # 3 inferences in 3 executions
+        assert not store.series(N.INFER_BATCH_SIZE, {"model": "simple"})  # never executed: no ratio
 
 
 def test_percentiles_come_from_buckets_between_scrapes(metrics_server, store):
@@ -150,7 +185,7 @@ def test_unreachable_and_wrong_endpoints_fail_clearly(metrics_server, store, por
         EngineScraper(f"http://127.0.0.1:{port}/metrics", store, service="s").scrape_once()
     assert e.value.exit_code == 3
     metrics_server.text = "# TYPE up gauge\nup 1\n"
-    with pytest.raises(GpulensError, match="No vLLM, TGI or Triton"):
+    with pytest.raises(GpulensError, match="No vLLM, SGLang, TensorRT-LLM, TGI or Triton"):
         EngineScraper(metrics_server.url, store, service="s").scrape_once()
 
 
@@ -179,3 +214,137 @@ def test_an_agent_passes_engine_histograms_through_as_histograms(metrics_server,
     count = next(s.value for s in ttft.samples if s.name.endswith("_count"))
     assert count == max(s.value for s in buckets) > 0
     assert not any("quantile" in s.labels for f in fams.values() for s in f.samples)
+    # the series this scraper added: token-length and phase histograms pass through as histograms,
+    # token and preemption counters are counters, requests by outcome carry their status
+    for name in (N.INFER_REQUEST_PROMPT_TOKENS, N.INFER_REQUEST_OUTPUT_TOKENS, N.INFER_PREFILL_SECONDS,
+                 N.INFER_DECODE_SECONDS, N.INFER_SERVICE_SECONDS):
+        assert fams[name].type == "histogram", name
+    for name in (N.INFER_PROMPT_TOKENS_TOTAL, N.INFER_OUTPUT_TOKENS_TOTAL, N.INFER_PREEMPTIONS_TOTAL):
+        fam = fams[name.removesuffix("_total")]
+        assert fam.type == "counter" and fam.samples[0].labels["source"] == "vllm", name
+    prompt = {s.name: s.value for s in fams[N.INFER_PROMPT_TOKENS_TOTAL.removesuffix("_total")].samples}
+    assert prompt[N.INFER_PROMPT_TOKENS_TOTAL] == 228
+    statuses = {s.labels["status"]: s.value for s in fams["infer_requests"].samples}
+    assert statuses == {"ok": 24, "aborted": 0}
+    assert fams[N.INFER_PREFIX_CACHE_HIT_RATIO].type == "gauge"
+
+
+def _outcomes(store) -> dict[str, float]:
+    return {k.labels["status"]: store.query(N.INFER_REQUESTS_TOTAL, k.labels)[0].value[-1]
+            for k in store.series(N.INFER_REQUESTS_TOTAL, {})}
+
+
+def test_vllm_aborted_requests_are_counted_as_aborted_not_ok(metrics_server, store):
+    """30 requests stopped and 30 aborted: 30 ok and 30 aborted (the scraper used to say 60 ok)."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    done = Counter("vllm:request_success", "finished", ["engine", "finished_reason", "model_name"], registry=reg)
+    done.labels("0", "stop", "m").inc(30)
+    done.labels("0", "abort", "m").inc(30)
+    done.labels("0", "length", "m").inc(0)
+    metrics_server.text = generate_latest(reg).decode()
+    EngineScraper(metrics_server.url, store, service="svc", host="h").scrape_once()
+    assert _outcomes(store) == {"ok": 30, "aborted": 30}
+
+
+def test_sglang_aborted_requests_are_their_own_series(metrics_server, store):
+    """SGLang counts finished requests and aborts apart (an abort in the queue never finishes)."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    Counter("sglang:num_requests", "finished", ["model_name"], registry=reg).labels("m").inc(50)
+    Counter("sglang:num_aborted_requests", "aborted", ["model_name"], registry=reg).labels("m").inc(7)
+    metrics_server.text = generate_latest(reg).decode()
+    EngineScraper(metrics_server.url, store, service="svc", host="h").scrape_once()
+    assert _outcomes(store) == {"ok": 50, "aborted": 7}
+
+
+# Written in the engines' own shapes (metrics-exporter-prometheus for TGI, prometheus-cpp for
+# Triton): counters without `_total`, and newer Triton's `reason` label on failures.
+_TGI_OVERLOADED = """# TYPE tgi_request_success counter
+tgi_request_success 40
+# TYPE tgi_request_failure counter
+tgi_request_failure{err="validation"} 2
+tgi_request_failure{err="overloaded"} 9
+tgi_request_failure{err="generation"} 1
+"""
+_TRITON_REASONS = """# HELP nv_inference_request_success Number of successful inference requests, all batch sizes
+# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="llm",version="1"} 20
+# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="llm",reason="REJECTED",version="1"} 5
+nv_inference_request_failure{model="llm",reason="CANCELED",version="1"} 3
+nv_inference_request_failure{model="llm",reason="BACKEND",version="1"} 2
+nv_inference_request_failure{model="llm",reason="OTHER",version="1"} 1
+# HELP nv_inference_first_response_histogram_ms Duration from request to first response in milliseconds
+# TYPE nv_inference_first_response_histogram_ms histogram
+nv_inference_first_response_histogram_ms_count{model="llm",version="1"} 20
+nv_inference_first_response_histogram_ms_sum{model="llm",version="1"} 2400
+nv_inference_first_response_histogram_ms_bucket{model="llm",version="1",le="100"} 10
+nv_inference_first_response_histogram_ms_bucket{model="llm",version="1",le="500"} 20
+nv_inference_first_response_histogram_ms_bucket{model="llm",version="1",le="+Inf"} 20
+# HELP nv_trt_llm_request_metrics TRT LLM request metrics
+# TYPE nv_trt_llm_request_metrics gauge
+nv_trt_llm_request_metrics{model="llm",request_type="active",version="1"} 6
+nv_trt_llm_request_metrics{model="llm",request_type="max",version="1"} 64
+# HELP nv_trt_llm_kv_cache_block_metrics TRT LLM KV cache block metrics
+# TYPE nv_trt_llm_kv_cache_block_metrics gauge
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="llm",version="1"} 300
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="llm",version="1"} 0.25
+"""
+
+
+def test_tgi_overloaded_is_a_rejection(metrics_server, store):
+    metrics_server.text = _TGI_OVERLOADED
+    EngineScraper(metrics_server.url, store, service="svc", host="h").scrape_once()
+    assert _outcomes(store) == {"ok": 40, "error": 3, "rejected": 9}
+
+
+def test_triton_failure_reasons_and_first_response_histogram(metrics_server, store):
+    metrics_server.text = _TRITON_REASONS
+    result = EngineScraper(metrics_server.url, store, service="svc", host="h").scrape_once()
+    assert result.engine == "triton" and result.models == ["llm"]
+    assert _outcomes(store) == {"ok": 20, "rejected": 5, "aborted": 3, "error": 3}
+    # the ms histogram becomes seconds: 10 in (0, 100 ms], 10 in (100, 500 ms]
+    assert _one(store, N.INFER_TTFT_SECONDS, quantile="mean") == pytest.approx(0.12)
+    assert _one(store, N.INFER_TTFT_SECONDS, quantile="0.5") == pytest.approx(0.1)
+    assert _one(store, N.INFER_TTFT_SECONDS, quantile="0.9") == pytest.approx(0.1 + 0.4 * 8 / 10)
+    assert _one(store, N.INFER_IN_FLIGHT) == 6  # TRT-LLM backend: active requests
+    assert _one(store, N.INFER_KV_CACHE_USAGE_RATIO) == 0.25  # the fraction, not the block counts
+
+
+def test_ratio_gauges_are_averaged_over_ranks_and_counts_summed(metrics_server, store):
+    """Two data-parallel vLLM engines: running requests add up, KV-cache usage is their mean."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    reg = CollectorRegistry()
+    running = Gauge("vllm:num_requests_running", "running", ["engine", "model_name"], registry=reg)
+    kv = Gauge("vllm:kv_cache_usage_perc", "kv", ["engine", "model_name"], registry=reg)
+    running.labels("0", "m").set(3)
+    running.labels("1", "m").set(5)
+    kv.labels("0", "m").set(0.2)
+    kv.labels("1", "m").set(0.6)
+    metrics_server.text = generate_latest(reg).decode()
+    EngineScraper(metrics_server.url, store, service="svc", host="h").scrape_once()
+    assert _one(store, N.INFER_IN_FLIGHT) == 8
+    assert _one(store, N.INFER_KV_CACHE_USAGE_RATIO) == pytest.approx(0.4)
+
+
+def test_prefix_cache_hit_ratio_is_per_interval(metrics_server, store):
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    queries = Counter("vllm:prefix_cache_queries", "q", ["model_name"], registry=reg)
+    hits = Counter("vllm:prefix_cache_hits", "h", ["model_name"], registry=reg)
+    queries.labels("m").inc(1000)
+    hits.labels("m").inc(100)
+    metrics_server.text = generate_latest(reg).decode()
+    scraper = EngineScraper(metrics_server.url, store, service="svc", host="h", clock=iter([1.0, 2.0]).__next__)
+    scraper.scrape_once()
+    queries.labels("m").inc(1000)
+    hits.labels("m").inc(900)
+    metrics_server.text = generate_latest(reg).decode()
+    scraper.scrape_once()
+    assert store.query(N.INFER_PREFIX_CACHE_HIT_RATIO)[0].value == pytest.approx([0.1, 0.9])

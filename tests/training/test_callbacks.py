@@ -87,3 +87,80 @@ def test_hf_trainer_callback_records_steps_loss_and_saves(tmp_path) -> None:
         assert len(losses) == 6 and all(v > 0 for v in losses)
         # save_steps=3: two checkpoints, each timed and charged to the step that triggered it.
         assert [e.data["step"] for e in steps if e.data["checkpoint_s"] > 0] == [2, 5]
+
+
+EVAL_SLEEP_S = 0.4  # a validation this slow cannot hide in a tiny model's data wait or checkpoint
+
+
+def test_lightning_validation_is_its_own_phase_not_data_wait(tmp_path) -> None:
+    import time
+
+    torch = pytest.importorskip("torch")
+    L = pytest.importorskip("lightning.pytorch")
+    from gpulens.workload.training.lightning import GpulensCallback
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            time.sleep(EVAL_SLEEP_S)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    db = tmp_path / "v.db"
+    # validation after batches 4 and 8 (the sanity check before fit is not an evaluation of the run)
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, val_check_interval=4, limit_val_batches=1, num_sanity_val_steps=1,
+                        default_root_dir=tmp_path, callbacks=[GpulensCallback(job="lit-val", store=db, flush_interval_seconds=0.1)])
+    trainer.fit(Tiny(), loader, loader)
+    with Store(db) as st:
+        evals = st.events(N.EV_TRAIN_EVAL)
+        assert [e.data["after_step"] for e in evals] == [3, 7]
+        assert all(e.data["seconds"] >= EVAL_SLEEP_S for e in evals)
+        assert st.query(N.TRAIN_EVAL_SECONDS, {"train_job": "lit-val"})[0].value == [e.data["seconds"] for e in evals]
+        steps = st.events(N.EV_TRAIN_STEP)
+        # the batch after the mid-epoch validation waited for its data, not for the validation
+        assert steps[4].data["data_wait_s"] < EVAL_SLEEP_S
+        assert all(e.data["step_s"] < EVAL_SLEEP_S for e in steps)
+
+
+def test_hf_evaluation_and_save_are_separate_phases(tmp_path) -> None:
+    import time
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from gpulens.workload.training.hf import GpulensTrainerCallback
+
+    class SlowEval(transformers.TrainerCallback):
+        def on_prediction_step(self, args, state, control, **kwargs):
+            time.sleep(EVAL_SLEEP_S)  # one eval batch
+
+    model = _tiny_llama()
+    ids = torch.randint(0, 128, (32, 16))
+    train = [{"input_ids": r, "labels": r} for r in ids]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=6, logging_steps=1,
+                                          eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4, save_strategy="steps",
+                                          save_steps=3, report_to=[], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
+    db = tmp_path / "hfe.db"
+    cb = GpulensTrainerCallback(job="hf-eval", store=db, flush_interval_seconds=0.1)
+    # the evaluation runs after on_step_end, between the step and the save (and the next batch)
+    transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=train[:4], callbacks=[cb, SlowEval()]).train()
+    with Store(db) as st:
+        evals = st.events(N.EV_TRAIN_EVAL)
+        assert [e.data["after_step"] for e in evals] == [2, 5]
+        assert all(e.data["seconds"] >= EVAL_SLEEP_S for e in evals)
+        steps = st.events(N.EV_TRAIN_STEP)
+        assert [e.data["step"] for e in steps if e.data["checkpoint_s"] > 0] == [2, 5]
+        # the save is timed from the evaluation's end, the next batch's wait from the save's end
+        assert all(e.data["checkpoint_s"] < EVAL_SLEEP_S for e in steps)
+        assert steps[3].data["data_wait_s"] < EVAL_SLEEP_S

@@ -29,3 +29,50 @@ def open_existing_store(store: Path, what: str,
 
 def store_option(default: Path = DEFAULT_STORE_PATH) -> Path:
     return typer.Option(default, "--store", help=STORE_HELP)  # type: ignore[no-any-return]
+
+
+# Options a user sets once for every command, read from the environment when not given on the
+# command line (click's envvar; --help shows "env var: ..."). A flag here means the same in every
+# command that has it, so one table covers the commands of today and those added later.
+ENV_DEFAULTS: dict[str, str] = {
+    "--store": "GPULENS_STORE",
+    "--backend": "GPULENS_BACKEND",
+    "--metric-names": "GPULENS_METRIC_NAMES",
+    "--notify": "GPULENS_NOTIFY",  # repeatable: several targets separated by spaces
+    "--token": "GPULENS_DASHBOARD_TOKEN",  # a secret is better kept out of shell history
+}
+# `gpulens demo` writes the bundled session to a store of its own, never into the user's.
+ENV_EXEMPT_COMMANDS = frozenset({"demo"})
+
+
+def apply_env_defaults(app: typer.Typer) -> list[tuple[str, str, str]]:
+    """Give every option named in ENV_DEFAULTS its environment variable, in every command of `app`
+    (sub-apps included). Returns (command, flag, variable) for each option changed."""
+    import inspect
+
+    from typer.models import OptionInfo
+
+    done: list[tuple[str, str, str]] = []
+
+    def visit(t: typer.Typer, path: str) -> None:
+        for cmd in t.registered_commands:
+            if cmd.callback is None:
+                continue
+            name = f"{path} {cmd.name or cmd.callback.__name__.replace('_', '-')}".strip()
+            if name.split(" ")[0] in ENV_EXEMPT_COMMANDS:
+                continue
+            for p in inspect.signature(cmd.callback).parameters.values():
+                opt = p.default
+                if not isinstance(opt, OptionInfo) or opt.envvar:
+                    continue
+                for flag in opt.param_decls or ():
+                    var = ENV_DEFAULTS.get(flag)
+                    if var:
+                        opt.envvar, opt.show_envvar = var, True
+                        done.append((name, flag, var))
+        for group in t.registered_groups:
+            if group.typer_instance is not None:
+                visit(group.typer_instance, f"{path} {group.name or ''}".strip())
+
+    visit(app, "")
+    return done

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from gpulens import __version__
 from gpulens.cli import usage_errors
-from gpulens.cli.common import console_err
+from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.cli.help_text import keep_examples_everywhere
 from gpulens.errors import EXIT_BAD_INPUT, GpulensError
 
@@ -24,12 +24,14 @@ app = typer.Typer(
         "Plan (will it fit, how fast, what it costs), measure (honest baselines), watch (GPU health and "
         "workload metrics with learned thresholds) and diagnose (the bottleneck, with evidence and the fix).\n\n"
         "Start with `gpulens demo` (the recorded H200 session) or `gpulens agent` on a GPU machine.\n\n"
-        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable."
+        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable.\n\n"
+        "Set once in the environment: GPULENS_STORE (--store), GPULENS_BACKEND (--backend), "
+        "GPULENS_METRIC_NAMES (--metric-names), GPULENS_NOTIFY (--notify), GPULENS_DASHBOARD_TOKEN (--token); "
+        "a flag on the command line wins. Shell completion: `gpulens --install-completion`."
     ),
     no_args_is_help=True,
     rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
 
 
@@ -63,6 +65,7 @@ def _register_all() -> None:
 
 _register_all()
 keep_examples_everywhere(app)
+apply_env_defaults(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ TRAIN_DATA_WAIT_SECONDS = "train_data_wait_seconds"
 TRAIN_COMPUTE_SECONDS = "train_compute_seconds"
 TRAIN_COMM_WAIT_SECONDS = "train_comm_wait_seconds"
 TRAIN_CHECKPOINT_SECONDS = "train_checkpoint_seconds"
+TRAIN_EVAL_SECONDS = "train_eval_seconds"  # one sample per evaluation run (between steps, not part of one)
 TRAIN_DATA_WAIT_RATIO = "train_data_wait_ratio"  # data wait / step time
 TRAIN_COMM_WAIT_RATIO = "train_comm_wait_ratio"
 TRAIN_SAMPLES_PER_SECOND = "train_samples_per_second"
@@ -32,6 +33,7 @@ EV_TRAIN_OOM = "train_oom"  # data: allocated/reserved/largest free block bytes,
 EV_TRAIN_NAN = "train_nan_loss"
 EV_TRAIN_STEP_OUTLIER = "train_step_outlier"
 EV_TRAIN_START = "train_start"  # data: pid, rank, world_size, config
+EV_TRAIN_EVAL = "train_eval"  # data: seconds, after_step, pid, rank
 
 # ---- inference: one sample per request at its end time, unless noted
 INFER_LATENCY_SECONDS = "infer_request_latency_seconds"  # from arrival (or intended send) to end
@@ -45,7 +47,17 @@ INFER_PROMPT_TOKENS = "infer_prompt_tokens"
 INFER_BATCH_SIZE = "infer_batch_size"
 INFER_IN_FLIGHT = "infer_in_flight"  # gauge
 INFER_QUEUE_DEPTH = "infer_queue_depth"  # gauge
-INFER_REQUESTS_TOTAL = "infer_requests_total"  # counter, label status=ok|error|timeout|rejected
+INFER_REQUESTS_TOTAL = "infer_requests_total"  # counter, label status=ok|error|timeout|rejected|aborted
+# ---- inference, read from serving engines by `--scrape` (label `source`)
+INFER_PREFILL_SECONDS = "infer_prefill_seconds"  # a request's prefill phase
+INFER_DECODE_SECONDS = "infer_decode_seconds"  # a request's decode phase
+INFER_REQUEST_PROMPT_TOKENS = "infer_request_prompt_tokens"  # distribution of prompt length per request
+INFER_REQUEST_OUTPUT_TOKENS = "infer_request_output_tokens"  # distribution of output length per request
+INFER_PROMPT_TOKENS_TOTAL = "infer_prompt_tokens_total"  # counter: prompt tokens processed
+INFER_OUTPUT_TOKENS_TOTAL = "infer_output_tokens_total"  # counter: tokens generated
+INFER_PREEMPTIONS_TOTAL = "infer_preemptions_total"  # counter: running requests preempted (SGLang: retracted)
+INFER_PREFIX_CACHE_HIT_RATIO = "infer_prefix_cache_hit_ratio"  # gauge: prompt tokens found in the prefix cache
+INFER_BATCH_MAX_TOKENS = "infer_batch_max_tokens"  # gauge: the running batch's token budget (TGI)
 INFER_KV_CACHE_USAGE_RATIO = "infer_kv_cache_usage_ratio"
 INFER_MEMORY_ALLOCATED_BYTES = "infer_memory_allocated_bytes"
 INFER_MEMORY_RESERVED_BYTES = "infer_memory_reserved_bytes"
@@ -58,7 +70,7 @@ EV_INFER_START = "infer_start"  # data: pid, service, model
 
 # ---- distributions: per-event series exported to Prometheus as histograms (`_bucket`, `_sum`,
 # `_count`), so `histogram_quantile` gives a right percentile over any window and any aggregation.
-# Buckets (upper bounds, seconds; +Inf is implied) are chosen per quantity: roughly 1-2-5 steps
+# Buckets (upper bounds in the series' unit, seconds or tokens; +Inf is implied) are chosen per quantity: roughly 1-2-5 steps
 # over the range where that quantity lives, denser where service objectives are usually set.
 LATENCY_BUCKETS_SECONDS = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0,
@@ -76,6 +88,10 @@ STEP_BUCKETS_SECONDS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
     1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0,
 )  # a training step and its parts: 1 ms .. 5 min (checkpoints)
+TOKEN_COUNT_BUCKETS = (
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+    32768.0, 65536.0, 131072.0,
+)  # tokens in one request (prompt or output): 1 .. 128 Ki, powers of two
 HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     INFER_LATENCY_SECONDS: LATENCY_BUCKETS_SECONDS,
     INFER_SERVICE_SECONDS: LATENCY_BUCKETS_SECONDS,
@@ -83,11 +99,19 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     INFER_TTFT_SECONDS: FIRST_TOKEN_BUCKETS_SECONDS,
     INFER_TPOT_SECONDS: TOKEN_BUCKETS_SECONDS,
     INFER_ITL_SECONDS: TOKEN_BUCKETS_SECONDS,
+    INFER_PREFILL_SECONDS: LATENCY_BUCKETS_SECONDS,
+    INFER_DECODE_SECONDS: LATENCY_BUCKETS_SECONDS,
+    INFER_REQUEST_PROMPT_TOKENS: TOKEN_COUNT_BUCKETS,
+    INFER_REQUEST_OUTPUT_TOKENS: TOKEN_COUNT_BUCKETS,
     TRAIN_STEP_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_DATA_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_COMPUTE_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_COMM_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_CHECKPOINT_SECONDS: STEP_BUCKETS_SECONDS,
+    TRAIN_EVAL_SECONDS: STEP_BUCKETS_SECONDS,
 }
-# Counters among the workload series (typed `counter` on /metrics in both naming modes).
-WORKLOAD_COUNTERS = frozenset({INFER_REQUESTS_TOTAL})
+# Counters among the workload series (typed `counter` on /metrics in both naming modes). Only
+# infer_requests_total is also written per request by gpulens's own monitors (one sample a request);
+# the others come from engines as their cumulative value.
+WORKLOAD_COUNTERS = frozenset({INFER_REQUESTS_TOTAL, INFER_PROMPT_TOKENS_TOTAL, INFER_OUTPUT_TOKENS_TOTAL,
+                               INFER_PREEMPTIONS_TOTAL})

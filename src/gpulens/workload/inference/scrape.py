@@ -1,6 +1,8 @@
-"""Scrape a serving engine's `/metrics` (vLLM, TGI, Triton) at an interval into the inference series.
+"""Scrape a serving engine's `/metrics` (vLLM, SGLang, TensorRT-LLM, TGI, Triton) at an interval into
+the inference series.
 
-Gauges are copied; request counters become `infer_requests_total{status}`; histograms become
+Gauges and token counters are copied; request counters become `infer_requests_total{status}` with
+each engine's finish reasons mapped to ok / error / rejected / aborted / timeout; histograms become
 quantile series (`quantile` label 0.5 / 0.9 / 0.95 / 0.99 / mean) computed from the bucket counts
 observed *between* two scrapes, so a percentile describes that interval, never the process's whole
 life. The first scrape covers everything since the engine started. Series carry service, model,
@@ -52,8 +54,9 @@ def detect_engine(samples: Samples) -> EngineMap:
     for engine in ENGINES.values():
         if any(name.startswith(engine.prefix) for name in samples):
             return engine
-    raise BadInputError("No vLLM, TGI or Triton metrics found in the scraped text.",
-                        hint="Point the scraper at the engine's metrics endpoint (vLLM :8000/metrics, TGI :80/metrics, Triton :8002/metrics).")
+    raise BadInputError("No vLLM, SGLang, TensorRT-LLM, TGI or Triton metrics found in the scraped text.",
+                        hint="Point the scraper at the engine's metrics endpoint (vLLM :8000/metrics, SGLang :30000/metrics, "
+                             "TGI :80/metrics, Triton :8002/metrics).")
 
 
 @dataclass
@@ -76,7 +79,7 @@ class EngineScraper:
         self.base = {"service": service, "host": host or socket.gethostname()}
         self.default_model = model
         self._hist_prev: dict[tuple[str, str], Buckets] = {}  # the engine's cumulative histograms, last scrape
-        self._ctr_prev: dict[tuple[str, str], float] = {}
+        self._ctr_prev: dict[tuple[str, str], tuple[float, float]] = {}  # a ratio's (numerator, denominator), last scrape
         self.errors = 0
 
     def fetch(self) -> str:
@@ -105,42 +108,63 @@ class EngineScraper:
             self.store.write(name, {**self.base, "model": model, "source": engine.name, **extra}, t, value)
             written += 1
 
-        for sources, dest, scale in engine.gauges:
-            for model, value in self._sum_by_model(samples, _first(samples, sources), engine).items():
-                w(dest, model, value * scale)
-        for src, status in engine.status_counters:
-            for model, value in self._sum_by_model(samples, src, engine).items():
+        for g in engine.gauges:
+            rows = [(lb, v) for lb, v in self._rows(samples, _first(samples, g.sources))
+                    if all(lb.get(k) == want for k, want in g.where)]
+            for model, value in self._merge(rows, engine, g.merge).items():
+                w(g.dest, model, value * g.scale)
+        for c in engine.counters:
+            for model, value in self._sum_by_model(samples, _first(samples, c.sources), engine).items():
+                w(c.dest, model, value)
+        for model, by_status in self._outcomes(samples, engine).items():
+            for status, value in sorted(by_status.items()):
                 w(N.INFER_REQUESTS_TOTAL, model, value, status=status)
-        for sources, dest in engine.histograms:
-            base = _first(samples, tuple(s + "_bucket" for s in sources))
+        for h in engine.histograms:
+            base = _first(samples, tuple(s + "_bucket" for s in h.sources))
             if base is None:
                 continue
-            for model, cur in self._histograms(samples, base.removesuffix("_bucket"), engine).items():
-                key = (dest, model)
+            for model, cur in self._histograms(samples, base.removesuffix("_bucket"), engine, h.scale).items():
+                key = (h.dest, model)
                 delta = cur.minus(self._hist_prev.get(key))
                 self._hist_prev[key] = cur
                 if delta.total <= 0:
                     continue
                 for q in QUANTILES:
-                    w(dest, model, delta.quantile(q), quantile=f"{q:g}")
-                w(dest, model, delta.mean, quantile="mean")
-        for src, count_srcs, scale, dest in engine.mean_of_counters:
-            sums = self._sum_by_model(samples, src, engine)
-            counts: dict[str, float] = {}
-            for c in count_srcs:
-                for model, v in self._sum_by_model(samples, c, engine).items():
-                    counts[model] = counts.get(model, 0.0) + v
-            for model, total in sums.items():
-                prev_s = self._ctr_prev.get((src, model))
-                prev_c = self._ctr_prev.get((src + "#count", model))
-                self._ctr_prev[(src, model)], self._ctr_prev[(src + "#count", model)] = total, counts.get(model, 0.0)
-                ds, dc = total - (prev_s or 0.0), counts.get(model, 0.0) - (prev_c or 0.0)
-                if ds < 0 or dc < 0:  # restarted: everything counted is new
-                    ds, dc = total, counts.get(model, 0.0)
-                if dc > 0:
-                    w(dest, model, ds / dc * scale, quantile="mean")
+                    w(h.dest, model, delta.quantile(q), quantile=f"{q:g}")
+                w(h.dest, model, delta.mean, quantile="mean")
+        for r in engine.ratios:
+            num = _first(samples, r.numerator)
+            if num is None:
+                continue
+            nums = self._sum_by_model(samples, num, engine)
+            dens: dict[str, float] = {}
+            for d in r.denominators:
+                for model, v in self._sum_by_model(samples, d, engine).items():
+                    dens[model] = dens.get(model, 0.0) + v
+            for model, total in nums.items():
+                count = dens.get(model, 0.0)
+                prev = self._ctr_prev.get((r.dest, model))
+                self._ctr_prev[(r.dest, model)] = (total, count)
+                dn, dd = (total - prev[0], count - prev[1]) if prev else (total, count)
+                if dn < 0 or dd < 0:  # restarted: everything counted is new
+                    dn, dd = total, count
+                if dd > 0:
+                    if r.as_mean:
+                        w(r.dest, model, dn / dd * r.scale, quantile="mean")
+                    else:
+                        w(r.dest, model, dn / dd * r.scale)
         self.store.flush()
         return ScrapeResult(t, engine.name, written, sorted(models))
+
+    def _outcomes(self, samples: Samples, engine: EngineMap) -> dict[str, dict[str, float]]:
+        """{model: {status: cumulative requests}} from the engine's request counters."""
+        out: dict[str, dict[str, float]] = {}
+        for o in engine.outcomes:
+            for labels, value in self._rows(samples, o.source):
+                by = out.setdefault(self._model(labels, engine), {})
+                status = o.status_of(labels)
+                by[status] = by.get(status, 0.0) + value
+        return out
 
     def histograms(self) -> list[tuple[str, dict[str, str], Buckets]]:
         """The engine's own cumulative histograms at the last scrape, under gpulens's names, for the
@@ -189,17 +213,26 @@ class EngineScraper:
             return labels[engine.model_label]
         return self.default_model
 
-    def _sum_by_model(self, samples: Samples, name: str | None, engine: EngineMap) -> dict[str, float]:
-        out: dict[str, float] = {}
+    @staticmethod
+    def _rows(samples: Samples, name: str | None) -> list[tuple[dict[str, str], float]]:
         # prometheus_client's parser names a counter's sample `<name>_total` even where the engine
         # wrote it without the suffix (TGI, Triton), so look for both spellings
-        rows = (samples.get(name) or samples.get(name + "_total") or []) if name else []
+        return (samples.get(name) or samples.get(name + "_total") or []) if name else []
+
+    def _sum_by_model(self, samples: Samples, name: str | None, engine: EngineMap) -> dict[str, float]:
+        return self._merge(self._rows(samples, name), engine, "sum")
+
+    def _merge(self, rows: list[tuple[dict[str, str], float]], engine: EngineMap, how: str) -> dict[str, float]:
+        """One value per model: label sets (ranks, data-parallel engines) summed, or averaged (ratios)."""
+        sums: dict[str, float] = {}
+        ns: dict[str, int] = {}
         for labels, value in rows:
             m = self._model(labels, engine)
-            out[m] = out.get(m, 0.0) + value
-        return out
+            sums[m] = sums.get(m, 0.0) + value
+            ns[m] = ns.get(m, 0) + 1
+        return {m: v / ns[m] for m, v in sums.items()} if how == "mean" else sums
 
-    def _histograms(self, samples: Samples, base: str, engine: EngineMap) -> dict[str, Buckets]:
+    def _histograms(self, samples: Samples, base: str, engine: EngineMap, scale: float = 1.0) -> dict[str, Buckets]:
         """One merged histogram per model (label sets such as engine="0"/"1" summed)."""
         per_set: dict[tuple[tuple[str, str], ...], dict] = {}
         for labels, value in samples.get(base + "_bucket", []):
@@ -207,12 +240,12 @@ class EngineScraper:
             if le is None:
                 continue
             key = tuple(sorted(labels.items()))
-            per_set.setdefault(key, {"pairs": [], "sum": 0.0, "count": None})["pairs"].append((float(le), value))
+            per_set.setdefault(key, {"pairs": [], "sum": 0.0, "count": None})["pairs"].append((float(le) * scale, value))
         for suffix in ("_sum", "_count"):
             for labels, value in samples.get(base + suffix, []):
                 key = tuple(sorted(labels.items()))
                 if key in per_set:
-                    per_set[key]["sum" if suffix == "_sum" else "count"] = value
+                    per_set[key]["sum" if suffix == "_sum" else "count"] = value * scale if suffix == "_sum" else value
         out: dict[str, Buckets] = {}
         for key, d in per_set.items():
             b = Buckets.from_pairs(d["pairs"], d["sum"], d["count"])
@@ -225,4 +258,5 @@ class EngineScraper:
 
 
 def _first(samples: Samples, names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in samples), None)
+    """The first of `names` the scrape has (a counter may be spelt with or without `_total`)."""
+    return next((n for n in names if n in samples or n + "_total" in samples), None)

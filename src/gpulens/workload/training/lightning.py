@@ -5,8 +5,10 @@
 
 Per optimizer batch it records the step (forward, backward, optimizer), the wait for the batch
 (the time between one batch's end and the next one's start, which is where Lightning fetches it),
-the loss, and the time spent saving checkpoints. An out-of-memory error inside a batch is
-recorded with the allocator's numbers before Lightning re-raises it.
+the loss, the time spent saving checkpoints (charged to the step before the save) and each
+validation run during fit as its own phase (`train_eval_seconds`), so neither counts as the next
+batch's data wait. An out-of-memory error inside a batch is recorded with the allocator's numbers
+before Lightning re-raises it.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ def _callback_base() -> type:
 
 class GpulensCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument; or pass a
-    ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids."""
+    ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids.
+    trackers: also log to W&B / MLflow / TensorBoard ("auto": the Trainer's loggers and an active
+    W&B or MLflow run; or names / Tracker objects; see gpulens.workload.training.trackers)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
-                 tokens_per_sample: int | None = None, **monitor_args: Any):
+                 tokens_per_sample: int | None = None, trackers: Any = None, tracker_every_n_steps: int = 1,
+                 **monitor_args: Any):
         super().__init__()
         if monitor is None and not job:
             from gpulens.errors import MonitorUsageError
@@ -45,14 +50,25 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         self._args = dict(job=job, store=store, **monitor_args)
         self._tokens_per_sample = tokens_per_sample
         self._last_end: float | None = None
+        self._eval_t0: float | None = None
         self._restore: Any = None
+        self._trackers_spec, self._tracker_every = trackers, tracker_every_n_steps
+        self.trackers: Any = None  # a TrackerBridge once fit starts, when trackers are asked for
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or self.monitor is not None:
+        if stage != "fit":
             return
-        self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
+        if self.monitor is None:
+            self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
+            self._time_saves(trainer, self.monitor)
+        if self._trackers_spec is not None and self.trackers is None and trainer.global_rank == 0:  # loggers log on rank 0
+            from gpulens.workload.training.trackers import TrackerBridge, lightning_trackers, make_trackers
+
+            found = lightning_trackers(trainer) if self._trackers_spec == "auto" else []
+            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every)
+
+    def _time_saves(self, trainer: Any, mon: TrainingMonitor) -> None:
         original = trainer.save_checkpoint
-        mon = self.monitor
 
         def timed_save(*args: Any, **kwargs: Any) -> Any:
             if mon.in_step or mon.closed:  # inside a batch it counts with the step; after fit, not at all
@@ -85,6 +101,22 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         mon.current_step.loss = loss
         mon.end_step()
         self._last_end = time.perf_counter()
+        if self.trackers is not None:
+            self.trackers.drain()  # steps the writer has finished (a step or two behind)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor is not None and not trainer.sanity_checking and not self.monitor.closed:
+            self._eval_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        mon, t0 = self.monitor, self._eval_t0
+        self._eval_t0 = None
+        if mon is None or t0 is None or mon.closed:
+            return
+        now = time.perf_counter()
+        mon.record_evaluation(now - t0)
+        if self._last_end is not None:
+            self._last_end = now  # the next batch's wait starts after the validation
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         mon = self.monitor
@@ -100,6 +132,8 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
             self._close()
 
     def _close(self) -> None:
+        if self.trackers is not None:
+            self.trackers.finish()
         if self._restore is not None:
             self._restore()
             self._restore = None

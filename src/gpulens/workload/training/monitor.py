@@ -279,6 +279,29 @@ class TrainingMonitor:
         finally:
             self._queue.append(("ckpt", t0, self._perf()))
 
+    @contextmanager
+    def evaluation(self) -> Iterator[None]:
+        """Time an evaluation run between steps: its own phase (`train_eval_seconds`), neither part
+        of a step nor data wait of the next one."""
+        if self._in_step:
+            raise MonitorUsageError("mon.evaluation() was used inside a step.", hint="Evaluate after the `with mon.step():` block.")
+        t0 = self._perf()
+        try:
+            yield
+        finally:
+            self._add_evaluation(t0, self._perf())
+
+    def record_evaluation(self, seconds: float) -> None:
+        """An evaluation that just ended after `seconds`, measured by the caller (framework callbacks)."""
+        now = self._perf()
+        self._add_evaluation(now - max(0.0, seconds), now)
+
+    def _add_evaluation(self, t0: float, t1: float) -> None:
+        if self._closed:
+            raise MonitorUsageError("An evaluation was recorded after mon.close().", hint="Evaluate while the monitor is open.")
+        self._wait_t0 = None  # the wait measured before the evaluation is not the next step's
+        self._queue.append(("eval", self._step_index, t0, t1))
+
     # ------------------------------------------------------------ for framework callbacks
     def begin_step(self, samples: int | None = None, tokens: int | None = None) -> StepContext:
         """Open a step without a `with` block (for callbacks with separate begin/end hooks)."""

@@ -186,6 +186,9 @@ class StepWriter:
             elif kind == "loss":
                 q.popleft()
                 self._add_loss(item[1], item[2])
+            elif kind == "eval":
+                q.popleft()
+                self._add_evaluation(item[1], item[2], item[3])
             else:  # ("event", kind, t, data)
                 q.popleft()
                 self._guard(lambda it=item: self.store.event(it[1], it[2], self.labels, it[3]))
@@ -239,6 +242,14 @@ class StepWriter:
         rec.checkpoint_s = (rec.checkpoint_s or 0.0) + seconds
         rec.step_s = (rec.step_s or 0.0) + seconds
         rec.t_end = self._wall_of(t1)
+
+    def _add_evaluation(self, steps_before: int, t0: float, t1: float) -> None:
+        """An evaluation run: a sample of its own and an event; the steps around it are untouched."""
+        seconds, t = t1 - t0, self._wall_of(t1)
+        data = {"seconds": seconds, "t_start": self._wall_of(t0), "after_step": steps_before - 1 if steps_before else None,
+                "pid": os.getpid(), "rank": int(self.labels.get("rank", 0))}
+        self._guard(lambda: self.store.write(N.TRAIN_EVAL_SECONDS, self.labels, t, seconds))
+        self._guard(lambda: self.store.event(N.EV_TRAIN_EVAL, t, self.labels, data))
 
     def _add_loss(self, t: float, loss: Any) -> None:
         value = _to_float(loss)
