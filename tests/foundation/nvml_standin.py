@@ -49,7 +49,12 @@ class ProbeNvml:
         monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: SimpleNamespace(index=i))
         device("nvmlDeviceGetName", lambda h: v("name"))
         device("nvmlDeviceGetUUID", lambda h: v("uuid")[:-1] + str(h.index))
-        device("nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(**v("memory_info")))
+        device("nvmlDeviceGetMemoryInfo", lambda h, version=None: SimpleNamespace(**v("memory_info")))  # the probe has v1 only
+        monkeypatch.setattr(pynvml, "nvmlSystemGetDriverVersion", lambda: v("driver"))
+        device("nvmlDeviceGetEncoderUtilization", lambda h: list(v("encoder_util")))
+        device("nvmlDeviceGetDecoderUtilization", lambda h: list(v("decoder_util")))
+        device("nvmlDeviceGetPcieReplayCounter", lambda h: v("pcie_replay_counter"))
+        device("nvmlDeviceGetFieldValues", lambda h, ids: v("field_values"))  # not probed: NOT_SUPPORTED
         device("nvmlDeviceGetEnforcedPowerLimit", lambda h: v("enforced_power_limit_mw"))
         device("nvmlDeviceGetMaxClockInfo", lambda h, c: v("max_clock_sm") if c == pynvml.NVML_CLOCK_SM else v("max_clock_mem"))
         device("nvmlDeviceGetClockInfo", lambda h, c: v("clock_sm") if c == pynvml.NVML_CLOCK_SM else v("clock_mem"))
@@ -82,6 +87,7 @@ class ProbeNvml:
         monkeypatch.setattr(pynvml, "nvmlGpmSampleFree", lambda s: None)
         gpm = v("gpm_under_load")
         by_id = {
+            pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: gpm["gpm_graphics_util"],
             pynvml.NVML_GPM_METRIC_SM_UTIL: gpm["gpm_sm_util"],
             pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: gpm["gpm_sm_occupancy"],
             pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: gpm["gpm_any_tensor_util"],

@@ -22,6 +22,7 @@ from gpulens.errors import BadInputError
 from gpulens.export.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
 from gpulens.export.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
+from gpulens.k8s.attribution import DeviceAttribution
 from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
 from gpulens.pipeline.sinks import (
     ColocationWatch,
@@ -70,6 +71,9 @@ class NodeConfig:
     scrape_seconds: float = 5.0
     record_to: IO[str] | None = None  # a gpulens recording of every frame
     view: Callable[[Frame], None] | None = None  # called with every frame (top)
+    # the kubelet's pod-resources socket: `pod` / `namespace` / `container` labels on GPU series
+    pod_resources_socket: str | None = None
+    pod_resources_seconds: float = 10.0
 
 
 @dataclass
@@ -137,7 +141,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
     if store is None and config.store_path is not None:
         store = Store(config.store_path)
     host = config.host or socket.gethostname()
-    readings = LatestReadings(host=host)
+    attribution = DeviceAttribution() if config.pod_resources_socket else None
+    readings = LatestReadings(host=host, gpus=backend.gpus(), attribution=attribution)
     sinks: list[Sink] = []
     trace_events = store_sink = None
     try:
