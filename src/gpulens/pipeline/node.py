@@ -27,6 +27,7 @@ from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
 from gpulens.pipeline.sinks import (
     ColocationWatch,
     EvaluatorSink,
+    PodResourcesSink,
     ReadingsSink,
     RecorderSink,
     ScrapeSink,
@@ -158,6 +159,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             store_sink = StoreSink(store, host=host, keep_seconds=config.keep_seconds, gpu_models=models)
             sinks.append(store_sink)
         sinks.append(ReadingsSink(readings))
+        if attribution is not None:
+            sinks.append(_pod_resources_sink(config, attribution))
         if config.record_to is not None:
             sinks.append(RecorderSink(config.record_to, backend))
         if config.view is not None:
@@ -193,6 +196,18 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
         if store is not None and owns_store:
             store.close()
         raise
+
+
+def _pod_resources_sink(config: NodeConfig, attribution: DeviceAttribution) -> Sink:
+    from gpulens.k8s.podresources import PodResourcesClient, PodResourcesPoller
+
+    client = PodResourcesClient(config.pod_resources_socket or "")
+    try:
+        attribution.replace(client.list_devices())  # a wrong socket fails here, at once
+    except BaseException:
+        client.close()
+        raise
+    return PodResourcesSink(PodResourcesPoller(client, attribution), config.pod_resources_seconds)
 
 
 def _alert_runtime(store: Store, cfg: AlertsConfig) -> Any:
