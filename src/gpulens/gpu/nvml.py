@@ -100,6 +100,7 @@ class NvmlBackend:
         self._xid_lock = threading.Lock()
         self._stop = threading.Event()
         self._xid_thread: threading.Thread | None = None
+        self.xid_watch_gpus: list[int] = []  # the GPUs whose XID events are registered
         if watch_xid:
             self._start_xid_watch()
 
@@ -174,6 +175,7 @@ class NvmlBackend:
             return
         if not registered:
             return
+        self.xid_watch_gpus = registered
         uuid_by_handle = {id(h): self._infos[i] for i, h in enumerate(self._handles)}
 
         def watch() -> None:
