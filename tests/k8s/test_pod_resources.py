@@ -74,6 +74,23 @@ def test_agent_series_carry_the_pod_that_holds_the_gpu(kubelet, tmp_path, names)
         assert [(s.labels["pid"], s.labels["pod"], s.labels["namespace"]) for s in proc] == [("4242", "trainer-0", "ml")]
 
 
+def test_a_mig_device_given_to_a_pod_labels_its_gpu_instance(kubelet):
+    # NVIDIA's device plugin with the "mixed" MIG strategy hands out MIG devices by their own UUID
+    fake = FakeBackend(gpus=2)
+    fake.enable_mig(1, ["3g.71gb", "1g.18gb"])
+    mig_uuid = fake.sample()[1].mig_instances[1].uuid
+    kubelet.pods = [kubelet.pod("serve", "small-llm", {"engine": {"nvidia.com/mig-1g.18gb": [mig_uuid]}})]
+    node = build_node(NodeConfig(backend=fake, store_path=None, alerts=None, listen=("127.0.0.1", free_port()),
+                                 metric_names="dcgm", pod_resources_socket=kubelet.socket))
+    try:
+        node.loop.tick()
+        fams = _scrape(node.metrics_url)
+    finally:
+        node.close()
+    fb = {(s.labels["gpu"], s.labels.get("GPU_I_PROFILE", ""), s.labels.get("pod", "")) for s in fams["DCGM_FI_DEV_FB_USED"].samples}
+    assert fb == {("0", "", ""), ("1", "", ""), ("1", "3g.71gb", ""), ("1", "1g.18gb", "small-llm")}
+
+
 def test_without_attribution_the_labels_are_not_there(tmp_path):
     fake = FakeBackend(gpus=1)
     node = build_node(NodeConfig(backend=fake, store_path=None, alerts=None, listen=("127.0.0.1", free_port())))
