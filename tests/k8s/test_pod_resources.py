@@ -109,6 +109,17 @@ def test_a_socket_nobody_serves_is_one_clear_sentence(tmp_path):
     assert e.value.exit_code == 3 and "Mount /var/lib/kubelet/pod-resources" in str(e.value)
 
 
+def test_the_agent_command_says_what_to_mount(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "agent", "--backend", "fake", "--listen", "off",
+                           "--store", str(tmp_path / "s.db"), "--duration", "1s", "--pod-resources", str(tmp_path / "none.sock")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "pod-resources API" in done.stderr and "Mount /var/lib/kubelet/pod-resources" in done.stderr
+
+
 def test_poller_keeps_the_last_answer_while_the_kubelet_is_away(kubelet):
     kubelet.pods = [kubelet.pod("ml", "trainer-0", {"main": {"nvidia.com/gpu": [GPU0]}})]
     att = DeviceAttribution()
