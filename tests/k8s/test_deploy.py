@@ -104,15 +104,20 @@ def test_the_prometheus_rule_is_the_exported_rules(tmp_path):
 
 
 def _run_agent(args: list[str], tmp_path: Path, *, port: int, extra_env: dict | None = None) -> str:
-    """Run `gpulens <args>` (with NVML swapped for the fake backend) until its first scrape; return that."""
+    """Run `gpulens <args>` (with NVML swapped for the fake backend) until a scrape shows its first
+    sample (the server is up a moment before the first sample lands); return that scrape."""
     cmd = [sys.executable, "-m", "gpulens.cli.main", *[a.replace("nvml", "fake:2") for a in args], "--duration", "30s"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
                             env={**os.environ, **(extra_env or {})})
     try:
-        for _ in range(60):
+        deadline = time.monotonic() + 45  # a loaded CI machine takes seconds to import and start
+        while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                    return r.read().decode()
+                    text = r.read().decode()
+                if "gpu_up{" in text:
+                    return text
+                time.sleep(0.1)
             except OSError:
                 if proc.poll() is not None:
                     break
