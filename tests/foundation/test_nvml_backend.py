@@ -63,6 +63,22 @@ def test_dcgm_parity_fields_read_from_nvml(nvml):
         be.close()
 
 
+def test_mig_instances_are_read_per_mig_device(nvml):
+    nvml.mig[1] = ["3g.71gb", "1g.18gb"]
+    be = NvmlBackend(watch_xid=False)
+    try:
+        be.sample()
+        s0, s1 = be.sample()
+        assert s0.mig_instances is None and s0.tensor_active_ratio is not None
+        assert s1.mig_mode is True and s1.tensor_active_ratio is None  # in MIG mode: GPM per instance only
+        got = [(m.gpu_instance_id, m.profile, m.uuid, m.memory_total_bytes) for m in s1.mig_instances]
+        assert got == [(1, "3g.71gb", "MIG-1-0", 71e9), (2, "1g.18gb", "MIG-1-1", 18e9)]
+        gpm = nvml.probe["gpm_under_load"]["value"]
+        assert s1.mig_instances[1].tensor_active_ratio == pytest.approx(gpm["gpm_any_tensor_util"] / 100)
+    finally:
+        be.close()
+
+
 def test_gpm_metrics_arrive_from_the_second_sample(nvml):
     be = NvmlBackend(watch_xid=False)
     try:
