@@ -114,7 +114,6 @@ class ProbeNvml:
             pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: gpm["gpm_dram_bw_util"],
         }
 
-
         def metrics_get(req):
             for k in range(req.numMetrics):
                 req.metrics[k].value = by_id[req.metrics[k].metricId]
