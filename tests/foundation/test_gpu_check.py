@@ -160,6 +160,19 @@ def test_oom_and_overhead_arithmetic():
         overhead_ratio([], [1.0])
 
 
+def test_the_monitor_phase_runs_its_code_on_a_cpu():
+    """The overhead phase's own code (model, alternating blocks, the monitor's records) on the CPU,
+    tiny; the figures themselves only mean something on a GPU."""
+    pytest.importorskip("torch")
+    from gpulens.gpucheck.torch_checks import monitor_overhead
+
+    got = monitor_overhead(blocks=2, steps_per_block=4, width=16, batch=8, device="cpu")
+    assert got["steps_recorded"] == 8 and len(got["bare_block_seconds"]) == len(got["monitored_block_seconds"]) == 2
+    assert got["cuda_timing_ok"] is None and got["gpu_step_seconds_measured"] is None
+    assert isinstance(got["overhead_ratio"], float) and got["gpu_step_seconds_recorded_median"] > 0
+    json.dumps(got)  # goes into the JSON report as it is
+
+
 @pytest.mark.skipif(nvidia_driver_present(), reason="a driver is present: the real check runs instead (gpu test)")
 def test_on_a_cpu_machine_it_says_so_and_exits_0(tmp_path):
     done = subprocess.run([sys.executable, "-m", "gpulens.gpucheck", "--out", str(tmp_path / "r.json")],

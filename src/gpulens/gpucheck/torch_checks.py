@@ -23,10 +23,10 @@ def overhead_ratio(bare_seconds: list[float], monitored_seconds: list[float]) ->
     return statistics.median(monitored_seconds) / statistics.median(bare_seconds) - 1.0
 
 
-def _model(torch: Any, width: int) -> tuple[Any, Any, Any]:
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width)).cuda()
+def _model(torch: Any, width: int, batch: int, device: str) -> tuple[Any, Any, Any]:
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(1024, width, device="cuda")  # fp32: a few ms a step on an H200, GPU-bound like real training
+    x = torch.randn(batch, width, device=device)
     return model, opt, x
 
 
@@ -38,44 +38,49 @@ def _step(model: Any, opt: Any, x: Any) -> Any:
     return loss
 
 
-def monitor_overhead(*, blocks: int = 6, steps_per_block: int = 200, width: int = 4096,
-                     clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+def monitor_overhead(*, blocks: int = 6, steps_per_block: int = 200, width: int = 4096, batch: int = 1024,
+                     device: str = "cuda", clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Alternating blocks of the bare loop and the monitored loop; each block ends with one
-    synchronize (as a real loop does at logging time), never per step."""
+    synchronize (as a real loop does at logging time), never per step. The default model is fp32 and
+    takes a few ms a step on an H200: GPU-bound, as real training is. `device="cpu"` runs the same
+    code without CUDA events (how the tests exercise it)."""
     import torch
 
     from gpulens.workload.training.monitor import TrainingMonitor
 
-    model, opt, x = _model(torch, width)
-    for _ in range(20):  # warm-up: cuBLAS handles, allocator pools
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    model, opt, x = _model(torch, width, batch, device)
+    for _ in range(min(20, steps_per_block)):  # warm-up: cuBLAS handles, allocator pools
         _step(model, opt, x)
-    torch.cuda.synchronize()
-    # the GPU time of one step, measured directly (events around a synchronized block)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps_per_block):
-        _step(model, opt, x)
-    end.record()
-    end.synchronize()
-    gpu_step_s = start.elapsed_time(end) / 1000 / steps_per_block
+    sync()
+    gpu_step_s = None
+    if cuda:  # the GPU time of one step, measured directly (events around a synchronized block)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps_per_block):
+            _step(model, opt, x)
+        end.record()
+        end.synchronize()
+        gpu_step_s = start.elapsed_time(end) / 1000 / steps_per_block
     records: list[Any] = []
     bare: list[float] = []
     monitored: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        mon = TrainingMonitor("gpu-check", Path(tmp) / "check.db", cuda_timing=True, rank=0, world_size=1)
+        mon = TrainingMonitor("gpu-check", Path(tmp) / "check.db", cuda_timing=cuda, rank=0, world_size=1)
         mon.on_step(records.append)
         try:
             for _ in range(blocks):
                 t0 = clock()
                 for _ in range(steps_per_block):
                     _step(model, opt, x)
-                torch.cuda.synchronize()
+                sync()
                 bare.append(clock() - t0)
                 t0 = clock()
                 for _ in range(steps_per_block):
                     with mon.step(samples=x.shape[0]):
                         _step(model, opt, x)
-                torch.cuda.synchronize()
+                sync()
                 monitored.append(clock() - t0)
             mon.flush()
         finally:
@@ -84,6 +89,7 @@ def monitor_overhead(*, blocks: int = 6, steps_per_block: int = 200, width: int 
     ratio = overhead_ratio(bare, monitored)
     recorded_step_s = statistics.median(compute) if compute else None
     return {
+        "device": device,
         "steps_per_block": steps_per_block,
         "blocks": blocks,
         "bare_block_seconds": bare,
@@ -94,7 +100,8 @@ def monitor_overhead(*, blocks: int = 6, steps_per_block: int = 200, width: int 
         "gpu_step_seconds_measured": gpu_step_s,
         "gpu_step_seconds_recorded_median": recorded_step_s,
         # CUDA events around each step: with no per-step sync they still time the GPU's work
-        "cuda_timing_ok": recorded_step_s is not None and abs(recorded_step_s - gpu_step_s) <= 0.25 * gpu_step_s,
+        "cuda_timing_ok": (recorded_step_s is not None and gpu_step_s is not None
+                           and abs(recorded_step_s - gpu_step_s) <= 0.25 * gpu_step_s) if cuda else None,
     }
 
 
