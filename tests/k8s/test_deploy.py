@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testlib import free_port, which_or_skip
+from testlib import free_port, import_or_skip, which_or_skip
 
-pytest.importorskip("helm_python", reason="rendering the chart needs helm-python-sdk (the dev extra)")
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="the schemas come with kubernetes-validate (the dev extra)")
+import_or_skip("helm_python", "rendering the chart needs helm-python-sdk (the dev extra)")
+kubernetes_validate = import_or_skip("kubernetes_validate", "the schemas come with kubernetes-validate (the dev extra)")
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from testlib import free_port
+from testlib import free_port, import_or_skip
 
-pytest.importorskip("grpc", reason="pod attribution needs grpcio (the k8s extra)")
+import_or_skip("grpc", "pod attribution needs grpcio (the k8s extra)")
 
 from gpulens.errors import BackendUnavailableError  # noqa: E402
 from gpulens.gpu import FakeBackend  # noqa: E402
