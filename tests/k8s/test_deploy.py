@@ -1,6 +1,7 @@
 """deploy/: the Helm chart rendered by Helm's own engine (helm-python-sdk binds Helm's Go SDK), every
 manifest validated against the Kubernetes schemas (kubernetes-validate ships them: offline), the
-PrometheusRule's rules by promtool, the plain manifests and the rules file kept equal to what they are
+ServiceMonitor and PrometheusRule against models generated from the Prometheus Operator's CRDs
+(cloudcoil-models-prometheus-operator), the PrometheusRule's rules by promtool, the plain manifests and the rules file kept equal to what they are
 generated from, and the agent command lines of the DaemonSet, the image and the systemd unit run for
 real (with the fake backend in place of NVML)."""
 
@@ -22,6 +23,8 @@ from testlib import free_port, import_or_skip, which_or_skip
 
 import_or_skip("helm_python", "rendering the chart needs helm-python-sdk (the dev extra)")
 kubernetes_validate = import_or_skip("kubernetes_validate", "the schemas come with kubernetes-validate (the dev extra)")
+operator_models = import_or_skip("cloudcoil.models.prometheus_operator.v1",
+                                 "the Prometheus Operator's CRD models (cloudcoil-models-prometheus-operator, the dev extra)")
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -39,6 +42,13 @@ VARIANTS = {
     "operator selector labels": {"serviceMonitor": {"labels": {"release": "kube-prometheus-stack"}},
                                  "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}}},
 }
+
+
+def validate_crd(doc: dict) -> None:
+    """A Prometheus Operator object against its CRD's model. The models ignore unknown fields, so the
+    object must also come back unchanged from a round trip: a misspelled field would be dropped."""
+    model = getattr(operator_models, doc["kind"]).model_validate(doc)
+    assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == doc, f"{doc['kind']} has fields its CRD does not"
 
 
 def _docs(rendered: dict[str, str]) -> list[dict]:
@@ -59,7 +69,8 @@ def test_every_rendered_manifest_is_valid(variant, tmp_path):
     kinds = sorted(d["kind"] for d in docs)
     for d in docs:
         if (d["apiVersion"], d["kind"]) in CRD_KINDS:
-            continue  # not in the Kubernetes schemas: checked below against what they point at
+            validate_crd(d)  # not in the Kubernetes schemas: the operator's own
+            continue
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)  # raises ValidationError naming the field
     by_kind = {d["kind"]: d for d in docs}
     ds = by_kind["DaemonSet"]
@@ -87,6 +98,16 @@ def test_a_bad_value_is_caught_by_the_schemas():
     ds = next(d for d in _docs(render_manifests.render({"port": "http"})) if d["kind"] == "DaemonSet")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+
+
+def test_a_bad_operator_object_is_caught():
+    sm = next(d for d in _docs(render_manifests.render()) if d["kind"] == "ServiceMonitor")
+    typo = {**sm, "spec": {**sm["spec"], "endpoints": [{"portt": "metrics"}]}}
+    with pytest.raises(AssertionError, match="fields its CRD does not"):
+        validate_crd(typo)
+    with pytest.raises(ValueError):  # pydantic's ValidationError: an interval that is not a duration
+        validate_crd(next(d for d in _docs(render_manifests.render({"serviceMonitor": {"interval": "often"}}))
+                          if d["kind"] == "ServiceMonitor"))
 
 
 def test_plain_manifests_are_the_chart_rendered():
