@@ -90,14 +90,25 @@ def test_every_rendered_manifest_is_valid(variant, tmp_path):
 
 
 def test_a_bad_value_is_caught_by_the_schemas():
-    """The validation can fail: a misspelled toleration field (strict) and a port that is not a number."""
+    """The validation can fail: a misspelled toleration field (strict), a container port that is not a
+    number (set in the rendered object: the chart's own values schema would refuse it earlier)."""
     ds = next(d for d in _docs(render_manifests.render({"tolerations": [{"key": "x", "operater": "Exists"}]}))
               if d["kind"] == "DaemonSet")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
-    ds = next(d for d in _docs(render_manifests.render({"port": "http"})) if d["kind"] == "DaemonSet")
+    ds = next(d for d in _docs(render_manifests.render()) if d["kind"] == "DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("values", "where"), [({"metricNames": "prom"}, "/metricNames"), ({"port": 70000}, "/port"),
+                                               ({"interval": "fast"}, "/interval")])
+def test_the_charts_values_schema_names_the_bad_value(values, where):
+    from helm_python.errors import HelmValuesError
+
+    with pytest.raises(HelmValuesError, match=where):
+        render_manifests.render(values)
 
 
 def test_a_bad_operator_object_is_caught():
