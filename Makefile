@@ -56,3 +56,11 @@ lint: $(VENV)/.test-stamp
 
 clean:
 	rm -rf $(VENV) .gpulens .pytest_cache
+
+# On a machine with an NVIDIA GPU: every NVML field against nvidia-smi, the training monitor on a
+# real CUDA loop, a forced OOM, GPM and XID registration; one JSON report (about 1 minute, under 4).
+# On a CPU machine it says so and exits 0. Torch with CUDA: make gpu-check TORCH_SPEC=torch.
+.PHONY: gpu-check
+gpu-check: $(VENV)/.run-stamp
+	$(PIP) '$(TORCH_SPEC)'
+	$(PY) -m gpulens.gpucheck --out gpu-check.json

@@ -31,3 +31,14 @@ def which_or_skip(binary: str) -> str:
             pytest.fail(f"{binary} is not installed; .ci/run should install it")
         pytest.skip(f"{binary} is not installed (run .ci/run or apt-get install it)")
     return path
+
+
+def import_or_skip(module: str, why: str):
+    """pytest.importorskip, except under CI, where a missing test dependency fails the test (the set-up
+    should have installed it) instead of letting the test pass by skipping."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{module} is not installed under CI: {why}")
+        pytest.skip(f"{module} is not installed: {why}")

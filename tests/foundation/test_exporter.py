@@ -20,7 +20,7 @@ def _exposition(metric_names="gpulens", store=None, faults=True) -> tuple[str, l
     if faults:
         fake.throttle(1, "hw_thermal")
         fake.inject_xid(1, 79)
-    readings = LatestReadings(host="node-a")
+    readings = LatestReadings(host="node-a", gpus=fake.gpus())
     samples = fake.sample()
     readings.update(samples)
     for ev in fake.drain_xid_events():
@@ -47,8 +47,10 @@ def test_dcgm_exposition_differs_from_promtool_only_in_dcgm_exporters_own_label_
     result = _promtool_check(text)
     problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert problems, "expected promtool to note the camelCase labels"
-    # ... and that DCGM's counters keep their own names (no `_total`): they are typed counter all the same
-    lint = ("label names should be written in 'snake_case'", 'counter metrics should have "_total" suffix')
+    # ... and that DCGM's counters keep their own names (no `_total`, DCGM_FI_DEV_PCIE_REPLAY_COUNTER):
+    # they are typed counter all the same
+    lint = ("label names should be written in 'snake_case'", 'counter metrics should have "_total" suffix',
+            "metric name should not include type 'counter'")
     assert all(p.startswith("DCGM_") and any(x in p for x in lint) for p in problems), problems
     types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
     assert types["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter"
@@ -78,7 +80,10 @@ def test_dcgm_names_and_units():
     assert util["0"] == pytest.approx(samples[0].utilization_gpu_ratio * 100)
     fb = fams["DCGM_FI_DEV_FB_USED"].samples[0]
     assert fb.value == pytest.approx(samples[0].memory_used_bytes / 2**20)
-    assert set(fb.labels) == {"gpu", "UUID", "modelName", "Hostname"}
+    # dcgm-exporter's labels; the host under both spellings (its HEAD renamed Hostname to hostname)
+    assert fb.labels == {"gpu": "0", "UUID": samples[0].uuid, "modelName": "NVIDIA H200", "Hostname": "node-a",
+                         "hostname": "node-a", "pci_bus_id": "00000000:01:00.0", "device": "nvidia0",
+                         "DCGM_FI_DRIVER_VERSION": "580.159.04"}
     assert {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples} == {"0": 0.0, "1": 79.0}
     assert fams["DCGM_FI_DEV_SM_CLOCK"].samples[0].value == pytest.approx(samples[0].sm_clock_hz / 1e6)
 

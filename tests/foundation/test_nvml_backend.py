@@ -42,6 +42,43 @@ def test_readings_in_base_units(nvml):
         be.close()
 
 
+def test_dcgm_parity_fields_read_from_nvml(nvml):
+    """The fields added for dcgm-exporter parity, from the H200's answers; what it did not answer is None."""
+    be = NvmlBackend(watch_xid=False)
+    try:
+        p = nvml.probe
+        info = be.gpus()[0]
+        assert info.driver_version == p["driver"]["value"] and info.pci_bus_id == p["pci_info"]["value"]["busId"]
+        s = be.sample()[0]
+        assert s.utilization_encoder_ratio == p["encoder_util"]["value"][0] / 100
+        assert s.utilization_decoder_ratio == p["decoder_util"]["value"][0] / 100
+        assert s.memory_free_bytes == p["memory_info"]["value"]["free"]
+        assert s.pcie_replay_total == p["pcie_replay_counter"]["value"]
+        # not probed on that H200 (field values) or not there (NVLink on a lone GPU): absent, not zero
+        assert s.memory_temperature_celsius is None and s.nvlink_bytes_total is None
+        assert s.mig_instances is None
+        s = be.sample()[0]
+        assert s.graphics_active_ratio == pytest.approx(p["gpm_under_load"]["value"]["gpm_graphics_util"] / 100)
+    finally:
+        be.close()
+
+
+def test_mig_instances_are_read_per_mig_device(nvml):
+    nvml.mig[1] = ["3g.71gb", "1g.18gb"]
+    be = NvmlBackend(watch_xid=False)
+    try:
+        be.sample()
+        s0, s1 = be.sample()
+        assert s0.mig_instances is None and s0.tensor_active_ratio is not None
+        assert s1.mig_mode is True and s1.tensor_active_ratio is None  # in MIG mode: GPM per instance only
+        got = [(m.gpu_instance_id, m.profile, m.uuid, m.memory_total_bytes) for m in s1.mig_instances]
+        assert got == [(1, "3g.71gb", "MIG-1-0", 71e9), (2, "1g.18gb", "MIG-1-1", 18e9)]
+        gpm = nvml.probe["gpm_under_load"]["value"]
+        assert s1.mig_instances[1].tensor_active_ratio == pytest.approx(gpm["gpm_any_tensor_util"] / 100)
+    finally:
+        be.close()
+
+
 def test_gpm_metrics_arrive_from_the_second_sample(nvml):
     be = NvmlBackend(watch_xid=False)
     try:

@@ -118,6 +118,23 @@ def test_record_then_replay_round_trip(tmp_path):
     assert [e.xid for e in rb.drain_xid_events()] == [48]
 
 
+def test_a_recording_keeps_mig_instances_and_the_dcgm_labels(tmp_path):
+    fake = FakeBackend(gpus=2, clock=iter(range(100, 200)).__next__)
+    fake.enable_mig(1, ["3g.71gb", "1g.18gb"])
+    buf = io.StringIO()
+    rec = Recorder(buf, fake)
+    frame = fake.sample()
+    rec.write_samples(frame)
+    path = tmp_path / "rec.jsonl"
+    path.write_text(buf.getvalue())
+    rb = ReplayBackend(path)
+    assert [(g.pci_bus_id, g.minor_number, g.driver_version) for g in rb.gpus()] == \
+        [(g.pci_bus_id, g.minor_number, g.driver_version) for g in fake.gpus()]
+    back = rb.sample()
+    assert back[0].mig_instances is None
+    assert back[1].mig_instances == frame[1].mig_instances and len(back[1].mig_instances) == 2
+
+
 def test_import_trace_stores_every_value_once(store, h200_trace):
     summary = import_trace(h200_trace, store)
     assert summary.gpu_frames == 995

@@ -44,6 +44,8 @@ def agent_command(
     keep_raw: str = typer.Option("8d", "--keep-raw", help="How long raw samples are kept (1-minute and 1-hour roll-ups are kept 90 days and 2 years)."),
     scrape: list[str] = typer.Option([], "--scrape", help="A serving engine's /metrics (vLLM, TGI, Triton) to read every 5 s into the inference series. Repeatable."),
     service: str = typer.Option("default", "--service", help="Service label for what --scrape reads."),
+    host: str = typer.Option(None, "--host", help="The host label of every series. Default: this machine's name (in a Kubernetes pod, pass the node name)."),
+    pod_resources: str = typer.Option(None, "--pod-resources", help="The kubelet's pod-resources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock): adds pod, namespace and container labels to GPU series. Needs gpulens[k8s]."),
 ) -> None:
     """Sample GPUs every interval into the store and serve Prometheus metrics.
 
@@ -76,6 +78,8 @@ def agent_command(
         alerts=AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify)),
         scrape_urls=list(scrape),
         scrape_service=service,
+        pod_resources_socket=pod_resources,
+        host=host,
     )
     node = build_node(config)
     install_stop_handlers(node.loop.stop_event)

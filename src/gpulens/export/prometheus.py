@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpulens.export.readings import LatestReadings
 from gpulens.gpu.metrics import (
+    DCGM_HELP,
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_METRICS,
     GPU_PROCESS_COUNT,
@@ -32,10 +33,12 @@ from gpulens.gpu.metrics import (
     GPU_XID_LAST,
     GPU_XID_TOTAL,
     METRICS_BY_NAME,
+    MIG_METRICS,
     gpu_labels,
     sample_values,
 )
 from gpulens.gpu.types import GpuSample
+from gpulens.k8s.attribution import POD_LABELS
 from gpulens.store import Store
 from gpulens.store.types import SeriesKey
 from gpulens.workload import names as wn
@@ -55,11 +58,24 @@ RESERVED_LABELS = frozenset({"job", "instance"})
 
 
 class GpuCollector:
-    """Yields GPU metric families from `LatestReadings` at each scrape."""
+    """Yields GPU metric families from `LatestReadings` at each scrape.
+
+    With pod attribution on (`readings.attribution`), every GPU and process series also carries
+    `pod`, `namespace` and `container`: one series per container that holds the GPU ("" for none)."""
 
     def __init__(self, readings: LatestReadings, metric_names: MetricNames = "gpulens"):
         self.readings = readings
         self.metric_names = metric_names
+
+    def _holders(self, device_id: str) -> list[dict[str, str]]:
+        """The pod label sets of one device: [{}] without attribution, one per holding container with it."""
+        att = self.readings.attribution
+        if att is None:
+            return [{}]
+        return [c.labels() for c in att.containers(device_id)] or [dict.fromkeys(POD_LABELS, "")]
+
+    def _base_names(self) -> list[str]:
+        return ["gpu", "uuid", "model", "host", *(POD_LABELS if self.readings.attribution is not None else ())]
 
     def collect(self) -> Iterator[Metric]:
         samples, xids, xid_last = self.readings.snapshot()
@@ -69,9 +85,9 @@ class GpuCollector:
             return
         families: dict[str, Metric] = {}
         extra_label_names: dict[str, list[str]] = {}
-        base_names = ["gpu", "uuid", "model", "host"]
+        base_names = self._base_names()
         for s in samples:
-            base = gpu_labels(s, self.readings.host)
+            holders = self._holders(s.uuid)
             for name, extra, value in sample_values(s):
                 fam = families.get(name)
                 if fam is None:
@@ -84,14 +100,16 @@ class GpuCollector:
                     else:
                         fam = GaugeMetricFamily(name, help_text, labels=labels)
                     families[name] = fam
-                fam.add_metric([base[k] for k in base_names] + [extra[k] for k in extra_label_names[name]], value)  # type: ignore[attr-defined]
+                for pod in holders:
+                    base = {**gpu_labels(s, self.readings.host), **pod}
+                    fam.add_metric([base[k] for k in base_names] + [extra[k] for k in extra_label_names[name]], value)  # type: ignore[attr-defined]
         yield from families.values()
         yield self._xid_counter(samples, xids)
-        base_names = ["gpu", "uuid", "model", "host"]
         last = GaugeMetricFamily(GPU_XID_LAST, _HELP_EXTRA[GPU_XID_LAST], labels=base_names)
         for s in samples:
-            b = gpu_labels(s, self.readings.host)
-            last.add_metric([b[k] for k in base_names], float(xid_last.get(s.gpu, 0)))
+            for pod in self._holders(s.uuid):
+                b = {**gpu_labels(s, self.readings.host), **pod}
+                last.add_metric([b[k] for k in base_names], float(xid_last.get(s.gpu, 0)))
         yield last
         if self.readings.source_time is not None:
             src = GaugeMetricFamily(
@@ -101,45 +119,76 @@ class GpuCollector:
             yield src
 
     def _xid_counter(self, samples: list, xids: dict[tuple[int, int], int]) -> Metric:
-        base_names = ["gpu", "uuid", "model", "host"]
+        base_names = self._base_names()
         xid_total = CounterMetricFamily(GPU_XID_TOTAL, _HELP_EXTRA[GPU_XID_TOTAL], labels=base_names + ["xid"])
-        by_gpu = {s.gpu: gpu_labels(s, self.readings.host) for s in samples}
+        by_gpu = {s.gpu: s for s in samples}
         for (gpu, xid), n in sorted(xids.items()):
-            b = by_gpu.get(gpu)
-            if b:
+            s = by_gpu.get(gpu)
+            if s is None:
+                continue
+            for pod in self._holders(s.uuid):
+                b = {**gpu_labels(s, self.readings.host), **pod}
                 xid_total.add_metric([b[k] for k in base_names] + [str(xid)], float(n))
         return xid_total
 
     def _up_and_xids(self, samples: list, xids: dict[tuple[int, int], int]) -> Iterator[Metric]:
         """gpulens's own `gpu_up` and XID counter, which DCGM's names lack (its rules need them)."""
-        base_names = ["gpu", "uuid", "model", "host"]
+        base_names = self._base_names()
         up = GaugeMetricFamily(GPU_UP, _HELP_EXTRA[GPU_UP], labels=base_names)
         for s in samples:
-            b = gpu_labels(s, self.readings.host)
-            up.add_metric([b[k] for k in base_names], 0.0 if s.lost else 1.0)
+            for pod in self._holders(s.uuid):
+                b = {**gpu_labels(s, self.readings.host), **pod}
+                up.add_metric([b[k] for k in base_names], 0.0 if s.lost else 1.0)
         yield up
         yield self._xid_counter(samples, xids)
 
+    def _dcgm_labels(self, s: GpuSample) -> dict[str, str]:
+        """dcgm-exporter's labels for one GPU (both spellings of the host label: HEAD renamed it)."""
+        info = self.readings.infos.get(s.gpu)
+        labels = {"gpu": str(s.gpu), "UUID": s.uuid, "modelName": s.name, "Hostname": self.readings.host,
+                  "hostname": self.readings.host}
+        if info is not None:
+            if info.pci_bus_id:
+                labels["pci_bus_id"] = info.pci_bus_id
+            if info.minor_number is not None:
+                labels["device"] = f"nvidia{info.minor_number}"
+            if info.driver_version:
+                labels["DCGM_FI_DRIVER_VERSION"] = info.driver_version
+        return labels
+
     def _collect_dcgm(self, samples: list[GpuSample], xid_last: dict[int, int]) -> Iterator[Metric]:
-        names = ["gpu", "UUID", "modelName", "Hostname"]
         fams: dict[str, Metric] = {}
+
+        def add(name: str, help_text: str, counter: bool, labels: dict[str, str], value: float) -> None:
+            fam = fams.get(name)
+            if fam is None:
+                # dcgm-exporter's counters keep their names (no `_total` added): see exposition.py
+                fam = fams[name] = Metric(name, DCGM_HELP.get(name, help_text), "counter" if counter else "gauge")
+            fam.add_sample(name, labels, value)
+
         for s in samples:
             if s.lost:
                 continue
-            lv = [str(s.gpu), s.uuid, s.name, self.readings.host]
-            for m in GPU_METRICS:
-                v = getattr(s, m.field)
-                if v is None or m.dcgm_name is None:
-                    continue
-                fam = fams.get(m.dcgm_name)
-                if fam is None:
-                    # dcgm-exporter's counters keep their names (no `_total` added): see exposition.py
-                    fam = fams[m.dcgm_name] = Metric(m.dcgm_name, f"{m.help} (dcgm-exporter name and unit)", "counter" if m.is_counter else "gauge")
-                fam.add_sample(m.dcgm_name, dict(zip(names, lv, strict=True)), float(v) * m.dcgm_scale)
-            fam = fams.get("DCGM_FI_DEV_XID_ERRORS")
-            if fam is None:
-                fam = fams["DCGM_FI_DEV_XID_ERRORS"] = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error (dcgm-exporter name)", "gauge")
-            fam.add_sample("DCGM_FI_DEV_XID_ERRORS", dict(zip(names, lv, strict=True)), float(xid_last.get(s.gpu, 0)))
+            gpu_lv = self._dcgm_labels(s)
+            for pod in self._holders(s.uuid):
+                lv = {**gpu_lv, **pod}
+                for m in GPU_METRICS:
+                    v = getattr(s, m.field)
+                    if v is None or m.dcgm_name is None:
+                        continue
+                    for name, scale in ((m.dcgm_name, m.dcgm_scale), *m.dcgm_aliases):
+                        add(name, f"{m.help} (dcgm-exporter name and unit)", m.is_counter, lv, float(v) * scale)
+                add("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error (dcgm-exporter name)", False, lv,
+                    float(xid_last.get(s.gpu, 0)))
+            for mig in s.mig_instances or ():
+                # a MIG instance is its own entity: the GPU's labels plus GPU_I_ID / GPU_I_PROFILE
+                mig_lv = {**gpu_lv, "GPU_I_ID": str(mig.gpu_instance_id), "GPU_I_PROFILE": mig.profile}
+                for pod in self._holders(mig.uuid):
+                    for m in MIG_METRICS:
+                        v = getattr(mig, m.field)
+                        if v is not None and m.dcgm_name is not None:
+                            add(m.dcgm_name, f"{m.help} (dcgm-exporter name and unit)", m.is_counter, {**mig_lv, **pod},
+                                float(v) * m.dcgm_scale)
         yield from fams.values()
 
 

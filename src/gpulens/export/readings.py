@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import threading
 
-from gpulens.gpu.types import GpuSample
+from gpulens.gpu.types import GpuInfo, GpuSample
+from gpulens.k8s.attribution import DeviceAttribution
 
 
 class LatestReadings:
-    """The newest sample of each GPU and the XID counts, shared by the agent loop and the scrapes."""
+    """The newest sample of each GPU and the XID counts, shared by the agent loop and the scrapes.
 
-    def __init__(self, host: str):
+    `gpus` (the backend's static facts) give the labels a sample lacks (PCI bus id, device, driver);
+    `attribution`, when set, says which pod holds each GPU."""
+
+    def __init__(self, host: str, gpus: list[GpuInfo] | None = None, attribution: DeviceAttribution | None = None):
         self.host = host
+        self.infos: dict[int, GpuInfo] = {g.index: g for g in gpus or []}
+        self.attribution = attribution
         self._lock = threading.Lock()
         self._samples: dict[int, GpuSample] = {}
         self._xids: dict[tuple[int, int], int] = {}

@@ -9,7 +9,15 @@ from gpulens.errors import BadInputError
 from gpulens.gpu.backend import GpuBackend
 from gpulens.gpu.fake import FakeBackend
 from gpulens.gpu.replay import ReplayBackend
-from gpulens.gpu.types import ClockEvent, GpuInfo, GpuProcess, GpuSample, XidEvent, decode_clock_events
+from gpulens.gpu.types import (
+    ClockEvent,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    MigInstanceSample,
+    XidEvent,
+    decode_clock_events,
+)
 
 __all__ = [
     "ClockEvent",
@@ -18,6 +26,7 @@ __all__ = [
     "GpuInfo",
     "GpuProcess",
     "GpuSample",
+    "MigInstanceSample",
     "ReplayBackend",
     "XidEvent",
     "decode_clock_events",

@@ -9,6 +9,7 @@ Public on purpose: use it for demos and in your own tests, e.g.
     fake.throttle(0, "hw_thermal")               # clock-event reason + lower clocks
     fake.lose(1)                                 # NVML_ERROR_GPU_IS_LOST from now on
     fake.unsupported(0, "power_watts")           # NOT_SUPPORTED, as NVML says on some boards
+    fake.enable_mig(0, ["3g.71gb", "1g.18gb"])   # MIG mode with these GPU instances
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 
 from gpulens.errors import BadInputError
-from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuInfo, GpuProcess, GpuSample, XidEvent
+from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuInfo, GpuProcess, GpuSample, MigInstanceSample, XidEvent
 
 _SAMPLE_FIELDS = {f.name for f in fields(GpuSample)}
 _REASON_BITS = {name: int(bit) for bit, name in CLOCK_EVENT_LABELS.items()}
@@ -34,6 +35,8 @@ H200_LIKE = dict(
     memory_clock_max_hz=3201e6,
     power_limit_watts=700.0,
 )
+FAKE_DRIVER_VERSION = "580.159.04"  # the probed H200's driver
+_RESERVED_BYTES = 536_870_912  # what an H200's driver and firmware hold back (0.5 GiB)
 
 
 class FakeBackend:
@@ -67,6 +70,8 @@ class FakeBackend:
                 memory_clock_max_hz=H200_LIKE["memory_clock_max_hz"],  # type: ignore[arg-type]
                 power_limit_watts=H200_LIKE["power_limit_watts"],  # type: ignore[arg-type]
                 pci_bus_id=f"00000000:{i + 1:02x}:00.0",
+                minor_number=i,
+                driver_version=FAKE_DRIVER_VERSION,
             )
             for i in range(gpus)
         ]
@@ -80,6 +85,8 @@ class FakeBackend:
         self._energy_j = [0.0] * n
         self._last_t: float | None = None
         self._processes: list[list[GpuProcess]] = [[] for _ in range(n)]
+        self._mig: list[list[str] | None] = [None] * n  # MIG profiles per GPU, None: MIG off
+        self._nvlink_bytes = [0.0] * n
         self._xids: list[XidEvent] = []
         self._scheduled: list[tuple[float, Callable[[], None]]] = []
         self._t0 = clock()
@@ -150,6 +157,13 @@ class FakeBackend:
         self._remap[gpu]["pending"] = False
         self._remap[gpu]["failure"] = False
 
+    def enable_mig(self, gpu: int, profiles: list[str]) -> None:
+        """MIG mode on one GPU, with one GPU instance per profile name (e.g. "1g.18gb"); the memory
+        of each is the number before "gb"."""
+        self._check(gpu)
+        _check_mig_profiles(profiles)
+        self._mig[gpu] = list(profiles)
+
     def schedule(self, after_seconds: float, action: Callable[[], None]) -> None:
         """Run `action` at the first sample at least `after_seconds` after the backend was made."""
         self._scheduled.append((self._t0 + after_seconds, action))
@@ -191,6 +205,7 @@ class FakeBackend:
         sm_hz = info.sm_clock_max_hz * (0.5 if slowed else 0.95)  # type: ignore[operator]
         power_w = 90.0 + 560.0 * load
         self._energy_j[i] += power_w * dt
+        self._nvlink_bytes[i] += 25e9 * load * dt  # a quarter of an H200 link's 100 GB/s per direction at full load
         total = info.memory_total_bytes or 0
         r, e = self._remap[i], self._ecc[i]
         s = GpuSample(
@@ -200,9 +215,14 @@ class FakeBackend:
             name=info.name,
             utilization_gpu_ratio=round(load, 2),
             utilization_memory_copy_ratio=round(load * 0.4, 2),
+            utilization_encoder_ratio=0.0,
+            utilization_decoder_ratio=0.0,
             memory_used_bytes=float(int(total * (0.2 + 0.3 * load))),
+            memory_free_bytes=float(total - _RESERVED_BYTES - int(total * (0.2 + 0.3 * load))),
+            memory_reserved_bytes=float(_RESERVED_BYTES),
             memory_total_bytes=float(total),
             temperature_celsius=float(round(35 + 40 * load)),
+            memory_temperature_celsius=float(round(40 + 35 * load)),
             temperature_slowdown_celsius=info.temperature_slowdown_celsius,
             temperature_shutdown_celsius=info.temperature_shutdown_celsius,
             power_watts=round(power_w, 3),
@@ -216,6 +236,8 @@ class FakeBackend:
             performance_state=0,
             pcie_tx_bytes_per_second=1.0e6 * load,
             pcie_rx_bytes_per_second=0.5e6 * load,
+            pcie_replay_total=0.0,
+            nvlink_bytes_total=round(self._nvlink_bytes[i]),
             ecc_corrected_volatile_total=float(e["corrected"]),
             ecc_uncorrected_volatile_total=float(e["uncorrected"]),
             ecc_corrected_aggregate_total=float(e["corrected"]),
@@ -224,19 +246,49 @@ class FakeBackend:
             remapped_rows_uncorrectable=float(r["uncorrectable"]),  # type: ignore[arg-type]
             remapped_rows_pending=bool(r["pending"]),
             remapped_rows_failure=bool(r["failure"]),
+            graphics_active_ratio=round(load * 0.95, 3),
             sm_active_ratio=round(load * 0.9, 3),
             sm_occupancy_ratio=round(load * 0.3, 3),
             tensor_active_ratio=round(load * 0.5, 3),
             dram_active_ratio=round(load * 0.4, 3),
-            mig_mode=False,
+            mig_mode=self._mig[i] is not None,
             processes=list(self._processes[i]),
+            mig_instances=self._mig_samples(info, load),
         )
+        if s.mig_mode:  # as NVML: no GPM for the whole GPU in MIG mode, per GPU instance instead
+            s.graphics_active_ratio = s.sm_active_ratio = s.sm_occupancy_ratio = None
+            s.tensor_active_ratio = s.dram_active_ratio = None
         if self._pinned[i]:
             s = replace(s, **self._pinned[i])
         for name in self._unsupported[i]:
             setattr(s, name, None)
             s.errors[name] = "NVML_ERROR_NOT_SUPPORTED"
         return s
+
+    def _mig_samples(self, info: GpuInfo, load: float) -> list[MigInstanceSample] | None:
+        profiles = self._mig[info.index]
+        if profiles is None:
+            return None
+        out = []
+        for k, profile in enumerate(profiles):
+            total = float(profile.split(".", 1)[1].removesuffix("gb")) * 1e9
+            used = float(int(total * (0.1 + 0.5 * load)))
+            out.append(MigInstanceSample(
+                gpu_instance_id=k + 1, compute_instance_id=0, profile=profile,
+                uuid=f"MIG-{info.uuid.removeprefix('GPU-')}-{k + 1:02d}",
+                memory_used_bytes=used, memory_free_bytes=total - used, memory_total_bytes=total,
+                graphics_active_ratio=round(load * 0.95, 3), sm_active_ratio=round(load * 0.9, 3),
+                sm_occupancy_ratio=round(load * 0.3, 3), tensor_active_ratio=round(load * 0.5, 3),
+                dram_active_ratio=round(load * 0.4, 3),
+            ))
+        return out
+
+
+def _check_mig_profiles(profiles: list[str]) -> None:
+    for p in profiles:
+        size = p.partition(".")[2].removesuffix("gb")
+        if not p.endswith("gb") or not size.isdigit():
+            raise BadInputError(f"Cannot read the MIG profile {p!r}.", hint="Write profiles as NVML names them, e.g. 1g.18gb or 3g.71gb.")
 
 
 def parse_fake_spec(spec: str) -> int:
@@ -256,7 +308,8 @@ def parse_fake_spec(spec: str) -> int:
 
 FAULT_HELP = (
     "KIND[:ARG]@SECONDS[:gpu=N]; kinds: xid:CODE, ecc:corrected=N|uncorrected=N, throttle:REASON, "
-    "remap-failure, remap-pending, lost, temp:CELSIUS, unsupported:FIELD. Example: xid:79@5s:gpu=0"
+    "remap-failure, remap-pending, lost, temp:CELSIUS, unsupported:FIELD, mig:PROFILE+PROFILE. "
+    "Example: xid:79@5s:gpu=0"
 )
 
 
@@ -303,6 +356,12 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
         elif kind == "temp":
             celsius = float(arg)
             action = lambda: fake.set(gpu, temperature_celsius=celsius)  # noqa: E731
+        elif kind == "mig":
+            profiles = [p for p in arg.split("+") if p]
+            if not profiles:
+                raise bad()
+            _check_mig_profiles(profiles)  # now, so that a bad profile fails at start
+            action = lambda: fake.enable_mig(gpu, profiles)  # noqa: E731
         elif kind == "unsupported":
             if arg not in _SAMPLE_FIELDS:
                 raise bad()

@@ -16,16 +16,36 @@ from typing import Any
 import pynvml
 
 from gpulens.errors import BackendUnavailableError
-from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, XidEvent
+from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample, XidEvent
 
 log = logging.getLogger(__name__)
 
 _GPM_METRICS = {
+    "graphics_active_ratio": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
     "sm_active_ratio": pynvml.NVML_GPM_METRIC_SM_UTIL,
     "sm_occupancy_ratio": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
     "tensor_active_ratio": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
     "dram_active_ratio": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
 }
+
+
+# nvmlDeviceGetFieldValues ids read each sample: sample field -> (field id, scope id). NVLink's
+# throughput counters (KiB) are asked for all links at once (scope UINT_MAX, as DCGM does).
+_ALL_LINKS = 0xFFFFFFFF
+_FIELD_VALUES = {
+    "memory_temperature_celsius": (pynvml.NVML_FI_DEV_MEMORY_TEMP, 0),
+    "nvlink_tx_kib": (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
+    "nvlink_rx_kib": (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS),
+}
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
+
+
+def _field_value(v: Any) -> float | None:
+    """The number in one nvmlFieldValue_t, or None when NVML answered an error for that field."""
+    if v.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    member = _VALUE_MEMBER.get(int(v.valueType))
+    return float(getattr(v.value, member)) if member else None
 
 
 class _GpuLost(Exception):
@@ -71,14 +91,16 @@ class NvmlBackend:
         self._warned: set[tuple[int, str]] = set()
         self._lost: set[int] = set()
         self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        self._driver_version = self._driver()
         self._infos = [self._read_info(i, h) for i, h in enumerate(self._handles)]
-        self._gpm_prev: dict[int, Any] = {}
+        self._gpm_prev: dict[tuple[int, int | None], Any] = {}
         self._gpm_ok = {i: self._gpm_supported(h) for i, h in enumerate(self._handles)}
         self._clock_reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         self._xids: list[XidEvent] = []
         self._xid_lock = threading.Lock()
         self._stop = threading.Event()
         self._xid_thread: threading.Thread | None = None
+        self.xid_watch_gpus: list[int] = []  # the GPUs whose XID events are registered
         if watch_xid:
             self._start_xid_watch()
 
@@ -94,6 +116,13 @@ class NvmlBackend:
                 self._warned.add((gpu, field))
                 log.info("GPU %d: %s unavailable (%s); reported as missing from now on", gpu, field, _error_name(e))
             return None
+
+    def _driver(self) -> str | None:
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+        except pynvml.NVMLError:
+            return None
+        return v.decode() if isinstance(v, bytes) else str(v)
 
     def _read_info(self, i: int, h: Any) -> GpuInfo:
         def q(field: str, fn: Callable[..., Any], *a: Any) -> Any:
@@ -120,6 +149,8 @@ class NvmlBackend:
             memory_clock_max_hz=mem_max * 1e6 if mem_max else None,
             power_limit_watts=limit_mw / 1000 if limit_mw else None,
             pci_bus_id=(pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId) if pci else None,
+            minor_number=q("minor_number", pynvml.nvmlDeviceGetMinorNumber, h),
+            driver_version=self._driver_version,
         )
 
     def _gpm_supported(self, h: Any) -> bool:
@@ -144,6 +175,7 @@ class NvmlBackend:
             return
         if not registered:
             return
+        self.xid_watch_gpus = registered
         uuid_by_handle = {id(h): self._infos[i] for i, h in enumerate(self._handles)}
 
         def watch() -> None:
@@ -208,7 +240,11 @@ class NvmlBackend:
         i = info.index
         q = self._q
         util = q(i, "utilization", pynvml.nvmlDeviceGetUtilizationRates, h)
-        mem = q(i, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory(i, h)
+        enc = q(i, "encoder_utilization", pynvml.nvmlDeviceGetEncoderUtilization, h)
+        dec = q(i, "decoder_utilization", pynvml.nvmlDeviceGetDecoderUtilization, h)
+        fv = self._field_values(i, h)
+        nvlink = fv["nvlink_tx_kib"] + fv["nvlink_rx_kib"] if fv["nvlink_tx_kib"] is not None and fv["nvlink_rx_kib"] is not None else None
         power_mw = q(i, "power", pynvml.nvmlDeviceGetPowerUsage, h)
         energy_mj = q(i, "energy", pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
         sm_mhz = q(i, "sm_clock", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
@@ -228,8 +264,13 @@ class NvmlBackend:
             name=info.name,
             utilization_gpu_ratio=util.gpu / 100.0 if util else None,
             utilization_memory_copy_ratio=util.memory / 100.0 if util else None,
+            utilization_encoder_ratio=enc[0] / 100.0 if enc else None,
+            utilization_decoder_ratio=dec[0] / 100.0 if dec else None,
             memory_used_bytes=mem.used if mem else None,
+            memory_free_bytes=mem.free if mem else None,
+            memory_reserved_bytes=getattr(mem, "reserved", None) if mem else None,
             memory_total_bytes=mem.total if mem else None,
+            memory_temperature_celsius=fv["memory_temperature_celsius"],
             temperature_celsius=q(i, "temperature", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
             temperature_slowdown_celsius=info.temperature_slowdown_celsius,
             temperature_shutdown_celsius=info.temperature_shutdown_celsius,
@@ -244,6 +285,8 @@ class NvmlBackend:
             performance_state=q(i, "performance_state", pynvml.nvmlDeviceGetPerformanceState, h),
             pcie_tx_bytes_per_second=tx * 1024.0 if tx is not None else None,
             pcie_rx_bytes_per_second=rx * 1024.0 if rx is not None else None,
+            pcie_replay_total=q(i, "pcie_replay_counter", pynvml.nvmlDeviceGetPcieReplayCounter, h),
+            nvlink_bytes_total=nvlink * 1024.0 if nvlink is not None else None,
             remapped_rows_correctable=remap[0] if remap else None,
             remapped_rows_uncorrectable=remap[1] if remap else None,
             remapped_rows_pending=bool(remap[2]) if remap else None,
@@ -252,6 +295,8 @@ class NvmlBackend:
         )
         mig = q(i, "mig_mode", pynvml.nvmlDeviceGetMigMode, h)
         s.mig_mode = bool(mig[0]) if mig else None
+        if s.mig_mode:
+            s.mig_instances = self._mig_instances(i, h)
         if self._want_processes:
             procs = q(i, "compute_processes", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
             if procs is not None:
@@ -260,20 +305,71 @@ class NvmlBackend:
                     for p in procs
                 ]
                 s.compute_process_count = len(s.processes)
-        if self._gpm_ok.get(i):
+        if self._gpm_ok.get(i) and not s.mig_mode:  # in MIG mode GPM is read per GPU instance
             self._read_gpm(i, h, s)
         return s
 
-    def _read_gpm(self, i: int, h: Any, s: GpuSample) -> None:
-        """GPM metrics are rates between two samples: keep the previous one per GPU."""
+    def _memory(self, i: int, h: Any) -> Any:
+        """nvmlMemory_v2_t (with `reserved`) where the driver has it, else the v1 struct."""
         try:
-            cur = pynvml.nvmlGpmSampleGet(h, pynvml.nvmlGpmSampleAlloc())
+            return pynvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2)
+        except pynvml.NVMLError as e:
+            if getattr(e, "value", None) == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise _GpuLost() from None
+        return self._q(i, "memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+
+    def _field_values(self, i: int, h: Any) -> dict[str, float | None]:
+        values = self._q(i, "field_values", pynvml.nvmlDeviceGetFieldValues, h, list(_FIELD_VALUES.values()))
+        if values is None:
+            return dict.fromkeys(_FIELD_VALUES)
+        return {name: _field_value(values[k]) for k, name in enumerate(_FIELD_VALUES)}
+
+    def _mig_instances(self, i: int, h: Any) -> list[MigInstanceSample] | None:
+        """Each MIG device of a GPU in MIG mode: its memory and, with GPM, its engines' activity."""
+        count = self._q(i, "mig_device_count", pynvml.nvmlDeviceGetMaxMigDeviceCount, h)
+        if count is None:
+            return None
+        out = []
+        for k in range(count):
+            try:
+                mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except pynvml.NVMLError:
+                continue  # NOT_FOUND: no MIG device in that slot
+            gi = self._q(i, "mig_gpu_instance_id", pynvml.nvmlDeviceGetGpuInstanceId, mh)
+            if gi is None:
+                continue
+            name = self._q(i, "mig_name", pynvml.nvmlDeviceGetName, mh) or ""
+            name = name.decode() if isinstance(name, bytes) else name
+            uuid = self._q(i, "mig_uuid", pynvml.nvmlDeviceGetUUID, mh) or ""
+            mem = self._q(i, "mig_memory", pynvml.nvmlDeviceGetMemoryInfo, mh)
+            m = MigInstanceSample(
+                gpu_instance_id=int(gi),
+                compute_instance_id=int(self._q(i, "mig_compute_instance_id", pynvml.nvmlDeviceGetComputeInstanceId, mh) or 0),
+                profile=name.rsplit(" ", 1)[-1] if "MIG" in name else name,  # "NVIDIA H200 MIG 1g.18gb" -> "1g.18gb"
+                uuid=uuid.decode() if isinstance(uuid, bytes) else uuid,
+                memory_used_bytes=mem.used if mem else None,
+                memory_free_bytes=mem.free if mem else None,
+                memory_total_bytes=mem.total if mem else None,
+            )
+            if self._gpm_ok.get(i):
+                self._read_gpm(i, h, m, mig_instance=m.gpu_instance_id)
+            out.append(m)
+        return out
+
+    def _read_gpm(self, i: int, h: Any, s: GpuSample | MigInstanceSample, mig_instance: int | None = None) -> None:
+        """GPM metrics are rates between two samples: keep the previous one per GPU (and MIG instance)."""
+        key = (i, mig_instance)
+        try:
+            if mig_instance is None:
+                cur = pynvml.nvmlGpmSampleGet(h, pynvml.nvmlGpmSampleAlloc())
+            else:
+                cur = pynvml.nvmlGpmMigSampleGet(h, mig_instance, pynvml.nvmlGpmSampleAlloc())
         except pynvml.NVMLError as e:
             log.info("GPU %d: GPM sampling failed (%s); GPM metrics off", i, _error_name(e))
             self._gpm_ok[i] = False
             return
-        prev = self._gpm_prev.get(i)
-        self._gpm_prev[i] = cur
+        prev = self._gpm_prev.get(key)
+        self._gpm_prev[key] = cur
         if prev is None:
             return
         req = pynvml.c_nvmlGpmMetricsGet_t()

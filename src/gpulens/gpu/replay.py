@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import TraceError
-from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, XidEvent
+from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -211,9 +211,12 @@ class ReplayBackend:
                     if kind != "sample":
                         continue
                     procs = d.get("processes")
-                    s = GpuSample(**{k: v for k, v in d.items() if k in _SAMPLE_FIELDS and k != "processes"})
+                    migs = d.get("mig_instances")
+                    s = GpuSample(**{k: v for k, v in d.items() if k in _SAMPLE_FIELDS and k not in ("processes", "mig_instances")})
                     if procs is not None:
                         s.processes = [GpuProcess(**p) for p in procs]
+                    if migs is not None:
+                        s.mig_instances = [MigInstanceSample(**m) for m in migs]
                     s.t = float(s.t)
                 else:
                     s = _h200_line_to_sample(d, self._infos[0])

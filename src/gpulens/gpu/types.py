@@ -53,6 +53,28 @@ class GpuInfo:
     memory_clock_max_hz: float | None = None
     power_limit_watts: float | None = None
     pci_bus_id: str | None = None
+    minor_number: int | None = None  # the N of /dev/nvidiaN (dcgm-exporter's `device` label)
+    driver_version: str | None = None  # the same for every GPU of a node (DCGM_FI_DRIVER_VERSION)
+
+
+@dataclass(slots=True)
+class MigInstanceSample:
+    """One MIG GPU instance of a GPU at time `t`: what NVML reads per MIG device (utilization and
+    power are per GPU only). `profile` is the instance's profile name, e.g. "1g.18gb"."""
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    uuid: str  # the MIG device's own UUID ("MIG-..."), what the device plugin hands to a pod
+    memory_used_bytes: float | None = None
+    memory_free_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    # GPM per GPU instance (Hopper and newer), 0..1
+    graphics_active_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +97,14 @@ class GpuSample:
     lost: bool = False
     utilization_gpu_ratio: float | None = None
     utilization_memory_copy_ratio: float | None = None
+    utilization_encoder_ratio: float | None = None
+    utilization_decoder_ratio: float | None = None
     memory_used_bytes: float | None = None
+    memory_free_bytes: float | None = None
+    memory_reserved_bytes: float | None = None  # held by the driver and firmware (nvmlMemory_v2_t.reserved)
     memory_total_bytes: float | None = None
     temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None  # HBM temperature (NVML field NVML_FI_DEV_MEMORY_TEMP)
     temperature_slowdown_celsius: float | None = None
     temperature_shutdown_celsius: float | None = None
     power_watts: float | None = None
@@ -91,6 +118,8 @@ class GpuSample:
     performance_state: int | None = None
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
+    pcie_replay_total: float | None = None  # PCIe retries since the driver loaded
+    nvlink_bytes_total: float | None = None  # NVLink data bytes sent and received, all links, since the driver loaded
     ecc_corrected_volatile_total: float | None = None
     ecc_uncorrected_volatile_total: float | None = None
     ecc_corrected_aggregate_total: float | None = None
@@ -100,6 +129,7 @@ class GpuSample:
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
     # GPM (Hopper and newer), 0..1
+    graphics_active_ratio: float | None = None
     sm_active_ratio: float | None = None
     sm_occupancy_ratio: float | None = None
     tensor_active_ratio: float | None = None
@@ -107,6 +137,7 @@ class GpuSample:
     mig_mode: bool | None = None  # MIG enabled (current mode)
     compute_process_count: int | None = None
     processes: list[GpuProcess] | None = None
+    mig_instances: list[MigInstanceSample] | None = None  # None: MIG off (or not read)
     # field name -> NVML error name, for fields that failed on this sample (informational)
     errors: dict[str, str] = field(default_factory=dict)
 

@@ -22,10 +22,12 @@ from gpulens.errors import BadInputError
 from gpulens.export.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
 from gpulens.export.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
+from gpulens.k8s.attribution import DeviceAttribution
 from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
 from gpulens.pipeline.sinks import (
     ColocationWatch,
     EvaluatorSink,
+    PodResourcesSink,
     ReadingsSink,
     RecorderSink,
     ScrapeSink,
@@ -70,6 +72,9 @@ class NodeConfig:
     scrape_seconds: float = 5.0
     record_to: IO[str] | None = None  # a gpulens recording of every frame
     view: Callable[[Frame], None] | None = None  # called with every frame (top)
+    # the kubelet's pod-resources socket: `pod` / `namespace` / `container` labels on GPU series
+    pod_resources_socket: str | None = None
+    pod_resources_seconds: float = 10.0
 
 
 @dataclass
@@ -137,7 +142,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
     if store is None and config.store_path is not None:
         store = Store(config.store_path)
     host = config.host or socket.gethostname()
-    readings = LatestReadings(host=host)
+    attribution = DeviceAttribution() if config.pod_resources_socket else None
+    readings = LatestReadings(host=host, gpus=backend.gpus(), attribution=attribution)
     sinks: list[Sink] = []
     trace_events = store_sink = None
     try:
@@ -153,6 +159,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             store_sink = StoreSink(store, host=host, keep_seconds=config.keep_seconds, gpu_models=models)
             sinks.append(store_sink)
         sinks.append(ReadingsSink(readings))
+        if attribution is not None:
+            sinks.append(_pod_resources_sink(config, attribution))
         if config.record_to is not None:
             sinks.append(RecorderSink(config.record_to, backend))
         if config.view is not None:
@@ -188,6 +196,18 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
         if store is not None and owns_store:
             store.close()
         raise
+
+
+def _pod_resources_sink(config: NodeConfig, attribution: DeviceAttribution) -> Sink:
+    from gpulens.k8s.podresources import PodResourcesClient, PodResourcesPoller
+
+    client = PodResourcesClient(config.pod_resources_socket or "")
+    try:
+        attribution.replace(client.list_devices())  # a wrong socket fails here, at once
+    except BaseException:
+        client.close()
+        raise
+    return PodResourcesSink(PodResourcesPoller(client, attribution), config.pod_resources_seconds)
 
 
 def _alert_runtime(store: Store, cfg: AlertsConfig) -> Any:

@@ -174,6 +174,22 @@ class ScrapeSink(_Every):
             s.scrape_safely()
 
 
+class PodResourcesSink(_Every):
+    """Asks the kubelet which pod holds which GPU every `every_seconds`, for the exporter's pod labels
+    (a `gpulens.k8s.podresources.PodResourcesPoller`)."""
+
+    def __init__(self, poller: Any, every_seconds: float = 10.0):
+        super().__init__(every_seconds)
+        self.poller = poller
+
+    def on_tick(self, now: float) -> None:
+        if self.due(now):
+            self.poller.refresh()
+
+    def close(self) -> None:
+        self.poller.close()
+
+
 # Fields of a recorded workload event that are moments (shifted with the replay's timeline).
 EVENT_TIME_FIELDS = ("t", "t_start", "t_end", "arrival", "intended", "start", "first_token", "end")
 

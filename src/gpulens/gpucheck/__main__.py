@@ -1,0 +1,5 @@
+import sys
+
+from gpulens.gpucheck.run import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Kubernetes: which pod holds which GPU (the kubelet's pod-resources API)."""

@@ -1,0 +1,201 @@
+"""deploy/: the Helm chart rendered by Helm's own engine (helm-python-sdk binds Helm's Go SDK), every
+manifest validated against the Kubernetes schemas (kubernetes-validate ships them: offline), the
+ServiceMonitor and PrometheusRule against models generated from the Prometheus Operator's CRDs
+(cloudcoil-models-prometheus-operator), the PrometheusRule's rules by promtool, the plain manifests and the rules file kept equal to what they are
+generated from, and the agent command lines of the DaemonSet, the image and the systemd unit run for
+real (with the fake backend in place of NVML)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from testlib import free_port, import_or_skip, which_or_skip
+
+import_or_skip("helm_python", "rendering the chart needs helm-python-sdk (the dev extra)")
+kubernetes_validate = import_or_skip("kubernetes_validate", "the schemas come with kubernetes-validate (the dev extra)")
+operator_models = import_or_skip("cloudcoil.models.prometheus_operator.v1",
+                                 "the Prometheus Operator's CRD models (cloudcoil-models-prometheus-operator, the dev extra)")
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+sys.path.insert(0, str(DEPLOY))
+import render_manifests  # noqa: E402
+
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes the chart claims (pod-resources v1 and DaemonSet apps/v1 are older)
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+VARIANTS = {
+    "defaults": {},
+    "dcgm-names, store on the host, nvidia runtime": {"metricNames": "dcgm", "store": {"hostPath": "/var/lib/gpulens"},
+                                                      "runtimeClassName": "nvidia", "hostPID": True},
+    "no pod attribution, no operator": {"podResources": {"enabled": False}, "serviceMonitor": {"enabled": False},
+                                        "prometheusRule": {"enabled": False}},
+    "operator selector labels": {"serviceMonitor": {"labels": {"release": "kube-prometheus-stack"}},
+                                 "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}}},
+}
+
+
+def validate_crd(doc: dict) -> None:
+    """A Prometheus Operator object against its CRD's model. The models ignore unknown fields, so the
+    object must also come back unchanged from a round trip: a misspelled field would be dropped."""
+    model = getattr(operator_models, doc["kind"]).model_validate(doc)
+    assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == doc, f"{doc['kind']} has fields its CRD does not"
+
+
+def _docs(rendered: dict[str, str]) -> list[dict]:
+    return [d for text in rendered.values() for d in yaml.safe_load_all(text) if d]
+
+
+def test_chart_lints_clean():
+    from helm_python.chart import lint
+
+    report = lint(render_manifests.CHART, strict=True, kube_version=f"v{K8S_VERSION}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report.get("errors", [])
+    assert problems == []
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_rendered_manifest_is_valid(variant, tmp_path):
+    docs = _docs(render_manifests.render(VARIANTS[variant]))
+    kinds = sorted(d["kind"] for d in docs)
+    for d in docs:
+        if (d["apiVersion"], d["kind"]) in CRD_KINDS:
+            validate_crd(d)  # not in the Kubernetes schemas: the operator's own
+            continue
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)  # raises ValidationError naming the field
+    by_kind = {d["kind"]: d for d in docs}
+    ds = by_kind["DaemonSet"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    if "ServiceMonitor" in by_kind:
+        sm, svc = by_kind["ServiceMonitor"], by_kind["Service"]
+        assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+        assert {e["port"] for e in sm["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
+    if "PrometheusRule" in by_kind:
+        rules = tmp_path / "rules.yml"
+        rules.write_text(yaml.safe_dump(by_kind["PrometheusRule"]["spec"]))
+        done = subprocess.run([which_or_skip("promtool"), "check", "rules", str(rules)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    if variant == "no pod attribution, no operator":
+        assert kinds == ["DaemonSet", "Service"]
+        assert "--pod-resources" not in ds["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_a_bad_value_is_caught_by_the_schemas():
+    """The validation can fail: a misspelled toleration field (strict), a container port that is not a
+    number (set in the rendered object: the chart's own values schema would refuse it earlier)."""
+    ds = next(d for d in _docs(render_manifests.render({"tolerations": [{"key": "x", "operater": "Exists"}]}))
+              if d["kind"] == "DaemonSet")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+    ds = next(d for d in _docs(render_manifests.render()) if d["kind"] == "DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("values", "where"), [({"metricNames": "prom"}, "/metricNames"), ({"port": 70000}, "/port"),
+                                               ({"interval": "fast"}, "/interval")])
+def test_the_charts_values_schema_names_the_bad_value(values, where):
+    from helm_python.errors import HelmValuesError
+
+    with pytest.raises(HelmValuesError, match=where):
+        render_manifests.render(values)
+
+
+def test_a_bad_operator_object_is_caught():
+    sm = next(d for d in _docs(render_manifests.render()) if d["kind"] == "ServiceMonitor")
+    typo = {**sm, "spec": {**sm["spec"], "endpoints": [{"portt": "metrics"}]}}
+    with pytest.raises(AssertionError, match="fields its CRD does not"):
+        validate_crd(typo)
+    with pytest.raises(ValueError):  # pydantic's ValidationError: an interval that is not a duration
+        validate_crd(next(d for d in _docs(render_manifests.render({"serviceMonitor": {"interval": "often"}}))
+                          if d["kind"] == "ServiceMonitor"))
+
+
+def test_plain_manifests_are_the_chart_rendered():
+    committed = (DEPLOY / "kubernetes" / "gpulens.yaml").read_text()
+    assert committed == render_manifests.manifests_text(render_manifests.render()), \
+        "deploy/kubernetes/gpulens.yaml is stale: run python deploy/render_manifests.py"
+
+
+def test_the_prometheus_rule_is_the_exported_rules(tmp_path):
+    out = tmp_path / "rules.yml"
+    subprocess.run([sys.executable, "-m", "gpulens.cli.main", "alerts", "export", "--format", "prometheus", "--out", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    assert (DEPLOY / "helm" / "gpulens" / "files" / "gpulens-rules.yml").read_text() == out.read_text(), \
+        "the chart's rules are stale: gpulens alerts export --format prometheus --out deploy/helm/gpulens/files/gpulens-rules.yml"
+
+
+def _run_agent(args: list[str], tmp_path: Path, *, port: int, extra_env: dict | None = None) -> str:
+    """Run `gpulens <args>` (with NVML swapped for the fake backend) until a scrape shows its first
+    sample (the server is up a moment before the first sample lands); return that scrape."""
+    cmd = [sys.executable, "-m", "gpulens.cli.main", *[a.replace("nvml", "fake:2") for a in args], "--duration", "30s"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            env={**os.environ, **(extra_env or {})})
+    try:
+        deadline = time.monotonic() + 45  # a loaded CI machine takes seconds to import and start
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                    text = r.read().decode()
+                if "gpu_up{" in text:
+                    return text
+                time.sleep(0.1)
+            except OSError:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        raise AssertionError(f"{cmd} never served /metrics: {proc.communicate()[0]}")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_the_daemonsets_command_line_runs(kubelet, tmp_path):
+    kubelet.pods = [kubelet.pod("ml", "trainer-0", {"main": {"nvidia.com/gpu": ["GPU-fake-0000-0000"]}})]
+    port = free_port()
+    ds = next(d for d in _docs(render_manifests.render({"port": port})) if d["kind"] == "DaemonSet")
+    c = ds["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    args = [a.replace("$(NODE_NAME)", "gpu-node-7").replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for a in c["args"]]
+    # the paths the pod mounts, moved under tmp_path (the kubelet socket: the test's kubelet)
+    args = [str(tmp_path / "store.db") if a == "/var/lib/gpulens/gpulens.db" else kubelet.socket if a.endswith("kubelet.sock") else a
+            for a in args]
+    assert "/var/lib/gpulens" in mounts and "/var/lib/kubelet/pod-resources" in mounts
+    text = _run_agent(args, tmp_path, port=port)
+    assert re.search(r'gpu_up\{[^}]*host="gpu-node-7"[^}]*pod="trainer-0"', text), text[:2000]
+
+
+def test_the_images_command_line_runs(tmp_path):
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    entry = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile, re.M).group(1))
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))
+    assert entry == ["gpulens"] and re.search(r"^EXPOSE 9464$", dockerfile, re.M)
+    port = free_port()
+    args = [str(tmp_path / "s.db") if a.startswith("/var/lib/gpulens") else a.replace("0.0.0.0:9464", f"127.0.0.1:{port}") for a in cmd]
+    assert "gpu_up{" in _run_agent(args, tmp_path, port=port)
+
+
+def test_the_systemd_unit_verifies_and_its_command_line_runs(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    unit = (DEPLOY / "systemd" / "gpulens-agent.service").read_text()
+    exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1).split()
+    assert exec_start[0] == "/usr/local/bin/gpulens"
+    if analyze:
+        local = tmp_path / "gpulens-agent.service"
+        local.write_text(unit.replace("/usr/local/bin/gpulens", str(Path(sys.executable).with_name("gpulens"))))
+        done = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "gpulens-agent.service" not in done.stderr, done.stderr
+    port = free_port()
+    args = [str(tmp_path / "s.db") if a.startswith("/var/lib/gpulens") else a.replace("0.0.0.0:9464", f"127.0.0.1:{port}")
+            for a in exec_start[1:]]
+    assert "gpu_up{" in _run_agent(args, tmp_path, port=port)
