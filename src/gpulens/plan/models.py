@@ -20,8 +20,9 @@ import yaml
 
 from gpulens.errors import BadInputError
 
-# model_type -> family traits. Families not listed fall back to "llama-like" if the config has the
-# LLaMA field names, with a note.
+# model_type -> family traits. A model_type not listed is refused (UnknownModelTypeError) unless
+# the caller asks for a dense LLaMA-like reading (`assume_dense`, `--assume-dense`), which the
+# plan then states.
 _FAMILIES: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {},
@@ -44,6 +45,33 @@ _FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
+class UnknownModelTypeError(BadInputError):
+    """A config whose `model_type` is no family the planner models (MLA, new MoE layouts, ...):
+    reading it as a dense LLaMA would give wrong parameter and KV-cache figures silently."""
+
+
+def supported_model_types() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def _rope_context(cfg: dict[str, Any], positions: int | None) -> int | None:
+    """The longest context a config supports: max_position_embeddings, extended by a RoPE scaling
+    whose type stretches it (linear, dynamic, yarn, longrope: factor x the original length;
+    llama3-type configs already give the extended length in max_position_embeddings)."""
+    rs = cfg.get("rope_scaling")
+    if not positions or not isinstance(rs, dict):
+        return positions
+    kind = str(rs.get("rope_type") or rs.get("type") or "").lower()
+    try:
+        factor = float(rs.get("factor") or 1.0)
+    except (TypeError, ValueError):
+        return positions
+    if kind in ("linear", "dynamic", "yarn", "longrope") and factor > 1:
+        original = int(rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or positions)
+        return max(positions, int(original * factor))
+    return positions
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shapes and architectural traits of a transformer. Counts are plain integers."""
@@ -58,7 +86,8 @@ class ModelSpec:
     intermediate_size: int
     vocab_size: int
     tie_word_embeddings: bool = False
-    max_positions: int | None = None
+    max_positions: int | None = None  # max_position_embeddings (the learned position table's size)
+    max_context: int | None = None  # the longest sequence it takes: max_positions, stretched by RoPE scaling
     mlp: str = "gated"  # gated (SwiGLU/GeGLU: 3 matrices) | plain (2 matrices)
     act: str = "silu"  # silu | gelu | gelu_tanh | gelu_new (GPT-2's Python tanh formula)
     norm: str = "rmsnorm"  # rmsnorm | gemma_rmsnorm | layernorm
@@ -79,6 +108,7 @@ class ModelSpec:
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
     final_logit_softcap: float | None = None
     rough: bool = False  # built from a bare parameter count: shapes are guessed
+    assumed_dense: bool = False  # an unknown model_type read as a dense LLaMA-like decoder (--assume-dense)
     source: str = ""
     published_params: int | None = None
 
@@ -204,6 +234,8 @@ class ModelSpec:
             "num_experts": self.num_experts,
             "experts_per_token": self.experts_per_token,
             "rough": self.rough,
+            "max_context": self.max_context,
+            "assumed_dense": self.assumed_dense,
         }
 
 
@@ -230,8 +262,10 @@ def _positive_int(v: Any, key: str, where: str) -> int:
     return i
 
 
-def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None) -> ModelSpec:
-    """A ModelSpec from the fields of a Hugging Face `config.json` (a dict)."""
+def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None,
+                   assume_dense: bool = False) -> ModelSpec:
+    """A ModelSpec from the fields of a Hugging Face `config.json` (a dict). A `model_type` that
+    is no supported family raises UnknownModelTypeError, unless `assume_dense`."""
     where = where or name
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM under text_config
         inner = dict(cfg["text_config"])
@@ -239,8 +273,15 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         cfg = inner
     mtype = str(cfg.get("model_type") or "").lower().replace("-", "_")
     traits = dict(_FAMILIES.get(mtype, {}))
-    if mtype.endswith("_text") and not traits:
-        traits = dict(_FAMILIES.get(mtype.removesuffix("_text"), {}))
+    if mtype.endswith("_text") and mtype.removesuffix("_text") in _FAMILIES:
+        traits = dict(_FAMILIES[mtype.removesuffix("_text")])
+    elif mtype and mtype not in _FAMILIES and not assume_dense:
+        raise UnknownModelTypeError(
+            f"The model_type {mtype!r} of {where} is not a family the planner models, so its parameter "
+            f"and KV-cache figures would be guesses.",
+            hint=f"Supported: {', '.join(supported_model_types())}. Pass --assume-dense to plan it as a dense "
+                 f"LLaMA-like decoder anyway (the plan then says so).")
+    assumed = bool(mtype) and mtype not in _FAMILIES and not (mtype.endswith("_text") and traits)
     family = mtype or "llama"
 
     def need(*keys: str) -> int:
@@ -297,6 +338,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         vocab_size=vocab,
         tie_word_embeddings=tied,
         max_positions=int(positions) if positions else None,
+        max_context=_rope_context(cfg, int(positions) if positions else None),
         mlp=traits.get("mlp", "gated"),
         act=act,
         norm=traits.get("norm", "rmsnorm"),
@@ -316,6 +358,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         dropout=dropout,
         parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),
+        assumed_dense=assumed,
         source=where,
     )
 
@@ -409,7 +452,7 @@ def format_count(n: float) -> str:
 # ---------------------------------------------------------------- the one entry point
 
 
-def load_model(ref: str | Path) -> ModelSpec:
+def load_model(ref: str | Path, *, assume_dense: bool = False) -> ModelSpec:
     """`ref` is a path to a config.json (or a folder holding one), a preset name, or a parameter
     count such as `7b` / `350m` (rough: shapes are guessed and the answer says so)."""
     text = str(ref).strip()
@@ -428,7 +471,7 @@ def load_model(ref: str | Path) -> ModelSpec:
         if not isinstance(cfg, dict):
             raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
         name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
-        return from_hf_config(cfg, name=name, where=str(p))
+        return from_hf_config(cfg, name=name, where=str(p), assume_dense=assume_dense)
     n = parse_param_count(text)
     if n is not None:
         return from_param_count(n)

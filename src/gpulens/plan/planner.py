@@ -50,6 +50,7 @@ class PlanRequest:
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
+    assume_dense: bool = False  # plan an unknown model_type as a dense LLaMA-like decoder
 
     def validate(self) -> None:
         if self.workload not in ("train", "infer"):
@@ -114,6 +115,17 @@ class PlanResult:
         }
 
 
+def _check_context(model: ModelSpec, req: PlanRequest) -> None:
+    """A sequence longer than the model's positions (with RoPE scaling) is not a plan but an error."""
+    limit = model.max_context
+    tokens = req.seq if req.workload == "train" else req.prompt + req.new_tokens
+    if limit and tokens > limit:
+        what = "--seq" if req.workload == "train" else "--prompt + --new-tokens"
+        raise BadInputError(f"{model.name} takes at most {limit:,} positions (max_position_embeddings"
+                            f"{' with RoPE scaling' if limit != model.max_positions else ''}), not {tokens:,}.",
+                            hint=f"Pass {what} of {limit:,} or less, or a model with a longer context.")
+
+
 def _check_precision(gpu: GpuSpec, req: PlanRequest) -> None:
     if req.workload == "train":
         fmt = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16", "fp32": "fp32"}.get(req.precision)
@@ -127,11 +139,16 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
     req.validate()
     user = user if user is not None else load_user_config()
     gpu = find_gpu(req.gpu, user=user)
-    model = model or load_model(req.model)
+    model = model or load_model(req.model, assume_dense=req.assume_dense)
     _check_precision(gpu, req)
+    _check_context(model, req)
     eff = load_efficiency(gpu, path=calibration_path)
     ctx = DEFAULT_CUDA_CONTEXT_BYTES
     notes: list[str] = []
+    if model.assumed_dense:
+        notes.append(f"Warning: model_type {model.family!r} is not a family the planner models; planned as a dense "
+                     "LLaMA-like decoder (--assume-dense). Its MoE, MLA or sliding-window layout, if any, is ignored: "
+                     "parameter and KV-cache figures may be far off.")
     if model.rough:
         notes.append("Rough answer: only a parameter count was given, so the shapes are guessed (LLaMA-like). "
                      "Pass a config.json or a preset for a real one.")
@@ -146,9 +163,6 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                 notes: list[str]) -> PlanResult:
     setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus)
     setup.validate()
-    if model.encoder and req.seq > (model.max_positions or req.seq):
-        raise BadInputError(f"{model.name} takes at most {model.max_positions} tokens, not {req.seq}.",
-                            hint=f"Pass --seq {model.max_positions} or less.")
     mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
                           cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)
     sp = training_speed(model, setup, gpu, eff)
@@ -216,7 +230,7 @@ def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None =
     if not gpu_names:
         raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
     user = user if user is not None else load_user_config()
-    model = load_model(req.model)
+    model = load_model(req.model, assume_dense=req.assume_dense)
     results = []
     for name in gpu_names:
         one = PlanRequest(**(asdict(req) | {"gpu": name}))

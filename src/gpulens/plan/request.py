@@ -46,6 +46,9 @@ class PlanOptions:
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
     target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
+    assume_dense: bool = _opt(("--assume-dense/--no-assume-dense",), "Plan a config whose model_type is not a "
+                                                                      "supported family as a dense LLaMA-like model "
+                                                                      "(the plan warns).", False)
 
     @classmethod
     def names(cls) -> list[str]:
@@ -77,5 +80,5 @@ class PlanOptions:
             runtime=self.runtime.lower(), tensor_parallel=tp,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
-            target_requests_per_second=self.target_rps,
+            target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,
         )

@@ -75,6 +75,26 @@ class ServeSetup:
                     gpu.peak_flops(fmt)  # raises UnsupportedPrecisionError with a hint
 
 
+def tensor_parallel_problem(m: ModelSpec, tp: int) -> str | None:
+    """Why `tp` cannot split `m`, as vLLM checks it (None when it can): the attention heads must
+    divide evenly, and the KV heads either divide evenly or are replicated (tp a multiple of them)."""
+    if tp <= 1:
+        return None
+    if m.num_heads % tp:
+        return f"{m.name} has {m.num_heads} attention heads, which {tp} GPUs cannot split evenly"
+    if m.num_kv_heads % tp and tp % m.num_kv_heads:
+        return f"{m.name} has {m.num_kv_heads} KV heads: {tp} GPUs neither split nor replicate them evenly"
+    return None
+
+
+def check_tensor_parallel(m: ModelSpec, tp: int) -> None:
+    why = tensor_parallel_problem(m, tp)
+    if why:
+        ok = [d for d in range(1, m.num_heads + 1) if d <= 64 and tensor_parallel_problem(m, d) is None]
+        raise BadInputError(f"Tensor parallelism {tp}: {why}.",
+                            hint=f"Use --tp {', '.join(str(d) for d in ok if d > 1) or '1'} (degrees that divide the heads).")
+
+
 def weight_bytes(m: ModelSpec, dtype: str) -> float:
     """Quantization applies to the transformer blocks' Linear layers; embeddings, the output head
     and norms stay in 16-bit (as GPTQ/AWQ/FP8 checkpoints ship them)."""
@@ -259,6 +279,7 @@ def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency,
     from dataclasses import replace
 
     setup.validate(gpu)
+    check_tensor_parallel(m, setup.tensor_parallel)
     mem = serving_memory(m, setup, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=cuda_context_bytes)
     speed = serving_speed(m, setup, gpu, eff)
     max_fit = max_batch_that_fits(m, setup, gpu.memory_bytes, eff)
