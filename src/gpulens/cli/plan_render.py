@@ -213,8 +213,13 @@ def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
         e = rep.efficiency
         console.print(f"  matmul efficiency {e.compute_ratio:.0%} (16-bit), {e.fp32_compute_ratio:.0%} (fp32) · "
                       f"bandwidth efficiency {e.memory_bandwidth_ratio:.0%} · per-layer overhead {format_seconds(e.layer_overhead_seconds)} · "
-                      f"decode overhead {format_seconds(e.decode_token_overhead_seconds)} · allocator reserved/allocated {e.reserved_ratio:.2f}",
+                      f"allocator reserved/allocated {e.reserved_ratio:.2f}",
                       highlight=False)
+        for name, rt in sorted(e.runtimes.items()):
+            console.print(f"  {name} serving: decode bandwidth {rt.decode_bandwidth_ratio:.0%} · step overhead "
+                          f"{format_seconds(rt.decode_step_overhead_seconds)} + {format_seconds(rt.decode_layer_overhead_seconds)}"
+                          f"/layer · prefill overhead {format_seconds(rt.prefill_overhead_seconds)} (other runtimes keep "
+                          f"their defaults)", highlight=False)
         loo = rep.leave_one_out
         if loo is not None and loo.informative:
             console.print(f"  leave-one-out: each run predicted from the others is off by {loo.mean_abs_error_ratio:.0%} on average "

@@ -31,7 +31,7 @@ from gpulens.plan.catalog import GpuSpec, find_gpu
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
 from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
-from gpulens.plan.speed import Efficiency, training_speed
+from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, training_speed
 
 # weak pull toward the defaults, so that a factor no run constrains stays sensible
 _PRIOR_WEIGHT = 0.15
@@ -61,6 +61,7 @@ class Measurement:
     dtype: str = "bf16"
     prompt: int = 0
     new_tokens: int = 0
+    runtime: str = "hf"  # serving runtime the run was measured with (hf, vllm, sglang, tgi)
     peak_alloc: int | None = None
     peak_reserved: int | None = None
     mem_after_load: int | None = None
@@ -76,7 +77,8 @@ class Measurement:
         return TrainSetup(self.precision, self.optimizer, self.batch, self.seq, grad_ckpt=self.grad_ckpt)
 
     def serve_setup(self) -> ServeSetup:
-        return ServeSetup(dtype=self.dtype, batch=self.batch, prompt_tokens=self.prompt, new_tokens=self.new_tokens)
+        return ServeSetup(dtype=self.dtype, batch=self.batch, prompt_tokens=self.prompt, new_tokens=self.new_tokens,
+                          runtime=self.runtime)
 
 
 def _num(d: dict[str, Any], key: str, cast: type = float) -> Any:
@@ -104,12 +106,15 @@ def parse_measurement(d: dict[str, Any], *, where: str) -> Measurement:
             peak_alloc=_num(d, "peak_alloc", int), peak_reserved=_num(d, "peak_reserved", int),
             mem_after_load=_num(d, "mem_after_load", int), step_s=_num(d, "step_s"), tokens_per_s=_num(d, "tokens_per_s"),
             prefill_s=_num(d, "prefill_s"), decode_token_s=_num(d, "decode_token_s_median"),
+            runtime=str(d.get("runtime") or "hf").lower(),
             label=f"{d.get('model', 'model')} {kind} {d.get('precision') or d.get('dtype', '')} b{d.get('batch')}",
         )
     except (TypeError, ValueError) as e:
         raise BadInputError(f"{where}: a field has the wrong type ({e}).", hint="Numbers must be numbers.") from None
     if kind == "train" and m.seq <= 0:
         raise BadInputError(f"{where}: a training run needs 'seq' above zero.", hint="Add the sequence length.")
+    if kind == "infer" and m.runtime not in RUNTIME_DEFAULTS:
+        raise BadInputError(f"{where}: unknown runtime {m.runtime!r}.", hint=f"Use one of {', '.join(RUNTIME_DEFAULTS)}.")
     if kind == "infer" and m.prompt <= 0:
         raise BadInputError(f"{where}: an inference run needs 'prompt' above zero.", hint="Add the prompt length.")
     return m
@@ -234,7 +239,7 @@ def _prefill_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[f
 def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> FitReport:
     """Fit the factors of `gpu` from measurements taken on it (runs that failed are skipped)."""
     import numpy as np
-    from scipy.optimize import least_squares, nnls
+    from scipy.optimize import least_squares
 
     base = base or Efficiency()
     skipped = [m.label for m in measurements if m.status != "ok"]
@@ -293,32 +298,11 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
         if r32:
             eff = replace(eff, fp32_compute_ratio=statistics.median(r32))
 
-    # serving: per-step and per-layer decode overhead above the bandwidth time; prefill overhead
-    dec = [m for m in infer if m.decode_token_s]
-    if dec:
-        zero = replace(eff, decode_token_overhead_seconds=0.0, decode_layer_overhead_seconds=0.0)
-        base_t = [serving_speed(m.model, m.serve_setup(), gpu, zero).tpot_seconds for m in dec]
-        y = np.array([m.decode_token_s - t for m, t in zip(dec, base_t, strict=True)])
-        layers = {m.model.num_layers for m in dec}
-        if len(layers) > 1:
-            a = np.array([[1.0, float(m.model.num_layers)] for m in dec])
-            coef, _ = nnls(a, np.maximum(y, 0))
-            fixed, per_layer = float(coef[0]), float(coef[1])
-        else:
-            fixed, per_layer = float(max(statistics.median(y), 0)), 0.0
-        eff = replace(eff, decode_token_overhead_seconds=fixed, decode_layer_overhead_seconds=per_layer)
-    pre = [m for m in infer if m.prefill_s]
-    if pre:
-        # prefill = overhead + FLOP-time / ratio: a line through (ideal FLOP-time, measured)
-        ideal = replace(eff, prefill_overhead_seconds=0.0, prefill_compute_ratio=1.0)
-        xs = [serving_speed(m.model, m.serve_setup(), gpu, ideal).prefill_seconds for m in pre]
-        if len(pre) > 1:
-            coef, _ = nnls(np.array([[1.0, x] for x in xs]), np.array([m.prefill_s for m in pre]))
-            overhead, inv = float(coef[0]), float(coef[1])
-        else:
-            overhead, inv = 0.0, pre[0].prefill_s / xs[0]
-        ratio = min(1.0, 1.0 / inv) if inv > 0 else eff.compute_ratio
-        eff = replace(eff, prefill_overhead_seconds=overhead, prefill_compute_ratio=ratio)
+    # serving: each runtime's factors from that runtime's runs only (an eager-generate fit says
+    # nothing about a CUDA-graph engine, and the other way round)
+    for runtime in sorted({m.runtime for m in infer}):
+        rows = [m for m in infer if m.runtime == runtime]
+        eff = replace(eff, runtimes=eff.runtimes | {runtime: _fit_runtime(rows, gpu, eff, runtime)})
 
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     eff = replace(eff, calibrated=True, source=f"calibrated on {stamp} from {len(ok)} measured runs")
@@ -330,6 +314,44 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
             rep.before[label] = before
             rep.after[label] = fn(ok, gpu, eff)
     return rep
+
+
+def _fit_runtime(rows: list[Measurement], gpu: GpuSpec, eff: Efficiency, runtime: str) -> RuntimeSpeed:
+    """Decode: TPOT = step overhead + layers x layer overhead + bytes read / (bandwidth x ratio),
+    a non-negative least-squares line through the runs (fixed overhead only with fewer than four
+    runs); prefill: overhead + ideal FLOP time / ratio, a line through the runs."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    rt = eff.runtime(runtime)
+    ideal = replace(rt, decode_bandwidth_ratio=1.0, decode_step_overhead_seconds=0.0, decode_layer_overhead_seconds=0.0,
+                    prefill_overhead_seconds=0.0, prefill_compute_ratio=1.0)
+    e_ideal = replace(eff, runtimes=eff.runtimes | {runtime: ideal})
+    dec = [m for m in rows if m.decode_token_s]
+    if dec:
+        x = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).tpot_seconds for m in dec]
+        y = np.array([m.decode_token_s for m in dec])
+        if len(dec) >= 4:
+            coef, _ = nnls(np.array([[1.0, float(m.model.num_layers), xi] for m, xi in zip(dec, x, strict=True)]), y)
+            ratio = min(1.0, 1.0 / coef[2]) if coef[2] > 0 else rt.decode_bandwidth_ratio
+            rt = replace(rt, decode_step_overhead_seconds=float(coef[0]), decode_layer_overhead_seconds=float(coef[1]),
+                         decode_bandwidth_ratio=float(ratio))
+        else:
+            rest = [m.decode_token_s - xi / rt.decode_bandwidth_ratio - m.model.num_layers * rt.decode_layer_overhead_seconds
+                    for m, xi in zip(dec, x, strict=True)]
+            rt = replace(rt, decode_step_overhead_seconds=float(max(statistics.median(rest), 0.0)))
+    pre = [m for m in rows if m.prefill_s]
+    if pre:
+        xs = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).prefill_seconds for m in pre]
+        if len(pre) > 1:
+            coef, _ = nnls(np.array([[1.0, xi] for xi in xs]), np.array([m.prefill_s for m in pre]))
+            overhead, inv = float(coef[0]), float(coef[1])
+        else:
+            overhead, inv = 0.0, pre[0].prefill_s / xs[0]
+        ratio = min(1.0, 1.0 / inv) if inv > 0 else eff.compute_ratio
+        rt = replace(rt, prefill_overhead_seconds=overhead, prefill_compute_ratio=ratio)
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    return replace(rt, calibrated=True, source=f"{runtime} factors calibrated on {stamp} from {len(rows)} {runtime} runs")
 
 
 def _train_rows_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[float]:

@@ -41,7 +41,8 @@ class PlanOptions:
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
-    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate) or vllm (preallocated paged KV cache).", "hf")
+    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi "
+                                          "(CUDA graphs, preallocated paged KV cache).", "hf")
     tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica.", 1)
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")

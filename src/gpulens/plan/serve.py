@@ -1,4 +1,4 @@
-"""Serving memory and speed for two runtime profiles.
+"""Serving memory and speed for two runtime profiles (hf; vllm, sglang and tgi as engines).
 
 - `hf`: transformers' generate with a DynamicCache. The prefill computes logits for every prompt
   position (16-bit, batch x prompt x vocabulary); the cache grows by concatenation, so each decode
@@ -26,7 +26,7 @@ from gpulens.plan.speed import Efficiency
 
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group
-RUNTIMES = ("hf", "vllm")
+RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory layout (preallocated paged KV)
 VLLM_BLOCK_TOKENS = 16
 VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
@@ -62,7 +62,7 @@ class ServeSetup:
         if self.dtype not in WEIGHT_BYTES:
             raise BadInputError(f"Unknown weight dtype {self.dtype!r}.", hint=f"Use one of {', '.join(WEIGHT_BYTES)}.")
         if self.runtime not in RUNTIMES:
-            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate) or vllm.")
+            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang or tgi.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
@@ -204,33 +204,65 @@ def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: 
     return int(est.breakdown.get("kv_cache", 0) // (kv_tok * seq_tokens))
 
 
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: int) -> float:
+    """Distinct experts of one MoE layer that `tokens` routed tokens touch, in expectation, with
+    each token picking `experts_per_token` of `num_experts` uniformly: E (1 - (1 - k/E)^b)."""
+    if num_experts <= 0:
+        return 0.0
+    return num_experts * (1 - (1 - experts_per_token / num_experts) ** max(tokens, 0))
+
+
+def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
+    """Weight bytes one decode step reads: every matrix except the input embedding's table (a
+    lookup reads `batch` rows; a tied table is read whole by the output head), and for a MoE only
+    the experts the batch's tokens touch."""
+    total = weight_bytes(m, dtype)
+    if not m.tie_word_embeddings and not m.encoder:
+        total -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
+    if m.is_moe:
+        blocks = m.num_layers * m.layer_params()
+        block_bytes_per_param = (weight_bytes(m, dtype) - (m.params - blocks) * 2) / blocks if dtype not in (
+            "fp32", "bf16", "fp16") else WEIGHT_BYTES[dtype]
+        touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
+        total -= m.num_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
+    return total
+
+
 def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency) -> ServeSpeed:
+    """Prefill: compute-bound (2 N per token + causal attention) at the runtime's prefill
+    efficiency. A decode step: the bytes it reads (the weights it touches, the KV cache at the
+    current context; eager generate also copies the cache) over the runtime's share of the
+    bandwidth, or the compute bound at large batch, plus the runtime's fixed costs."""
+    rt = eff.runtime(setup.runtime)
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     fmt = setup.compute_dtype
-    peak = gpu.peak_flops(fmt) * (eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio) * tp
-    bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio * tp
+    # hf is PyTorch eager, as training is: it shares the training fit's matmul efficiency; an
+    # engine has its own prefill efficiency for its compute bound
+    matmul_ratio = eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio
+    if setup.runtime != "hf" and rt.prefill_compute_ratio:
+        matmul_ratio = rt.prefill_compute_ratio
+    peak = gpu.peak_flops(fmt) * matmul_ratio * tp
+    bw = gpu.memory_bandwidth_bytes_per_second * rt.decode_bandwidth_ratio * tp
     n = m.matmul_params
     attn_flops = 2 * m.num_layers * m.num_heads * m.head_dim * p * p * b  # causal QK^T and AV
     prefill_flops = 2 * n * b * p + attn_flops
-    if setup.runtime == "vllm":
+    if setup.runtime != "hf":
         prefill_flops -= 2 * m.vocab_size * m.hidden_size * b * (p - 1)  # logits of the last position only
-    pre_ratio = eff.prefill_compute_ratio or (eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio)
-    prefill = prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + eff.prefill_overhead_seconds
+    pre_ratio = rt.prefill_compute_ratio or matmul_ratio
+    prefill = prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
     if setup.runtime == "hf":
         prefill += b * p * m.vocab_size * 2 / bw  # writing the full logits
     ctx = p + k / 2  # mean context during decode
-    kv_tok = m.kv_bytes_per_token(setup.kv_bytes)
-    kv_read = b * ctx * kv_tok
+    kv_read = b * ctx * m.kv_bytes_per_token(setup.kv_bytes)
     if setup.runtime == "hf":
-        kv_read *= 3  # attention reads the cache; DynamicCache's concatenation reads and writes it again
-    mem_time = (weight_bytes(m, setup.dtype) + kv_read) / bw
+        # DynamicCache concatenates (reads and writes the cache once more per step); with grouped
+        # KV heads, SDPA's eager path repeats K and V to every query head (written, then read)
+        rep = m.num_heads // m.num_kv_heads
+        kv_read *= 3 + (2 * rep if rep > 1 else 0)
+    mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
-    if setup.runtime == "hf":
-        overhead = eff.decode_token_overhead_seconds + m.num_layers * eff.decode_layer_overhead_seconds
-    else:
-        # CUDA graphs remove most launch cost; keep a small fixed scheduling cost per step
-        overhead = 0.002 + m.num_layers * 0.00002
+    overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     comm = 0.0
     if tp > 1:
         link = gpu.interconnect_bytes_per_second or 16e9
@@ -248,7 +280,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         requests_per_second=b / req,
         output_tokens_per_second=b * k / req,
         bound=bound,
-        efficiency_source=eff.source,
+        efficiency_source=rt.source,
     )
 
 
@@ -256,7 +288,7 @@ def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, ef
     """The largest concurrency whose memory fits (0 if not even one)."""
     from dataclasses import replace
 
-    if setup.runtime == "vllm":
+    if setup.runtime != "hf":
         return min(limit, vllm_concurrency(m, setup, capacity_bytes, eff))
 
     def ok(bb: int) -> bool:
@@ -299,5 +331,5 @@ def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency,
             else:
                 break
     kv_tok = m.kv_bytes_per_token(setup.kv_bytes)
-    conc = vllm_concurrency(m, setup, gpu.memory_bytes, eff) if setup.runtime == "vllm" else None
+    conc = vllm_concurrency(m, setup, gpu.memory_bytes, eff) if setup.runtime != "hf" else None
     return ServePlan(mem, speed, max_fit, conc, kv_tok, table, best_for_target)

@@ -20,6 +20,42 @@ from gpulens.plan.models import ModelSpec
 
 
 @dataclass(frozen=True)
+class RuntimeSpeed:
+    """The serving factors of one runtime: how much of the bandwidth a decode step gets when it
+    reads the weights and the KV cache, the fixed costs per step and per layer, and the prefill's
+    matmul efficiency and fixed cost. Fitted per runtime, never carried to another."""
+
+    decode_bandwidth_ratio: float
+    decode_step_overhead_seconds: float
+    decode_layer_overhead_seconds: float
+    prefill_overhead_seconds: float
+    prefill_compute_ratio: float | None = None  # None: the GPU's matmul efficiency (compute_ratio, PyTorch eager)
+    source: str = ""
+    calibrated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Defaults, each with where it comes from (calibration replaces them per GPU and runtime).
+HF_EAGER = RuntimeSpeed(
+    # eager GEMVs reach about half the bandwidth of a fused kernel; every layer launches ~10
+    # kernels from Python (~30 us each) and generate() syncs and samples once per step
+    decode_bandwidth_ratio=0.5, decode_step_overhead_seconds=0.004, decode_layer_overhead_seconds=0.0003,
+    prefill_overhead_seconds=0.005,
+    source="defaults for transformers' eager generate (per-layer launches from Python, DynamicCache copies)")
+ENGINE = RuntimeSpeed(
+    # serving engines replay CUDA graphs (no per-kernel launch from Python) and reach 60-80 % of
+    # the bandwidth bound at small batch (vLLM, SGLang and TGI batch-1 decode benchmarks); the
+    # scheduler and sampler cost ~0.5 ms per step; prefill GEMMs of a few thousand tokens reach
+    # ~60 % of the dense peak (its own figure: a training fit, PyTorch eager, does not apply)
+    decode_bandwidth_ratio=0.75, decode_step_overhead_seconds=0.0005, decode_layer_overhead_seconds=0.00001,
+    prefill_overhead_seconds=0.003, prefill_compute_ratio=0.6,
+    source="defaults for a CUDA-graph serving engine (60-80 % of the bandwidth bound at small batch)")
+RUNTIME_DEFAULTS: dict[str, RuntimeSpeed] = {"hf": HF_EAGER, "vllm": ENGINE, "sglang": ENGINE, "tgi": ENGINE}
+
+
+@dataclass(frozen=True)
 class Efficiency:
     """How close a GPU gets to its datasheet peaks, and the fixed costs on top."""
 
@@ -29,24 +65,28 @@ class Efficiency:
     fp32_compute_ratio: float = 0.75  # fp32 (no TF32) throughput / fp32 peak
     memory_bandwidth_ratio: float = 0.35  # achieved / datasheet bandwidth for unfused elementwise work
     layer_overhead_seconds: float = 0.0005  # per layer per training step (launches, autograd)
-    decode_token_overhead_seconds: float = 0.004  # per decode step, hf generate (sampling, sync)
-    decode_layer_overhead_seconds: float = 0.0003  # per layer per decode step, hf eager
-    prefill_overhead_seconds: float = 0.005  # per prefill call
-    prefill_compute_ratio: float | None = None  # None: compute_ratio (eager prefill often does worse)
     activation_scale: float = 1.0  # measured / modelled activation memory
     reserved_ratio: float = 1.10  # allocator: peak reserved / peak allocated
     workspace_bytes: int = 64 << 20  # allocator-resident cuBLAS workspace
     source: str = "defaults (not calibrated)"
     calibrated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    runtimes: dict[str, RuntimeSpeed] = field(default_factory=dict)  # fitted serving factors, by runtime
+
+    def runtime(self, name: str) -> RuntimeSpeed:
+        """The serving factors of `name`: its own fit on this GPU, else that runtime's defaults."""
+        return self.runtimes.get(name) or RUNTIME_DEFAULTS[name]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Efficiency:
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        return cls(**known)
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "runtimes"}
+        rt_fields = RuntimeSpeed.__dataclass_fields__
+        runtimes = {name: RuntimeSpeed(**{k: v for k, v in r.items() if k in rt_fields})
+                    for name, r in (d.get("runtimes") or {}).items() if name in RUNTIME_DEFAULTS and isinstance(r, dict)}
+        return cls(**known, runtimes=runtimes)
 
 
 @dataclass
