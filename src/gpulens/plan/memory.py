@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -49,6 +50,19 @@ class TrainSetup:
     grad_ckpt: bool = False
     zero_stage: int = 0
     num_gpus: int = 1
+    zero_layout: str = "fsdp"  # fsdp (PyTorch: fp32 weights under autocast) | deepspeed (16-bit weights, sharded fp32 master)
+
+    @property
+    def deepspeed_amp(self) -> bool:
+        """DeepSpeed's mixed precision: the module runs in 16-bit (no autocast), the fp32 master
+        weights live with the optimizer states."""
+        return self.zero_layout == "deepspeed" and self.precision in ("amp_bf16", "amp_fp16")
+
+    @property
+    def activation_precision(self) -> str:
+        if self.deepspeed_amp:
+            return "bf16" if self.precision == "amp_bf16" else "fp16"
+        return self.precision
 
     def validate(self) -> None:
         if self.precision not in PRECISIONS:
@@ -61,6 +75,7 @@ class TrainSetup:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
+        check_layout(self.zero_layout)
 
 
 @dataclass
@@ -264,33 +279,34 @@ def training_memory(
 ) -> MemoryEstimate:
     """Itemized peak memory of one GPU for one training step."""
     setup.validate()
-    mode = _mode(setup.precision)
-    state_bytes = 4 if mode.weight == 4 else 2
+    mode = _mode(setup.activation_precision)
+    state_bytes = 4 if _mode(setup.precision).weight == 4 else 2
     n, gpus = m.params, setup.num_gpus
     b, s = setup.micro_batch, setup.seq_len
     tokens = b * s
     notes: list[str] = []
 
-    weights = n * mode.weight
-    grads = n * mode.weight
     states, step_tmp, opt_note = _optimizer_bytes(m, setup.optimizer, state_bytes)
     if opt_note:
         notes.append(opt_note)
     zero = setup.zero_stage if gpus > 1 else 0
     if setup.zero_stage and gpus == 1:
         notes.append("ZeRO/FSDP shards across GPUs: with --gpus 1 it changes nothing")
-    if zero >= 1:
-        states //= gpus
+    zs = zero_states(n, stage=zero, gpus=gpus, layout=setup.zero_layout, weight_bytes=mode.weight,
+                     state_bytes_per_param=states / n, amp=setup.deepspeed_amp,
+                     largest_module_params=largest_module_params(m))
+    weights, grads, states = int(zs.weights), int(zs.gradients), int(zs.optimizer_states)
+    if setup.deepspeed_amp:
+        step_tmp = 0  # DeepSpeed's fused Adam updates in place
+    elif zero >= 1:
         step_tmp //= gpus
-    if zero >= 2:
-        grads //= gpus
     gathered = 0
     if zero >= 3:
-        weights //= gpus
-        gathered = 2 * m.layer_params() * mode.weight  # the layer being computed + the prefetched one
+        # FSDP: the layer being computed + the prefetched one; DeepSpeed: the largest module
+        gathered = int(zs.gathered_largest_module) or 2 * m.layer_params() * mode.weight
     ddp_buckets = grads if (gpus > 1 and zero == 0) else 0  # DDP copies gradients into its buckets
 
-    layer = layer_activation_bytes(m, setup.precision, b, s)
+    layer = layer_activation_bytes(m, setup.activation_precision, b, s)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
     if layer["kernel_math"]:
         notes.append("fp32 with grouped-query attention: SDPA falls back to the math kernel (S x S scores in memory)")
@@ -301,7 +317,7 @@ def training_memory(
     else:
         saved = m.num_layers * per_layer + head + embed_dropout
     saved = int(saved * activation_scale)
-    loss = _loss_bytes(m, setup.precision, tokens)
+    loss = _loss_bytes(m, setup.activation_precision, tokens)
     # autocast keeps a 16-bit copy of each Linear weight while the layers that saved it wait for
     # their backward (freed after the forward when the layers are checkpointed)
     cast_cache = 2 * m.linear_params if (mode.amp and not setup.grad_ckpt) else 0
@@ -343,7 +359,9 @@ def training_memory(
             "activations": saved + int(per_layer * activation_scale),
             "logits_and_loss": tokens * m.hidden_size * 4,
         }
-    cands["optimizer step"] = static | {"gradients": grads, "optimizer_step_temporaries": step_tmp}
+    cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
+                                        "optimizer_step_temporaries": step_tmp,
+                                        "fp32_gradient_partition": int(zs.fp32_gradient_partition)}
 
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])

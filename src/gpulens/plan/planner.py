@@ -40,6 +40,7 @@ class PlanRequest:
     grad_accum: int = 1
     grad_ckpt: bool = False
     zero: int = 0
+    zero_layout: str = "fsdp"  # fsdp | deepspeed (see plan/zero.py)
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -161,8 +162,14 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
 
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
-    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus)
+    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
+                       zero_layout=req.zero_layout)
     setup.validate()
+    if req.zero and req.gpus > 1:
+        notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
+            "16-bit weights and gradients in the module, the fp32 master copy sharded with the Adam moments "
+            "(DeepSpeed, ZeRO paper)." if setup.deepspeed_amp else
+            "weights and gradients in the precision's storage dtype (fp32 under amp), as PyTorch FSDP keeps them."))
     mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
                           cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)
     sp = training_speed(model, setup, gpu, eff)

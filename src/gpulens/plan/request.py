@@ -37,6 +37,10 @@ class PlanOptions:
     grad_accum: int = _opt(("--grad-accum",), "Training: micro-batches per optimizer step.", 1)
     grad_ckpt: bool = _opt(("--grad-ckpt/--no-grad-ckpt",), "Training: activation checkpointing per layer.", False)
     zero: int = _opt(("--zero",), "Training: ZeRO stage 0-3 across --gpus (3 = FSDP full sharding).", 0)
+    zero_layout: str = _opt(("--zero-layout",), "Training: what --zero shards under amp: fsdp (PyTorch: fp32 weights "
+                                                "and gradients, moments sharded) or deepspeed (16-bit weights and "
+                                                "gradients, fp32 master copy sharded with the moments: ZeRO paper).",
+                            "fsdp")
     dtype: str = _opt(("--dtype",), "Serving: weight format fp32, bf16, fp16, fp8, int8, int4.", "bf16")
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
@@ -76,7 +80,8 @@ class PlanOptions:
         return PlanRequest(
             model=self.model, workload=workload, gpu=gpu, gpus=self.gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
-            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero, dtype=self.dtype.lower(),
+            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero,
+            zero_layout=self.zero_layout.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
