@@ -325,7 +325,7 @@ def _fit_runtime(rows: list[Measurement], gpu: GpuSpec, eff: Efficiency, runtime
 
     rt = eff.runtime(runtime)
     ideal = replace(rt, decode_bandwidth_ratio=1.0, decode_step_overhead_seconds=0.0, decode_layer_overhead_seconds=0.0,
-                    prefill_overhead_seconds=0.0, prefill_compute_ratio=1.0)
+                    prefill_overhead_seconds=0.0, prefill_compute_ratio=1.0, prefill_bandwidth_ratio=1.0)
     e_ideal = replace(eff, runtimes=eff.runtimes | {runtime: ideal})
     dec = [m for m in rows if m.decode_token_s]
     if dec:
@@ -342,14 +342,26 @@ def _fit_runtime(rows: list[Measurement], gpu: GpuSpec, eff: Efficiency, runtime
             rt = replace(rt, decode_step_overhead_seconds=float(max(statistics.median(rest), 0.0)))
     pre = [m for m in rows if m.prefill_s]
     if pre:
-        xs = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).prefill_seconds for m in pre]
-        if len(pre) > 1:
-            coef, _ = nnls(np.array([[1.0, xi] for xi in xs]), np.array([m.prefill_s for m in pre]))
+        # prefill = overhead + ideal FLOP time / matmul ratio + ideal elementwise time / bandwidth ratio
+        flop_only = replace(e_ideal, runtimes=eff.runtimes | {runtime: replace(ideal, prefill_bandwidth_ratio=1e12)})
+        fl = [serving_speed(m.model, m.serve_setup(), gpu, flop_only).prefill_seconds for m in pre]
+        el = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).prefill_seconds - f for m, f in zip(pre, fl, strict=True)]
+        y = np.array([m.prefill_s for m in pre])
+        bw_ratio = rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio
+        if len(pre) >= 4:
+            # the decode fit's per-layer launch cost applies to the prefill's forward too
+            per_layer = [m.model.num_layers * rt.decode_layer_overhead_seconds for m in pre]
+            coef, _ = nnls(np.array([[1.0, f, e] for f, e in zip(fl, el, strict=True)]), np.maximum(y - per_layer, 0))
+            overhead, inv = float(coef[0]), float(coef[1])
+            bw_ratio = min(1.0, 1.0 / coef[2]) if coef[2] > 0 else bw_ratio
+        elif len(pre) > 1:
+            rest = y - np.array(el) / bw_ratio
+            coef, _ = nnls(np.array([[1.0, f] for f in fl]), np.maximum(rest, 0))
             overhead, inv = float(coef[0]), float(coef[1])
         else:
-            overhead, inv = 0.0, pre[0].prefill_s / xs[0]
+            overhead, inv = 0.0, max(pre[0].prefill_s - el[0] / bw_ratio, 1e-9) / fl[0]
         ratio = min(1.0, 1.0 / inv) if inv > 0 else eff.compute_ratio
-        rt = replace(rt, prefill_overhead_seconds=overhead, prefill_compute_ratio=ratio)
+        rt = replace(rt, prefill_overhead_seconds=overhead, prefill_compute_ratio=ratio, prefill_bandwidth_ratio=bw_ratio)
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     return replace(rt, calibrated=True, source=f"{runtime} factors calibrated on {stamp} from {len(rows)} {runtime} runs")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.memory import MemoryEstimate, fits_in
+from gpulens.plan.memory import MemoryEstimate, fits_in, layer_activation_bytes
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
 
@@ -250,9 +250,14 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     if setup.runtime != "hf":
         prefill_flops -= 2 * m.vocab_size * m.hidden_size * b * (p - 1)  # logits of the last position only
     pre_ratio = rt.prefill_compute_ratio or matmul_ratio
-    prefill = prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
-    if setup.runtime == "hf":
-        prefill += b * p * m.vocab_size * 2 / bw  # writing the full logits
+    # a prefill is one forward of the same layers: their launch cost per layer, plus its own fixed cost
+    prefill = (prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
+               + m.num_layers * rt.decode_layer_overhead_seconds)
+    # the forward's elementwise kernels (norms, activations, residuals, rotary) write about what
+    # a training forward would save for backward
+    elementwise = m.num_layers * sum(v for k, v in layer_activation_bytes(m, fmt, b, p).items() if k != "kernel_math")
+    pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
+    prefill += elementwise / pre_bw
     ctx = p + k / 2  # mean context during decode
     kv_read = b * ctx * m.kv_bytes_per_token(setup.kv_bytes)
     if setup.runtime == "hf":

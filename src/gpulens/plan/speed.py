@@ -30,6 +30,7 @@ class RuntimeSpeed:
     decode_layer_overhead_seconds: float
     prefill_overhead_seconds: float
     prefill_compute_ratio: float | None = None  # None: the GPU's matmul efficiency (compute_ratio, PyTorch eager)
+    prefill_bandwidth_ratio: float | None = None  # elementwise work of the prefill; None: memory_bandwidth_ratio
     source: str = ""
     calibrated: bool = False
 
@@ -50,7 +51,7 @@ ENGINE = RuntimeSpeed(
     # scheduler and sampler cost ~0.5 ms per step; prefill GEMMs of a few thousand tokens reach
     # ~60 % of the dense peak (its own figure: a training fit, PyTorch eager, does not apply)
     decode_bandwidth_ratio=0.75, decode_step_overhead_seconds=0.0005, decode_layer_overhead_seconds=0.00001,
-    prefill_overhead_seconds=0.003, prefill_compute_ratio=0.6,
+    prefill_overhead_seconds=0.003, prefill_compute_ratio=0.6, prefill_bandwidth_ratio=0.7,  # fused norms/activations
     source="defaults for a CUDA-graph serving engine (60-80 % of the bandwidth bound at small batch)")
 RUNTIME_DEFAULTS: dict[str, RuntimeSpeed] = {"hf": HF_EAGER, "vllm": ENGINE, "sglang": ENGINE, "tgi": ENGINE}
 
