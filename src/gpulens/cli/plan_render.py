@@ -220,6 +220,16 @@ def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
                           f"{format_seconds(rt.decode_step_overhead_seconds)} + {format_seconds(rt.decode_layer_overhead_seconds)}"
                           f"/layer · prefill overhead {format_seconds(rt.prefill_overhead_seconds)} (other runtimes keep "
                           f"their defaults)", highlight=False)
+        if getattr(rep, "checks", None):
+            t = Table(box=None, header_style="bold", padding=(0, 2), title="runs the fit did not see (leave-one-out)",
+                      title_justify="left")
+            for c in ("figure", "scope", "runs", "median", "worst", "defaults median", "defaults worst", "fit"):
+                t.add_column(c, justify="left" if c in ("figure", "scope", "fit") else "right")
+            for c in rep.checks:
+                t.add_row(c.figure.replace("_", " "), c.scope, str(len(c.held_out)), f"{c.median_ratio:.1%}",
+                          f"{c.worst_ratio:.1%}", f"{c.defaults_median_ratio:.1%}", f"{c.defaults_worst_ratio:.1%}",
+                          "used" if c.used else "not used (defaults kept)")
+            console.print(t)
         loo = rep.leave_one_out
         if loo is not None and loo.informative:
             console.print(f"  leave-one-out: each run predicted from the others is off by {loo.mean_abs_error_ratio:.0%} on average "

@@ -167,6 +167,45 @@ class LeaveOneOut:
 
 
 @dataclass
+class FigureCheck:
+    """One figure of one scope (training, or a serving runtime), each run predicted by a fit of
+    all the others (held out) and by the defaults. A fit whose mean held-out error is worse than
+    the defaults' is not used for that figure's factors."""
+
+    figure: str  # train_step | peak_memory | decode_tpot | prefill
+    scope: str  # train | infer (peak memory) | a serving runtime (hf, vllm, ...)
+    held_out: list[float]  # |relative error| per run
+    defaults: list[float]
+
+    @property
+    def median_ratio(self) -> float:
+        return statistics.median(self.held_out)
+
+    @property
+    def worst_ratio(self) -> float:
+        return max(self.held_out)
+
+    @property
+    def defaults_median_ratio(self) -> float:
+        return statistics.median(self.defaults)
+
+    @property
+    def defaults_worst_ratio(self) -> float:
+        return max(self.defaults)
+
+    @property
+    def used(self) -> bool:
+        """Whether the fitted factors beat the defaults on runs they did not see (mean error)."""
+        return len(self.held_out) < 2 or statistics.fmean(self.held_out) <= statistics.fmean(self.defaults) + 1e-12
+
+    @property
+    def calibrated_errors(self) -> list[float]:
+        """What calibration delivers on unseen runs: the fit's held-out errors when it is used, else
+        the defaults' (which are then kept)."""
+        return self.held_out if self.used else self.defaults
+
+
+@dataclass
 class FitReport:
     gpu: str
     efficiency: Efficiency
@@ -177,6 +216,7 @@ class FitReport:
     used: list[str] = field(default_factory=list)  # labels of the measurements the fit used
     rejected: list[Rejected] = field(default_factory=list)  # left out by the caller or the fit, with reasons
     leave_one_out: LeaveOneOut | None = None
+    checks: list[FigureCheck] = field(default_factory=list)  # leave-one-out per figure and scope
     refused: str | None = None  # why this fit must not be stored (calibrate raises unless it only shows)
 
 
@@ -398,6 +438,63 @@ def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficienc
     return LeaveOneOut(len(ok), sum(held_errs) / n, sum(default_errs) / n)
 
 
+_FIGURE_FNS = {"train_step": _train_rows_err, "peak_memory": _mem_err, "decode_tpot": _decode_err, "prefill": _prefill_err}
+
+
+def _scope(figure: str, m: Measurement) -> str:
+    if figure == "train_step":
+        return "train"
+    if figure == "peak_memory":
+        return m.kind
+    return m.runtime
+
+
+def leave_one_out_by_figure(measurements: list[Measurement], gpu: GpuSpec,
+                            base: Efficiency | None = None) -> list[FigureCheck]:
+    """Each successful run predicted by a fit of all the others, and by the defaults, grouped by
+    figure and scope (training; each serving runtime on its own)."""
+    base = base or Efficiency()
+    ok = [m for m in measurements if m.status == "ok"]
+    groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for i, held in enumerate(ok):
+        others = ok[:i] + ok[i + 1:]
+        try:
+            eff = fit(others, gpu, base).efficiency if others else base
+        except BadInputError:
+            eff = base
+        for figure, fn in _FIGURE_FNS.items():
+            got, dflt = fn([held], gpu, eff), fn([held], gpu, base)
+            if got:
+                g = groups.setdefault((figure, _scope(figure, held)), ([], []))
+                g[0].append(abs(float(got[0])))
+                g[1].append(abs(float(dflt[0])))
+    return [FigureCheck(f, sc, h, d) for (f, sc), (h, d) in groups.items()]
+
+
+_TRAIN_FACTORS = ("compute_ratio", "fp32_compute_ratio", "memory_bandwidth_ratio", "layer_overhead_seconds")
+_MEMORY_FACTORS = ("activation_scale", "workspace_bytes")
+_DECODE_FACTORS = ("decode_bandwidth_ratio", "decode_step_overhead_seconds", "decode_layer_overhead_seconds")
+_PREFILL_FACTORS = ("prefill_overhead_seconds", "prefill_compute_ratio", "prefill_bandwidth_ratio")
+
+
+def drop_unhelpful(eff: Efficiency, checks: list[FigureCheck], base: Efficiency | None = None) -> Efficiency:
+    """The fit with every figure's factors back at the defaults where its held-out error is no
+    better than the defaults' (a fit that does not improve leave-one-out error is not used)."""
+    base = base or Efficiency()
+    for c in checks:
+        if c.used:
+            continue
+        if c.figure == "train_step":
+            eff = replace(eff, **{k: getattr(base, k) for k in _TRAIN_FACTORS})
+        elif c.figure == "peak_memory":
+            eff = replace(eff, **{k: getattr(base, k) for k in _MEMORY_FACTORS})
+        elif c.scope in eff.runtimes:
+            names = _DECODE_FACTORS if c.figure == "decode_tpot" else _PREFILL_FACTORS
+            rt = replace(eff.runtimes[c.scope], **{k: getattr(base.runtime(c.scope), k) for k in names})
+            eff = replace(eff, runtimes=eff.runtimes | {c.scope: rt})
+    return eff
+
+
 # ---------------------------------------------------------------- storage
 
 
@@ -491,6 +588,10 @@ def calibrate(measurements: Path | list[Measurement], *, gpu_name: str | None, s
         rep = fit(rows, spec)
         rep.rejected = list(rejected or []) + rep.rejected
         rep.leave_one_out = loo = leave_one_out(rows, spec)
+        rep.checks = leave_one_out_by_figure(rows, spec)
+        rep.efficiency = drop_unhelpful(rep.efficiency, rep.checks)
+        ok_rows = [m for m in rows if m.status == "ok"]
+        rep.after = {label: fn(ok_rows, spec, rep.efficiency) for label, fn in _FIGURES if label in rep.after}
         if loo.worse_than_defaults:
             rep.refused = (
                 f"Calibration of {spec.name} refused, nothing stored: predicting each of the {loo.measurements} "
