@@ -83,3 +83,38 @@ def test_assume_dense_plans_it_and_warns(tmp_path, capsys):
     d = json.loads(out)
     assert d["model"]["assumed_dense"] is True
     assert any("not a family the planner models" in n for n in d["notes"])
+
+
+def _train_json(capsys, *argv: str) -> dict:
+    rc, out, _ = run(capsys, "--model", "llama-3-70b", "--workload", "train", "--batch", "1", "--seq", "4096",
+                     "--grad-ckpt", "--zero", "3", "--format", "json", *argv)
+    assert rc == 0
+    return json.loads(out)["speed"]
+
+
+def test_across_nodes_the_gradients_cross_the_network(capsys):
+    one_node = _train_json(capsys, "--gpus", "8")
+    assert one_node["nodes"] == 1 and "NVLink" in one_node["communication_link"]
+    assert one_node["communication_link_bytes_per_second"] == 450e9  # 900 GB/s is both directions together
+    big = _train_json(capsys, "--gpus", "512")
+    assert big["nodes"] == 64 and big["communication_link_bytes_per_second"] == 50e9
+    # fp32 gradients of 70.6 B parameters, all-reduced (x 1.5 for ZeRO-3's gathers) at 50 GB/s, minus
+    # the part hidden behind the backward: ~13.7 s exposed
+    assert big["communication_seconds"] > 10
+    slower = _train_json(capsys, "--nodes", "64", "--inter-node-gbps", "12.5")
+    assert slower["communication_seconds"] > 3 * big["communication_seconds"]
+
+
+def test_nodes_and_gpus_must_agree(capsys):
+    rc, out, err = run(capsys, "--model", "llama-3-8b", "--gpus", "16", "--nodes", "4")
+    assert rc == 2 and "--gpus-per-node" in out + err
+
+
+def test_zero_layout_is_named_and_checked(capsys):
+    rc, out, _ = run(capsys, "--model", "llama-2-7b", "--gpus", "8", "--zero", "2", "--zero-layout", "deepspeed",
+                     "--batch", "1", "--format", "json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["setup"]["zero_layout"] == "deepspeed" and any("deepspeed layout" in n for n in d["notes"])
+    rc, out, err = run(capsys, "--model", "llama-2-7b", "--gpus", "8", "--zero", "2", "--zero-layout", "megatron")
+    assert rc == 2 and "fsdp" in out + err

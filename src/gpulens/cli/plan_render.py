@@ -89,6 +89,9 @@ def render_plan(res: Any) -> None:
         st.add_row("time split", f"matmuls {format_seconds(s['compute_seconds'])}, memory-bound {format_seconds(s['memory_seconds'])}, "
                                  f"overhead {format_seconds(s['overhead_seconds'])}"
                                  + (f", communication {format_seconds(s['communication_seconds'])}" if s["communication_seconds"] else ""))
+        if s.get("communication_link"):
+            st.add_row("gradient all-reduce", f"over {s['communication_link']}, {s['communication_link_bytes_per_second'] / 1e9:g} GB/s "
+                                              f"per GPU · {s['nodes']} node(s)")
     else:
         st.add_row("time to first token (TTFT)", format_seconds(s["ttft_seconds"]))
         st.add_row("time per output token (TPOT)", f"{format_seconds(s['tpot_seconds'])} ({s['bound']}-bound)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
+from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 
@@ -51,6 +52,8 @@ class TrainSetup:
     zero_stage: int = 0
     num_gpus: int = 1
     zero_layout: str = "fsdp"  # fsdp (PyTorch: fp32 weights under autocast) | deepspeed (16-bit weights, sharded fp32 master)
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
 
     @property
     def deepspeed_amp(self) -> bool:

@@ -18,6 +18,7 @@ from gpulens.plan.advice import (
 from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, serving_cost, training_cost
+from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
 from gpulens.plan.serve import ServeSetup, plan_serving
@@ -52,11 +53,13 @@ class PlanRequest:
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
     assume_dense: bool = False  # plan an unknown model_type as a dense LLaMA-like decoder
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
 
     def validate(self) -> None:
         if self.workload not in ("train", "infer"):
             raise BadInputError(f"Unknown workload {self.workload!r}.", hint="Use --workload train or --workload infer.")
-        for what, v in (("number of GPUs", self.gpus),):
+        for what, v in (("number of GPUs", self.gpus), ("number of GPUs per node", self.gpus_per_node)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint="Pass --gpus 1 or more.")
         for what, v in (("TPOT target", self.tpot_target_seconds), ("TTFT target", self.ttft_target_seconds),
@@ -163,7 +166,8 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
     setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
-                       zero_layout=req.zero_layout)
+                       zero_layout=req.zero_layout, gpus_per_node=req.gpus_per_node,
+                       inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     setup.validate()
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
@@ -189,7 +193,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
 def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
     setup = ServeSetup(dtype=req.dtype, kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=req.prompt,
-                       new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel)
+                       new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel,
+                       gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND, collective_link
 from gpulens.plan.memory import MemoryEstimate, fits_in, layer_activation_bytes
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
@@ -42,6 +43,8 @@ class ServeSetup:
     runtime: str = "hf"
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # TP beyond one node runs over the network
+    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
 
     @property
     def compute_dtype(self) -> str:
@@ -270,7 +273,8 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     comm = 0.0
     if tp > 1:
-        link = gpu.interconnect_bytes_per_second or 16e9
+        link = collective_link(gpu, tp, gpus_per_node=setup.gpus_per_node,
+                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).bytes_per_second
         comm = 2 * m.num_layers * (10e-6 + 2 * b * m.hidden_size * 2 / link)  # two all-reduces per layer
     tpot = max(mem_time, comp_time) + overhead + comm
     bound = "memory" if mem_time >= comp_time else "compute"

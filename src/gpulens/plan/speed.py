@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.links import collective_link, nodes_for
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
 from gpulens.plan.models import ModelSpec
 
@@ -102,6 +103,9 @@ class TrainSpeed:
     overhead_seconds: float
     communication_seconds: float
     efficiency_source: str
+    nodes: int = 1
+    communication_link: str = ""  # the bottleneck link of the gradient all-reduce
+    communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,10 +162,11 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     per_micro = compute + memory + overhead
     opt_time = _optimizer_traffic_bytes(m, setup) / bw
     comm = 0.0
+    link = collective_link(gpu, setup.num_gpus, gpus_per_node=setup.gpus_per_node,
+                           inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
     if setup.num_gpus > 1:
-        link = gpu.interconnect_bytes_per_second or 16e9
         grad_bytes = m.params * (4 if _mode(setup.precision).weight == 4 else 2)
-        ring = 2 * (setup.num_gpus - 1) / setup.num_gpus * grad_bytes / link
+        ring = 2 * (setup.num_gpus - 1) / setup.num_gpus * grad_bytes / link.bytes_per_second
         if setup.zero_stage >= 3:
             ring *= 1.5  # parameters are all-gathered in the forward and the backward
         # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
@@ -182,4 +187,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         overhead_seconds=overhead * setup.grad_accum,
         communication_seconds=comm,
         efficiency_source=eff.source,
+        nodes=nodes_for(setup.num_gpus, setup.gpus_per_node),
+        communication_link=link.name if setup.num_gpus > 1 else "",
+        communication_link_bytes_per_second=link.bytes_per_second if setup.num_gpus > 1 else 0.0,
     )
