@@ -51,7 +51,9 @@ def render_plan(res: Any) -> None:
     if r.workload == "train":
         what = (f"train · {r.precision} · {r.optimizer} · micro-batch {r.batch} × {r.seq} tokens"
                 + (f" · accumulate ×{r.grad_accum}" if r.grad_accum > 1 else "")
-                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else ""))
+                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
+                + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets})"
+                   if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"
     else:
         what = f"serve · {r.runtime} · weights {r.dtype} · {r.batch} × ({r.prompt} prompt + {r.new_tokens} new) tokens"

@@ -22,6 +22,17 @@ from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
+from gpulens.plan.lora import (
+    ADAPTER_BYTES,
+    FINETUNE,
+    PAGED_NOTE,
+    LoraSetup,
+    adapter_params,
+    base_weight_bytes,
+    head_and_first_norm_delta_per_token,
+    largest_linear_params,
+    layer_delta_per_token,
+)
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 
@@ -52,6 +63,9 @@ class TrainSetup:
     zero_stage: int = 0
     num_gpus: int = 1
     zero_layout: str = "fsdp"  # fsdp (PyTorch: fp32 weights under autocast) | deepspeed (16-bit weights, sharded fp32 master)
+    finetune: str = "full"  # full | lora | qlora
+    lora_rank: int = 16
+    lora_targets: str = "all"
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
 
@@ -79,6 +93,12 @@ class TrainSetup:
         if self.zero_stage not in (0, 1, 2, 3):
             raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
         check_layout(self.zero_layout)
+        if self.finetune not in FINETUNE:
+            raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
+
+    @property
+    def lora(self) -> LoraSetup | None:
+        return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets)
 
 
 @dataclass
@@ -282,6 +302,10 @@ def training_memory(
 ) -> MemoryEstimate:
     """Itemized peak memory of one GPU for one training step."""
     setup.validate()
+    if setup.lora is not None:
+        return _lora_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
+                            cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio,
+                            activation_scale=activation_scale)
     mode = _mode(setup.activation_precision)
     state_bytes = 4 if _mode(setup.precision).weight == 4 else 2
     n, gpus = m.params, setup.num_gpus
@@ -381,6 +405,68 @@ def training_memory(
         candidates={k: int(v) for k, v in totals.items()},
         notes=notes,
     )
+
+
+def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, micro_batch: int,
+                              seq: int) -> tuple[float, float]:
+    """(one layer, head + first norm) bytes saved for backward under LoRA, for the micro-batch."""
+    tokens = micro_batch * seq
+    c = _mode(precision).compute
+    layer = layer_activation_bytes(m, precision, micro_batch, seq)
+    per_layer = layer["attention"] + layer["mlp"] + layer["norms"] + tokens * layer_delta_per_token(m, lora, c)
+    head = tokens * (_head_bytes_per_token(m, _mode(precision)) + head_and_first_norm_delta_per_token(m, c))
+    return per_layer, head
+
+
+def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
+                 cuda_context_bytes: int, reserved_ratio: float, activation_scale: float) -> MemoryEstimate:
+    """LoRA / QLoRA (plan/lora.py): frozen base, fp32 adapters with their gradients and AdamW
+    moments, the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
+    sharded states would be the adapters' few megabytes)."""
+    lora = setup.lora
+    assert lora is not None
+    lora.validate(m, setup.precision)
+    if setup.optimizer not in ("adamw", "adamw8bit", "sgd"):
+        raise BadInputError(f"LoRA planning takes --optimizer adamw, adamw8bit or sgd, not {setup.optimizer!r}.",
+                            hint="Pass --optimizer adamw (paged AdamW is the same on the GPU).")
+    mode = _mode(setup.precision)
+    precision = setup.precision if lora.method == "lora" else "bf16"  # QLoRA computes in bf16
+    b, s = setup.micro_batch, setup.seq_len
+    tokens = b * s
+    notes = [f"{'QLoRA' if lora.method == 'qlora' else 'LoRA'} rank {lora.rank} on the {lora.targets} Linear layers: "
+             f"{adapter_params(m, lora):,} trainable parameters (fp32), base frozen"]
+    n_ad = adapter_params(m, lora)
+    base = base_weight_bytes(m, lora, mode.weight)
+    per_state = {"adamw": 8, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
+    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s)
+    if setup.grad_ckpt:
+        saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
+    else:
+        saved = m.num_layers * per_layer + head
+    saved = int(saved * activation_scale)
+    loss = _loss_bytes(m, precision, tokens)
+    static = {"weights": int(base), "lora_adapters": n_ad * ADAPTER_BYTES, "optimizer_states": int(n_ad * per_state),
+              "cuda_workspace": workspace_bytes}
+    if lora.method == "qlora":
+        static["dequantized_weight"] = 2 * largest_linear_params(m)  # one Linear's bf16 weight at a time
+        notes.append("QLoRA: block Linear weights in 4-bit NF4 with double quantization (0.516 bytes each); " + PAGED_NOTE)
+    grads = n_ad * ADAPTER_BYTES
+    cands = {
+        "backward start": static | {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved,
+                                    "logits_and_loss": loss},
+        "optimizer step": static | {"gradients": grads, "optimizer_step_temporaries": n_ad * 4 if per_state else 0},
+    }
+    if setup.grad_ckpt:
+        cands["layer recompute"] = static | {"gradients": grads, "activations": saved + int(per_layer * activation_scale),
+                                             "logits_and_loss": tokens * m.hidden_size * 4}
+    totals = {k: sum(v.values()) for k, v in cands.items()}
+    peak_at = max(totals, key=lambda k: totals[k])
+    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
+    peak = int(sum(breakdown.values()))
+    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
+                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
+                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
+                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
 
 
 def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:

@@ -42,6 +42,9 @@ class PlanRequest:
     grad_ckpt: bool = False
     zero: int = 0
     zero_layout: str = "fsdp"  # fsdp | deepspeed (see plan/zero.py)
+    finetune: str = "full"  # full | lora | qlora (see plan/lora.py)
+    lora_rank: int = 16
+    lora_targets: str = "all"
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -166,7 +169,8 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
     setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
-                       zero_layout=req.zero_layout, gpus_per_node=req.gpus_per_node,
+                       zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
+                       lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     setup.validate()
     if req.zero and req.gpus > 1:

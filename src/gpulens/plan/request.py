@@ -36,6 +36,11 @@ class PlanOptions:
     seq: int = _opt(("--seq", "-s"), "Training: sequence length in tokens.", 2048)
     grad_accum: int = _opt(("--grad-accum",), "Training: micro-batches per optimizer step.", 1)
     grad_ckpt: bool = _opt(("--grad-ckpt/--no-grad-ckpt",), "Training: activation checkpointing per layer.", False)
+    finetune: str = _opt(("--finetune",), "Training: full, lora or qlora (frozen base, fp32 adapters; QLoRA keeps the "
+                                          "base in 4-bit NF4). Use with --precision bf16.", "full")
+    lora_rank: int = _opt(("--lora-rank",), "Training: LoRA rank r.", 16)
+    lora_targets: str = _opt(("--lora-targets",), "Training: all (every Linear of the blocks) or qv (q_proj, v_proj).",
+                             "all")
     nodes: int | None = _opt(("--nodes",), "Nodes of --gpus-per-node GPUs (sets --gpus to their product when "
                                            "--gpus is not given).")
     gpus_per_node: int = _opt(("--gpus-per-node",), "GPUs per node: collectives within a node use the GPU's "
@@ -96,7 +101,8 @@ class PlanOptions:
             model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
             seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero,
-            zero_layout=self.zero_layout.lower(), dtype=self.dtype.lower(),
+            zero_layout=self.zero_layout.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
+            lora_targets=self.lora_targets.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.links import collective_link, nodes_for
+from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
 from gpulens.plan.models import ModelSpec
 
@@ -133,6 +134,8 @@ def _peak_for(gpu: GpuSpec, precision: str, eff: Efficiency) -> float:
 
 
 def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
+    if setup.lora is not None:  # fp32 adapters and their fp32 states only
+        return adapter_params(m, setup.lora) * (3 * 4 + 6 * 4)
     w = _mode(setup.precision).weight
     s = 4 if w == 4 else 2
     per_param = {
@@ -149,14 +152,23 @@ def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
 def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency) -> TrainSpeed:
     setup.validate()
     tokens = setup.micro_batch * setup.seq_len
+    lora = setup.lora
     fpt = train_flops_per_token(m, setup.seq_len, recompute=setup.grad_ckpt)
-    compute = fpt * tokens / _peak_for(gpu, setup.precision, eff)
+    precision = setup.precision if lora is None or lora.method == "lora" else "bf16"
+    if lora is not None:
+        # a frozen base computes no weight gradients: 2 N of the 6 N (adapters add 6 x their few parameters)
+        fpt += 6 * adapter_params(m, lora) - 2 * m.matmul_params
+    compute = fpt * tokens / _peak_for(gpu, precision, eff)
     bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio
     # activations are written in the forward and read (and their gradients written) in the
     # backward: ~3 passes over what is saved; recomputation adds half again
-    traffic = 3 * activation_bytes_full(m, setup.precision, setup.micro_batch, setup.seq_len)
+    traffic = 3 * activation_bytes_full(m, precision, setup.micro_batch, setup.seq_len)
     if setup.grad_ckpt:
         traffic *= 1.5
+    if lora is not None and lora.method == "qlora":
+        # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
+        passes = 3 if setup.grad_ckpt else 2
+        traffic += passes * m.num_layers * m.layer_params() * (NF4_BYTES_PER_WEIGHT + 2 + 2)
     memory = traffic / bw
     overhead = m.num_layers * eff.layer_overhead_seconds * (4 / 3 if setup.grad_ckpt else 1)
     per_micro = compute + memory + overhead
@@ -165,7 +177,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     link = collective_link(gpu, setup.num_gpus, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
     if setup.num_gpus > 1:
-        grad_bytes = m.params * (4 if _mode(setup.precision).weight == 4 else 2)
+        grad_bytes = (adapter_params(m, lora) * 4 if lora is not None else
+                      m.params * (4 if _mode(setup.precision).weight == 4 else 2))
         ring = 2 * (setup.num_gpus - 1) / setup.num_gpus * grad_bytes / link.bytes_per_second
         if setup.zero_stage >= 3:
             ring *= 1.5  # parameters are all-gathered in the forward and the backward
@@ -175,7 +188,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     global_tokens = tokens * setup.grad_accum * setup.num_gpus
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
-    mfu = tps * model_flops_per_token(m, setup.seq_len) / (setup.num_gpus * gpu.peak_flops(fmt))
+    model_fpt = model_flops_per_token(m, setup.seq_len) if lora is None else fpt  # LoRA: what it computes
+    mfu = tps * model_fpt / (setup.num_gpus * gpu.peak_flops(fmt))
     return TrainSpeed(
         step_seconds=step,
         tokens_per_second=tps,
