@@ -88,3 +88,29 @@ def test_saved_activations_match_autograd(cls, cfg, mode):
     predicted = (spec.num_layers * (layer["attention"] + layer["mlp"] + layer["norms"])
                  + tokens * _head_bytes_per_token(spec, _mode(precision)) + log_softmax)
     assert predicted == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("seq", [96, 384])
+@pytest.mark.parametrize("mode", ["bf16", "fp32"])
+def test_gemma2_eager_attention_matches_autograd(seq, mode):
+    """Gemma-2 has no SDPA path in transformers: eager attention keeps every S x S score (the
+    soft-capping tanh, the fp32 softmax, its 16-bit cast); the final logit soft-capping keeps its
+    tanh too."""
+    torch.manual_seed(0)
+    config = tf.Gemma2Config(**(SMALL | {"head_dim": 64, "num_key_value_heads": 2}))
+    model = tf.AutoModelForCausalLM.from_config(config)
+    assert model.config._attn_implementation == "eager"
+    if mode == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    b = 2
+    ids = torch.randint(0, 8000, (b, seq))
+    measured = _measured_saved_bytes(model, mode, ids)
+    spec = from_hf_config(json.loads(config.to_json_string()) | {"model_type": "gemma2"})
+    layer = layer_activation_bytes(spec, mode, b, seq)
+    tokens = b * seq
+    c = 2 if mode == "bf16" else 4
+    loss = tokens * spec.vocab_size * (4 + c)  # saved fp32 log-softmax + the logit soft-capping tanh
+    predicted = (spec.num_layers * (layer["attention"] + layer["mlp"] + layer["norms"])
+                 + tokens * _head_bytes_per_token(spec, _mode(mode)) + loss)
+    assert predicted == pytest.approx(measured, rel=0.05)

@@ -181,6 +181,8 @@ def attention_kernel(m: ModelSpec, precision: str) -> str:
     """Which SDPA backend PyTorch picks: flash needs 16-bit and head_dim <= 256; the memory-efficient
     kernel takes fp32 but not grouped-query heads (transformers passes enable_gqa), so fp32 with
     GQA falls back to the math kernel, which materializes the S x S probabilities."""
+    if m.attention_impl == "eager":
+        return "eager"
     half = precision != "fp32"
     gqa = m.num_kv_heads != m.num_heads
     if half and m.head_dim <= 256:
@@ -209,6 +211,13 @@ def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: 
     if kernel == "math":
         attn = c * 4 * a * d  # scaled q, repeated k and v, out
         attn_sq = micro_batch * a * seq * seq * c  # softmax probabilities (per layer)
+    elif kernel == "eager":
+        # transformers' eager attention (Gemma-2: no SDPA): q, K and V repeated to every head, the
+        # output's contiguous copy for o_proj; per score: the soft-capping tanh's output, the fp32
+        # softmax output and (16-bit) its cast that multiplies V
+        attn = c * 4 * a * d
+        per_score = 4 + (c if c != 4 else 0) + (c if m.attn_logit_softcap else 0)
+        attn_sq = micro_batch * a * seq * seq * per_score
     if m.dropout > 0:
         attn += h  # 1-byte dropout mask after the attention output
     # MLP: post-attention norm, its output as saved by gate/up (or fc), the intermediates
@@ -335,6 +344,8 @@ def training_memory(
 
     layer = layer_activation_bytes(m, setup.activation_precision, b, s)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
+    if attention_kernel(m, setup.activation_precision) == "eager":
+        notes.append(f"{m.family}: transformers runs eager attention (no SDPA), so every layer keeps its S x S scores")
     if layer["kernel_math"]:
         notes.append("fp32 with grouped-query attention: SDPA falls back to the math kernel (S x S scores in memory)")
     head = tokens * _head_bytes_per_token(m, mode)

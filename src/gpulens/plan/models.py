@@ -32,7 +32,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True, "moe": True},
     "gemma": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True},
-    "gemma2": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4},
+    "gemma2": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "attn": "eager"},
     "gemma3_text": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "qk_norm": True},
     "phi3": {"qkv_fused": True, "gate_up_fused": True},
     "gpt2": {"norm": "layernorm", "mlp": "plain", "act": "gelu_new", "qkv_fused": True, "bias": True,
@@ -107,6 +107,8 @@ class ModelSpec:
     dropout: float = 0.0  # hidden dropout active in training (saves a 1-byte mask per element)
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
     final_logit_softcap: float | None = None
+    attention_impl: str = "sdpa"  # what transformers runs: sdpa, or eager where the family has no SDPA path (Gemma-2)
+    attn_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the attention scores
     rough: bool = False  # built from a bare parameter count: shapes are guessed
     assumed_dense: bool = False  # an unknown model_type read as a dense LLaMA-like decoder (--assume-dense)
     source: str = ""
@@ -358,6 +360,8 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         dropout=dropout,
         parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),
+        attention_impl=str(traits.get("attn", "sdpa")),
+        attn_logit_softcap=cfg.get("attn_logit_softcapping"),
         assumed_dense=assumed,
         source=where,
     )
