@@ -114,3 +114,25 @@ def test_gemma2_eager_attention_matches_autograd(seq, mode):
     predicted = (spec.num_layers * (layer["attention"] + layer["mlp"] + layer["norms"])
                  + tokens * _head_bytes_per_token(spec, _mode(mode)) + loss)
     assert predicted == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("cls,extra,local", [
+    ("MistralConfig", {"sliding_window": 32}, 4),  # Mistral v0.1: every layer windowed
+    ("Gemma2Config", {"sliding_window": 32, "head_dim": 64}, 2),  # Gemma-2: local and global layers alternate
+    ("Qwen2Config", {"sliding_window": 32, "use_sliding_window": False}, 0),  # a window the config does not use
+])
+def test_sliding_window_kv_cache_matches_transformers(cls, extra, local):
+    """The KV cache a forward leaves in transformers' DynamicCache (sliding-window layers keep
+    their window) against kv_bytes_for_context."""
+    torch.manual_seed(0)
+    config = getattr(tf, cls)(**(SMALL | {"num_hidden_layers": 4, "num_key_value_heads": 2} | extra))
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    seq = 96
+    with torch.no_grad():
+        cache = model(torch.randint(0, 8000, (1, seq)), use_cache=True).past_key_values
+    measured = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    spec = from_hf_config(json.loads(config.to_json_string()) | {"model_type": config.model_type})
+    assert spec.sliding_layers == local
+    assert spec.kv_bytes_for_context(seq, 4) == pytest.approx(measured, rel=0.05)
+    if local:
+        assert spec.kv_bytes_for_context(seq, 4) < spec.kv_bytes_per_token(4) * seq

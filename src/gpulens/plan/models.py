@@ -72,6 +72,25 @@ def _rope_context(cfg: dict[str, Any], positions: int | None) -> int | None:
     return positions
 
 
+def _sliding(cfg: dict[str, Any], mtype: str, layers: int) -> tuple[int | None, int]:
+    """(window, layers using it). Qwen2 configs carry a window they do not use
+    (use_sliding_window false); `layer_types` names each layer where a config has it; else
+    Gemma-2 alternates local and global layers, Gemma-3 has one global layer in
+    `sliding_window_pattern`, and other families window every layer (Mistral v0.1)."""
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return None, 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        return int(window), sum(1 for t in types if t == "sliding_attention")
+    if mtype == "gemma2":
+        return int(window), (layers + 1) // 2
+    if mtype.startswith("gemma3"):
+        pattern = int(cfg.get("sliding_window_pattern") or 6)
+        return int(window), sum(1 for i in range(layers) if (i + 1) % pattern)
+    return int(window), layers
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shapes and architectural traits of a transformer. Counts are plain integers."""
@@ -109,6 +128,8 @@ class ModelSpec:
     final_logit_softcap: float | None = None
     attention_impl: str = "sdpa"  # what transformers runs: sdpa, or eager where the family has no SDPA path (Gemma-2)
     attn_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the attention scores
+    sliding_window: int | None = None  # tokens a local-attention layer sees (Mistral v0.1, Gemma-2/3 local layers)
+    sliding_layers: int = 0  # how many layers use the window (the others attend to everything)
     rough: bool = False  # built from a bare parameter count: shapes are guessed
     assumed_dense: bool = False  # an unknown model_type read as a dense LLaMA-like decoder (--assume-dense)
     source: str = ""
@@ -217,7 +238,16 @@ class ModelSpec:
         return self.num_layers * (self._attn_params() + self._mlp_params()) + self.vocab_size * self.hidden_size
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
+        """KV-cache bytes per token of context with every layer holding it (no window)."""
         return 2 * self.num_layers * self.kv_size * dtype_bytes
+
+    def kv_bytes_for_context(self, tokens: float, dtype_bytes: float) -> float:
+        """KV-cache bytes of one sequence of `tokens`: a sliding-window layer keeps only its window
+        (transformers' DynamicSlidingWindowLayer, vLLM's sliding-window blocks)."""
+        per_layer_token = 2 * self.kv_size * dtype_bytes
+        local = self.sliding_layers if self.sliding_window else 0
+        window = min(tokens, self.sliding_window or tokens)
+        return per_layer_token * ((self.num_layers - local) * tokens + local * window)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -361,6 +391,8 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),
         attention_impl=str(traits.get("attn", "sdpa")),
+        sliding_window=_sliding(cfg, mtype, layers)[0],
+        sliding_layers=_sliding(cfg, mtype, layers)[1],
         attn_logit_softcap=cfg.get("attn_logit_softcapping"),
         assumed_dense=assumed,
         source=where,

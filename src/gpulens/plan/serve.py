@@ -152,7 +152,10 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     cb = 4 if setup.compute_dtype == "fp32" else 2
     w = _per_gpu(weight_bytes(m, setup.dtype), tp)
-    kv_tok = m.kv_bytes_per_token(setup.kv_bytes) / tp * max(1, tp // max(1, m.num_kv_heads))
+    kv_share = max(1, tp // max(1, m.num_kv_heads)) / tp  # KV heads split over TP, replicated beyond them
+
+    def kv(tokens: float) -> float:  # one sequence's cache on one GPU
+        return m.kv_bytes_for_context(tokens, setup.kv_bytes) * kv_share
     h, inter, vocab = m.hidden_size, m.intermediate_size, m.vocab_size
     notes: list[str] = []
     if setup.runtime == "hf":
@@ -160,17 +163,17 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
             notes.append("transformers' generate does not shard across GPUs; tensor parallelism assumes an engine")
         cands: dict[str, dict[str, float]] = {
             "prefill logits": {
-                "weights": w, "kv_cache": kv_tok * b * p,
+                "weights": w, "kv_cache": kv(p) * b,
                 "logits": b * p * vocab * cb / tp + b * p * h * cb,  # logits of every prompt position + head input
                 "cuda_workspace": eff.workspace_bytes,
             },
             "prefill mlp": {
-                "weights": w, "kv_cache": kv_tok * b * p,
+                "weights": w, "kv_cache": kv(p) * b,
                 "activations": b * p * (2 * h * cb + 3 * inter * cb / tp),  # input, gate, up, act of the last layer
                 "cuda_workspace": eff.workspace_bytes,
             },
             "end of decode": {
-                "weights": w, "kv_cache": kv_tok * b * (p + k) * (1 + 1 / m.num_layers),  # + one layer's cat copy
+                "weights": w, "kv_cache": kv(p + k) * b * (1 + 1 / m.num_layers),  # + one layer's cat copy
                 "logits": b * vocab * (cb + 8), "cuda_workspace": eff.workspace_bytes,
             },
         }
@@ -192,7 +195,8 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     }
     peak = int(sum(breakdown.values()))
     seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    concurrency = int(max(0.0, kv_pool) // (kv_tok * seq_tokens)) if kv_tok else 0
+    per_seq = kv(seq_tokens)
+    concurrency = int(max(0.0, kv_pool) // per_seq) if per_seq else 0
     fits = kv_pool > 0 and concurrency >= b
     notes.append(f"the KV pool holds {concurrency} sequences of {setup.context_tokens} tokens")
     est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
@@ -202,9 +206,10 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
 
 def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency) -> int:
     est = serving_memory(m, setup, capacity_bytes=capacity_bytes, eff=eff)
-    kv_tok = m.kv_bytes_per_token(setup.kv_bytes) / setup.tensor_parallel * max(1, setup.tensor_parallel // max(1, m.num_kv_heads))
+    tp = setup.tensor_parallel
     seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    return int(est.breakdown.get("kv_cache", 0) // (kv_tok * seq_tokens))
+    per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp
+    return int(est.breakdown.get("kv_cache", 0) // per_seq)
 
 
 def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: int) -> float:
@@ -262,7 +267,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
     prefill += elementwise / pre_bw
     ctx = p + k / 2  # mean context during decode
-    kv_read = b * ctx * m.kv_bytes_per_token(setup.kv_bytes)
+    kv_read = b * m.kv_bytes_for_context(ctx, setup.kv_bytes)
     if setup.runtime == "hf":
         # DynamicCache concatenates (reads and writes the cache once more per step); with grouped
         # KV heads, SDPA's eager path repeats K and V to every query head (written, then read)
