@@ -15,7 +15,7 @@ from gpulens.plan.models import UnknownModelTypeError
 DEEPSEEK_V2_LITE = {
     "model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27, "num_attention_heads": 16,
     "num_key_value_heads": 16, "intermediate_size": 10944, "moe_intermediate_size": 1408, "vocab_size": 102400,
-    "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "kv_lora_rank": 512,
+    "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "kv_lora_rank": 512,
     "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
     "max_position_embeddings": 163840,
 }
@@ -66,11 +66,12 @@ def test_tensor_parallel_that_replicates_kv_heads_is_accepted(capsys):
 
 
 def test_unknown_model_type_is_refused_with_the_supported_list(tmp_path, capsys):
+    hybrid = {**DEEPSEEK_V2_LITE, "model_type": "jamba"}  # a Mamba/attention hybrid: no family here
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(DEEPSEEK_V2_LITE))
+    cfg.write_text(json.dumps(hybrid))
     with pytest.raises(UnknownModelTypeError) as e:
-        from_hf_config(DEEPSEEK_V2_LITE)
-    assert "deepseek_v2" in str(e.value) and "llama" in e.value.hint and "--assume-dense" in e.value.hint
+        from_hf_config(hybrid)
+    assert "jamba" in str(e.value) and "llama" in e.value.hint and "--assume-dense" in e.value.hint
     rc, out, err = run(capsys, "--model", str(cfg), "--workload", "infer")
     assert rc == 2 and "--assume-dense" in out + err
 
@@ -118,3 +119,15 @@ def test_zero_layout_is_named_and_checked(capsys):
     assert d["setup"]["zero_layout"] == "deepspeed" and any("deepspeed layout" in n for n in d["notes"])
     rc, out, err = run(capsys, "--model", "llama-2-7b", "--gpus", "8", "--zero", "2", "--zero-layout", "megatron")
     assert rc == 2 and "fsdp" in out + err
+
+
+def test_deepseek_v2_lite_is_planned_as_mla_and_moe():
+    m = from_hf_config(DEEPSEEK_V2_LITE, name="deepseek-v2-lite")
+    assert m.params == pytest.approx(15.7e9, rel=0.01)  # published: 15.7 B total
+    # published: 2.4 B activated (the output head counted, the input lookup not)
+    assert m.active_params - m.vocab_size * m.hidden_size == pytest.approx(2.4e9, rel=0.03)
+    assert m.kv_bytes_per_token(2) == 27 * (512 + 64) * 2  # MLA latent: ~31 KB per token, not 221 KB
+    res = plan(PlanRequest(model="x", workload="infer", runtime="vllm", batch=1), model=m)
+    assert res.fits and res.speed["kv_cache_bytes_per_token"] == 31104
+    with pytest.raises(Exception, match="latent attention"):
+        plan(PlanRequest(model="x", workload="train", batch=1), model=m)

@@ -136,3 +136,26 @@ def test_sliding_window_kv_cache_matches_transformers(cls, extra, local):
     assert spec.kv_bytes_for_context(seq, 4) == pytest.approx(measured, rel=0.05)
     if local:
         assert spec.kv_bytes_for_context(seq, 4) < spec.kv_bytes_per_token(4) * seq
+
+
+@pytest.mark.parametrize("cls,extra", [
+    ("DeepseekV2Config", {"q_lora_rank": None}),
+    ("DeepseekV3Config", {"q_lora_rank": 96, "n_group": 2, "topk_group": 1}),
+])
+def test_deepseek_mla_and_moe_layout_match_transformers(cls, extra):
+    """Parameters (MLA projections, routed + shared experts, dense first layer, V3's router bias)
+    and the KV cache (MLA caches one latent + the rotary key per token and layer)."""
+    torch.manual_seed(0)
+    config = getattr(tf, cls)(**(dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                                      intermediate_size=704, moe_intermediate_size=128, n_routed_experts=8,
+                                      n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1,
+                                      kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+                                      vocab_size=8000) | extra))
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    spec = from_hf_config(json.loads(config.to_json_string()) | {"model_type": config.model_type})
+    assert spec.params == sum(p.numel() for p in model.parameters())
+    seq = 40
+    with torch.no_grad():
+        cache = model(torch.randint(0, 8000, (1, seq)), use_cache=True).past_key_values
+    measured = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert spec.kv_bytes_for_context(seq, 4) == measured

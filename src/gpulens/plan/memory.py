@@ -311,6 +311,9 @@ def training_memory(
 ) -> MemoryEstimate:
     """Itemized peak memory of one GPU for one training step."""
     setup.validate()
+    if m.is_mla:
+        raise BadInputError(f"{m.name} uses multi-head latent attention, whose training activations gpulens does not "
+                            "model yet.", hint="Plan serving it (--workload infer), or pass a config of another family.")
     if setup.lora is not None:
         return _lora_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
                             cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio,

@@ -31,6 +31,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     "qwen2_moe": {"qkv_bias": True, "moe": True},
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True, "moe": True},
+    # DeepSeek-V2/V3: multi-head latent attention (MLA), routed + shared experts, dense first layers
+    "deepseek_v2": {"moe": True, "mla": True, "shared_gate": False},
+    # (V3's per-expert score-correction bias is a buffer in transformers, not a parameter)
+    "deepseek_v3": {"moe": True, "mla": True, "shared_gate": False},
     "gemma": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True},
     "gemma2": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "attn": "eager"},
     "gemma3_text": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "qk_norm": True},
@@ -123,6 +127,12 @@ class ModelSpec:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
+    shared_expert_gate: bool = True  # Qwen2-MoE gates its shared expert (h -> 1); DeepSeek does not
+    first_dense_layers: int = 0  # DeepSeek: the first k layers have a dense MLP (first_k_dense_replace)
+    kv_lora_rank: int = 0  # MLA: the latent each token caches (0 = ordinary attention)
+    q_lora_rank: int = 0  # MLA: low-rank query projection (0 = a plain q_proj)
+    qk_rope_head_dim: int = 0  # MLA: the rotary part of each head's query/key, cached once per token
+    v_head_dim: int = 0  # MLA: value head size
     dropout: float = 0.0  # hidden dropout active in training (saves a 1-byte mask per element)
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
     final_logit_softcap: float | None = None
@@ -149,7 +159,21 @@ class ModelSpec:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def _mla_attn_params(self) -> int:
+        h, a = self.hidden_size, self.num_heads
+        qk = self.head_dim  # nope + rope
+        q = h * a * qk if not self.q_lora_rank else h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank  # kv_a_proj_with_mqa + its norm
+        kv += self.kv_lora_rank * a * (qk - self.qk_rope_head_dim + self.v_head_dim)  # kv_b_proj: k_nope and v per head
+        return q + kv + a * self.v_head_dim * h
+
     def _attn_params(self) -> int:
+        if self.is_mla:
+            return self._mla_attn_params()
         h = self.hidden_size
         n = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
         if self.qkv_bias or self.bias:
@@ -179,11 +203,22 @@ class ModelSpec:
             return self._dense_mlp_params(self.intermediate_size)
         n = self.expert_params_per_layer() + self.hidden_size * self.num_experts  # router
         if self.shared_expert_intermediate_size:
-            n += self._dense_mlp_params(self.shared_expert_intermediate_size) + self.hidden_size
+            n += self._dense_mlp_params(self.shared_expert_intermediate_size) + self.hidden_size * self.shared_expert_gate
         return n
 
     def layer_params(self) -> int:
+        """Parameters of one (MoE, where the model has them) transformer layer."""
         return self._attn_params() + self._mlp_params() + self.norms_per_layer * self._norm_params()
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of all transformer layers (DeepSeek's first layers are dense)."""
+        dense = self._attn_params() + self._dense_mlp_params(self.intermediate_size) + self.norms_per_layer * self._norm_params()
+        return (self.num_layers - self.first_dense_layers) * self.layer_params() + self.first_dense_layers * dense
 
     @property
     def embedding_params(self) -> int:
@@ -205,7 +240,7 @@ class ModelSpec:
     @property
     def params(self) -> int:
         """Total parameters (all experts of a MoE)."""
-        n = self.embedding_params + self.num_layers * self.layer_params() + self._norm_params() + self.lm_head_params
+        n = self.embedding_params + self.block_params + self._norm_params() + self.lm_head_params
         if self.encoder:
             n += self.hidden_size * self.hidden_size + self.hidden_size  # pooler
             n -= self._norm_params()  # BERT has no final norm
@@ -219,7 +254,7 @@ class ModelSpec:
         inactive = (self.num_experts - self.experts_per_token) * self._dense_mlp_params(
             self.moe_intermediate_size or self.intermediate_size
         )
-        return self.params - self.num_layers * inactive
+        return self.params - self.moe_layers * inactive
 
     @property
     def matmul_params(self) -> int:
@@ -235,16 +270,23 @@ class ModelSpec:
     @property
     def linear_params(self) -> int:
         """Parameters of the Linear layers (what autocast caches a 16-bit copy of)."""
-        return self.num_layers * (self._attn_params() + self._mlp_params()) + self.vocab_size * self.hidden_size
+        norms = self.num_layers * self.norms_per_layer * self._norm_params()
+        return self.block_params - norms + self.vocab_size * self.hidden_size
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """Cached elements per token per layer: K and V of the KV heads, or MLA's latent plus the
+        shared rotary key (what transformers and vLLM cache for DeepSeek-V2/V3)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 2 * self.kv_size
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         """KV-cache bytes per token of context with every layer holding it (no window)."""
-        return 2 * self.num_layers * self.kv_size * dtype_bytes
+        return self.num_layers * self.kv_elements_per_token_layer * dtype_bytes
 
     def kv_bytes_for_context(self, tokens: float, dtype_bytes: float) -> float:
         """KV-cache bytes of one sequence of `tokens`: a sliding-window layer keeps only its window
         (transformers' DynamicSlidingWindowLayer, vLLM's sliding-window blocks)."""
-        per_layer_token = 2 * self.kv_size * dtype_bytes
+        per_layer_token = self.kv_elements_per_token_layer * dtype_bytes
         local = self.sliding_layers if self.sliding_window else 0
         window = min(tokens, self.sliding_window or tokens)
         return per_layer_token * ((self.num_layers - local) * tokens + local * window)
@@ -340,10 +382,20 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
             hint="Check the config's head counts.",
         )
     head_dim = int(cfg.get("head_dim") or 0) or h // heads
+    mla = bool(traits.get("mla"))
+    if mla:  # MLA: q/k heads of nope + rope; one cached latent for all heads
+        head_dim = int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0)
+        kv = 1
+        if not cfg.get("kv_lora_rank") or head_dim <= 0 or not cfg.get("v_head_dim"):
+            raise BadInputError(f"The MLA config {where} lacks kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+                                "or v_head_dim.", hint="Use the model's config.json from the Hub.")
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
+    if cfg.get("n_shared_experts"):
+        shared_inter = int(cfg["n_shared_experts"]) * int(cfg.get("moe_intermediate_size") or 0)
     tied_default = bool(traits.get("tied", False))
     tied = bool(cfg.get("tie_word_embeddings", tied_default))
     moe = bool(traits.get("moe")) or bool(cfg.get("num_local_experts") or cfg.get("num_experts"))
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0) if moe else 0
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0) if moe else 0
     per_tok = int(cfg.get("num_experts_per_tok") or cfg.get("top_k") or 0) if moe else 0
     if moe and (experts <= 0 or per_tok <= 0):
         raise BadInputError(
@@ -386,7 +438,13 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         num_experts=experts,
         experts_per_token=per_tok,
         moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
-        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+        shared_expert_intermediate_size=shared_inter,
+        shared_expert_gate=bool(traits.get("shared_gate", True)),
+        first_dense_layers=int(cfg.get("first_k_dense_replace") or 0) if moe else 0,
+        kv_lora_rank=int(cfg.get("kv_lora_rank") or 0) if mla else 0,
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
+        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
+        v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
         dropout=dropout,
         parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),

@@ -104,7 +104,7 @@ def weight_bytes(m: ModelSpec, dtype: str) -> float:
     per = WEIGHT_BYTES[dtype]
     if dtype in ("fp32", "bf16", "fp16"):
         return m.params * per
-    blocks = m.num_layers * m.layer_params()
+    blocks = m.block_params
     rest = m.params - blocks
     q = blocks * per
     if dtype == "int4":
@@ -228,11 +228,11 @@ def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
     if not m.tie_word_embeddings and not m.encoder:
         total -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
     if m.is_moe:
-        blocks = m.num_layers * m.layer_params()
+        blocks = m.block_params
         block_bytes_per_param = (weight_bytes(m, dtype) - (m.params - blocks) * 2) / blocks if dtype not in (
             "fp32", "bf16", "fp16") else WEIGHT_BYTES[dtype]
         touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
-        total -= m.num_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
+        total -= m.moe_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
     return total
 
 

@@ -168,7 +168,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     if lora is not None and lora.method == "qlora":
         # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
         passes = 3 if setup.grad_ckpt else 2
-        traffic += passes * m.num_layers * m.layer_params() * (NF4_BYTES_PER_WEIGHT + 2 + 2)
+        traffic += passes * m.block_params * (NF4_BYTES_PER_WEIGHT + 2 + 2)
     memory = traffic / bw
     overhead = m.num_layers * eff.layer_overhead_seconds * (4 / 3 if setup.grad_ckpt else 1)
     per_micro = compute + memory + overhead
