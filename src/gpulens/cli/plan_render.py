@@ -101,7 +101,9 @@ def render_plan(res: Any) -> None:
         st.add_row("largest batch that fits", str(s["max_batch_that_fits"]))
         if s.get("max_batch_for_tpot_target") is not None:
             st.add_row("largest batch meeting the TPOT target", str(s["max_batch_for_tpot_target"]))
-    console.print(f"[bold]Speed[/] [dim]({res.efficiency.source})[/]")
+    # serving speed comes from the runtime's own factors (fitted for it, or its defaults)
+    source = s.get("efficiency_source") if r.workload == "infer" else res.efficiency.source
+    console.print(f"[bold]Speed[/] [dim]({source or res.efficiency.source})[/]")
     console.print(st)
     if r.workload == "infer" and s.get("by_batch"):
         bt = Table(title="by batch size", box=None, header_style="bold", padding=(0, 2))
