@@ -34,16 +34,14 @@ def test_each_figure_is_checked_per_scope(checks):
 
 
 def test_held_out_errors_on_the_bundled_h200_runs(checks):
-    """The issue's targets that hold today (HF decode and prefill worst cases do not: 22 % and 26 %)."""
-    train = checks[("train_step", "train")].calibrated_errors
-    assert statistics.median(train) <= 0.08 and max(train) <= 0.15
-    mem = checks[("peak_memory", "train")].calibrated_errors
-    assert statistics.median(mem) <= 0.01 and max(mem) <= 0.07
-    dec = checks[("decode_tpot", "hf")]
-    assert dec.used and statistics.median(dec.calibrated_errors) <= 0.10
-    assert dec.worst_ratio < dec.defaults_worst_ratio / 3
-    pre = checks[("prefill", "hf")]
-    assert pre.used and statistics.median(pre.calibrated_errors) <= 0.12
+    """The targets for calibration on unseen runs: training step median <= 8 %, worst <= 15 %; HF
+    decode TPOT 10 % / 20 %; prefill 12 % / 25 %; peak memory 1 % / 7 %."""
+    for key, median_goal, worst_goal in ((("train_step", "train"), 0.08, 0.15), (("decode_tpot", "hf"), 0.10, 0.20),
+                                         (("prefill", "hf"), 0.12, 0.25), (("peak_memory", "train"), 0.01, 0.07)):
+        errors = checks[key].calibrated_errors
+        assert statistics.median(errors) <= median_goal and max(errors) <= worst_goal, key
+    for key in (("train_step", "train"), ("decode_tpot", "hf"), ("prefill", "hf")):
+        assert checks[key].used and checks[key].worst_ratio < checks[key].defaults_worst_ratio  # better than uncalibrated
 
 
 def test_a_fit_no_better_than_the_defaults_is_not_used():

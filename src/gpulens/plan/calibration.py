@@ -358,8 +358,10 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
 
 def _fit_runtime(rows: list[Measurement], gpu: GpuSpec, eff: Efficiency, runtime: str) -> RuntimeSpeed:
     """Decode: TPOT = step overhead + layers x layer overhead + bytes read / (bandwidth x ratio),
-    a non-negative least-squares line through the runs (fixed overhead only with fewer than four
-    runs); prefill: overhead + ideal FLOP time / ratio, a line through the runs."""
+    non-negative least squares; with fewer than eight runs the per-layer cost is folded into the
+    fixed one (three factors from a handful of runs overfit: held-out error rises), with fewer
+    than three only the fixed cost is fitted. Prefill: overhead + ideal FLOP time / matmul
+    ratio + ideal elementwise time / bandwidth ratio."""
     import numpy as np
     from scipy.optimize import nnls
 
@@ -371,10 +373,15 @@ def _fit_runtime(rows: list[Measurement], gpu: GpuSpec, eff: Efficiency, runtime
     if dec:
         x = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).tpot_seconds for m in dec]
         y = np.array([m.decode_token_s for m in dec])
-        if len(dec) >= 4:
+        if len(dec) >= 8:  # enough runs to tell the per-layer cost from the fixed one
             coef, _ = nnls(np.array([[1.0, float(m.model.num_layers), xi] for m, xi in zip(dec, x, strict=True)]), y)
             ratio = min(1.0, 1.0 / coef[2]) if coef[2] > 0 else rt.decode_bandwidth_ratio
             rt = replace(rt, decode_step_overhead_seconds=float(coef[0]), decode_layer_overhead_seconds=float(coef[1]),
+                         decode_bandwidth_ratio=float(ratio))
+        elif len(dec) >= 3:  # fixed cost (the per-layer one folded in) and the bandwidth share
+            coef, _ = nnls(np.array([[1.0, xi] for xi in x]), y)
+            ratio = min(1.0, 1.0 / coef[1]) if coef[1] > 0 else rt.decode_bandwidth_ratio
+            rt = replace(rt, decode_step_overhead_seconds=float(coef[0]), decode_layer_overhead_seconds=0.0,
                          decode_bandwidth_ratio=float(ratio))
         else:
             rest = [m.decode_token_s - xi / rt.decode_bandwidth_ratio - m.model.num_layers * rt.decode_layer_overhead_seconds

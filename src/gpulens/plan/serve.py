@@ -21,7 +21,7 @@ from typing import Any
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND, collective_link
-from gpulens.plan.memory import MemoryEstimate, fits_in, layer_activation_bytes
+from gpulens.plan.memory import MemoryEstimate, fits_in
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
 
@@ -236,6 +236,28 @@ def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
     return total
 
 
+def elementwise_bytes_per_token_layer(m: ModelSpec, c: float) -> float:
+    """Bytes an eager forward's elementwise kernels read and write per token and layer (c: bytes
+    per activation element). RMSNorm as transformers writes it: read x, write its fp32 copy, pow
+    (read, write), mean (read), scale (read, write), cast back (read, write), weight (read,
+    write): 28 h + 4 c h; LayerNorm is one fused kernel (read, write). Two residual adds (read
+    two, write one); rotary on q and k (~9 passes: two products, rotate_half's slices and cat,
+    the sum); the MLP's activation (gated: act(gate) and its product with up, 5 passes over the
+    intermediate; plain: 2), per routed expert for a MoE."""
+    h = m.hidden_size
+    norm = 2 * c * h if m.norm == "layernorm" else 28 * h + 4 * c * h
+    total = m.norms_per_layer * norm + 2 * 3 * c * h
+    if not m.learned_positions:
+        total += 9 * c * (m.q_size + m.kv_size)
+    inter = m.moe_intermediate_size or m.intermediate_size
+    act = (5 if m.mlp == "gated" else 2) * c * inter
+    if m.is_moe:
+        act *= m.experts_per_token
+        if m.shared_expert_intermediate_size:
+            act += 5 * c * m.shared_expert_intermediate_size
+    return total + act
+
+
 def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency) -> ServeSpeed:
     """Prefill: compute-bound (2 N per token + causal attention) at the runtime's prefill
     efficiency. A decode step: the bytes it reads (the weights it touches, the KV cache at the
@@ -261,9 +283,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     # a prefill is one forward of the same layers: their launch cost per layer, plus its own fixed cost
     prefill = (prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
                + m.num_layers * rt.decode_layer_overhead_seconds)
-    # the forward's elementwise kernels (norms, activations, residuals, rotary) write about what
-    # a training forward would save for backward
-    elementwise = m.num_layers * sum(v for k, v in layer_activation_bytes(m, fmt, b, p).items() if k != "kernel_math")
+    elementwise = m.num_layers * b * p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[fmt])
     pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
     prefill += elementwise / pre_bw
     ctx = p + k / 2  # mean context during decode
