@@ -52,6 +52,9 @@ def render_plan(res: Any) -> None:
         what = (f"train · {r.precision} · {r.optimizer} · micro-batch {r.batch} × {r.seq} tokens"
                 + (f" · accumulate ×{r.grad_accum}" if r.grad_accum > 1 else "")
                 + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
+                + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
+                + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
+                + (" · SP" if r.sequence_parallel else "")
                 + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets})"
                    if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"
@@ -91,6 +94,10 @@ def render_plan(res: Any) -> None:
         st.add_row("time split", f"matmuls {format_seconds(s['compute_seconds'])}, memory-bound {format_seconds(s['memory_seconds'])}, "
                                  f"overhead {format_seconds(s['overhead_seconds'])}"
                                  + (f", communication {format_seconds(s['communication_seconds'])}" if s["communication_seconds"] else ""))
+        if s.get("tensor_parallel_link"):
+            st.add_row("tensor-parallel all-reduces", f"over {s['tensor_parallel_link']}")
+        if s.get("pipeline_bubble_ratio"):
+            st.add_row("pipeline bubble", f"{s['pipeline_bubble_ratio']:.0%} of the step (1F1B; more micro-batches shrink it)")
         if s.get("communication_link"):
             st.add_row("gradient all-reduce", f"over {s['communication_link']}, {s['communication_link_bytes_per_second'] / 1e9:g} GB/s "
                                               f"per GPU · {s['nodes']} node(s)")

@@ -85,7 +85,7 @@ def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                 "stores both Adam moments in 1 byte each", {"optimizer": "adamw8bit"})
     if not fits:
         for n in (2, 4, 8, 16, 32, 64, 128, 256):
-            if n <= cur.num_gpus:
+            if n <= cur.num_gpus or n % cur.model_parallel:
                 continue
             trial = replace(cur, num_gpus=n, zero_stage=3)
             peak, fits = ok(trial)

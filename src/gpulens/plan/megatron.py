@@ -73,3 +73,47 @@ def activation_bytes(x: MegatronShape, *, tensor_parallel: int = 1, sequence_par
     items = layer_activation_items(x, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                                    recompute=recompute)
     return x.layers * sum(items.values())
+
+
+# ---------------------------------------------------------------- a LLaMA-like layer, Megatron-style
+
+
+def llama_layer_items(*, seq: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                      intermediate: int, tensor_parallel: int = 1, sequence_parallel: bool = False,
+                      recompute: str = "none", flash: bool = True) -> dict[str, float]:
+    """The same accounting for a gated-MLP, grouped-KV, RMSNorm layer without dropout (what
+    Megatron-Core trains LLaMA-like models as), with flash attention (no a s^2 b scores: the
+    kernel keeps its output and per-row log-sum-exp) unless `flash` is False."""
+    t = tensor_parallel
+    if recompute not in RECOMPUTE:
+        raise BadInputError(f"Unknown recomputation {recompute!r}.", hint="Use none, selective or full.")
+    s, b, h = seq, micro_batch, hidden
+    sb = s * b
+    outside = t if sequence_parallel else 1
+    if recompute == "full":
+        return {"layer_input": 2 * sb * h / outside}
+    q, kv = heads * head_dim, kv_heads * head_dim
+    items = {
+        "norm_inputs": 2 * 2 * sb * h / outside,  # the two RMSNorms' inputs
+        "qkv_input": 2 * sb * h / outside,
+        "q": 2 * sb * q / t,
+        "k_and_v": 2 * 2 * sb * kv / t,
+        "attention_output": 2 * sb * q / t,  # o_proj's input (and the kernel's output)
+        "mlp_input": 2 * sb * h / outside,
+        "gate_up_act_product": 4 * 2 * sb * intermediate / t,  # gate, up, act(gate), act x up (down's input)
+    }
+    if flash:
+        items["softmax_lse"] = 4 * sb * heads / t
+    elif recompute != "selective":
+        items["scores"] = 2 * heads * s * s * b / t + 2 * heads * s * s * b / t  # softmax output and its 16-bit input
+    return items
+
+
+def model_state_bytes_per_param(precision: str, data_parallel: int, distributed_optimizer: bool) -> float:
+    """Megatron-LM's own table (docs, distributed optimizer): bf16 weights with fp32 gradients
+    (main_grad) and fp32 master weights and Adam moments: 18 bytes per parameter, 6 + 12/d with the
+    optimizer sharded over d data-parallel ranks; fp32 training: 16, 8 + 8/d."""
+    d = data_parallel if distributed_optimizer else 1
+    if precision == "fp32":
+        return 8 + 8 / d
+    return 6 + 12 / d

@@ -33,6 +33,7 @@ from gpulens.plan.lora import (
     largest_linear_params,
     layer_delta_per_token,
 )
+from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 
@@ -63,6 +64,9 @@ class TrainSetup:
     zero_stage: int = 0
     num_gpus: int = 1
     zero_layout: str = "fsdp"  # fsdp (PyTorch: fp32 weights under autocast) | deepspeed (16-bit weights, sharded fp32 master)
+    tensor_parallel: int = 1  # Megatron-style model parallelism inside --gpus (gpus = dp x tp x pp)
+    pipeline_parallel: int = 1
+    sequence_parallel: bool = False
     finetune: str = "full"  # full | lora | qlora
     lora_rank: int = 16
     lora_targets: str = "all"
@@ -93,8 +97,28 @@ class TrainSetup:
         if self.zero_stage not in (0, 1, 2, 3):
             raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
         check_layout(self.zero_layout)
+        if self.tensor_parallel < 1 or self.pipeline_parallel < 1:
+            raise BadInputError("Tensor and pipeline parallel degrees must be at least 1.", hint="Pass --tp 1 or more.")
+        if self.num_gpus % self.model_parallel:
+            raise BadInputError(f"--gpus {self.num_gpus} is not a multiple of --tp {self.tensor_parallel} x --pp "
+                                f"{self.pipeline_parallel}.", hint="GPUs = data parallel x tensor parallel x pipeline "
+                                                                   "parallel: pick degrees whose product divides --gpus.")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise BadInputError("Sequence parallelism splits along the tensor-parallel group.", hint="Use it with --tp 2 or more.")
         if self.finetune not in FINETUNE:
             raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def megatron(self) -> bool:
+        return self.model_parallel > 1
+
+    @property
+    def data_parallel(self) -> int:
+        return self.num_gpus // self.model_parallel
 
     @property
     def lora(self) -> LoraSetup | None:
@@ -314,6 +338,11 @@ def training_memory(
     if m.is_mla:
         raise BadInputError(f"{m.name} uses multi-head latent attention, whose training activations gpulens does not "
                             "model yet.", hint="Plan serving it (--workload infer), or pass a config of another family.")
+    if setup.megatron:
+        if setup.lora is not None:
+            raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp for LoRA.")
+        return _megatron_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
+                                cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio)
     if setup.lora is not None:
         return _lora_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
                             cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio,
@@ -419,6 +448,70 @@ def training_memory(
         candidates={k: int(v) for k, v in totals.items()},
         notes=notes,
     )
+
+
+def megatron_stage_params(m: ModelSpec, setup: TrainSetup) -> float:
+    """Parameters on one GPU: a pipeline stage's layers (the first also holds the embedding, the
+    last the output head: the larger of the two) split over the tensor-parallel group."""
+    stage = m.block_params / setup.pipeline_parallel
+    ends = m.vocab_size * m.hidden_size  # embedding or (untied) head, on its stage
+    if setup.pipeline_parallel == 1:
+        ends = m.embedding_params + m.lm_head_params
+    return (stage + ends) / setup.tensor_parallel
+
+
+def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
+    """What the first pipeline stage holds: its L/p layers for every micro-batch in flight (1F1B:
+    up to p of them), Korthikanti et al.'s per-layer accounting for a LLaMA-like layer."""
+    items = llama_layer_items(seq=setup.seq_len, micro_batch=setup.micro_batch, hidden=m.hidden_size,
+                              heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                              intermediate=m.moe_intermediate_size or m.intermediate_size,
+                              tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
+                              recompute="full" if setup.grad_ckpt else "none")
+    in_flight = min(setup.pipeline_parallel, setup.grad_accum)
+    return m.num_layers / setup.pipeline_parallel * in_flight * sum(items.values())
+
+
+def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
+                     cuda_context_bytes: int, reserved_ratio: float) -> MemoryEstimate:
+    """Megatron-style tensor/pipeline(/sequence) parallelism inside --gpus, data parallel over the
+    rest; --zero 1 or more = the distributed optimizer (states sharded over the data-parallel ranks)."""
+    if m.is_moe:
+        raise BadInputError("Tensor/pipeline parallel plans cover dense models (expert parallelism is not modelled).",
+                            hint="Plan a MoE with --gpus and --zero (data parallel).")
+    if m.num_heads % setup.tensor_parallel or (m.num_kv_heads % setup.tensor_parallel
+                                               and setup.tensor_parallel % m.num_kv_heads):
+        raise BadInputError(f"--tp {setup.tensor_parallel} does not split {m.name}'s {m.num_heads} attention / "
+                            f"{m.num_kv_heads} KV heads evenly.", hint="Pick a degree that divides the heads.")
+    if m.num_layers % setup.pipeline_parallel:
+        raise BadInputError(f"--pp {setup.pipeline_parallel} does not split {m.name}'s {m.num_layers} layers evenly.",
+                            hint="Pick a degree that divides the number of layers.")
+    params = megatron_stage_params(m, setup)
+    per_param = model_state_bytes_per_param(setup.precision, setup.data_parallel, setup.zero_stage >= 1)
+    weights = params * (4 if setup.precision == "fp32" else 2)
+    grads = params * 4  # Megatron accumulates gradients in fp32 (main_grad)
+    states = params * per_param - weights - grads
+    act = megatron_activation_bytes(m, setup)
+    tokens = setup.micro_batch * setup.seq_len
+    logits = _loss_bytes(m, "bf16", tokens) / setup.tensor_parallel  # vocab-parallel cross-entropy, last stage
+    static = {"weights": int(weights), "gradients": int(grads), "optimizer_states": int(states),
+              "cuda_workspace": workspace_bytes}
+    cands = {"backward start": static | {"activations": int(act)},
+             "last stage loss": static | {"activations": int(act / max(1, min(setup.pipeline_parallel, setup.grad_accum))),
+                                          "logits_and_loss": int(logits)}}
+    totals = {k: sum(v.values()) for k, v in cands.items()}
+    peak_at = max(totals, key=lambda k: totals[k])
+    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
+    peak = int(sum(breakdown.values()))
+    notes = [f"Megatron-style: TP {setup.tensor_parallel} x PP {setup.pipeline_parallel} x DP {setup.data_parallel}"
+             + (" with sequence parallelism" if setup.sequence_parallel else "")
+             + f"; {per_param:g} bytes of model state per parameter (Megatron's table"
+             + (", distributed optimizer" if setup.zero_stage >= 1 else "") + "); flash attention, Megatron's own "
+               "kernels (not transformers')"]
+    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
+                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
+                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
+                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
 
 
 def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, micro_batch: int,

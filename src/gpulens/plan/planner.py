@@ -45,6 +45,8 @@ class PlanRequest:
     finetune: str = "full"  # full | lora | qlora (see plan/lora.py)
     lora_rank: int = 16
     lora_targets: str = "all"
+    pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
+    sequence_parallel: bool = False
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -171,6 +173,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
                        zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
                        lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
+                       tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
+                       sequence_parallel=req.sequence_parallel,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     setup.validate()
     if req.zero and req.gpus > 1:

@@ -58,7 +58,10 @@ class PlanOptions:
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
     runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi "
                                           "(CUDA graphs, preallocated paged KV cache).", "hf")
-    tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica.", 1)
+    tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica. Training: Megatron-style tensor "
+                               "parallelism inside --gpus (GPUs = data x tensor x pipeline parallel).", 1)
+    pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus.", 1)
+    sp: bool = _opt(("--sp/--no-sp",), "Training: sequence parallelism along the tensor-parallel group.", False)
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
     target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
@@ -102,7 +105,7 @@ class PlanOptions:
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
             seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero,
             zero_layout=self.zero_layout.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
-            lora_targets=self.lora_targets.lower(), dtype=self.dtype.lower(),
+            lora_targets=self.lora_targets.lower(), pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,

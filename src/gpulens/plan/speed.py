@@ -107,6 +107,8 @@ class TrainSpeed:
     nodes: int = 1
     communication_link: str = ""  # the bottleneck link of the gradient all-reduce
     communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
+    tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
+    pipeline_bubble_ratio: float = 0.0  # share of the step the first stage waits in the 1F1B bubble
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -171,21 +173,28 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         traffic += passes * m.block_params * (NF4_BYTES_PER_WEIGHT + 2 + 2)
     memory = traffic / bw
     overhead = m.num_layers * eff.layer_overhead_seconds * (4 / 3 if setup.grad_ckpt else 1)
-    per_micro = compute + memory + overhead
-    opt_time = _optimizer_traffic_bytes(m, setup) / bw
+    mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
+    compute, memory, overhead = compute / mp, memory / mp, overhead / setup.pipeline_parallel
+    model_comm = _model_parallel_seconds(m, setup, gpu) if setup.megatron else 0.0
+    per_micro = compute + memory + overhead + model_comm
+    opt_time = _optimizer_traffic_bytes(m, setup) / bw / mp
     comm = 0.0
-    link = collective_link(gpu, setup.num_gpus, gpus_per_node=setup.gpus_per_node,
+    dp = setup.data_parallel
+    # data-parallel ranks sit tp x pp apart: their ring leaves the node once the job does
+    link = collective_link(gpu, setup.num_gpus if dp > 1 else 1, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-    if setup.num_gpus > 1:
+    if dp > 1:
         grad_bytes = (adapter_params(m, lora) * 4 if lora is not None else
-                      m.params * (4 if _mode(setup.precision).weight == 4 else 2))
-        ring = 2 * (setup.num_gpus - 1) / setup.num_gpus * grad_bytes / link.bytes_per_second
+                      m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
+        ring = 2 * (dp - 1) / dp * grad_bytes / link.bytes_per_second
         if setup.zero_stage >= 3:
             ring *= 1.5  # parameters are all-gathered in the forward and the backward
         # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
         comm = max(0.0, ring - (2 / 3) * per_micro)
-    step = setup.grad_accum * per_micro + opt_time + comm
-    global_tokens = tokens * setup.grad_accum * setup.num_gpus
+    # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches
+    slots = setup.grad_accum + setup.pipeline_parallel - 1
+    step = slots * per_micro + opt_time + comm
+    global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
     model_fpt = model_flops_per_token(m, setup.seq_len) if lora is None else fpt  # LoRA: what it computes
@@ -196,12 +205,36 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         samples_per_second=global_tokens / setup.seq_len / step,
         flops_per_token=fpt,
         mfu_ratio=mfu,
-        compute_seconds=compute * setup.grad_accum,
-        memory_seconds=memory * setup.grad_accum + opt_time,
-        overhead_seconds=overhead * setup.grad_accum,
-        communication_seconds=comm,
+        compute_seconds=compute * slots,
+        memory_seconds=memory * slots + opt_time,
+        overhead_seconds=overhead * slots,
+        communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
         nodes=nodes_for(setup.num_gpus, setup.gpus_per_node),
-        communication_link=link.name if setup.num_gpus > 1 else "",
-        communication_link_bytes_per_second=link.bytes_per_second if setup.num_gpus > 1 else 0.0,
+        communication_link=link.name if dp > 1 else "",
+        communication_link_bytes_per_second=link.bytes_per_second if dp > 1 else 0.0,
+        tensor_parallel_link=(collective_link(gpu, setup.tensor_parallel, gpus_per_node=setup.gpus_per_node,
+                                              inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
+                              if setup.tensor_parallel > 1 else ""),
+        pipeline_bubble_ratio=(setup.pipeline_parallel - 1) / slots,
     )
+
+
+def _model_parallel_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> float:
+    """Per micro-batch, on one GPU: tensor parallelism's all-reduces (two in the forward, two in
+    the backward per layer, two more with recomputation; the same volume as reduce-scatter +
+    all-gather under sequence parallelism), not overlapped, over the TP group's link; pipeline
+    parallelism's activation and gradient sends between stages over theirs."""
+    t, p = setup.tensor_parallel, setup.pipeline_parallel
+    msg = setup.micro_batch * setup.seq_len * m.hidden_size * 2  # bf16 activations of the micro-batch
+    seconds = 0.0
+    if t > 1:
+        link = collective_link(gpu, t, gpus_per_node=setup.gpus_per_node,
+                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+        per_layer = (6 if setup.grad_ckpt else 4) * (2 * (t - 1) / t * msg / link.bytes_per_second + 10e-6)
+        seconds += m.num_layers / p * per_layer
+    if p > 1:
+        link = collective_link(gpu, t * p, gpus_per_node=setup.gpus_per_node,
+                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+        seconds += 2 * (msg / t if setup.sequence_parallel else msg) / link.bytes_per_second
+    return seconds
