@@ -74,3 +74,33 @@ def test_a_vllm_fit_leaves_hf_alone():
     assert eff.runtime("sglang") == RUNTIME_DEFAULTS["sglang"]  # another engine: not carried over either
     stored = Efficiency.from_dict(json.loads(json.dumps(eff.to_dict())))
     assert stored.runtime("vllm") == eff.runtime("vllm")
+
+
+def test_compare_prices_an_engine_at_a_batch_that_fits():
+    """The KV pool at batch 1 holds a few sequences more than at a large batch (the engine's
+    activations grow with it): the batch compare picks must fit."""
+    from gpulens.plan import compare
+
+    (res,) = compare(PlanRequest(model="llama-3-8b", workload="infer", runtime="vllm", batch=1), ["h100-sxm"],
+                     batch_given=False)
+    assert res.fits and res.request.batch > 1
+    assert res.request.batch <= res.speed["max_batch_that_fits"]
+
+
+def test_a_calibration_file_from_before_per_runtime_factors_still_loads(tmp_path):
+    from gpulens.plan.calibration import load_efficiency
+
+    old = {"version": 1, "gpus": {"H200": {"compute_ratio": 0.7, "decode_token_overhead_seconds": 0.05,
+                                           "prefill_overhead_seconds": 0.06, "source": "calibrated long ago"}}}
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(old))
+    eff = load_efficiency(find_gpu("h200"), path=path)
+    assert eff.compute_ratio == 0.7 and eff.calibrated
+    assert eff.runtime("hf") == RUNTIME_DEFAULTS["hf"]  # the old shared serving factors are not carried over
+
+
+def test_gemma_2_9b_training_counts_its_eager_attention_scores():
+    res = plan(PlanRequest(model="gemma-2-9b", workload="train", batch=1, seq=4096, gpus=8, zero=3))
+    # 42 layers x 16 heads x 4096^2 scores x 8 bytes = 90 GB the SDPA reading missed
+    assert res.memory.breakdown["activations"] > 90e9 and not res.fits
+    assert any("eager attention" in n for n in res.notes)

@@ -275,8 +275,18 @@ def _at_best_batch(req: PlanRequest, res: PlanResult, model: ModelSpec, user: Us
         return res
     rows = [r for r in res.speed.get("by_batch", []) if r["batch"] <= limit]
     candidates = {int(max(rows, key=lambda r: r["output_tokens_per_second"])["batch"]) if rows else 1, int(limit)}
-    best = max((plan(PlanRequest(**(asdict(req) | {"batch": b})), model=model, user=user,
-                     calibration_path=calibration_path) for b in sorted(candidates)),
-               key=lambda r: r.speed["output_tokens_per_second"])
+
+    def at(b: int) -> PlanResult:
+        return plan(PlanRequest(**(asdict(req) | {"batch": b})), model=model, user=user, calibration_path=calibration_path)
+
+    tried = []
+    for b in sorted(candidates):
+        r = at(b)
+        # an engine's activations grow with the batch, so the pool at batch b can hold a little
+        # less than it held at batch 1: step down to what it holds there
+        while not r.fits and 1 <= r.speed["max_batch_that_fits"] < r.request.batch:
+            r = at(r.speed["max_batch_that_fits"])
+        tried.append(r)
+    best = max((r for r in tried if r.fits), key=lambda r: r.speed["output_tokens_per_second"], default=res)
     best.cost_basis = f"at batch {best.request.batch} ({why})"
     return best
