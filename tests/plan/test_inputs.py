@@ -131,3 +131,11 @@ def test_deepseek_v2_lite_is_planned_as_mla_and_moe():
     assert res.fits and res.speed["kv_cache_bytes_per_token"] == 31104
     with pytest.raises(Exception, match="latent attention"):
         plan(PlanRequest(model="x", workload="train", batch=1), model=m)
+
+
+def test_mla_decode_reads_the_latent_in_an_engine_and_decompresses_it_in_transformers():
+    m = from_hf_config(DEEPSEEK_V2_LITE, name="deepseek-v2-lite")
+    long = dict(model="x", workload="infer", batch=32, prompt=8000, new_tokens=100)
+    vllm = plan(PlanRequest(**long, runtime="vllm"), model=m).speed["tpot_seconds"]
+    hf = plan(PlanRequest(**long, runtime="hf"), model=m).speed["tpot_seconds"]
+    assert hf > 3 * vllm

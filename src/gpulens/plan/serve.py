@@ -291,8 +291,14 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     if setup.runtime == "hf":
         # DynamicCache concatenates (reads and writes the cache once more per step); with grouped
         # KV heads, SDPA's eager path repeats K and V to every query head (written, then read)
-        rep = m.num_heads // m.num_kv_heads
-        kv_read *= 3 + (2 * rep if rep > 1 else 0)
+        if m.is_mla:
+            # transformers decompresses every cached latent into per-head K and V each step
+            # (written, then read by SDPA): a (qk + v) elements per token and layer
+            full = m.num_heads * (m.head_dim + m.v_head_dim) / m.kv_elements_per_token_layer
+            kv_read *= 3 + 2 * full
+        else:
+            rep = m.num_heads // m.num_kv_heads
+            kv_read *= 3 + (2 * rep if rep > 1 else 0)
     mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
