@@ -77,3 +77,29 @@ def test_broken_user_config_is_one_clear_error(isolated_plan_config):
     isolated_plan_config.write_text("gpus: [{name: x}]\n")
     with pytest.raises(BadInputError, match="memory_gb"):
         find_gpu("h200")
+
+
+@pytest.mark.parametrize("name,suggested", [("h100-sxn", "H100-SXM"), ("h100-xyz", None), ("NVIDIA H100 80GB HBM3 foo", None)])
+def test_near_misses_are_refused_not_prefix_matched(name, suggested):
+    with pytest.raises(UnknownGpuError) as e:
+        find_gpu(name)
+    assert e.value.exit_code == 2
+    if suggested:
+        assert suggested in e.value.suggestions
+
+
+def test_nvl_parts_are_their_own_entries_with_their_figures():
+    h100nvl = find_gpu("NVIDIA H100 NVL")
+    assert h100nvl.name == "H100-NVL" and h100nvl.memory_bytes == 94 << 30
+    assert h100nvl.memory_bandwidth_bytes_per_second == pytest.approx(3.9e12)
+    h200nvl = find_gpu("NVIDIA H200 NVL")
+    assert h200nvl.name == "H200-NVL"
+    assert h200nvl.bf16_dense_flops == pytest.approx(835.5e12)  # not the SXM's 989.5
+    assert find_gpu("NVIDIA H200").bf16_dense_flops == pytest.approx(989.5e12)
+
+
+@pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 4090 Laptop GPU", "RTX 3090 Max-Q", "rtx-4090-mobile"])
+def test_laptop_parts_are_refused_with_what_to_do(name):
+    with pytest.raises(UnknownGpuError) as e:
+        find_gpu(name)
+    assert "Laptop" in e.value.hint and "plan config" in e.value.hint

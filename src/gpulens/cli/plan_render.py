@@ -52,7 +52,12 @@ def render_plan(res: Any) -> None:
     if r.workload == "train":
         what = (f"train · {r.precision} · {r.optimizer} · micro-batch {r.batch} × {r.seq} tokens"
                 + (f" · accumulate ×{r.grad_accum}" if r.grad_accum > 1 else "")
-                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero}" if r.zero else ""))
+                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
+                + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
+                + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
+                + (" · SP" if r.sequence_parallel else "")
+                + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets})"
+                   if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"
     else:
         what = f"serve · {r.runtime} · weights {r.dtype} · {r.batch} × ({r.prompt} prompt + {r.new_tokens} new) tokens"
@@ -90,6 +95,13 @@ def render_plan(res: Any) -> None:
         st.add_row("time split", f"matmuls {format_seconds(s['compute_seconds'])}, memory-bound {format_seconds(s['memory_seconds'])}, "
                                  f"overhead {format_seconds(s['overhead_seconds'])}"
                                  + (f", communication {format_seconds(s['communication_seconds'])}" if s["communication_seconds"] else ""))
+        if s.get("tensor_parallel_link"):
+            st.add_row("tensor-parallel all-reduces", f"over {s['tensor_parallel_link']}")
+        if s.get("pipeline_bubble_ratio"):
+            st.add_row("pipeline bubble", f"{s['pipeline_bubble_ratio']:.0%} of the step (1F1B; more micro-batches shrink it)")
+        if s.get("communication_link"):
+            st.add_row("gradient all-reduce", f"over {s['communication_link']}, {s['communication_link_bytes_per_second'] / 1e9:g} GB/s "
+                                              f"per GPU · {s['nodes']} node(s)")
     else:
         st.add_row("time to first token (TTFT)", format_seconds(s["ttft_seconds"]))
         st.add_row("time per output token (TPOT)", f"{format_seconds(s['tpot_seconds'])} ({s['bound']}-bound)")
@@ -97,7 +109,9 @@ def render_plan(res: Any) -> None:
         st.add_row("largest batch that fits", str(s["max_batch_that_fits"]))
         if s.get("max_batch_for_tpot_target") is not None:
             st.add_row("largest batch meeting the TPOT target", str(s["max_batch_for_tpot_target"]))
-    console.print(f"[bold]Speed[/] [dim]({res.efficiency.source})[/]")
+    # serving speed comes from the runtime's own factors (fitted for it, or its defaults)
+    source = s.get("efficiency_source") if r.workload == "infer" else res.efficiency.source
+    console.print(f"[bold]Speed[/] [dim]({source or res.efficiency.source})[/]")
     console.print(st)
     if r.workload == "infer" and s.get("by_batch"):
         bt = Table(title="by batch size", box=None, header_style="bold", padding=(0, 2))
@@ -214,8 +228,23 @@ def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
         e = rep.efficiency
         console.print(f"  matmul efficiency {e.compute_ratio:.0%} (16-bit), {e.fp32_compute_ratio:.0%} (fp32) · "
                       f"bandwidth efficiency {e.memory_bandwidth_ratio:.0%} · per-layer overhead {format_seconds(e.layer_overhead_seconds)} · "
-                      f"decode overhead {format_seconds(e.decode_token_overhead_seconds)} · allocator reserved/allocated {e.reserved_ratio:.2f}",
+                      f"allocator reserved/allocated {e.reserved_ratio:.2f}",
                       highlight=False)
+        for name, rt in sorted(e.runtimes.items()):
+            console.print(f"  {name} serving: decode bandwidth {rt.decode_bandwidth_ratio:.0%} · step overhead "
+                          f"{format_seconds(rt.decode_step_overhead_seconds)} + {format_seconds(rt.decode_layer_overhead_seconds)}"
+                          f"/layer · prefill overhead {format_seconds(rt.prefill_overhead_seconds)} (other runtimes keep "
+                          f"their defaults)", highlight=False)
+        if getattr(rep, "checks", None):
+            t = Table(box=None, header_style="bold", padding=(0, 2), title="runs the fit did not see (leave-one-out)",
+                      title_justify="left")
+            for c in ("figure", "scope", "runs", "median", "worst", "defaults median", "defaults worst", "fit"):
+                t.add_column(c, justify="left" if c in ("figure", "scope", "fit") else "right")
+            for c in rep.checks:
+                t.add_row(c.figure.replace("_", " "), c.scope, str(len(c.held_out)), f"{c.median_ratio:.1%}",
+                          f"{c.worst_ratio:.1%}", f"{c.defaults_median_ratio:.1%}", f"{c.defaults_worst_ratio:.1%}",
+                          "used" if c.used else "not used (defaults kept)")
+            console.print(t)
         loo = rep.leave_one_out
         if loo is not None and loo.informative:
             console.print(f"  leave-one-out: each run predicted from the others is off by {loo.mean_abs_error_ratio:.0%} on average "

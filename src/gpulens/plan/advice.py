@@ -11,7 +11,14 @@ from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.cost import serving_cost
 from gpulens.plan.memory import TrainSetup, fits_in, training_memory
 from gpulens.plan.models import ModelSpec
-from gpulens.plan.serve import ServeSetup, max_batch_that_fits, serving_memory, serving_speed, weight_bytes
+from gpulens.plan.serve import (
+    ServeSetup,
+    max_batch_that_fits,
+    serving_memory,
+    serving_speed,
+    tensor_parallel_problem,
+    weight_bytes,
+)
 from gpulens.plan.speed import Efficiency, training_speed
 from gpulens.units import format_bytes
 
@@ -78,7 +85,7 @@ def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                 "stores both Adam moments in 1 byte each", {"optimizer": "adamw8bit"})
     if not fits:
         for n in (2, 4, 8, 16, 32, 64, 128, 256):
-            if n <= cur.num_gpus:
+            if n <= cur.num_gpus or n % cur.model_parallel:
                 continue
             trial = replace(cur, num_gpus=n, zero_stage=3)
             peak, fits = ok(trial)
@@ -161,6 +168,8 @@ def serving_fixes(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
                              "the KV cache and prefill logits grow with every concurrent sequence", peak, fits, {"batch": best}))
     if not fits and not fits_in(weight_bytes(m, cur.dtype), ctx, cap * 0.9):
         for tp in (2, 4, 8):
+            if tensor_parallel_problem(m, tp):
+                continue
             trial = replace(cur, tensor_parallel=tp)
             peak, fits = ok(trial)
             if fits:
@@ -201,6 +210,8 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
     for gpu in gpus:
         eff = effs.get(gpu.name) or Efficiency()
         for tp in (1, 2, 4, 8):
+            if tensor_parallel_problem(m, tp):
+                continue
             s = replace(setup, tensor_parallel=tp, batch=1)
             try:
                 s.validate(gpu)

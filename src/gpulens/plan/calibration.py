@@ -31,7 +31,7 @@ from gpulens.plan.catalog import GpuSpec, find_gpu
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
 from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
-from gpulens.plan.speed import Efficiency, training_speed
+from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, training_speed
 
 # weak pull toward the defaults, so that a factor no run constrains stays sensible
 _PRIOR_WEIGHT = 0.15
@@ -61,6 +61,7 @@ class Measurement:
     dtype: str = "bf16"
     prompt: int = 0
     new_tokens: int = 0
+    runtime: str = "hf"  # serving runtime the run was measured with (hf, vllm, sglang, tgi)
     peak_alloc: int | None = None
     peak_reserved: int | None = None
     mem_after_load: int | None = None
@@ -76,7 +77,8 @@ class Measurement:
         return TrainSetup(self.precision, self.optimizer, self.batch, self.seq, grad_ckpt=self.grad_ckpt)
 
     def serve_setup(self) -> ServeSetup:
-        return ServeSetup(dtype=self.dtype, batch=self.batch, prompt_tokens=self.prompt, new_tokens=self.new_tokens)
+        return ServeSetup(dtype=self.dtype, batch=self.batch, prompt_tokens=self.prompt, new_tokens=self.new_tokens,
+                          runtime=self.runtime)
 
 
 def _num(d: dict[str, Any], key: str, cast: type = float) -> Any:
@@ -104,12 +106,15 @@ def parse_measurement(d: dict[str, Any], *, where: str) -> Measurement:
             peak_alloc=_num(d, "peak_alloc", int), peak_reserved=_num(d, "peak_reserved", int),
             mem_after_load=_num(d, "mem_after_load", int), step_s=_num(d, "step_s"), tokens_per_s=_num(d, "tokens_per_s"),
             prefill_s=_num(d, "prefill_s"), decode_token_s=_num(d, "decode_token_s_median"),
+            runtime=str(d.get("runtime") or "hf").lower(),
             label=f"{d.get('model', 'model')} {kind} {d.get('precision') or d.get('dtype', '')} b{d.get('batch')}",
         )
     except (TypeError, ValueError) as e:
         raise BadInputError(f"{where}: a field has the wrong type ({e}).", hint="Numbers must be numbers.") from None
     if kind == "train" and m.seq <= 0:
         raise BadInputError(f"{where}: a training run needs 'seq' above zero.", hint="Add the sequence length.")
+    if kind == "infer" and m.runtime not in RUNTIME_DEFAULTS:
+        raise BadInputError(f"{where}: unknown runtime {m.runtime!r}.", hint=f"Use one of {', '.join(RUNTIME_DEFAULTS)}.")
     if kind == "infer" and m.prompt <= 0:
         raise BadInputError(f"{where}: an inference run needs 'prompt' above zero.", hint="Add the prompt length.")
     return m
@@ -162,6 +167,45 @@ class LeaveOneOut:
 
 
 @dataclass
+class FigureCheck:
+    """One figure of one scope (training, or a serving runtime), each run predicted by a fit of
+    all the others (held out) and by the defaults. A fit whose mean held-out error is worse than
+    the defaults' is not used for that figure's factors."""
+
+    figure: str  # train_step | peak_memory | decode_tpot | prefill
+    scope: str  # train | infer (peak memory) | a serving runtime (hf, vllm, ...)
+    held_out: list[float]  # |relative error| per run
+    defaults: list[float]
+
+    @property
+    def median_ratio(self) -> float:
+        return statistics.median(self.held_out)
+
+    @property
+    def worst_ratio(self) -> float:
+        return max(self.held_out)
+
+    @property
+    def defaults_median_ratio(self) -> float:
+        return statistics.median(self.defaults)
+
+    @property
+    def defaults_worst_ratio(self) -> float:
+        return max(self.defaults)
+
+    @property
+    def used(self) -> bool:
+        """Whether the fitted factors beat the defaults on runs they did not see (mean error)."""
+        return len(self.held_out) < 2 or statistics.fmean(self.held_out) <= statistics.fmean(self.defaults) + 1e-12
+
+    @property
+    def calibrated_errors(self) -> list[float]:
+        """What calibration delivers on unseen runs: the fit's held-out errors when it is used, else
+        the defaults' (which are then kept)."""
+        return self.held_out if self.used else self.defaults
+
+
+@dataclass
 class FitReport:
     gpu: str
     efficiency: Efficiency
@@ -172,6 +216,7 @@ class FitReport:
     used: list[str] = field(default_factory=list)  # labels of the measurements the fit used
     rejected: list[Rejected] = field(default_factory=list)  # left out by the caller or the fit, with reasons
     leave_one_out: LeaveOneOut | None = None
+    checks: list[FigureCheck] = field(default_factory=list)  # leave-one-out per figure and scope
     refused: str | None = None  # why this fit must not be stored (calibrate raises unless it only shows)
 
 
@@ -234,7 +279,7 @@ def _prefill_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[f
 def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> FitReport:
     """Fit the factors of `gpu` from measurements taken on it (runs that failed are skipped)."""
     import numpy as np
-    from scipy.optimize import least_squares, nnls
+    from scipy.optimize import least_squares
 
     base = base or Efficiency()
     skipped = [m.label for m in measurements if m.status != "ok"]
@@ -293,32 +338,11 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
         if r32:
             eff = replace(eff, fp32_compute_ratio=statistics.median(r32))
 
-    # serving: per-step and per-layer decode overhead above the bandwidth time; prefill overhead
-    dec = [m for m in infer if m.decode_token_s]
-    if dec:
-        zero = replace(eff, decode_token_overhead_seconds=0.0, decode_layer_overhead_seconds=0.0)
-        base_t = [serving_speed(m.model, m.serve_setup(), gpu, zero).tpot_seconds for m in dec]
-        y = np.array([m.decode_token_s - t for m, t in zip(dec, base_t, strict=True)])
-        layers = {m.model.num_layers for m in dec}
-        if len(layers) > 1:
-            a = np.array([[1.0, float(m.model.num_layers)] for m in dec])
-            coef, _ = nnls(a, np.maximum(y, 0))
-            fixed, per_layer = float(coef[0]), float(coef[1])
-        else:
-            fixed, per_layer = float(max(statistics.median(y), 0)), 0.0
-        eff = replace(eff, decode_token_overhead_seconds=fixed, decode_layer_overhead_seconds=per_layer)
-    pre = [m for m in infer if m.prefill_s]
-    if pre:
-        # prefill = overhead + FLOP-time / ratio: a line through (ideal FLOP-time, measured)
-        ideal = replace(eff, prefill_overhead_seconds=0.0, prefill_compute_ratio=1.0)
-        xs = [serving_speed(m.model, m.serve_setup(), gpu, ideal).prefill_seconds for m in pre]
-        if len(pre) > 1:
-            coef, _ = nnls(np.array([[1.0, x] for x in xs]), np.array([m.prefill_s for m in pre]))
-            overhead, inv = float(coef[0]), float(coef[1])
-        else:
-            overhead, inv = 0.0, pre[0].prefill_s / xs[0]
-        ratio = min(1.0, 1.0 / inv) if inv > 0 else eff.compute_ratio
-        eff = replace(eff, prefill_overhead_seconds=overhead, prefill_compute_ratio=ratio)
+    # serving: each runtime's factors from that runtime's runs only (an eager-generate fit says
+    # nothing about a CUDA-graph engine, and the other way round)
+    for runtime in sorted({m.runtime for m in infer}):
+        rows = [m for m in infer if m.runtime == runtime]
+        eff = replace(eff, runtimes=eff.runtimes | {runtime: _fit_runtime(rows, gpu, eff, runtime)})
 
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     eff = replace(eff, calibrated=True, source=f"calibrated on {stamp} from {len(ok)} measured runs")
@@ -330,6 +354,63 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
             rep.before[label] = before
             rep.after[label] = fn(ok, gpu, eff)
     return rep
+
+
+def _fit_runtime(rows: list[Measurement], gpu: GpuSpec, eff: Efficiency, runtime: str) -> RuntimeSpeed:
+    """Decode: TPOT = step overhead + layers x layer overhead + bytes read / (bandwidth x ratio),
+    non-negative least squares; with fewer than eight runs the per-layer cost is folded into the
+    fixed one (three factors from a handful of runs overfit: held-out error rises), with fewer
+    than three only the fixed cost is fitted. Prefill: overhead + ideal FLOP time / matmul
+    ratio + ideal elementwise time / bandwidth ratio."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    rt = eff.runtime(runtime)
+    ideal = replace(rt, decode_bandwidth_ratio=1.0, decode_step_overhead_seconds=0.0, decode_layer_overhead_seconds=0.0,
+                    prefill_overhead_seconds=0.0, prefill_compute_ratio=1.0, prefill_bandwidth_ratio=1.0)
+    e_ideal = replace(eff, runtimes=eff.runtimes | {runtime: ideal})
+    dec = [m for m in rows if m.decode_token_s]
+    if dec:
+        x = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).tpot_seconds for m in dec]
+        y = np.array([m.decode_token_s for m in dec])
+        if len(dec) >= 8:  # enough runs to tell the per-layer cost from the fixed one
+            coef, _ = nnls(np.array([[1.0, float(m.model.num_layers), xi] for m, xi in zip(dec, x, strict=True)]), y)
+            ratio = min(1.0, 1.0 / coef[2]) if coef[2] > 0 else rt.decode_bandwidth_ratio
+            rt = replace(rt, decode_step_overhead_seconds=float(coef[0]), decode_layer_overhead_seconds=float(coef[1]),
+                         decode_bandwidth_ratio=float(ratio))
+        elif len(dec) >= 3:  # fixed cost (the per-layer one folded in) and the bandwidth share
+            coef, _ = nnls(np.array([[1.0, xi] for xi in x]), y)
+            ratio = min(1.0, 1.0 / coef[1]) if coef[1] > 0 else rt.decode_bandwidth_ratio
+            rt = replace(rt, decode_step_overhead_seconds=float(coef[0]), decode_layer_overhead_seconds=0.0,
+                         decode_bandwidth_ratio=float(ratio))
+        else:
+            rest = [m.decode_token_s - xi / rt.decode_bandwidth_ratio - m.model.num_layers * rt.decode_layer_overhead_seconds
+                    for m, xi in zip(dec, x, strict=True)]
+            rt = replace(rt, decode_step_overhead_seconds=float(max(statistics.median(rest), 0.0)))
+    pre = [m for m in rows if m.prefill_s]
+    if pre:
+        # prefill = overhead + ideal FLOP time / matmul ratio + ideal elementwise time / bandwidth ratio
+        flop_only = replace(e_ideal, runtimes=eff.runtimes | {runtime: replace(ideal, prefill_bandwidth_ratio=1e12)})
+        fl = [serving_speed(m.model, m.serve_setup(), gpu, flop_only).prefill_seconds for m in pre]
+        el = [serving_speed(m.model, m.serve_setup(), gpu, e_ideal).prefill_seconds - f for m, f in zip(pre, fl, strict=True)]
+        y = np.array([m.prefill_s for m in pre])
+        bw_ratio = rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio
+        if len(pre) >= 4:
+            # the decode fit's per-layer launch cost applies to the prefill's forward too
+            per_layer = [m.model.num_layers * rt.decode_layer_overhead_seconds for m in pre]
+            coef, _ = nnls(np.array([[1.0, f, e] for f, e in zip(fl, el, strict=True)]), np.maximum(y - per_layer, 0))
+            overhead, inv = float(coef[0]), float(coef[1])
+            bw_ratio = min(1.0, 1.0 / coef[2]) if coef[2] > 0 else bw_ratio
+        elif len(pre) > 1:
+            rest = y - np.array(el) / bw_ratio
+            coef, _ = nnls(np.array([[1.0, f] for f in fl]), np.maximum(rest, 0))
+            overhead, inv = float(coef[0]), float(coef[1])
+        else:
+            overhead, inv = 0.0, max(pre[0].prefill_s - el[0] / bw_ratio, 1e-9) / fl[0]
+        ratio = min(1.0, 1.0 / inv) if inv > 0 else eff.compute_ratio
+        rt = replace(rt, prefill_overhead_seconds=overhead, prefill_compute_ratio=ratio, prefill_bandwidth_ratio=bw_ratio)
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    return replace(rt, calibrated=True, source=f"{runtime} factors calibrated on {stamp} from {len(rows)} {runtime} runs")
 
 
 def _train_rows_err(ms: list[Measurement], gpu: GpuSpec, eff: Efficiency) -> list[float]:
@@ -362,6 +443,63 @@ def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficienc
             default_errs += [abs(e) for e in fn([held], gpu, base)]
     n = max(len(held_errs), 1)
     return LeaveOneOut(len(ok), sum(held_errs) / n, sum(default_errs) / n)
+
+
+_FIGURE_FNS = {"train_step": _train_rows_err, "peak_memory": _mem_err, "decode_tpot": _decode_err, "prefill": _prefill_err}
+
+
+def _scope(figure: str, m: Measurement) -> str:
+    if figure == "train_step":
+        return "train"
+    if figure == "peak_memory":
+        return m.kind
+    return m.runtime
+
+
+def leave_one_out_by_figure(measurements: list[Measurement], gpu: GpuSpec,
+                            base: Efficiency | None = None) -> list[FigureCheck]:
+    """Each successful run predicted by a fit of all the others, and by the defaults, grouped by
+    figure and scope (training; each serving runtime on its own)."""
+    base = base or Efficiency()
+    ok = [m for m in measurements if m.status == "ok"]
+    groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for i, held in enumerate(ok):
+        others = ok[:i] + ok[i + 1:]
+        try:
+            eff = fit(others, gpu, base).efficiency if others else base
+        except BadInputError:
+            eff = base
+        for figure, fn in _FIGURE_FNS.items():
+            got, dflt = fn([held], gpu, eff), fn([held], gpu, base)
+            if got:
+                g = groups.setdefault((figure, _scope(figure, held)), ([], []))
+                g[0].append(abs(float(got[0])))
+                g[1].append(abs(float(dflt[0])))
+    return [FigureCheck(f, sc, h, d) for (f, sc), (h, d) in groups.items()]
+
+
+_TRAIN_FACTORS = ("compute_ratio", "fp32_compute_ratio", "memory_bandwidth_ratio", "layer_overhead_seconds")
+_MEMORY_FACTORS = ("activation_scale", "workspace_bytes")
+_DECODE_FACTORS = ("decode_bandwidth_ratio", "decode_step_overhead_seconds", "decode_layer_overhead_seconds")
+_PREFILL_FACTORS = ("prefill_overhead_seconds", "prefill_compute_ratio", "prefill_bandwidth_ratio")
+
+
+def drop_unhelpful(eff: Efficiency, checks: list[FigureCheck], base: Efficiency | None = None) -> Efficiency:
+    """The fit with every figure's factors back at the defaults where its held-out error is no
+    better than the defaults' (a fit that does not improve leave-one-out error is not used)."""
+    base = base or Efficiency()
+    for c in checks:
+        if c.used:
+            continue
+        if c.figure == "train_step":
+            eff = replace(eff, **{k: getattr(base, k) for k in _TRAIN_FACTORS})
+        elif c.figure == "peak_memory":
+            eff = replace(eff, **{k: getattr(base, k) for k in _MEMORY_FACTORS})
+        elif c.scope in eff.runtimes:
+            names = _DECODE_FACTORS if c.figure == "decode_tpot" else _PREFILL_FACTORS
+            rt = replace(eff.runtimes[c.scope], **{k: getattr(base.runtime(c.scope), k) for k in names})
+            eff = replace(eff, runtimes=eff.runtimes | {c.scope: rt})
+    return eff
 
 
 # ---------------------------------------------------------------- storage
@@ -457,6 +595,10 @@ def calibrate(measurements: Path | list[Measurement], *, gpu_name: str | None, s
         rep = fit(rows, spec)
         rep.rejected = list(rejected or []) + rep.rejected
         rep.leave_one_out = loo = leave_one_out(rows, spec)
+        rep.checks = leave_one_out_by_figure(rows, spec)
+        rep.efficiency = drop_unhelpful(rep.efficiency, rep.checks)
+        ok_rows = [m for m in rows if m.status == "ok"]
+        rep.after = {label: fn(ok_rows, spec, rep.efficiency) for label, fn in _FIGURES if label in rep.after}
         if loo.worse_than_defaults:
             rep.refused = (
                 f"Calibration of {spec.name} refused, nothing stored: predicting each of the {loo.measurements} "

@@ -27,8 +27,8 @@ GIGA = 1e9
 class UnknownGpuError(BadInputError):
     """A GPU name that is neither in the catalog nor in the user's config file."""
 
-    def __init__(self, name: str, suggestions: list[str]):
-        hint = (
+    def __init__(self, name: str, suggestions: list[str], *, hint: str | None = None):
+        hint = hint or (
             f"Did you mean {', '.join(suggestions)}? " if suggestions else ""
         ) + "Run `gpulens plan gpus` for the list, or add your card to the plan config file (docs/plan.md)."
         super().__init__(f"Unknown GPU {name!r}.", hint=hint)
@@ -225,6 +225,7 @@ def load_user_config(path: Path | None = None) -> UserConfig:
 # ---------------------------------------------------------------- lookup
 
 _PREFIXES = ("nvidia-", "geforce-", "tesla-", "amd-", "instinct-")
+_MOBILE = re.compile(r"(^|-)(laptop|mobile|max-q)(-|$)")
 
 
 def _norm(name: str) -> str:
@@ -256,8 +257,10 @@ def all_gpus(user: UserConfig | None = None) -> list[GpuSpec]:
 
 
 def find_gpu(name: str, *, user: UserConfig | None = None) -> GpuSpec:
-    """The GpuSpec for a catalog name, alias or NVML name, case-insensitive. Unknown names raise
-    UnknownGpuError with the closest names."""
+    """The GpuSpec for a catalog name, alias or NVML name (the alias table is each entry's
+    `aliases` and `nvml_names` in data/gpus.yaml), case-insensitive, spaces and underscores read
+    as dashes, a leading vendor word ("NVIDIA", "GeForce", ...) ignored. Nothing else matches:
+    unknown names raise UnknownGpuError with the closest names."""
     if not name or not str(name).strip():
         raise BadInputError("No GPU name given.", hint="Pass --gpu NAME, e.g. --gpu h100-sxm.")
     key = _norm(str(name))
@@ -268,11 +271,13 @@ def find_gpu(name: str, *, user: UserConfig | None = None) -> GpuSpec:
             index.setdefault(_norm(k), g)
     if key in index:
         return index[key]
-    # NVML sometimes appends a form factor or memory size ("NVIDIA H200 NVL", "... 80GB PCIe"):
-    # accept a unique catalog name that the given name starts with.
-    starts = {g.name: g for k, g in index.items() if key.startswith(k + "-")}
-    if len(starts) == 1:
-        return next(iter(starts.values()))
+    # no prefix matching: "NVIDIA H100 NVL" or "RTX 4090 Laptop GPU" starting with a catalog name
+    # are different cards (memory, bandwidth, clocks), so only exact names and aliases match
+    if _MOBILE.search(key):
+        raise UnknownGpuError(str(name), [], hint=(
+            "Laptop and mobile GPUs have less memory, bandwidth and clock than the desktop card of the "
+            "same name, and NVIDIA publishes no tensor figures for them: add yours to the plan config "
+            "file with its memory_gb, bandwidth_gbps and bf16_tflops (docs/plan.md)."))
     names = sorted({g.name for g in gpus})
     sugg = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
     sugg_names = list(dict.fromkeys(index[s].name for s in sugg)) or [n for n in names if key[:2] in n.lower()][:3]

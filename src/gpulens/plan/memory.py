@@ -21,7 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
+from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
+from gpulens.plan.lora import (
+    ADAPTER_BYTES,
+    FINETUNE,
+    PAGED_NOTE,
+    LoraSetup,
+    adapter_params,
+    base_weight_bytes,
+    head_and_first_norm_delta_per_token,
+    largest_linear_params,
+    layer_delta_per_token,
+)
+from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -49,6 +63,27 @@ class TrainSetup:
     grad_ckpt: bool = False
     zero_stage: int = 0
     num_gpus: int = 1
+    zero_layout: str = "fsdp"  # fsdp (PyTorch: fp32 weights under autocast) | deepspeed (16-bit weights, sharded fp32 master)
+    tensor_parallel: int = 1  # Megatron-style model parallelism inside --gpus (gpus = dp x tp x pp)
+    pipeline_parallel: int = 1
+    sequence_parallel: bool = False
+    finetune: str = "full"  # full | lora | qlora
+    lora_rank: int = 16
+    lora_targets: str = "all"
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
+
+    @property
+    def deepspeed_amp(self) -> bool:
+        """DeepSpeed's mixed precision: the module runs in 16-bit (no autocast), the fp32 master
+        weights live with the optimizer states."""
+        return self.zero_layout == "deepspeed" and self.precision in ("amp_bf16", "amp_fp16")
+
+    @property
+    def activation_precision(self) -> str:
+        if self.deepspeed_amp:
+            return "bf16" if self.precision == "amp_bf16" else "fp16"
+        return self.precision
 
     def validate(self) -> None:
         if self.precision not in PRECISIONS:
@@ -61,6 +96,33 @@ class TrainSetup:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
+        check_layout(self.zero_layout)
+        if self.tensor_parallel < 1 or self.pipeline_parallel < 1:
+            raise BadInputError("Tensor and pipeline parallel degrees must be at least 1.", hint="Pass --tp 1 or more.")
+        if self.num_gpus % self.model_parallel:
+            raise BadInputError(f"--gpus {self.num_gpus} is not a multiple of --tp {self.tensor_parallel} x --pp "
+                                f"{self.pipeline_parallel}.", hint="GPUs = data parallel x tensor parallel x pipeline "
+                                                                   "parallel: pick degrees whose product divides --gpus.")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise BadInputError("Sequence parallelism splits along the tensor-parallel group.", hint="Use it with --tp 2 or more.")
+        if self.finetune not in FINETUNE:
+            raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def megatron(self) -> bool:
+        return self.model_parallel > 1
+
+    @property
+    def data_parallel(self) -> int:
+        return self.num_gpus // self.model_parallel
+
+    @property
+    def lora(self) -> LoraSetup | None:
+        return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets)
 
 
 @dataclass
@@ -143,6 +205,8 @@ def attention_kernel(m: ModelSpec, precision: str) -> str:
     """Which SDPA backend PyTorch picks: flash needs 16-bit and head_dim <= 256; the memory-efficient
     kernel takes fp32 but not grouped-query heads (transformers passes enable_gqa), so fp32 with
     GQA falls back to the math kernel, which materializes the S x S probabilities."""
+    if m.attention_impl == "eager":
+        return "eager"
     half = precision != "fp32"
     gqa = m.num_kv_heads != m.num_heads
     if half and m.head_dim <= 256:
@@ -171,6 +235,13 @@ def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: 
     if kernel == "math":
         attn = c * 4 * a * d  # scaled q, repeated k and v, out
         attn_sq = micro_batch * a * seq * seq * c  # softmax probabilities (per layer)
+    elif kernel == "eager":
+        # transformers' eager attention (Gemma-2: no SDPA): q, K and V repeated to every head, the
+        # output's contiguous copy for o_proj; per score: the soft-capping tanh's output, the fp32
+        # softmax output and (16-bit) its cast that multiplies V
+        attn = c * 4 * a * d
+        per_score = 4 + (c if c != 4 else 0) + (c if m.attn_logit_softcap else 0)
+        attn_sq = micro_batch * a * seq * seq * per_score
     if m.dropout > 0:
         attn += h  # 1-byte dropout mask after the attention output
     # MLP: post-attention norm, its output as saved by gate/up (or fc), the intermediates
@@ -264,34 +335,49 @@ def training_memory(
 ) -> MemoryEstimate:
     """Itemized peak memory of one GPU for one training step."""
     setup.validate()
-    mode = _mode(setup.precision)
-    state_bytes = 4 if mode.weight == 4 else 2
+    if m.is_mla:
+        raise BadInputError(f"{m.name} uses multi-head latent attention, whose training activations gpulens does not "
+                            "model yet.", hint="Plan serving it (--workload infer), or pass a config of another family.")
+    if setup.megatron:
+        if setup.lora is not None:
+            raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp for LoRA.")
+        return _megatron_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
+                                cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio)
+    if setup.lora is not None:
+        return _lora_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
+                            cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio,
+                            activation_scale=activation_scale)
+    mode = _mode(setup.activation_precision)
+    state_bytes = 4 if _mode(setup.precision).weight == 4 else 2
     n, gpus = m.params, setup.num_gpus
     b, s = setup.micro_batch, setup.seq_len
     tokens = b * s
     notes: list[str] = []
 
-    weights = n * mode.weight
-    grads = n * mode.weight
     states, step_tmp, opt_note = _optimizer_bytes(m, setup.optimizer, state_bytes)
     if opt_note:
         notes.append(opt_note)
     zero = setup.zero_stage if gpus > 1 else 0
     if setup.zero_stage and gpus == 1:
         notes.append("ZeRO/FSDP shards across GPUs: with --gpus 1 it changes nothing")
-    if zero >= 1:
-        states //= gpus
+    zs = zero_states(n, stage=zero, gpus=gpus, layout=setup.zero_layout, weight_bytes=mode.weight,
+                     state_bytes_per_param=states / n, amp=setup.deepspeed_amp,
+                     largest_module_params=largest_module_params(m))
+    weights, grads, states = int(zs.weights), int(zs.gradients), int(zs.optimizer_states)
+    if setup.deepspeed_amp:
+        step_tmp = 0  # DeepSpeed's fused Adam updates in place
+    elif zero >= 1:
         step_tmp //= gpus
-    if zero >= 2:
-        grads //= gpus
     gathered = 0
     if zero >= 3:
-        weights //= gpus
-        gathered = 2 * m.layer_params() * mode.weight  # the layer being computed + the prefetched one
+        # FSDP: the layer being computed + the prefetched one; DeepSpeed: the largest module
+        gathered = int(zs.gathered_largest_module) or 2 * m.layer_params() * mode.weight
     ddp_buckets = grads if (gpus > 1 and zero == 0) else 0  # DDP copies gradients into its buckets
 
-    layer = layer_activation_bytes(m, setup.precision, b, s)
+    layer = layer_activation_bytes(m, setup.activation_precision, b, s)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
+    if attention_kernel(m, setup.activation_precision) == "eager":
+        notes.append(f"{m.family}: transformers runs eager attention (no SDPA), so every layer keeps its S x S scores")
     if layer["kernel_math"]:
         notes.append("fp32 with grouped-query attention: SDPA falls back to the math kernel (S x S scores in memory)")
     head = tokens * _head_bytes_per_token(m, mode)
@@ -301,7 +387,7 @@ def training_memory(
     else:
         saved = m.num_layers * per_layer + head + embed_dropout
     saved = int(saved * activation_scale)
-    loss = _loss_bytes(m, setup.precision, tokens)
+    loss = _loss_bytes(m, setup.activation_precision, tokens)
     # autocast keeps a 16-bit copy of each Linear weight while the layers that saved it wait for
     # their backward (freed after the forward when the layers are checkpointed)
     cast_cache = 2 * m.linear_params if (mode.amp and not setup.grad_ckpt) else 0
@@ -343,7 +429,9 @@ def training_memory(
             "activations": saved + int(per_layer * activation_scale),
             "logits_and_loss": tokens * m.hidden_size * 4,
         }
-    cands["optimizer step"] = static | {"gradients": grads, "optimizer_step_temporaries": step_tmp}
+    cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
+                                        "optimizer_step_temporaries": step_tmp,
+                                        "fp32_gradient_partition": int(zs.fp32_gradient_partition)}
 
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])
@@ -360,6 +448,132 @@ def training_memory(
         candidates={k: int(v) for k, v in totals.items()},
         notes=notes,
     )
+
+
+def megatron_stage_params(m: ModelSpec, setup: TrainSetup) -> float:
+    """Parameters on one GPU: a pipeline stage's layers (the first also holds the embedding, the
+    last the output head: the larger of the two) split over the tensor-parallel group."""
+    stage = m.block_params / setup.pipeline_parallel
+    ends = m.vocab_size * m.hidden_size  # embedding or (untied) head, on its stage
+    if setup.pipeline_parallel == 1:
+        ends = m.embedding_params + m.lm_head_params
+    return (stage + ends) / setup.tensor_parallel
+
+
+def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
+    """What the first pipeline stage holds: its L/p layers for every micro-batch in flight (1F1B:
+    up to p of them), Korthikanti et al.'s per-layer accounting for a LLaMA-like layer."""
+    items = llama_layer_items(seq=setup.seq_len, micro_batch=setup.micro_batch, hidden=m.hidden_size,
+                              heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                              intermediate=m.moe_intermediate_size or m.intermediate_size,
+                              tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
+                              recompute="full" if setup.grad_ckpt else "none")
+    in_flight = min(setup.pipeline_parallel, setup.grad_accum)
+    return m.num_layers / setup.pipeline_parallel * in_flight * sum(items.values())
+
+
+def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
+                     cuda_context_bytes: int, reserved_ratio: float) -> MemoryEstimate:
+    """Megatron-style tensor/pipeline(/sequence) parallelism inside --gpus, data parallel over the
+    rest; --zero 1 or more = the distributed optimizer (states sharded over the data-parallel ranks)."""
+    if m.is_moe:
+        raise BadInputError("Tensor/pipeline parallel plans cover dense models (expert parallelism is not modelled).",
+                            hint="Plan a MoE with --gpus and --zero (data parallel).")
+    if m.num_heads % setup.tensor_parallel or (m.num_kv_heads % setup.tensor_parallel
+                                               and setup.tensor_parallel % m.num_kv_heads):
+        raise BadInputError(f"--tp {setup.tensor_parallel} does not split {m.name}'s {m.num_heads} attention / "
+                            f"{m.num_kv_heads} KV heads evenly.", hint="Pick a degree that divides the heads.")
+    if m.num_layers % setup.pipeline_parallel:
+        raise BadInputError(f"--pp {setup.pipeline_parallel} does not split {m.name}'s {m.num_layers} layers evenly.",
+                            hint="Pick a degree that divides the number of layers.")
+    params = megatron_stage_params(m, setup)
+    per_param = model_state_bytes_per_param(setup.precision, setup.data_parallel, setup.zero_stage >= 1)
+    weights = params * (4 if setup.precision == "fp32" else 2)
+    grads = params * 4  # Megatron accumulates gradients in fp32 (main_grad)
+    states = params * per_param - weights - grads
+    act = megatron_activation_bytes(m, setup)
+    tokens = setup.micro_batch * setup.seq_len
+    logits = _loss_bytes(m, "bf16", tokens) / setup.tensor_parallel  # vocab-parallel cross-entropy, last stage
+    static = {"weights": int(weights), "gradients": int(grads), "optimizer_states": int(states),
+              "cuda_workspace": workspace_bytes}
+    cands = {"backward start": static | {"activations": int(act)},
+             "last stage loss": static | {"activations": int(act / max(1, min(setup.pipeline_parallel, setup.grad_accum))),
+                                          "logits_and_loss": int(logits)}}
+    totals = {k: sum(v.values()) for k, v in cands.items()}
+    peak_at = max(totals, key=lambda k: totals[k])
+    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
+    peak = int(sum(breakdown.values()))
+    notes = [f"Megatron-style: TP {setup.tensor_parallel} x PP {setup.pipeline_parallel} x DP {setup.data_parallel}"
+             + (" with sequence parallelism" if setup.sequence_parallel else "")
+             + f"; {per_param:g} bytes of model state per parameter (Megatron's table"
+             + (", distributed optimizer" if setup.zero_stage >= 1 else "") + "); flash attention, Megatron's own "
+               "kernels (not transformers')"]
+    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
+                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
+                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
+                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
+
+
+def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, micro_batch: int,
+                              seq: int) -> tuple[float, float]:
+    """(one layer, head + first norm) bytes saved for backward under LoRA, for the micro-batch."""
+    tokens = micro_batch * seq
+    c = _mode(precision).compute
+    layer = layer_activation_bytes(m, precision, micro_batch, seq)
+    per_layer = layer["attention"] + layer["mlp"] + layer["norms"] + tokens * layer_delta_per_token(m, lora, c)
+    head = tokens * (_head_bytes_per_token(m, _mode(precision)) + head_and_first_norm_delta_per_token(m, c))
+    return per_layer, head
+
+
+def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
+                 cuda_context_bytes: int, reserved_ratio: float, activation_scale: float) -> MemoryEstimate:
+    """LoRA / QLoRA (plan/lora.py): frozen base, fp32 adapters with their gradients and AdamW
+    moments, the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
+    sharded states would be the adapters' few megabytes)."""
+    lora = setup.lora
+    assert lora is not None
+    lora.validate(m, setup.precision)
+    if setup.optimizer not in ("adamw", "adamw8bit", "sgd"):
+        raise BadInputError(f"LoRA planning takes --optimizer adamw, adamw8bit or sgd, not {setup.optimizer!r}.",
+                            hint="Pass --optimizer adamw (paged AdamW is the same on the GPU).")
+    mode = _mode(setup.precision)
+    precision = setup.precision if lora.method == "lora" else "bf16"  # QLoRA computes in bf16
+    b, s = setup.micro_batch, setup.seq_len
+    tokens = b * s
+    notes = [f"{'QLoRA' if lora.method == 'qlora' else 'LoRA'} rank {lora.rank} on the {lora.targets} Linear layers: "
+             f"{adapter_params(m, lora):,} trainable parameters (fp32), base frozen"]
+    n_ad = adapter_params(m, lora)
+    base = base_weight_bytes(m, lora, mode.weight)
+    per_state = {"adamw": 8, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
+    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s)
+    if setup.grad_ckpt:
+        saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
+    else:
+        saved = m.num_layers * per_layer + head
+    saved = int(saved * activation_scale)
+    loss = _loss_bytes(m, precision, tokens)
+    static = {"weights": int(base), "lora_adapters": n_ad * ADAPTER_BYTES, "optimizer_states": int(n_ad * per_state),
+              "cuda_workspace": workspace_bytes}
+    if lora.method == "qlora":
+        static["dequantized_weight"] = 2 * largest_linear_params(m)  # one Linear's bf16 weight at a time
+        notes.append("QLoRA: block Linear weights in 4-bit NF4 with double quantization (0.516 bytes each); " + PAGED_NOTE)
+    grads = n_ad * ADAPTER_BYTES
+    cands = {
+        "backward start": static | {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved,
+                                    "logits_and_loss": loss},
+        "optimizer step": static | {"gradients": grads, "optimizer_step_temporaries": n_ad * 4 if per_state else 0},
+    }
+    if setup.grad_ckpt:
+        cands["layer recompute"] = static | {"gradients": grads, "activations": saved + int(per_layer * activation_scale),
+                                             "logits_and_loss": tokens * m.hidden_size * 4}
+    totals = {k: sum(v.values()) for k, v in cands.items()}
+    peak_at = max(totals, key=lambda k: totals[k])
+    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
+    peak = int(sum(breakdown.values()))
+    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
+                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
+                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
+                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
 
 
 def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:

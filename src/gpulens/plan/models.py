@@ -20,8 +20,9 @@ import yaml
 
 from gpulens.errors import BadInputError
 
-# model_type -> family traits. Families not listed fall back to "llama-like" if the config has the
-# LLaMA field names, with a note.
+# model_type -> family traits. A model_type not listed is refused (UnknownModelTypeError) unless
+# the caller asks for a dense LLaMA-like reading (`assume_dense`, `--assume-dense`), which the
+# plan then states.
 _FAMILIES: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {},
@@ -30,8 +31,12 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     "qwen2_moe": {"qkv_bias": True, "moe": True},
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True, "moe": True},
+    # DeepSeek-V2/V3: multi-head latent attention (MLA), routed + shared experts, dense first layers
+    "deepseek_v2": {"moe": True, "mla": True, "shared_gate": False},
+    # (V3's per-expert score-correction bias is a buffer in transformers, not a parameter)
+    "deepseek_v3": {"moe": True, "mla": True, "shared_gate": False},
     "gemma": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True},
-    "gemma2": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4},
+    "gemma2": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "attn": "eager"},
     "gemma3_text": {"norm": "gemma_rmsnorm", "act": "gelu_tanh", "tied": True, "norms_per_layer": 4, "qk_norm": True},
     "phi3": {"qkv_fused": True, "gate_up_fused": True},
     "gpt2": {"norm": "layernorm", "mlp": "plain", "act": "gelu_new", "qkv_fused": True, "bias": True,
@@ -42,6 +47,52 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     "roberta": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "bias": True, "positions": "learned",
                 "encoder": True, "tied": True},
 }
+
+
+class UnknownModelTypeError(BadInputError):
+    """A config whose `model_type` is no family the planner models (MLA, new MoE layouts, ...):
+    reading it as a dense LLaMA would give wrong parameter and KV-cache figures silently."""
+
+
+def supported_model_types() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def _rope_context(cfg: dict[str, Any], positions: int | None) -> int | None:
+    """The longest context a config supports: max_position_embeddings, extended by a RoPE scaling
+    whose type stretches it (linear, dynamic, yarn, longrope: factor x the original length;
+    llama3-type configs already give the extended length in max_position_embeddings)."""
+    rs = cfg.get("rope_scaling")
+    if not positions or not isinstance(rs, dict):
+        return positions
+    kind = str(rs.get("rope_type") or rs.get("type") or "").lower()
+    try:
+        factor = float(rs.get("factor") or 1.0)
+    except (TypeError, ValueError):
+        return positions
+    if kind in ("linear", "dynamic", "yarn", "longrope") and factor > 1:
+        original = int(rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or positions)
+        return max(positions, int(original * factor))
+    return positions
+
+
+def _sliding(cfg: dict[str, Any], mtype: str, layers: int) -> tuple[int | None, int]:
+    """(window, layers using it). Qwen2 configs carry a window they do not use
+    (use_sliding_window false); `layer_types` names each layer where a config has it; else
+    Gemma-2 alternates local and global layers, Gemma-3 has one global layer in
+    `sliding_window_pattern`, and other families window every layer (Mistral v0.1)."""
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return None, 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        return int(window), sum(1 for t in types if t == "sliding_attention")
+    if mtype == "gemma2":
+        return int(window), (layers + 1) // 2
+    if mtype.startswith("gemma3"):
+        pattern = int(cfg.get("sliding_window_pattern") or 6)
+        return int(window), sum(1 for i in range(layers) if (i + 1) % pattern)
+    return int(window), layers
 
 
 @dataclass(frozen=True)
@@ -58,7 +109,8 @@ class ModelSpec:
     intermediate_size: int
     vocab_size: int
     tie_word_embeddings: bool = False
-    max_positions: int | None = None
+    max_positions: int | None = None  # max_position_embeddings (the learned position table's size)
+    max_context: int | None = None  # the longest sequence it takes: max_positions, stretched by RoPE scaling
     mlp: str = "gated"  # gated (SwiGLU/GeGLU: 3 matrices) | plain (2 matrices)
     act: str = "silu"  # silu | gelu | gelu_tanh | gelu_new (GPT-2's Python tanh formula)
     norm: str = "rmsnorm"  # rmsnorm | gemma_rmsnorm | layernorm
@@ -75,10 +127,21 @@ class ModelSpec:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
+    shared_expert_gate: bool = True  # Qwen2-MoE gates its shared expert (h -> 1); DeepSeek does not
+    first_dense_layers: int = 0  # DeepSeek: the first k layers have a dense MLP (first_k_dense_replace)
+    kv_lora_rank: int = 0  # MLA: the latent each token caches (0 = ordinary attention)
+    q_lora_rank: int = 0  # MLA: low-rank query projection (0 = a plain q_proj)
+    qk_rope_head_dim: int = 0  # MLA: the rotary part of each head's query/key, cached once per token
+    v_head_dim: int = 0  # MLA: value head size
     dropout: float = 0.0  # hidden dropout active in training (saves a 1-byte mask per element)
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP read the same input
     final_logit_softcap: float | None = None
+    attention_impl: str = "sdpa"  # what transformers runs: sdpa, or eager where the family has no SDPA path (Gemma-2)
+    attn_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the attention scores
+    sliding_window: int | None = None  # tokens a local-attention layer sees (Mistral v0.1, Gemma-2/3 local layers)
+    sliding_layers: int = 0  # how many layers use the window (the others attend to everything)
     rough: bool = False  # built from a bare parameter count: shapes are guessed
+    assumed_dense: bool = False  # an unknown model_type read as a dense LLaMA-like decoder (--assume-dense)
     source: str = ""
     published_params: int | None = None
 
@@ -96,7 +159,21 @@ class ModelSpec:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def _mla_attn_params(self) -> int:
+        h, a = self.hidden_size, self.num_heads
+        qk = self.head_dim  # nope + rope
+        q = h * a * qk if not self.q_lora_rank else h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank  # kv_a_proj_with_mqa + its norm
+        kv += self.kv_lora_rank * a * (qk - self.qk_rope_head_dim + self.v_head_dim)  # kv_b_proj: k_nope and v per head
+        return q + kv + a * self.v_head_dim * h
+
     def _attn_params(self) -> int:
+        if self.is_mla:
+            return self._mla_attn_params()
         h = self.hidden_size
         n = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
         if self.qkv_bias or self.bias:
@@ -126,11 +203,22 @@ class ModelSpec:
             return self._dense_mlp_params(self.intermediate_size)
         n = self.expert_params_per_layer() + self.hidden_size * self.num_experts  # router
         if self.shared_expert_intermediate_size:
-            n += self._dense_mlp_params(self.shared_expert_intermediate_size) + self.hidden_size
+            n += self._dense_mlp_params(self.shared_expert_intermediate_size) + self.hidden_size * self.shared_expert_gate
         return n
 
     def layer_params(self) -> int:
+        """Parameters of one (MoE, where the model has them) transformer layer."""
         return self._attn_params() + self._mlp_params() + self.norms_per_layer * self._norm_params()
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of all transformer layers (DeepSeek's first layers are dense)."""
+        dense = self._attn_params() + self._dense_mlp_params(self.intermediate_size) + self.norms_per_layer * self._norm_params()
+        return (self.num_layers - self.first_dense_layers) * self.layer_params() + self.first_dense_layers * dense
 
     @property
     def embedding_params(self) -> int:
@@ -152,7 +240,7 @@ class ModelSpec:
     @property
     def params(self) -> int:
         """Total parameters (all experts of a MoE)."""
-        n = self.embedding_params + self.num_layers * self.layer_params() + self._norm_params() + self.lm_head_params
+        n = self.embedding_params + self.block_params + self._norm_params() + self.lm_head_params
         if self.encoder:
             n += self.hidden_size * self.hidden_size + self.hidden_size  # pooler
             n -= self._norm_params()  # BERT has no final norm
@@ -166,7 +254,7 @@ class ModelSpec:
         inactive = (self.num_experts - self.experts_per_token) * self._dense_mlp_params(
             self.moe_intermediate_size or self.intermediate_size
         )
-        return self.params - self.num_layers * inactive
+        return self.params - self.moe_layers * inactive
 
     @property
     def matmul_params(self) -> int:
@@ -182,10 +270,26 @@ class ModelSpec:
     @property
     def linear_params(self) -> int:
         """Parameters of the Linear layers (what autocast caches a 16-bit copy of)."""
-        return self.num_layers * (self._attn_params() + self._mlp_params()) + self.vocab_size * self.hidden_size
+        norms = self.num_layers * self.norms_per_layer * self._norm_params()
+        return self.block_params - norms + self.vocab_size * self.hidden_size
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """Cached elements per token per layer: K and V of the KV heads, or MLA's latent plus the
+        shared rotary key (what transformers and vLLM cache for DeepSeek-V2/V3)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 2 * self.kv_size
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
-        return 2 * self.num_layers * self.kv_size * dtype_bytes
+        """KV-cache bytes per token of context with every layer holding it (no window)."""
+        return self.num_layers * self.kv_elements_per_token_layer * dtype_bytes
+
+    def kv_bytes_for_context(self, tokens: float, dtype_bytes: float) -> float:
+        """KV-cache bytes of one sequence of `tokens`: a sliding-window layer keeps only its window
+        (transformers' DynamicSlidingWindowLayer, vLLM's sliding-window blocks)."""
+        per_layer_token = self.kv_elements_per_token_layer * dtype_bytes
+        local = self.sliding_layers if self.sliding_window else 0
+        window = min(tokens, self.sliding_window or tokens)
+        return per_layer_token * ((self.num_layers - local) * tokens + local * window)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -204,6 +308,8 @@ class ModelSpec:
             "num_experts": self.num_experts,
             "experts_per_token": self.experts_per_token,
             "rough": self.rough,
+            "max_context": self.max_context,
+            "assumed_dense": self.assumed_dense,
         }
 
 
@@ -230,8 +336,10 @@ def _positive_int(v: Any, key: str, where: str) -> int:
     return i
 
 
-def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None) -> ModelSpec:
-    """A ModelSpec from the fields of a Hugging Face `config.json` (a dict)."""
+def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None,
+                   assume_dense: bool = False) -> ModelSpec:
+    """A ModelSpec from the fields of a Hugging Face `config.json` (a dict). A `model_type` that
+    is no supported family raises UnknownModelTypeError, unless `assume_dense`."""
     where = where or name
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM under text_config
         inner = dict(cfg["text_config"])
@@ -239,8 +347,15 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         cfg = inner
     mtype = str(cfg.get("model_type") or "").lower().replace("-", "_")
     traits = dict(_FAMILIES.get(mtype, {}))
-    if mtype.endswith("_text") and not traits:
-        traits = dict(_FAMILIES.get(mtype.removesuffix("_text"), {}))
+    if mtype.endswith("_text") and mtype.removesuffix("_text") in _FAMILIES:
+        traits = dict(_FAMILIES[mtype.removesuffix("_text")])
+    elif mtype and mtype not in _FAMILIES and not assume_dense:
+        raise UnknownModelTypeError(
+            f"The model_type {mtype!r} of {where} is not a family the planner models, so its parameter "
+            f"and KV-cache figures would be guesses.",
+            hint=f"Supported: {', '.join(supported_model_types())}. Pass --assume-dense to plan it as a dense "
+                 f"LLaMA-like decoder anyway (the plan then says so).")
+    assumed = bool(mtype) and mtype not in _FAMILIES and not (mtype.endswith("_text") and traits)
     family = mtype or "llama"
 
     def need(*keys: str) -> int:
@@ -267,10 +382,20 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
             hint="Check the config's head counts.",
         )
     head_dim = int(cfg.get("head_dim") or 0) or h // heads
+    mla = bool(traits.get("mla"))
+    if mla:  # MLA: q/k heads of nope + rope; one cached latent for all heads
+        head_dim = int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0)
+        kv = 1
+        if not cfg.get("kv_lora_rank") or head_dim <= 0 or not cfg.get("v_head_dim"):
+            raise BadInputError(f"The MLA config {where} lacks kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+                                "or v_head_dim.", hint="Use the model's config.json from the Hub.")
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
+    if cfg.get("n_shared_experts"):
+        shared_inter = int(cfg["n_shared_experts"]) * int(cfg.get("moe_intermediate_size") or 0)
     tied_default = bool(traits.get("tied", False))
     tied = bool(cfg.get("tie_word_embeddings", tied_default))
     moe = bool(traits.get("moe")) or bool(cfg.get("num_local_experts") or cfg.get("num_experts"))
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0) if moe else 0
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0) if moe else 0
     per_tok = int(cfg.get("num_experts_per_tok") or cfg.get("top_k") or 0) if moe else 0
     if moe and (experts <= 0 or per_tok <= 0):
         raise BadInputError(
@@ -297,6 +422,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         vocab_size=vocab,
         tie_word_embeddings=tied,
         max_positions=int(positions) if positions else None,
+        max_context=_rope_context(cfg, int(positions) if positions else None),
         mlp=traits.get("mlp", "gated"),
         act=act,
         norm=traits.get("norm", "rmsnorm"),
@@ -312,10 +438,21 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         num_experts=experts,
         experts_per_token=per_tok,
         moe_intermediate_size=int(cfg.get("moe_intermediate_size") or 0),
-        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+        shared_expert_intermediate_size=shared_inter,
+        shared_expert_gate=bool(traits.get("shared_gate", True)),
+        first_dense_layers=int(cfg.get("first_k_dense_replace") or 0) if moe else 0,
+        kv_lora_rank=int(cfg.get("kv_lora_rank") or 0) if mla else 0,
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
+        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
+        v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
         dropout=dropout,
         parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),
+        attention_impl=str(traits.get("attn", "sdpa")),
+        sliding_window=_sliding(cfg, mtype, layers)[0],
+        sliding_layers=_sliding(cfg, mtype, layers)[1],
+        attn_logit_softcap=cfg.get("attn_logit_softcapping"),
+        assumed_dense=assumed,
         source=where,
     )
 
@@ -409,7 +546,7 @@ def format_count(n: float) -> str:
 # ---------------------------------------------------------------- the one entry point
 
 
-def load_model(ref: str | Path) -> ModelSpec:
+def load_model(ref: str | Path, *, assume_dense: bool = False) -> ModelSpec:
     """`ref` is a path to a config.json (or a folder holding one), a preset name, or a parameter
     count such as `7b` / `350m` (rough: shapes are guessed and the answer says so)."""
     text = str(ref).strip()
@@ -428,7 +565,7 @@ def load_model(ref: str | Path) -> ModelSpec:
         if not isinstance(cfg, dict):
             raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
         name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
-        return from_hf_config(cfg, name=name, where=str(p))
+        return from_hf_config(cfg, name=name, where=str(p), assume_dense=assume_dense)
     n = parse_param_count(text)
     if n is not None:
         return from_param_count(n)

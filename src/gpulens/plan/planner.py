@@ -18,6 +18,7 @@ from gpulens.plan.advice import (
 from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, serving_cost, training_cost
+from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
 from gpulens.plan.serve import ServeSetup, plan_serving
@@ -40,6 +41,12 @@ class PlanRequest:
     grad_accum: int = 1
     grad_ckpt: bool = False
     zero: int = 0
+    zero_layout: str = "fsdp"  # fsdp | deepspeed (see plan/zero.py)
+    finetune: str = "full"  # full | lora | qlora (see plan/lora.py)
+    lora_rank: int = 16
+    lora_targets: str = "all"
+    pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
+    sequence_parallel: bool = False
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -50,11 +57,14 @@ class PlanRequest:
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
+    assume_dense: bool = False  # plan an unknown model_type as a dense LLaMA-like decoder
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
 
     def validate(self) -> None:
         if self.workload not in ("train", "infer"):
             raise BadInputError(f"Unknown workload {self.workload!r}.", hint="Use --workload train or --workload infer.")
-        for what, v in (("number of GPUs", self.gpus),):
+        for what, v in (("number of GPUs", self.gpus), ("number of GPUs per node", self.gpus_per_node)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint="Pass --gpus 1 or more.")
         for what, v in (("TPOT target", self.tpot_target_seconds), ("TTFT target", self.ttft_target_seconds),
@@ -114,6 +124,17 @@ class PlanResult:
         }
 
 
+def _check_context(model: ModelSpec, req: PlanRequest) -> None:
+    """A sequence longer than the model's positions (with RoPE scaling) is not a plan but an error."""
+    limit = model.max_context
+    tokens = req.seq if req.workload == "train" else req.prompt + req.new_tokens
+    if limit and tokens > limit:
+        what = "--seq" if req.workload == "train" else "--prompt + --new-tokens"
+        raise BadInputError(f"{model.name} takes at most {limit:,} positions (max_position_embeddings"
+                            f"{' with RoPE scaling' if limit != model.max_positions else ''}), not {tokens:,}.",
+                            hint=f"Pass {what} of {limit:,} or less, or a model with a longer context.")
+
+
 def _check_precision(gpu: GpuSpec, req: PlanRequest) -> None:
     if req.workload == "train":
         fmt = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16", "fp32": "fp32"}.get(req.precision)
@@ -127,11 +148,16 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
     req.validate()
     user = user if user is not None else load_user_config()
     gpu = find_gpu(req.gpu, user=user)
-    model = model or load_model(req.model)
+    model = model or load_model(req.model, assume_dense=req.assume_dense)
     _check_precision(gpu, req)
+    _check_context(model, req)
     eff = load_efficiency(gpu, path=calibration_path)
     ctx = DEFAULT_CUDA_CONTEXT_BYTES
     notes: list[str] = []
+    if model.assumed_dense:
+        notes.append(f"Warning: model_type {model.family!r} is not a family the planner models; planned as a dense "
+                     "LLaMA-like decoder (--assume-dense). Its MoE, MLA or sliding-window layout, if any, is ignored: "
+                     "parameter and KV-cache figures may be far off.")
     if model.rough:
         notes.append("Rough answer: only a parameter count was given, so the shapes are guessed (LLaMA-like). "
                      "Pass a config.json or a preset for a real one.")
@@ -144,11 +170,18 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
 
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
-    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus)
+    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
+                       zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
+                       lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
+                       tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
+                       sequence_parallel=req.sequence_parallel,
+                       inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     setup.validate()
-    if model.encoder and req.seq > (model.max_positions or req.seq):
-        raise BadInputError(f"{model.name} takes at most {model.max_positions} tokens, not {req.seq}.",
-                            hint=f"Pass --seq {model.max_positions} or less.")
+    if req.zero and req.gpus > 1:
+        notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
+            "16-bit weights and gradients in the module, the fp32 master copy sharded with the Adam moments "
+            "(DeepSpeed, ZeRO paper)." if setup.deepspeed_amp else
+            "weights and gradients in the precision's storage dtype (fp32 under amp), as PyTorch FSDP keeps them."))
     mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
                           cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)
     sp = training_speed(model, setup, gpu, eff)
@@ -168,7 +201,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
 def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
     setup = ServeSetup(dtype=req.dtype, kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=req.prompt,
-                       new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel)
+                       new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel,
+                       gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []
@@ -216,7 +250,7 @@ def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None =
     if not gpu_names:
         raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
     user = user if user is not None else load_user_config()
-    model = load_model(req.model)
+    model = load_model(req.model, assume_dense=req.assume_dense)
     results = []
     for name in gpu_names:
         one = PlanRequest(**(asdict(req) | {"gpu": name}))
@@ -241,8 +275,18 @@ def _at_best_batch(req: PlanRequest, res: PlanResult, model: ModelSpec, user: Us
         return res
     rows = [r for r in res.speed.get("by_batch", []) if r["batch"] <= limit]
     candidates = {int(max(rows, key=lambda r: r["output_tokens_per_second"])["batch"]) if rows else 1, int(limit)}
-    best = max((plan(PlanRequest(**(asdict(req) | {"batch": b})), model=model, user=user,
-                     calibration_path=calibration_path) for b in sorted(candidates)),
-               key=lambda r: r.speed["output_tokens_per_second"])
+
+    def at(b: int) -> PlanResult:
+        return plan(PlanRequest(**(asdict(req) | {"batch": b})), model=model, user=user, calibration_path=calibration_path)
+
+    tried = []
+    for b in sorted(candidates):
+        r = at(b)
+        # an engine's activations grow with the batch, so the pool at batch b can hold a little
+        # less than it held at batch 1: step down to what it holds there
+        while not r.fits and 1 <= r.speed["max_batch_that_fits"] < r.request.batch:
+            r = at(r.speed["max_batch_that_fits"])
+        tried.append(r)
+    best = max((r for r in tried if r.fits), key=lambda r: r.speed["output_tokens_per_second"], default=res)
     best.cost_basis = f"at batch {best.request.batch} ({why})"
     return best

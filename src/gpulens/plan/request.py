@@ -36,16 +36,38 @@ class PlanOptions:
     seq: int = _opt(("--seq", "-s"), "Training: sequence length in tokens.", 2048)
     grad_accum: int = _opt(("--grad-accum",), "Training: micro-batches per optimizer step.", 1)
     grad_ckpt: bool = _opt(("--grad-ckpt/--no-grad-ckpt",), "Training: activation checkpointing per layer.", False)
+    finetune: str = _opt(("--finetune",), "Training: full, lora or qlora (frozen base, fp32 adapters; QLoRA keeps the "
+                                          "base in 4-bit NF4). Use with --precision bf16.", "full")
+    lora_rank: int = _opt(("--lora-rank",), "Training: LoRA rank r.", 16)
+    lora_targets: str = _opt(("--lora-targets",), "Training: all (every Linear of the blocks) or qv (q_proj, v_proj).",
+                             "all")
+    nodes: int | None = _opt(("--nodes",), "Nodes of --gpus-per-node GPUs (sets --gpus to their product when "
+                                           "--gpus is not given).")
+    gpus_per_node: int = _opt(("--gpus-per-node",), "GPUs per node: collectives within a node use the GPU's "
+                                                    "interconnect, across nodes the network.", 8)
+    inter_node_gbps: float = _opt(("--inter-node-gbps",), "Network send rate per GPU across nodes, GB/s one way "
+                                                         "(400 Gb/s InfiniBand NDR per GPU = 50; 100 GbE = 12.5).", 50.0)
     zero: int = _opt(("--zero",), "Training: ZeRO stage 0-3 across --gpus (3 = FSDP full sharding).", 0)
+    zero_layout: str = _opt(("--zero-layout",), "Training: what --zero shards under amp: fsdp (PyTorch: fp32 weights "
+                                                "and gradients, moments sharded) or deepspeed (16-bit weights and "
+                                                "gradients, fp32 master copy sharded with the moments: ZeRO paper).",
+                            "fsdp")
     dtype: str = _opt(("--dtype",), "Serving: weight format fp32, bf16, fp16, fp8, int8, int4.", "bf16")
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
-    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate) or vllm (preallocated paged KV cache).", "hf")
-    tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica.", 1)
+    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi "
+                                          "(CUDA graphs, preallocated paged KV cache).", "hf")
+    tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica. Training: Megatron-style tensor "
+                               "parallelism inside --gpus (GPUs = data x tensor x pipeline parallel).", 1)
+    pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus.", 1)
+    sp: bool = _opt(("--sp/--no-sp",), "Training: sequence parallelism along the tensor-parallel group.", False)
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
     target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
+    assume_dense: bool = _opt(("--assume-dense/--no-assume-dense",), "Plan a config whose model_type is not a "
+                                                                      "supported family as a dense LLaMA-like model "
+                                                                      "(the plan warns).", False)
 
     @classmethod
     def names(cls) -> list[str]:
@@ -66,16 +88,28 @@ class PlanOptions:
         if self.model is None:
             raise BadInputError("No model given.", hint="Pass --model PATH|PRESET|SIZE, e.g. --model llama-3-8b.")
         workload = self.workload_name
+        gpus = self.gpus
+        if self.nodes is not None:
+            if self.nodes < 1:
+                raise BadInputError(f"The number of nodes must be at least 1, not {self.nodes}.", hint="Pass --nodes 1 or more.")
+            if gpus == 1:
+                gpus = self.nodes * self.gpus_per_node
+            elif gpus != self.nodes * self.gpus_per_node:
+                raise BadInputError(f"--gpus {gpus} is not --nodes {self.nodes} x --gpus-per-node {self.gpus_per_node}.",
+                                    hint="Give --nodes with --gpus-per-node, or --gpus alone.")
         tp = self.tp
-        if workload == "infer" and self.gpus > 1 and tp == 1:
-            tp = self.gpus  # serving on N GPUs of one replica = tensor parallelism
+        if workload == "infer" and gpus > 1 and tp == 1:
+            tp = gpus  # serving on N GPUs of one replica = tensor parallelism
         return PlanRequest(
-            model=self.model, workload=workload, gpu=gpu, gpus=self.gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
+            model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
-            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero, dtype=self.dtype.lower(),
+            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero,
+            zero_layout=self.zero_layout.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
+            lora_targets=self.lora_targets.lower(), pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
-            target_requests_per_second=self.target_rps,
+            target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,
+            gpus_per_node=self.gpus_per_node, inter_node_bytes_per_second=self.inter_node_gbps * 1e9,
         )

@@ -1,4 +1,4 @@
-"""Serving memory and speed for two runtime profiles.
+"""Serving memory and speed for two runtime profiles (hf; vllm, sglang and tgi as engines).
 
 - `hf`: transformers' generate with a DynamicCache. The prefill computes logits for every prompt
   position (16-bit, batch x prompt x vocabulary); the cache grows by concatenation, so each decode
@@ -20,13 +20,14 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND, collective_link
 from gpulens.plan.memory import MemoryEstimate, fits_in
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
 
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group
-RUNTIMES = ("hf", "vllm")
+RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory layout (preallocated paged KV)
 VLLM_BLOCK_TOKENS = 16
 VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
@@ -42,6 +43,8 @@ class ServeSetup:
     runtime: str = "hf"
     tensor_parallel: int = 1
     gpu_memory_utilization: float = 0.9
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # TP beyond one node runs over the network
+    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
 
     @property
     def compute_dtype(self) -> str:
@@ -62,7 +65,7 @@ class ServeSetup:
         if self.dtype not in WEIGHT_BYTES:
             raise BadInputError(f"Unknown weight dtype {self.dtype!r}.", hint=f"Use one of {', '.join(WEIGHT_BYTES)}.")
         if self.runtime not in RUNTIMES:
-            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate) or vllm.")
+            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang or tgi.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
@@ -75,13 +78,33 @@ class ServeSetup:
                     gpu.peak_flops(fmt)  # raises UnsupportedPrecisionError with a hint
 
 
+def tensor_parallel_problem(m: ModelSpec, tp: int) -> str | None:
+    """Why `tp` cannot split `m`, as vLLM checks it (None when it can): the attention heads must
+    divide evenly, and the KV heads either divide evenly or are replicated (tp a multiple of them)."""
+    if tp <= 1:
+        return None
+    if m.num_heads % tp:
+        return f"{m.name} has {m.num_heads} attention heads, which {tp} GPUs cannot split evenly"
+    if m.num_kv_heads % tp and tp % m.num_kv_heads:
+        return f"{m.name} has {m.num_kv_heads} KV heads: {tp} GPUs neither split nor replicate them evenly"
+    return None
+
+
+def check_tensor_parallel(m: ModelSpec, tp: int) -> None:
+    why = tensor_parallel_problem(m, tp)
+    if why:
+        ok = [d for d in range(1, m.num_heads + 1) if d <= 64 and tensor_parallel_problem(m, d) is None]
+        raise BadInputError(f"Tensor parallelism {tp}: {why}.",
+                            hint=f"Use --tp {', '.join(str(d) for d in ok if d > 1) or '1'} (degrees that divide the heads).")
+
+
 def weight_bytes(m: ModelSpec, dtype: str) -> float:
     """Quantization applies to the transformer blocks' Linear layers; embeddings, the output head
     and norms stay in 16-bit (as GPTQ/AWQ/FP8 checkpoints ship them)."""
     per = WEIGHT_BYTES[dtype]
     if dtype in ("fp32", "bf16", "fp16"):
         return m.params * per
-    blocks = m.num_layers * m.layer_params()
+    blocks = m.block_params
     rest = m.params - blocks
     q = blocks * per
     if dtype == "int4":
@@ -129,7 +152,10 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     cb = 4 if setup.compute_dtype == "fp32" else 2
     w = _per_gpu(weight_bytes(m, setup.dtype), tp)
-    kv_tok = m.kv_bytes_per_token(setup.kv_bytes) / tp * max(1, tp // max(1, m.num_kv_heads))
+    kv_share = max(1, tp // max(1, m.num_kv_heads)) / tp  # KV heads split over TP, replicated beyond them
+
+    def kv(tokens: float) -> float:  # one sequence's cache on one GPU
+        return m.kv_bytes_for_context(tokens, setup.kv_bytes) * kv_share
     h, inter, vocab = m.hidden_size, m.intermediate_size, m.vocab_size
     notes: list[str] = []
     if setup.runtime == "hf":
@@ -137,17 +163,17 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
             notes.append("transformers' generate does not shard across GPUs; tensor parallelism assumes an engine")
         cands: dict[str, dict[str, float]] = {
             "prefill logits": {
-                "weights": w, "kv_cache": kv_tok * b * p,
+                "weights": w, "kv_cache": kv(p) * b,
                 "logits": b * p * vocab * cb / tp + b * p * h * cb,  # logits of every prompt position + head input
                 "cuda_workspace": eff.workspace_bytes,
             },
             "prefill mlp": {
-                "weights": w, "kv_cache": kv_tok * b * p,
+                "weights": w, "kv_cache": kv(p) * b,
                 "activations": b * p * (2 * h * cb + 3 * inter * cb / tp),  # input, gate, up, act of the last layer
                 "cuda_workspace": eff.workspace_bytes,
             },
             "end of decode": {
-                "weights": w, "kv_cache": kv_tok * b * (p + k) * (1 + 1 / m.num_layers),  # + one layer's cat copy
+                "weights": w, "kv_cache": kv(p + k) * b * (1 + 1 / m.num_layers),  # + one layer's cat copy
                 "logits": b * vocab * (cb + 8), "cuda_workspace": eff.workspace_bytes,
             },
         }
@@ -169,7 +195,8 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     }
     peak = int(sum(breakdown.values()))
     seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    concurrency = int(max(0.0, kv_pool) // (kv_tok * seq_tokens)) if kv_tok else 0
+    per_seq = kv(seq_tokens)
+    concurrency = int(max(0.0, kv_pool) // per_seq) if per_seq else 0
     fits = kv_pool > 0 and concurrency >= b
     notes.append(f"the KV pool holds {concurrency} sequences of {setup.context_tokens} tokens")
     est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
@@ -179,41 +206,106 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
 
 def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency) -> int:
     est = serving_memory(m, setup, capacity_bytes=capacity_bytes, eff=eff)
-    kv_tok = m.kv_bytes_per_token(setup.kv_bytes) / setup.tensor_parallel * max(1, setup.tensor_parallel // max(1, m.num_kv_heads))
+    tp = setup.tensor_parallel
     seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    return int(est.breakdown.get("kv_cache", 0) // (kv_tok * seq_tokens))
+    per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp
+    return int(est.breakdown.get("kv_cache", 0) // per_seq)
+
+
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: int) -> float:
+    """Distinct experts of one MoE layer that `tokens` routed tokens touch, in expectation, with
+    each token picking `experts_per_token` of `num_experts` uniformly: E (1 - (1 - k/E)^b)."""
+    if num_experts <= 0:
+        return 0.0
+    return num_experts * (1 - (1 - experts_per_token / num_experts) ** max(tokens, 0))
+
+
+def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
+    """Weight bytes one decode step reads: every matrix except the input embedding's table (a
+    lookup reads `batch` rows; a tied table is read whole by the output head), and for a MoE only
+    the experts the batch's tokens touch."""
+    total = weight_bytes(m, dtype)
+    if not m.tie_word_embeddings and not m.encoder:
+        total -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
+    if m.is_moe:
+        blocks = m.block_params
+        block_bytes_per_param = (weight_bytes(m, dtype) - (m.params - blocks) * 2) / blocks if dtype not in (
+            "fp32", "bf16", "fp16") else WEIGHT_BYTES[dtype]
+        touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
+        total -= m.moe_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
+    return total
+
+
+def elementwise_bytes_per_token_layer(m: ModelSpec, c: float) -> float:
+    """Bytes an eager forward's elementwise kernels read and write per token and layer (c: bytes
+    per activation element). RMSNorm as transformers writes it: read x, write its fp32 copy, pow
+    (read, write), mean (read), scale (read, write), cast back (read, write), weight (read,
+    write): 28 h + 4 c h; LayerNorm is one fused kernel (read, write). Two residual adds (read
+    two, write one); rotary on q and k (~9 passes: two products, rotate_half's slices and cat,
+    the sum); the MLP's activation (gated: act(gate) and its product with up, 5 passes over the
+    intermediate; plain: 2), per routed expert for a MoE."""
+    h = m.hidden_size
+    norm = 2 * c * h if m.norm == "layernorm" else 28 * h + 4 * c * h
+    total = m.norms_per_layer * norm + 2 * 3 * c * h
+    if not m.learned_positions:
+        total += 9 * c * (m.q_size + m.kv_size)
+    inter = m.moe_intermediate_size or m.intermediate_size
+    act = (5 if m.mlp == "gated" else 2) * c * inter
+    if m.is_moe:
+        act *= m.experts_per_token
+        if m.shared_expert_intermediate_size:
+            act += 5 * c * m.shared_expert_intermediate_size
+    return total + act
 
 
 def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency) -> ServeSpeed:
+    """Prefill: compute-bound (2 N per token + causal attention) at the runtime's prefill
+    efficiency. A decode step: the bytes it reads (the weights it touches, the KV cache at the
+    current context; eager generate also copies the cache) over the runtime's share of the
+    bandwidth, or the compute bound at large batch, plus the runtime's fixed costs."""
+    rt = eff.runtime(setup.runtime)
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     fmt = setup.compute_dtype
-    peak = gpu.peak_flops(fmt) * (eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio) * tp
-    bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio * tp
+    # hf is PyTorch eager, as training is: it shares the training fit's matmul efficiency; an
+    # engine has its own prefill efficiency for its compute bound
+    matmul_ratio = eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio
+    if setup.runtime != "hf" and rt.prefill_compute_ratio:
+        matmul_ratio = rt.prefill_compute_ratio
+    peak = gpu.peak_flops(fmt) * matmul_ratio * tp
+    bw = gpu.memory_bandwidth_bytes_per_second * rt.decode_bandwidth_ratio * tp
     n = m.matmul_params
     attn_flops = 2 * m.num_layers * m.num_heads * m.head_dim * p * p * b  # causal QK^T and AV
     prefill_flops = 2 * n * b * p + attn_flops
-    if setup.runtime == "vllm":
+    if setup.runtime != "hf":
         prefill_flops -= 2 * m.vocab_size * m.hidden_size * b * (p - 1)  # logits of the last position only
-    pre_ratio = eff.prefill_compute_ratio or (eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio)
-    prefill = prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + eff.prefill_overhead_seconds
-    if setup.runtime == "hf":
-        prefill += b * p * m.vocab_size * 2 / bw  # writing the full logits
+    pre_ratio = rt.prefill_compute_ratio or matmul_ratio
+    # a prefill is one forward of the same layers: their launch cost per layer, plus its own fixed cost
+    prefill = (prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
+               + m.num_layers * rt.decode_layer_overhead_seconds)
+    elementwise = m.num_layers * b * p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[fmt])
+    pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
+    prefill += elementwise / pre_bw
     ctx = p + k / 2  # mean context during decode
-    kv_tok = m.kv_bytes_per_token(setup.kv_bytes)
-    kv_read = b * ctx * kv_tok
+    kv_read = b * m.kv_bytes_for_context(ctx, setup.kv_bytes)
     if setup.runtime == "hf":
-        kv_read *= 3  # attention reads the cache; DynamicCache's concatenation reads and writes it again
-    mem_time = (weight_bytes(m, setup.dtype) + kv_read) / bw
+        # DynamicCache concatenates (reads and writes the cache once more per step); with grouped
+        # KV heads, SDPA's eager path repeats K and V to every query head (written, then read)
+        if m.is_mla:
+            # transformers decompresses every cached latent into per-head K and V each step
+            # (written, then read by SDPA): a (qk + v) elements per token and layer
+            full = m.num_heads * (m.head_dim + m.v_head_dim) / m.kv_elements_per_token_layer
+            kv_read *= 3 + 2 * full
+        else:
+            rep = m.num_heads // m.num_kv_heads
+            kv_read *= 3 + (2 * rep if rep > 1 else 0)
+    mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
-    if setup.runtime == "hf":
-        overhead = eff.decode_token_overhead_seconds + m.num_layers * eff.decode_layer_overhead_seconds
-    else:
-        # CUDA graphs remove most launch cost; keep a small fixed scheduling cost per step
-        overhead = 0.002 + m.num_layers * 0.00002
+    overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     comm = 0.0
     if tp > 1:
-        link = gpu.interconnect_bytes_per_second or 16e9
+        link = collective_link(gpu, tp, gpus_per_node=setup.gpus_per_node,
+                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).bytes_per_second
         comm = 2 * m.num_layers * (10e-6 + 2 * b * m.hidden_size * 2 / link)  # two all-reduces per layer
     tpot = max(mem_time, comp_time) + overhead + comm
     bound = "memory" if mem_time >= comp_time else "compute"
@@ -228,7 +320,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         requests_per_second=b / req,
         output_tokens_per_second=b * k / req,
         bound=bound,
-        efficiency_source=eff.source,
+        efficiency_source=rt.source,
     )
 
 
@@ -236,7 +328,7 @@ def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, ef
     """The largest concurrency whose memory fits (0 if not even one)."""
     from dataclasses import replace
 
-    if setup.runtime == "vllm":
+    if setup.runtime != "hf":
         return min(limit, vllm_concurrency(m, setup, capacity_bytes, eff))
 
     def ok(bb: int) -> bool:
@@ -259,6 +351,7 @@ def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency,
     from dataclasses import replace
 
     setup.validate(gpu)
+    check_tensor_parallel(m, setup.tensor_parallel)
     mem = serving_memory(m, setup, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=cuda_context_bytes)
     speed = serving_speed(m, setup, gpu, eff)
     max_fit = max_batch_that_fits(m, setup, gpu.memory_bytes, eff)
@@ -278,5 +371,5 @@ def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency,
             else:
                 break
     kv_tok = m.kv_bytes_per_token(setup.kv_bytes)
-    conc = vllm_concurrency(m, setup, gpu.memory_bytes, eff) if setup.runtime == "vllm" else None
+    conc = vllm_concurrency(m, setup, gpu.memory_bytes, eff) if setup.runtime != "hf" else None
     return ServePlan(mem, speed, max_fit, conc, kv_tok, table, best_for_target)

@@ -15,8 +15,47 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.links import collective_link, nodes_for
+from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
 from gpulens.plan.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class RuntimeSpeed:
+    """The serving factors of one runtime: how much of the bandwidth a decode step gets when it
+    reads the weights and the KV cache, the fixed costs per step and per layer, and the prefill's
+    matmul efficiency and fixed cost. Fitted per runtime, never carried to another."""
+
+    decode_bandwidth_ratio: float
+    decode_step_overhead_seconds: float
+    decode_layer_overhead_seconds: float
+    prefill_overhead_seconds: float
+    prefill_compute_ratio: float | None = None  # None: the GPU's matmul efficiency (compute_ratio, PyTorch eager)
+    prefill_bandwidth_ratio: float | None = None  # elementwise work of the prefill; None: memory_bandwidth_ratio
+    source: str = ""
+    calibrated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Defaults, each with where it comes from (calibration replaces them per GPU and runtime).
+HF_EAGER = RuntimeSpeed(
+    # eager GEMVs reach about half the bandwidth of a fused kernel; every layer launches ~10
+    # kernels from Python (~30 us each) and generate() syncs and samples once per step
+    decode_bandwidth_ratio=0.5, decode_step_overhead_seconds=0.004, decode_layer_overhead_seconds=0.0003,
+    prefill_overhead_seconds=0.005,
+    source="defaults for transformers' eager generate (per-layer launches from Python, DynamicCache copies)")
+ENGINE = RuntimeSpeed(
+    # serving engines replay CUDA graphs (no per-kernel launch from Python) and reach 60-80 % of
+    # the bandwidth bound at small batch (vLLM, SGLang and TGI batch-1 decode benchmarks); the
+    # scheduler and sampler cost ~0.5 ms per step; prefill GEMMs of a few thousand tokens reach
+    # ~60 % of the dense peak (its own figure: a training fit, PyTorch eager, does not apply)
+    decode_bandwidth_ratio=0.75, decode_step_overhead_seconds=0.0005, decode_layer_overhead_seconds=0.00001,
+    prefill_overhead_seconds=0.003, prefill_compute_ratio=0.6, prefill_bandwidth_ratio=0.7,  # fused norms/activations
+    source="defaults for a CUDA-graph serving engine (60-80 % of the bandwidth bound at small batch)")
+RUNTIME_DEFAULTS: dict[str, RuntimeSpeed] = {"hf": HF_EAGER, "vllm": ENGINE, "sglang": ENGINE, "tgi": ENGINE}
 
 
 @dataclass(frozen=True)
@@ -29,24 +68,28 @@ class Efficiency:
     fp32_compute_ratio: float = 0.75  # fp32 (no TF32) throughput / fp32 peak
     memory_bandwidth_ratio: float = 0.35  # achieved / datasheet bandwidth for unfused elementwise work
     layer_overhead_seconds: float = 0.0005  # per layer per training step (launches, autograd)
-    decode_token_overhead_seconds: float = 0.004  # per decode step, hf generate (sampling, sync)
-    decode_layer_overhead_seconds: float = 0.0003  # per layer per decode step, hf eager
-    prefill_overhead_seconds: float = 0.005  # per prefill call
-    prefill_compute_ratio: float | None = None  # None: compute_ratio (eager prefill often does worse)
     activation_scale: float = 1.0  # measured / modelled activation memory
     reserved_ratio: float = 1.10  # allocator: peak reserved / peak allocated
     workspace_bytes: int = 64 << 20  # allocator-resident cuBLAS workspace
     source: str = "defaults (not calibrated)"
     calibrated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    runtimes: dict[str, RuntimeSpeed] = field(default_factory=dict)  # fitted serving factors, by runtime
+
+    def runtime(self, name: str) -> RuntimeSpeed:
+        """The serving factors of `name`: its own fit on this GPU, else that runtime's defaults."""
+        return self.runtimes.get(name) or RUNTIME_DEFAULTS[name]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Efficiency:
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        return cls(**known)
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "runtimes"}
+        rt_fields = RuntimeSpeed.__dataclass_fields__
+        runtimes = {name: RuntimeSpeed(**{k: v for k, v in r.items() if k in rt_fields})
+                    for name, r in (d.get("runtimes") or {}).items() if name in RUNTIME_DEFAULTS and isinstance(r, dict)}
+        return cls(**known, runtimes=runtimes)
 
 
 @dataclass
@@ -61,6 +104,11 @@ class TrainSpeed:
     overhead_seconds: float
     communication_seconds: float
     efficiency_source: str
+    nodes: int = 1
+    communication_link: str = ""  # the bottleneck link of the gradient all-reduce
+    communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
+    tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
+    pipeline_bubble_ratio: float = 0.0  # share of the step the first stage waits in the 1F1B bubble
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +136,8 @@ def _peak_for(gpu: GpuSpec, precision: str, eff: Efficiency) -> float:
 
 
 def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
+    if setup.lora is not None:  # fp32 adapters and their fp32 states only
+        return adapter_params(m, setup.lora) * (3 * 4 + 6 * 4)
     w = _mode(setup.precision).weight
     s = 4 if w == 4 else 2
     per_param = {
@@ -104,41 +154,87 @@ def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
 def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency) -> TrainSpeed:
     setup.validate()
     tokens = setup.micro_batch * setup.seq_len
+    lora = setup.lora
     fpt = train_flops_per_token(m, setup.seq_len, recompute=setup.grad_ckpt)
-    compute = fpt * tokens / _peak_for(gpu, setup.precision, eff)
+    precision = setup.precision if lora is None or lora.method == "lora" else "bf16"
+    if lora is not None:
+        # a frozen base computes no weight gradients: 2 N of the 6 N (adapters add 6 x their few parameters)
+        fpt += 6 * adapter_params(m, lora) - 2 * m.matmul_params
+    compute = fpt * tokens / _peak_for(gpu, precision, eff)
     bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio
     # activations are written in the forward and read (and their gradients written) in the
     # backward: ~3 passes over what is saved; recomputation adds half again
-    traffic = 3 * activation_bytes_full(m, setup.precision, setup.micro_batch, setup.seq_len)
+    traffic = 3 * activation_bytes_full(m, precision, setup.micro_batch, setup.seq_len)
     if setup.grad_ckpt:
         traffic *= 1.5
+    if lora is not None and lora.method == "qlora":
+        # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
+        passes = 3 if setup.grad_ckpt else 2
+        traffic += passes * m.block_params * (NF4_BYTES_PER_WEIGHT + 2 + 2)
     memory = traffic / bw
     overhead = m.num_layers * eff.layer_overhead_seconds * (4 / 3 if setup.grad_ckpt else 1)
-    per_micro = compute + memory + overhead
-    opt_time = _optimizer_traffic_bytes(m, setup) / bw
+    mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
+    compute, memory, overhead = compute / mp, memory / mp, overhead / setup.pipeline_parallel
+    model_comm = _model_parallel_seconds(m, setup, gpu) if setup.megatron else 0.0
+    per_micro = compute + memory + overhead + model_comm
+    opt_time = _optimizer_traffic_bytes(m, setup) / bw / mp
     comm = 0.0
-    if setup.num_gpus > 1:
-        link = gpu.interconnect_bytes_per_second or 16e9
-        grad_bytes = m.params * (4 if _mode(setup.precision).weight == 4 else 2)
-        ring = 2 * (setup.num_gpus - 1) / setup.num_gpus * grad_bytes / link
+    dp = setup.data_parallel
+    # data-parallel ranks sit tp x pp apart: their ring leaves the node once the job does
+    link = collective_link(gpu, setup.num_gpus if dp > 1 else 1, gpus_per_node=setup.gpus_per_node,
+                           inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+    if dp > 1:
+        grad_bytes = (adapter_params(m, lora) * 4 if lora is not None else
+                      m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
+        ring = 2 * (dp - 1) / dp * grad_bytes / link.bytes_per_second
         if setup.zero_stage >= 3:
             ring *= 1.5  # parameters are all-gathered in the forward and the backward
         # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
         comm = max(0.0, ring - (2 / 3) * per_micro)
-    step = setup.grad_accum * per_micro + opt_time + comm
-    global_tokens = tokens * setup.grad_accum * setup.num_gpus
+    # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches
+    slots = setup.grad_accum + setup.pipeline_parallel - 1
+    step = slots * per_micro + opt_time + comm
+    global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
-    mfu = tps * model_flops_per_token(m, setup.seq_len) / (setup.num_gpus * gpu.peak_flops(fmt))
+    model_fpt = model_flops_per_token(m, setup.seq_len) if lora is None else fpt  # LoRA: what it computes
+    mfu = tps * model_fpt / (setup.num_gpus * gpu.peak_flops(fmt))
     return TrainSpeed(
         step_seconds=step,
         tokens_per_second=tps,
         samples_per_second=global_tokens / setup.seq_len / step,
         flops_per_token=fpt,
         mfu_ratio=mfu,
-        compute_seconds=compute * setup.grad_accum,
-        memory_seconds=memory * setup.grad_accum + opt_time,
-        overhead_seconds=overhead * setup.grad_accum,
-        communication_seconds=comm,
+        compute_seconds=compute * slots,
+        memory_seconds=memory * slots + opt_time,
+        overhead_seconds=overhead * slots,
+        communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
+        nodes=nodes_for(setup.num_gpus, setup.gpus_per_node),
+        communication_link=link.name if dp > 1 else "",
+        communication_link_bytes_per_second=link.bytes_per_second if dp > 1 else 0.0,
+        tensor_parallel_link=(collective_link(gpu, setup.tensor_parallel, gpus_per_node=setup.gpus_per_node,
+                                              inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
+                              if setup.tensor_parallel > 1 else ""),
+        pipeline_bubble_ratio=(setup.pipeline_parallel - 1) / slots,
     )
+
+
+def _model_parallel_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> float:
+    """Per micro-batch, on one GPU: tensor parallelism's all-reduces (two in the forward, two in
+    the backward per layer, two more with recomputation; the same volume as reduce-scatter +
+    all-gather under sequence parallelism), not overlapped, over the TP group's link; pipeline
+    parallelism's activation and gradient sends between stages over theirs."""
+    t, p = setup.tensor_parallel, setup.pipeline_parallel
+    msg = setup.micro_batch * setup.seq_len * m.hidden_size * 2  # bf16 activations of the micro-batch
+    seconds = 0.0
+    if t > 1:
+        link = collective_link(gpu, t, gpus_per_node=setup.gpus_per_node,
+                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+        per_layer = (6 if setup.grad_ckpt else 4) * (2 * (t - 1) / t * msg / link.bytes_per_second + 10e-6)
+        seconds += m.num_layers / p * per_layer
+    if p > 1:
+        link = collective_link(gpu, t * p, gpus_per_node=setup.gpus_per_node,
+                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+        seconds += 2 * (msg / t if setup.sequence_parallel else msg) / link.bytes_per_second
+    return seconds

@@ -1,0 +1,97 @@
+"""Model states per GPU under data parallelism with ZeRO sharding, in the two layouts people run.
+
+- `fsdp` (PyTorch FSDP / ZeRO as PyTorch keeps it): under autocast the weights stay fp32 (the
+  master copy is the module itself), gradients fp32, AdamW moments fp32. Stage 1 shards the
+  optimizer states, 2 also the gradients, 3 also the weights (FSDP FULL_SHARD), over N GPUs.
+- `deepspeed` (DeepSpeed's mixed-precision layout, ZeRO paper section 3.1): the module holds
+  16-bit weights and gradients (2 + 2 bytes per parameter); the optimizer owns the fp32 master
+  weights and both Adam moments (K = 12 bytes per parameter), sharded from stage 1 on. Stage 2
+  shards the 16-bit gradients, stage 3 the 16-bit weights. This is what ZeRO Table 1 counts:
+  (2 + 2 + K) Psi at stage 0, 2 Psi + 2 Psi + K Psi / N, 2 Psi + (2 + K) Psi / N, (2 + 2 + K) Psi / N.
+  For the step DeepSpeed upcasts its gradient partition to fp32 (4 Psi / N more; stage 3 frees the
+  16-bit shard as it goes), and stage 3 gathers the largest module's 16-bit weights and
+  gradients (4 bytes per parameter of it): the terms of DeepSpeed's
+  `estimate_zero2/3_model_states_mem_needs` (whose "zero2" figure keeps the 16-bit gradients
+  whole, i.e. counts stage 1).
+
+With fp32 or pure 16-bit training there is no separate master copy and both layouts coincide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.errors import BadInputError
+from gpulens.plan.models import ModelSpec
+
+ZERO_LAYOUTS = ("fsdp", "deepspeed")
+
+
+@dataclass(frozen=True)
+class ZeroStates:
+    """Bytes per GPU. `weights`, `gradients`, `optimizer_states` persist through the step (what
+    ZeRO Table 1 counts); the transients exist only around the optimizer step."""
+
+    weights: float
+    gradients: float
+    optimizer_states: float  # fp32 master copy (deepspeed layout under amp) + the optimizer's moments
+    fp32_gradient_partition: float = 0.0  # deepspeed: the gradient shard upcast for the step
+    gathered_largest_module: float = 0.0  # deepspeed stage 3: the largest module's 16-bit weights + gradients
+    gradients_freed_at_step: bool = False  # deepspeed stage 3 upcasts its 16-bit gradient shard sub-group by sub-group
+    layout: str = "fsdp"
+
+    @property
+    def persistent_bytes(self) -> float:
+        return self.weights + self.gradients + self.optimizer_states
+
+    @property
+    def at_step_bytes(self) -> float:
+        grads = 0.0 if self.gradients_freed_at_step else self.gradients
+        return self.weights + grads + self.optimizer_states + self.fp32_gradient_partition + self.gathered_largest_module
+
+
+def check_layout(layout: str) -> None:
+    if layout not in ZERO_LAYOUTS:
+        raise BadInputError(f"Unknown ZeRO layout {layout!r}.",
+                            hint="Use --zero-layout fsdp (PyTorch: fp32 weights under autocast) or deepspeed "
+                                 "(16-bit weights, fp32 master copy sharded with the optimizer states).")
+
+
+def zero_states(params: float, *, stage: int, gpus: int, layout: str, weight_bytes: int, state_bytes_per_param: float,
+                amp: bool, largest_module_params: float = 0.0) -> ZeroStates:
+    """Model states of one GPU. `weight_bytes`: bytes per parameter the module keeps in the fsdp
+    layout (4 under amp); `state_bytes_per_param`: the optimizer's own states (8 for fp32 AdamW
+    moments); `amp`: 16-bit compute over fp32 master weights."""
+    check_layout(layout)
+    n = max(gpus, 1)
+    stage = stage if n > 1 else 0
+
+    def shard(x: float, from_stage: int) -> float:
+        return x / n if stage >= from_stage else x
+
+    if layout == "deepspeed" and amp:
+        master = 4.0 * params
+        return ZeroStates(
+            weights=shard(2.0 * params, 3),
+            gradients=shard(2.0 * params, 2),
+            optimizer_states=shard(master + state_bytes_per_param * params, 1),
+            fp32_gradient_partition=4.0 * params / n if stage >= 1 else 0.0,
+            gathered_largest_module=4.0 * largest_module_params if stage >= 3 else 0.0,
+            gradients_freed_at_step=stage >= 3,
+            layout=layout,
+        )
+    return ZeroStates(
+        weights=shard(weight_bytes * params, 3),
+        gradients=shard(weight_bytes * params, 2),
+        optimizer_states=shard(state_bytes_per_param * params, 1),
+        layout=layout,
+    )
+
+
+def largest_module_params(m: ModelSpec) -> int:
+    """Parameters of the largest single module (what ZeRO-3 gathers at once): the embedding or
+    output head of an LLM, else its largest Linear (a MoE's fused experts count as one)."""
+    inter = max(m.intermediate_size, m.moe_intermediate_size or 0)
+    linear = m.hidden_size * max(inter, m.q_size)
+    experts = m.num_experts * m.hidden_size * (m.moe_intermediate_size or m.intermediate_size) if m.is_moe else 0
+    return max(m.vocab_size * m.hidden_size, linear, experts)

@@ -1,0 +1,115 @@
+"""Megatron activation memory per layer against Korthikanti et al. 2022 (equations of section 4,
+the GPT-3 175B, 530B and 1T shapes of its Table 3: s = 2048, micro-batch 1), and training plans
+with tensor / pipeline / sequence parallelism."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulens.errors import BadInputError
+from gpulens.plan import PlanRequest, TrainSetup, plan, preset, training_memory
+from gpulens.plan.megatron import (
+    MegatronShape,
+    activation_bytes,
+    layer_activation_items,
+    llama_layer_items,
+    model_state_bytes_per_param,
+)
+
+# (name, heads a, hidden h, layers L, tensor-parallel t) from the paper's Table 3
+SHAPES = [("gpt-3 175b", 96, 12288, 96, 8), ("530b", 128, 20480, 105, 8), ("1t", 160, 25600, 128, 8)]
+S, B = 2048, 1
+
+
+def _paper(a, h, t, mode):
+    sbh = S * B * h
+    return {
+        "none": sbh * (34 + 5 * a * S / h),
+        "tp": sbh * (10 + 24 / t + 5 * a * S / (h * t)),
+        "tp+sp": sbh / t * (34 + 5 * a * S / h),
+        "selective": 34 * sbh / t,
+        "full": 2 * sbh,
+    }[mode]
+
+
+@pytest.mark.parametrize("name,a,h,layers,t", SHAPES)
+def test_layer_activation_matches_the_paper(name, a, h, layers, t):
+    x = MegatronShape(seq=S, micro_batch=B, hidden=h, heads=a, layers=layers)
+    one = MegatronShape(seq=S, micro_batch=B, hidden=h, heads=a)
+    cases = {
+        "none": dict(tensor_parallel=1),
+        "tp": dict(tensor_parallel=t),
+        "tp+sp": dict(tensor_parallel=t, sequence_parallel=True),
+        "selective": dict(tensor_parallel=t, sequence_parallel=True, recompute="selective"),
+        "full": dict(tensor_parallel=t, recompute="full"),
+    }
+    for mode, kw in cases.items():
+        got = sum(layer_activation_items(one, **kw).values())
+        assert got == pytest.approx(_paper(a, h, t, mode), rel=0.05), (name, mode)
+        assert activation_bytes(x, **kw) == pytest.approx(layers * got)
+
+
+def test_the_papers_175b_figures():
+    # "for GPT-3 175B, 5as/h = 80": the attention core outweighs the 34 of everything else
+    a, h = 96, 12288
+    assert 5 * a * S / h == 80
+    one = MegatronShape(seq=S, micro_batch=B, hidden=h, heads=a)
+    full = sum(layer_activation_items(one, tensor_parallel=8, sequence_parallel=True).values())
+    selective = sum(layer_activation_items(one, tensor_parallel=8, sequence_parallel=True, recompute="selective").values())
+    assert 1 - selective / full == pytest.approx(80 / 114, rel=0.01)  # selective recompute saves 70 %
+
+
+def test_tensor_parallel_must_divide_heads():
+    with pytest.raises(BadInputError):
+        layer_activation_items(MegatronShape(S, B, 12288, 96), tensor_parallel=7)
+
+
+# ---------------------------------------------------------------- training plans with --tp / --pp / --sp
+
+
+def test_megatron_model_state_bytes_per_parameter():
+    # Megatron-LM's distributed-optimizer table: bf16 weights, fp32 gradients: 18 bytes; 6 + 12/d sharded
+    assert model_state_bytes_per_param("amp_bf16", 8, distributed_optimizer=False) == 18
+    assert model_state_bytes_per_param("amp_bf16", 8, distributed_optimizer=True) == 6 + 12 / 8
+    assert model_state_bytes_per_param("fp32", 4, distributed_optimizer=True) == 8 + 8 / 4
+
+
+def test_llama_layer_follows_the_same_rules():
+    kw = dict(seq=4096, micro_batch=1, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672)
+    full = sum(llama_layer_items(**kw).values())
+    tp = sum(llama_layer_items(**kw, tensor_parallel=8).values())
+    tp_sp = sum(llama_layer_items(**kw, tensor_parallel=8, sequence_parallel=True).values())
+    assert tp_sp == pytest.approx(full / 8)  # sequence parallelism splits what TP alone replicates
+    replicated = 2 * 4096 * 8192 * (2 + 1 + 1)  # norms' inputs, the qkv and MLP inputs
+    assert tp == pytest.approx((full - replicated) / 8 + replicated)
+    assert sum(llama_layer_items(**kw, tensor_parallel=8, recompute="full").values()) == 2 * 4096 * 8192
+
+
+def test_a_tensor_parallel_training_plan():
+    m = preset("llama-3-70b")
+    tp8 = training_memory(m, TrainSetup("amp_bf16", "adamw", 1, 4096, num_gpus=64, tensor_parallel=8, pipeline_parallel=8,
+                                        sequence_parallel=True, grad_accum=32, zero_stage=1), capacity_bytes=80 << 30)
+    assert tp8.fits
+    per_gpu_params = (m.block_params / 8 + m.vocab_size * m.hidden_size) / 8
+    assert tp8.breakdown["weights"] == pytest.approx(2 * per_gpu_params, rel=0.001)
+    assert tp8.breakdown["optimizer_states"] == pytest.approx((12 / 1) * per_gpu_params, rel=0.001)  # DP 1: unsharded
+
+
+def test_tensor_parallelism_across_nodes_is_slow_and_pipelines_have_a_bubble():
+    base = dict(model="llama-3-70b", workload="train", gpu="h100-sxm", batch=1, seq=4096, grad_ckpt=True)
+    in_node = plan(PlanRequest(**base, gpus=8, tensor_parallel=8)).speed
+    across = plan(PlanRequest(**base, gpus=16, tensor_parallel=16)).speed
+    assert "NVLink" in in_node["tensor_parallel_link"] and "inter-node" in across["tensor_parallel_link"]
+    assert across["communication_seconds"] > 5 * in_node["communication_seconds"]
+    pp = plan(PlanRequest(**base, gpus=64, tensor_parallel=8, pipeline_parallel=8, grad_accum=8)).speed
+    assert pp["pipeline_bubble_ratio"] == pytest.approx(7 / 15)
+    more = plan(PlanRequest(**base, gpus=64, tensor_parallel=8, pipeline_parallel=8, grad_accum=64)).speed
+    assert more["pipeline_bubble_ratio"] < pp["pipeline_bubble_ratio"] / 4
+
+
+def test_degrees_that_do_not_divide_are_refused():
+    m = preset("llama-3-70b")  # 80 layers, 64 heads
+    for kw in (dict(num_gpus=12, tensor_parallel=8), dict(num_gpus=24, tensor_parallel=8, pipeline_parallel=3),
+               dict(num_gpus=8, tensor_parallel=1, sequence_parallel=True)):
+        with pytest.raises(BadInputError):
+            training_memory(m, TrainSetup("amp_bf16", "adamw", 1, 4096, **kw), capacity_bytes=80 << 30)
