@@ -103,20 +103,23 @@ def run_command(
             return ProcessRun(list(argv), tag, t0, time.time(), None, False, stderr_tail=f"cannot start the command: {e}")
         stopped = timed_out = False
         seen = 0
-        while proc.poll() is None:
-            time.sleep(POLL_SECONDS)
-            _, _, steps, oom, _ = _read(store, tag, t0)
-            if on_poll is not None and len(steps) != seen:
-                seen = len(steps)
-                on_poll(steps)
-            if oom is not None:
-                continue  # let the command die of it (or recover) on its own
-            if stop_when_done and len(steps) >= steps_wanted:
-                stopped = True
-                _stop(proc)
-            elif time.monotonic() > deadline:
-                timed_out = True
-                _stop(proc)
+        try:
+            while proc.poll() is None:
+                time.sleep(POLL_SECONDS)
+                _, _, steps, oom, _ = _read(store, tag, t0)
+                if on_poll is not None and len(steps) != seen:
+                    seen = len(steps)
+                    on_poll(steps)
+                # After an OOM the command is left to die of it (or recover) on its own.
+                if stop_when_done and oom is None and len(steps) >= steps_wanted:
+                    stopped = True
+                    _stop(proc)
+                elif time.monotonic() > deadline:
+                    timed_out = True
+                    _stop(proc)
+        except KeyboardInterrupt:  # the user stopped the tune: stop the command too (it has its own session)
+            _stop(proc)
+            raise
         err.seek(0)
         tail = "\n".join(err.read().decode(errors="replace").splitlines()[-STDERR_TAIL_LINES:])
     labels, _, steps, oom, nan = _read(store, tag, t0)

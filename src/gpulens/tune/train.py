@@ -23,7 +23,7 @@ from gpulens.errors import BadInputError
 from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import STEPS, CommandTemplate, fill_values, shell_line
-from gpulens.tune.knobs import Knob
+from gpulens.tune.knobs import Knob, propose
 from gpulens.tune.loop import Budget, Change, Observer, next_changes
 from gpulens.tune.process import ProcessRun, run_command
 from gpulens.tune.result import Trial, TuneResult
@@ -106,6 +106,8 @@ class _Tuner:
         self.metric: str | None = None
         self.name = spec.name
         self.stop_when_done = STEPS not in spec.command.placeholders()
+        self.notes: list[str] = list(spec.notes)
+        self.short_warned = False
 
     def argv(self, setting: dict[str, str]) -> list[str]:
         return self.spec.command.render(fill_values(self.spec.command, self.spec.knobs, setting, self.spec.steps))
@@ -140,6 +142,10 @@ class _Tuner:
                            f"warm-up steps; let it run at least --steps {spec.steps}")
             if failure is not None:
                 break
+            if not run.stopped and len(run.steps) < spec.steps and not self.short_warned:
+                self.short_warned = True
+                self.notes.append(f"a run of the command ended after {len(run.steps)} of the {spec.steps} steps asked for; "
+                                  "put {steps} in the command or let it run longer, so that each trial has enough samples")
             if self.metric is None:
                 self.metric = _metric_of(warm)
             vals = block_throughputs(self.metric, warm, spec.block_steps)
@@ -216,7 +222,11 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
             skipped.append({"change": change.text, "why": why})
             continue
         setting = {**best.knobs, change.knob.name: change.value}
-        trial, runs = tuner.measure(len(trials) + 1, setting, change)
+        try:
+            trial, runs = tuner.measure(len(trials) + 1, setting, change)
+        except KeyboardInterrupt:  # the user stopped it: report what is done, the running trial left out
+            stop = f"you stopped it during {change.text}"
+            break
         if trial.verdict != "failed":
             cmp = compare_samples(trial.metric, best.samples, trial.samples, threshold_ratio=spec.threshold_ratio,
                                   alpha=spec.alpha, seed=trial.index)
@@ -242,7 +252,7 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
         mode="train", name=tuner.name or "train", metric=baseline.metric, baseline=baseline, trials=trials, best=best,
         speedup=speedup, speedup_ci=ci, findings=[_finding_brief(f) for f in all_findings], stop_reason=stop,
         reproduce_best=shell_line(tuner.argv(best.knobs)), reproduce_baseline=shell_line(tuner.argv(baseline.knobs)),
-        skipped=skipped, notes=list(spec.notes), seconds=time.monotonic() - t0,
+        skipped=skipped, notes=tuner.notes, seconds=time.monotonic() - t0,
     )
     result.run_id = save_run(store, TUNE_KIND, result.name, config={"mode": "train", "command": shell_line(spec.command.argv),
                              "knobs": {k.name: list(k.values) for k in spec.knobs}, "tune": tuner.tag},
@@ -268,4 +278,20 @@ def _finding_brief(f: dict) -> dict:
     out["advice"] = list(f.get("advice") or [])[:3]
     if "after_trial" in f:
         out["after_trial"] = f["after_trial"]
+    return out
+
+
+def proposed_knobs(command: CommandTemplate) -> list[Knob]:
+    """Beginner mode: values gpulens proposes for the command's placeholders that carry a
+    baseline value and a meaning it knows (`{workers=0}`, `{batch=16}`, `{precision=fp32}`...)."""
+    out = []
+    for name, default in command.placeholders().items():
+        k = propose(name, default) if default is not None else None
+        if k is not None:
+            out.append(k)
+    if not out:
+        raise BadInputError("There is nothing to tune: no --knob was given and the command has no placeholder with a "
+                            "baseline value that gpulens knows how to change.",
+                            hint="Write e.g. --num-workers {workers=0} --batch-size {batch=16} in the command, "
+                                 "or give --knob workers=0,2,4.")
     return out

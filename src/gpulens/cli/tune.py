@@ -1,0 +1,177 @@
+"""`gpulens tune train` and `gpulens tune serve`: parse, validate, run the library's loop, render."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import STORE_HELP, console, console_err
+from gpulens.store import DEFAULT_STORE_PATH
+
+tune_app = typer.Typer(
+    help="Run the tuning loop for you: baseline, find the bottleneck, change one thing, re-measure, keep or roll back.",
+    no_args_is_help=True,
+)
+
+KNOB_HELP = ("NAME=V1,V2,...: a knob and the values to try, the baseline's first. Known names (workers, pin_memory, "
+             "batch, checkpointing, precision, compile, ...) are tried in the guides' order; repeat for more knobs.")
+
+
+class _LiveView:
+    """The CLI's observer: a live line per trial on a terminal, questions in beginner mode."""
+
+    def __init__(self, ask: bool, quiet: bool):
+        from gpulens.tune.loop import Observer
+
+        self._base = Observer()
+        self.ask = ask
+        self.quiet = quiet
+        self._progress = None
+        self._task = None
+
+    def _start(self) -> None:
+        if self._progress is None and not self.quiet and console_err.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                      console=console_err, transient=True)
+            self._progress.start()
+
+    def trial_started(self, index, knobs, change) -> None:  # noqa: ANN001
+        self._start()
+        what = "baseline" if change is None else f"trial {index}: {change.text}"
+        if self._progress is not None:
+            self._task = self._progress.add_task(what, total=None)
+        elif not self.quiet:
+            console_err.print(f"{what} …", highlight=False)
+
+    def progress(self, index, done, wanted, estimate) -> None:  # noqa: ANN001
+        if self._progress is None or self._task is None:
+            return
+        desc = self._progress.tasks[-1].description.split("  ")[0]
+        if estimate is not None and estimate.median is not None:
+            ci = f" ({estimate.ci95_low:,.0f}…{estimate.ci95_high:,.0f})" if estimate.ci95_low is not None else ""
+            desc += f"  {estimate.median:,.0f}/s{ci}"
+        self._progress.update(self._task, completed=done, total=wanted, description=desc)
+
+    def trial_finished(self, trial) -> None:  # noqa: ANN001
+        if self._progress is not None and self._task is not None:
+            self._progress.remove_task(self._task)
+            self._task = None
+        if not self.quiet:
+            label = "baseline" if trial.index == 0 else f"trial {trial.index} ({', '.join(f'{k}={v}' for k, v in trial.changed.items())})"
+            med = f"{trial.estimate.median:,.0f} {trial.metric}" if trial.estimate.median is not None else "no measurement"
+            console_err.print(f"{label}: {med} → {trial.verdict.replace('_', ' ')}", highlight=False)
+
+    def approve(self, change, reason) -> bool:  # noqa: ANN001
+        if not self.ask:
+            return True
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        return typer.confirm(f"Try {change.text} ({reason})?", default=True, err=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def _emit(result, fmt: str, html: Path | None) -> None:  # noqa: ANN001
+    from gpulens.errors import BadInputError
+    from gpulens.tune.report import html_report, terminal
+
+    if html is not None:
+        try:
+            html.write_text(html_report(result), encoding="utf-8")
+        except OSError as e:
+            raise BadInputError(f"Cannot write the HTML report to {html}: {e.strerror}.", hint="Give a path in a writable folder.") from None
+    if fmt == "json":
+        typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        console.print(terminal(result))
+        if html is not None:
+            console.print(f"HTML report: {html}", highlight=False)
+
+
+def _check_format(fmt: str) -> None:
+    from gpulens.errors import BadInputError
+
+    if fmt not in ("table", "json"):
+        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+
+
+def _ask(yes: bool, fmt: str) -> bool:
+    return not yes and fmt != "json" and sys.stdin.isatty() and console_err.is_terminal
+
+
+@tune_app.command("train", context_settings={"allow_interspersed_args": False})
+def train_command(
+    command: list[str] = typer.Argument(None, help="Your training command after --, with {NAME} placeholders for the knobs."),
+    knob: list[str] = typer.Option(None, "--knob", help=KNOB_HELP),
+    steps: int = typer.Option(25, "--steps", help="Steps per run of the command, warm-up included ({steps} in the command gets it; otherwise gpulens stops the command after that many)."),
+    warmup: int = typer.Option(5, "--warmup", help="Steps dropped at the start of each run (compilation, allocator growth, a loader's prefetch burst)."),
+    block: int = typer.Option(4, "--block", help="Steps per throughput sample."),
+    repeats: int = typer.Option(3, "--repeats", help="Most runs of the command pooled into one trial, until the estimate is tight."),
+    tight: str = typer.Option("5%", "--tight", help="Stop repeating when the 95 % interval's half-width is within this share of the median."),
+    min_gain: str = typer.Option("5%", "--min-gain", help="Keep a change only when it is faster by at least this much (and significant)."),
+    budget: str = typer.Option("20m", "--budget", help="Wall-clock budget for the whole tune."),
+    name: str = typer.Option(None, "--name", help="Run name in the store. Default: the monitor's job name."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Run every trial without asking (beginner mode asks on a terminal)."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    html: Path = typer.Option(None, "--html", help="Also write the report as one HTML file."),
+) -> None:
+    """Tune a training command: baseline, diagnose, one change at a time, keep only what is faster beyond noise.
+
+        gpulens tune train --knob workers=0,2,4 --knob batch=16,32 -- python train.py --num-workers {workers} --batch-size {batch}
+        gpulens tune train -- python train.py --num-workers {workers=0} --batch-size {batch=16}   # beginner mode
+
+    The command's TrainingMonitor (or gpulens callback) finds the tune's store through the
+    environment; no code change is needed beyond the monitor. Every trial is a run in the store.
+    """
+    from gpulens.store import Store
+    from gpulens.tune.command import CommandTemplate
+    from gpulens.tune.knobs import parse_knobs
+    from gpulens.tune.train import TrainTuneSpec, proposed_knobs, tune_train
+    from gpulens.units import parse_duration
+
+    _check_format(fmt)
+    template = CommandTemplate.of(command or [])
+    knobs = parse_knobs(knob or [])
+    beginner = not knobs
+    notes = []
+    if beginner:
+        knobs = proposed_knobs(template)
+        notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs))
+    spec = TrainTuneSpec(template, knobs, steps=steps, warmup_steps=warmup, block_steps=block, max_runs_per_trial=repeats,
+                         tight_ratio=_ratio(tight, "--tight"), threshold_ratio=_ratio(min_gain, "--min-gain"),
+                         budget_seconds=parse_duration(budget, what="the budget"), name=name, stop_when_clear=beginner, notes=notes)
+    spec.validate()
+    view = _LiveView(ask=beginner and _ask(yes, fmt), quiet=fmt == "json")
+    try:
+        with Store(store) as s:
+            result = tune_train(spec, s, view)  # type: ignore[arg-type]
+    finally:
+        view.close()
+    _emit(result, fmt, html)
+
+
+def _ratio(text: str, what: str) -> float:
+    from gpulens.errors import BadInputError
+
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise BadInputError(f"Cannot read {what} {text!r}.", hint=f"Give a share such as {what} 5%.") from None
+    if not 0 < v < 1:
+        raise BadInputError(f"{what} {text} is out of range.", hint=f"Give a share between 0% and 100%, e.g. {what} 5%.")
+    return v
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tune_app, name="tune")

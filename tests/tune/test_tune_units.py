@@ -1,0 +1,71 @@
+"""The tune's parts that need no process: knobs, the command template, the order of changes, samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulens.cli.main import main
+from gpulens.errors import BadInputError
+from gpulens.tune.command import CommandTemplate, fill_values
+from gpulens.tune.knobs import parse_knob, parse_knobs, propose
+from gpulens.tune.loop import next_changes
+from gpulens.tune.train import block_throughputs
+from gpulens.workload.training.records import StepRecord
+
+
+@pytest.mark.parametrize("text", ["workers", "workers=", "=1,2", "workers=1,,2", "workers=1,1", "9x=1"])
+def test_a_malformed_knob_is_one_sentence(text):
+    with pytest.raises(BadInputError, match="--knob"):
+        parse_knob(text)
+
+
+def test_known_knobs_are_ordered_as_the_guides_order_fixes():
+    knobs = parse_knobs(["precision=fp32,bf16", "batch=8,16", "workers=0,4", "lr=1e-3,3e-4"])
+    order = [c.text for c in next_changes(knobs, {k.name: k.baseline for k in knobs}, set(), [])]
+    assert order == ["workers=4", "batch=16", "precision=bf16", "lr=3e-4"]
+    # A finding pulls the knobs that address it to the front.
+    first = next_changes(knobs, {k.name: k.baseline for k in knobs}, set(), ["oom"])[0]
+    assert first.text == "batch=16" and first.finding == "oom"
+
+
+def test_the_micro_batch_keeps_the_effective_batch():
+    t = CommandTemplate.of("python train.py --micro-batch {micro_batch} --accum {accum=4}")
+    knobs = parse_knobs(["micro_batch=8,16,2"])
+    t.check(knobs)
+    assert t.render(fill_values(t, knobs, {"micro_batch": "16"}, None))[-1] == "2"
+    assert t.render(fill_values(t, knobs, {"micro_batch": "2"}, None))[-1] == "16"
+
+
+def test_a_knob_missing_from_the_command_or_a_placeholder_without_value_is_bad_input():
+    t = CommandTemplate.of("python train.py --workers {workers} --seed {seed}")
+    with pytest.raises(BadInputError, match="does not appear in the command"):
+        t.check(parse_knobs(["workers=0,2", "batch=8,16"]))
+    with pytest.raises(BadInputError, match=r"\{seed\} has no value"):
+        t.check(parse_knobs(["workers=0,2"]))
+
+
+def test_blocks_sum_work_over_time_so_alternating_waits_do_not_bias_them():
+    # A loader with two workers: batches arrive in pairs, a long wait then none.
+    steps, t = [], 0.0
+    for i in range(8):
+        d = 0.09 if i % 2 == 0 else 0.01
+        steps.append(StepRecord(t, t + d, step=i, step_s=d, samples=4, tokens=100))
+        t += d
+    assert block_throughputs("tokens_per_second", steps, 4) == pytest.approx([400 / 0.2, 400 / 0.2])
+    assert block_throughputs("tokens_per_second", [StepRecord(0, 1, step_s=1, samples=4)] * 4, 4) is None
+
+
+def test_beginner_proposals_start_from_the_written_value():
+    assert propose("workers", "0", cpu_count=8).values == ("0", "2", "4", "8")
+    assert propose("batch", "16").values == ("16", "32", "8")
+    assert propose("pin_memory", "false").values == ("false", "true")
+    assert propose("seed", "1") is None
+
+
+def test_cli_bad_input_exits_2(capsys, tmp_path):
+    rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--knob", "workers=0,2", "--", "python", "train.py"])
+    assert rc == 2
+    assert "does not appear in the command" in capsys.readouterr().err
+    rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--", "python", "train.py"])
+    assert rc == 2
+    assert "nothing to tune" in capsys.readouterr().err
