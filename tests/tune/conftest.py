@@ -14,3 +14,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tune"
 def train_script() -> list[str]:
     pytest.importorskip("torch", reason="the training example needs torch (CPU is enough)")
     return [sys.executable, str(EXAMPLES / "train_input_bound.py")]
+
+
+@pytest.fixture(scope="session")
+def server_script() -> str:
+    pytest.importorskip("uvicorn", reason="the example server runs on uvicorn")
+    return f"{sys.executable} {EXAMPLES / 'batching_server.py'}"

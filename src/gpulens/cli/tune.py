@@ -160,6 +160,70 @@ def train_command(
     _emit(result, fmt, html)
 
 
+@tune_app.command("serve")
+def serve_command(
+    url: str = typer.Option(..., "--url", help="The endpoint to load, e.g. http://127.0.0.1:8000/v1/completions."),
+    slo: list[str] = typer.Option(..., "--slo", help='An objective every configuration must meet, e.g. "p99_latency<=2s"; repeat for more.'),
+    knob: list[str] = typer.Option(None, "--knob", help="NAME=V1,V2,...: a server knob ({NAME} in --server-cmd) or a client knob "
+                                   "(max_connections, stream), the baseline's value first."),
+    server_cmd: str = typer.Option(None, "--server-cmd", help="The command that starts the server, with {NAME} placeholders ({port} is the URL's)."),
+    ready_url: str = typer.Option(None, "--ready-url", help="The URL that answers once the server is ready. Default: --url."),
+    ready_timeout: str = typer.Option("10m", "--ready-timeout", help="Longest wait for a started server to be ready."),
+    rate: float = typer.Option(5.0, "--rate", help="Requests per second each sweep starts at."),
+    max_rate: float = typer.Option(None, "--max-rate", help="Highest rate a sweep tries."),
+    duration: str = typer.Option("10s", "--duration", help="Length of each probe of a sweep."),
+    tolerance: str = typer.Option("10%", "--tolerance", help="Stop bisecting when the capacity is bracketed this tightly."),
+    max_probes: int = typer.Option(10, "--max-probes", help="Most probes per sweep."),
+    method: str = typer.Option(None, "--method", help="HTTP method (default GET, or POST for an OpenAI-compatible URL)."),
+    model: str = typer.Option("default", "--model", help="Model name sent to an OpenAI-compatible endpoint."),
+    prompt: str = typer.Option("Explain how a GPU schedules warps.", "--prompt", help="Prompt for completions."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate per completion."),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream completions (a `stream` knob overrides it)."),
+    timeout: str = typer.Option("30s", "--timeout", help="Per-request timeout."),
+    budget: str = typer.Option("20m", "--budget", help="Wall-clock budget for the whole tune."),
+    name: str = typer.Option("serve", "--name", help="Run name in the store."),
+    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    html: Path = typer.Option(None, "--html", help="Also write the report as one HTML file."),
+) -> None:
+    """Tune a server: the configuration with the highest request rate that meets every SLO.
+
+        gpulens tune serve --url http://127.0.0.1:8000/v1/completions --slo "p99_latency<=2s" \
+            --server-cmd "vllm serve my-model --port {port} --max-num-seqs {max_num_seqs}" --knob max_num_seqs=64,128,256
+        gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128
+
+    With --server-cmd each configuration is started, waited for (its cold start recorded),
+    swept with `bench serve --sweep` and stopped; without it only the client's knobs are tuned.
+    """
+    from gpulens.bench.serve import LoadSpec, Target, openai_body, parse_slos, target_kind_for
+    from gpulens.store import Store
+    from gpulens.tune.command import CommandTemplate
+    from gpulens.tune.knobs import parse_knobs
+    from gpulens.tune.serve import ServeTuneSpec, tune_serve
+    from gpulens.units import parse_duration
+
+    _check_format(fmt)
+    kind = target_kind_for(url)
+    body = openai_body(kind, model=model, prompt=prompt, max_tokens=max_tokens, stream=stream) if kind != "http" else None
+    target = Target(url=url, method=(method or ("POST" if body else "GET")).upper(), body=body,
+                    headers={"Content-Type": "application/json"} if body else {}, kind=kind, stream=stream)
+    load = LoadSpec(target=target, rate=rate, duration_seconds=parse_duration(duration, what="--duration"),
+                    timeout_seconds=parse_duration(timeout, what="--timeout"))
+    spec = ServeTuneSpec(load, parse_slos(slo), parse_knobs(knob or []),
+                         server_command=CommandTemplate.of(server_cmd) if server_cmd else None,
+                         budget_seconds=parse_duration(budget, what="the budget"), max_rate=max_rate,
+                         tolerance_ratio=_ratio(tolerance, "--tolerance"), max_probes=max_probes,
+                         ready_timeout_seconds=parse_duration(ready_timeout, what="--ready-timeout"), ready_url=ready_url, name=name)
+    spec.validate()
+    view = _LiveView(ask=False, quiet=fmt == "json")
+    try:
+        with Store(store) as s:
+            result = tune_serve(spec, s, view)  # type: ignore[arg-type]
+    finally:
+        view.close()
+    _emit(result, fmt, html)
+
+
 def _ratio(text: str, what: str) -> float:
     from gpulens.errors import BadInputError
 

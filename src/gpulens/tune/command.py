@@ -51,14 +51,15 @@ class CommandTemplate:
 
         return [_PLACEHOLDER.sub(fill, a) for a in self.argv]
 
-    def check(self, knobs: Sequence[Knob]) -> None:
-        """Every knob must appear in the command, and every placeholder must get a value."""
+    def check(self, knobs: Sequence[Knob], provided: Sequence[str] = ()) -> None:
+        """Every knob must appear in the command, and every placeholder must get a value (from a
+        knob, its default, `{steps}`, or a name in `provided` that the caller fills in)."""
         ph = self.placeholders()
         for k in knobs:
             if k.name not in ph:
                 raise BadInputError(f"The knob {k.name!r} does not appear in the command, so changing it would change nothing.",
                                     hint=f"Write {{{k.name}}} where its value goes, e.g. --{k.name.replace('_', '-')} {{{k.name}}}.")
-        named = {k.name for k in knobs} | {STEPS}
+        named = {k.name for k in knobs} | {STEPS, *provided}
         for name, default in ph.items():
             if name not in named and default is None and not (name in ACCUMULATION_NAMES and _micro_batch(knobs)):
                 raise BadInputError(f"The command's placeholder {{{name}}} has no value.",

@@ -74,3 +74,12 @@ class Observer:
     def approve(self, change: Change, reason: str) -> bool:
         """Beginner mode asks here before each trial; False skips the change."""
         return True
+
+
+def finding_brief(f: dict) -> dict:
+    """A diagnosis finding as the report shows it: kind, severity, summary, evidence, the first fixes."""
+    out = {k: f.get(k) for k in ("kind", "severity", "summary", "evidence")}
+    out["advice"] = list(f.get("advice") or [])[:3]
+    if "after_trial" in f:
+        out["after_trial"] = f["after_trial"]
+    return out

@@ -24,7 +24,9 @@ def _num(x: float | None) -> str:
 
 def _ci(t: Trial) -> str:
     e = t.estimate
-    return f"{_num(e.ci95_low)} … {_num(e.ci95_high)}" if e.ci95_low is not None else "–"
+    if e.ci95_low is None:
+        return "–"
+    return f"{_num(e.ci95_low)} … {_num(e.ci95_high) if e.ci95_high is not None else 'none'}"
 
 
 def _speed(x: float | None, ci: tuple[float, float] | None) -> str:
@@ -43,13 +45,19 @@ def terminal(result: TuneResult) -> Group:
     t.add_column("#", justify="right")
     t.add_column("change")
     t.add_column(unit, justify="right")
-    t.add_column("95 % CI", justify="right")
+    serve = result.mode == "serve"
+    t.add_column("passed … failed" if serve else "95 % CI", justify="right")
     t.add_column("vs best", justify="right")
+    if serve:
+        t.add_column("cold start", justify="right")
     t.add_column("verdict")
     for tr in [result.baseline, *result.trials]:
         change = _setting(tr.changed) if tr.changed else "baseline"
-        t.add_row(str(tr.index), change, _num(tr.estimate.median), _ci(tr), _speed(tr.speedup, tr.speedup_ci),
-                  Text(tr.verdict.replace("_", " "), style=_VERDICT_STYLE[tr.verdict]))
+        cells = [str(tr.index), change, _num(tr.estimate.median), _ci(tr), _speed(tr.speedup, tr.speedup_ci)]
+        if serve:
+            cold = tr.extra.get("cold_start_seconds")
+            cells.append(f"{cold:.1f} s" if cold is not None else "–")
+        t.add_row(*cells, Text(tr.verdict.replace("_", " "), style=_VERDICT_STYLE[tr.verdict]))
     lines = [t, Text(f"Baseline: {_setting(result.baseline.knobs)}", style="dim")]
     for tr in result.trials:
         if tr.verdict != "kept":
@@ -59,7 +67,7 @@ def terminal(result: TuneResult) -> Group:
         for f in result.findings:
             when = f" (after trial #{f['after_trial']})" if f.get("after_trial") is not None else ""
             lines.append(Text(f"  {f['kind']}{when}: {f['summary']}"))
-    else:
+    elif result.mode == "train":
         lines.append(Text("The diagnosis found no bottleneck in the baseline.", style="dim"))
     lines.append(Text(f"Best: {_setting(result.best.knobs)}  speed-up {_speed(result.speedup, result.speedup_ci)} "
                       f"against the baseline", style="bold green" if result.best is not result.baseline else "bold"))
@@ -89,6 +97,7 @@ def html_report(result: TuneResult) -> str:
     findings = "".join(f"<li><b>{e(f['kind'])}</b>: {e(f['summary'])}<ul>{''.join(f'<li>{e(a)}</li>' for a in f['advice'])}</ul></li>"
                        for f in d["findings"]) or "<li>The diagnosis found no bottleneck in the baseline.</li>"
     unit = e(result.metric.replace("_", " "))
+    interval = "passed … failed" if result.mode == "serve" else "95 % CI"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpulens tune {e(result.mode)}: {e(result.name)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
@@ -97,7 +106,7 @@ tr.failed{{background:#fbe3e3}}tr.rolled_back{{background:#fff6dc}}code{{backgro
 <body><h1>gpulens tune {e(result.mode)}: {e(result.name)}</h1>
 <p>Best setting <b>{e(_setting(result.best.knobs))}</b>, speed-up <b>{e(_speed(result.speedup, result.speedup_ci))}</b>
 against the baseline ({unit}, 95 % interval). Stopped because {e(result.stop_reason)}.</p>
-<h2>Trials</h2><table><tr><th>#</th><th>change</th><th>{unit}</th><th>95 % CI</th><th>vs best</th><th>verdict</th><th>why</th></tr>
+<h2>Trials</h2><table><tr><th>#</th><th>change</th><th>{unit}</th><th>{interval}</th><th>vs best</th><th>verdict</th><th>why</th></tr>
 {''.join(rows)}</table>
 <h2>Findings</h2><ul>{findings}</ul>
 <h2>Reproduce</h2><p>Best: <code>{e(result.reproduce_best)}</code></p>

@@ -24,7 +24,7 @@ from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import STEPS, CommandTemplate, fill_values, shell_line
 from gpulens.tune.knobs import Knob, propose
-from gpulens.tune.loop import Budget, Change, Observer, next_changes
+from gpulens.tune.loop import Budget, Change, Observer, finding_brief, next_changes
 from gpulens.tune.process import ProcessRun, run_command
 from gpulens.tune.result import Trial, TuneResult
 from gpulens.tune.stats import Estimate, estimate
@@ -250,7 +250,7 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
     speedup, ci = _speedup(baseline, best, spec)
     result = TuneResult(
         mode="train", name=tuner.name or "train", metric=baseline.metric, baseline=baseline, trials=trials, best=best,
-        speedup=speedup, speedup_ci=ci, findings=[_finding_brief(f) for f in all_findings], stop_reason=stop,
+        speedup=speedup, speedup_ci=ci, findings=[finding_brief(f) for f in all_findings], stop_reason=stop,
         reproduce_best=shell_line(tuner.argv(best.knobs)), reproduce_baseline=shell_line(tuner.argv(baseline.knobs)),
         skipped=skipped, notes=tuner.notes, seconds=time.monotonic() - t0,
     )
@@ -271,14 +271,6 @@ def _speedup(baseline: Trial, best: Trial, spec: TrainTuneSpec) -> tuple[float |
 
 def _setting_text(setting: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in setting.items()) or "the baseline"
-
-
-def _finding_brief(f: dict) -> dict:
-    out = {k: f.get(k) for k in ("kind", "severity", "summary", "evidence")}
-    out["advice"] = list(f.get("advice") or [])[:3]
-    if "after_trial" in f:
-        out["after_trial"] = f["after_trial"]
-    return out
 
 
 def proposed_knobs(command: CommandTemplate) -> list[Knob]:
