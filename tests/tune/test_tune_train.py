@@ -56,7 +56,10 @@ def test_tune_train_keeps_more_workers_rolls_back_a_smaller_batch(capsys, tmp_pa
 
 
 def test_an_oom_or_a_crash_in_a_trial_is_rolled_back_and_the_loop_goes_on(capsys, tmp_path, train_script):
-    rc, r = _tune(capsys, tmp_path / "tune.db", "--knob", "workers=0,2", "--knob", "batch=16,64,oops", "--",
+    # The planner (a 0.1b model at 512 tokens on an L4) predicts batch 1024 cannot fit: it is skipped, not run.
+    # Batch 64 fits by the plan but not by the script's memory limit: a real OOM in the trial.
+    rc, r = _tune(capsys, tmp_path / "tune.db", "--model", "0.1b", "--gpu", "l4", "--seq", "512",
+                  "--knob", "workers=0,2", "--knob", "batch=16,1024,64,oops", "--",
                   *train_script, "--memory-limit-samples", "32", "--batch-size", "{batch}", "--num-workers", "{workers}",
                   "--steps", "{steps}")
     assert rc == 0
@@ -66,6 +69,8 @@ def test_an_oom_or_a_crash_in_a_trial_is_rolled_back_and_the_loop_goes_on(capsys
     assert "out of memory" in oom["reason"] and "rolled back to workers=2, batch=16" in oom["reason"]
     assert "exited with code 2" in crash["reason"] and "invalid int value" in crash["reason"]
     assert r["best"]["knobs"] == {"workers": "2", "batch": "16"}
+    assert [s["change"] for s in r["skipped"]] == ["batch=1024"]
+    assert "does not fit" in r["skipped"][0]["why"]
 
 
 def test_beginner_mode_proposes_knobs_from_the_placeholders_and_stops_when_the_finding_is_addressed(capsys, tmp_path, train_script):

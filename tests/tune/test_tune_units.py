@@ -62,6 +62,19 @@ def test_beginner_proposals_start_from_the_written_value():
     assert propose("seed", "1") is None
 
 
+def test_the_planner_check_reads_batch_accumulation_precision_and_checkpointing_from_the_setting():
+    from gpulens.tune.fit import FitCheck
+
+    t = CommandTemplate.of("python train.py --mbs {micro_batch} --accum {accum=8} --dtype {precision=fp32} --ckpt {grad_ckpt=0}")
+    knobs = parse_knobs(["micro_batch=1,8", "grad_ckpt=0,1"])
+    check = FitCheck("llama-3.2-1b", "l4", seq=1024)
+    small = check.check(t, knobs, {"micro_batch": "1", "grad_ckpt": "0"})
+    big = check.check(t, knobs, {"micro_batch": "8", "grad_ckpt": "0"})
+    big_ckpt = check.check(t, knobs, {"micro_batch": "8", "grad_ckpt": "1"})
+    assert small.peak_bytes < big_ckpt.peak_bytes < big.peak_bytes
+    assert small.capacity_bytes == big.capacity_bytes == 24 * 2**30
+
+
 def test_cli_bad_input_exits_2(capsys, tmp_path):
     rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--knob", "workers=0,2", "--", "python", "train.py"])
     assert rc == 2

@@ -120,6 +120,10 @@ def train_command(
     min_gain: str = typer.Option("5%", "--min-gain", help="Keep a change only when it is faster by at least this much (and significant)."),
     budget: str = typer.Option("20m", "--budget", help="Wall-clock budget for the whole tune."),
     name: str = typer.Option(None, "--name", help="Run name in the store. Default: the monitor's job name."),
+    model: str = typer.Option(None, "--model", help="The model trained (a preset, a config.json or a size such as 1b): the planner "
+                              "then checks each setting fits before it runs, and skips one it predicts will not."),
+    gpu: str = typer.Option(None, "--gpu", help="The GPU type for the planner's check (gpulens plan gpus); needed with --model."),
+    seq: int = typer.Option(2048, "--seq", help="Tokens per sequence, for the planner's check."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run every trial without asking (beginner mode asks on a terminal)."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -133,13 +137,17 @@ def train_command(
     The command's TrainingMonitor (or gpulens callback) finds the tune's store through the
     environment; no code change is needed beyond the monitor. Every trial is a run in the store.
     """
+    from gpulens.errors import BadInputError
     from gpulens.store import Store
     from gpulens.tune.command import CommandTemplate
+    from gpulens.tune.fit import FitCheck
     from gpulens.tune.knobs import parse_knobs
     from gpulens.tune.train import TrainTuneSpec, proposed_knobs, tune_train
     from gpulens.units import parse_duration
 
     _check_format(fmt)
+    if (model is None) != (gpu is None):
+        raise BadInputError("The planner's check needs both --model and --gpu.", hint="E.g. --model llama-3.2-1b --gpu l4, or neither.")
     template = CommandTemplate.of(command or [])
     knobs = parse_knobs(knob or [])
     beginner = not knobs
@@ -149,7 +157,8 @@ def train_command(
         notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs))
     spec = TrainTuneSpec(template, knobs, steps=steps, warmup_steps=warmup, block_steps=block, max_runs_per_trial=repeats,
                          tight_ratio=_ratio(tight, "--tight"), threshold_ratio=_ratio(min_gain, "--min-gain"),
-                         budget_seconds=parse_duration(budget, what="the budget"), name=name, stop_when_clear=beginner, notes=notes)
+                         budget_seconds=parse_duration(budget, what="the budget"), name=name, stop_when_clear=beginner, notes=notes,
+                         fit=FitCheck(model, gpu, seq=seq) if model else None)
     spec.validate()
     view = _LiveView(ask=beginner and _ask(yes, fmt), quiet=fmt == "json")
     try:

@@ -23,6 +23,7 @@ from gpulens.errors import BadInputError
 from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import STEPS, CommandTemplate, fill_values, shell_line
+from gpulens.tune.fit import FitCheck
 from gpulens.tune.knobs import Knob, propose
 from gpulens.tune.loop import Budget, Change, Observer, finding_brief, next_changes
 from gpulens.tune.process import ProcessRun, run_command
@@ -51,6 +52,7 @@ class TrainTuneSpec:
     name: str | None = None
     cwd: Path | None = None
     stop_when_clear: bool = False  # also stop when no finding is left (beginner mode)
+    fit: FitCheck | None = None  # the planner's memory check, when the model is named
     notes: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
@@ -66,6 +68,8 @@ class TrainTuneSpec:
         if not 0 < self.threshold_ratio < 1:
             raise BadInputError(f"--min-gain {self.threshold_ratio:.0%} is out of range.", hint="Give e.g. --min-gain 5%.")
         self.command.check(self.knobs)
+        if self.fit is not None:
+            self.fit.validate()
 
 
 def block_throughputs(metric: str, steps: list[StepRecord], block: int) -> list[float] | None:
@@ -192,6 +196,10 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
     tuner = _Tuner(spec, store, observer or Observer())
     t0 = time.monotonic()
     base_setting = {k.name: k.baseline for k in spec.knobs}
+    if spec.fit is not None:
+        planned = spec.fit.check(spec.command, spec.knobs, base_setting)
+        if not planned.fits:
+            tuner.notes.append(f"baseline: {planned.text}; it runs anyway, as the planner can be wrong")
     baseline, runs = tuner.measure(0, base_setting, None)
     tuner.record(baseline, runs)
     tuner.obs.trial_finished(baseline)
@@ -218,10 +226,13 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
         change = changes[0]
         tried.add((change.knob.name, change.value))
         why = f"it addresses {change.finding}" if change.finding else "the next knob in the guides' order"
-        if not tuner.obs.approve(change, why):
-            skipped.append({"change": change.text, "why": why})
-            continue
         setting = {**best.knobs, change.knob.name: change.value}
+        if spec.fit is not None and not (planned := spec.fit.check(spec.command, spec.knobs, setting)).fits:
+            skipped.append({"change": change.text, "why": planned.text})
+            continue
+        if not tuner.obs.approve(change, why):
+            skipped.append({"change": change.text, "why": f"you declined it ({why})"})
+            continue
         try:
             trial, runs = tuner.measure(len(trials) + 1, setting, change)
         except KeyboardInterrupt:  # the user stopped it: report what is done, the running trial left out
