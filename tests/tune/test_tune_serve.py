@@ -46,3 +46,48 @@ def test_tune_serve_without_server_cmd_only_takes_client_knobs(capsys, tmp_path)
                "--knob", "max_num_seqs=64,128"])
     assert rc == 2
     assert "only the client's knobs" in capsys.readouterr().err
+
+
+def test_tune_serve_without_server_cmd_tunes_the_clients_connection_limit(capsys, tmp_path, server_script):
+    import shlex
+    import subprocess
+    import time
+    import urllib.request
+
+    port = free_port()
+    server = subprocess.Popen([*shlex.split(server_script), "--port", str(port), "--max-batch", "16", "--load-seconds", "0"],
+                              env={**__import__("os").environ, "GPULENS_STORE": str(tmp_path / "server.db")})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/generate", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the example server did not start"
+                time.sleep(0.1)
+        # One connection serializes the requests, so the server never gets to batch them.
+        rc = main(["tune", "serve", "--store", str(tmp_path / "tune.db"), "--format", "json",
+                   "--url", f"http://127.0.0.1:{port}/generate", "--slo", "p99_latency<=150ms",
+                   "--knob", "max_connections=1,64", "--rate", "30", "--duration", "0.6s", "--tolerance", "25%",
+                   "--max-probes", "5"])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        r = json.loads(out)
+        (trial,) = r["trials"]
+        assert trial["changed"] == {"max_connections": "64"} and trial["verdict"] == "kept", trial["reason"]
+        assert "--max-connections 64" in r["reproduce"]["best"] and "cold_start_seconds" not in trial
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_the_stream_knob_rewrites_an_openai_body():
+    from gpulens.bench.serve import LoadSpec, Target, openai_body
+    from gpulens.tune.serve import _client_load
+
+    body = openai_body("completions", model="m", prompt="p", max_tokens=4, stream=True)
+    base = LoadSpec(Target("http://127.0.0.1:1/v1/completions", "POST", body, kind="completions"), rate=1)
+    off = _client_load(base, {"stream": "false", "max_connections": "8"})
+    assert not off.target.stream and json.loads(off.target.body)["stream"] is False
+    assert "stream_options" not in json.loads(off.target.body) and off.max_connections == 8

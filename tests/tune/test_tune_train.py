@@ -83,3 +83,33 @@ def test_beginner_mode_proposes_knobs_from_the_placeholders_and_stops_when_the_f
     # Only the knobs that address a finding run; the batch (no finding asks for it) is never tried.
     assert all("batch" not in t["changed"] for t in r["trials"])
     assert "finding" in r["stop_reason"] or "bottleneck" in r["stop_reason"]
+
+
+def test_a_trial_whose_loss_turns_nan_fails_and_is_rolled_back(capsys, tmp_path, train_script):
+    rc, r = _tune(capsys, tmp_path / "tune.db", "--knob", "lr_bug=-1,3", "--", *train_script,
+                  "--nan-after", "{lr_bug}", "--steps", "{steps}")
+    assert rc == 0
+    (trial,) = r["trials"]
+    assert trial["verdict"] == "failed" and "the loss became NaN at step 3" in trial["reason"]
+    assert r["best"]["knobs"] == {"lr_bug": "-1"}
+
+
+def test_declining_a_proposed_change_skips_it(tmp_path, train_script):
+    from gpulens.tune.command import CommandTemplate
+    from gpulens.tune.loop import Observer
+    from gpulens.tune.train import TrainTuneSpec, proposed_knobs, tune_train
+
+    class Decline(Observer):
+        asked: list[str] = []
+
+        def approve(self, change, reason):
+            self.asked.append(change.text)
+            return False
+
+    cmd = CommandTemplate.of([*train_script, "--num-workers", "{workers=0}", "--steps", "{steps}"])
+    spec = TrainTuneSpec(cmd, proposed_knobs(cmd), max_runs_per_trial=1, stop_when_clear=True)
+    with Store(tmp_path / "tune.db") as s:
+        r = tune_train(spec, s, Decline())
+    assert r.trials == [] and Decline.asked == ["workers=2"]
+    assert r.skipped[0]["change"] == "workers=2" and "declined" in r.skipped[0]["why"]
+    assert r.best is r.baseline and r.speedup == 1.0

@@ -41,7 +41,7 @@ FAILURE_FINDINGS = ("oom", "nan_loss")
 class TrainTuneSpec:
     command: CommandTemplate
     knobs: list[Knob]
-    steps: int = 20  # per run of the command, warm-up included
+    steps: int = 25  # per run of the command, warm-up included
     warmup_steps: int = 5  # a prefetching loader starts with a burst of ready batches
     block_steps: int = 4  # steps per throughput sample (see block_throughputs)
     budget_seconds: float = 1200.0
