@@ -82,3 +82,24 @@ def test_cli_bad_input_exits_2(capsys, tmp_path):
     rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--", "python", "train.py"])
     assert rc == 2
     assert "nothing to tune" in capsys.readouterr().err
+
+
+def test_a_monitor_created_without_a_store_attaches_to_the_tune_through_the_environment(tmp_path, monkeypatch):
+    from gpulens.store import Store
+    from gpulens.workload import names as N
+    from gpulens.workload.training import TrainingMonitor
+
+    monkeypatch.setenv("GPULENS_STORE", str(tmp_path / "tune.db"))
+    monkeypatch.setenv("GPULENS_RUN", "tune-1-t0-r0")
+    mon = TrainingMonitor(job="j", cuda_timing=False)
+    with mon.step(samples=2):
+        pass
+    mon.close()
+    with Store(tmp_path / "tune.db") as s:
+        (start,) = s.events(N.EV_TRAIN_START)
+        assert start.data["run"] == "tune-1-t0-r0"
+        assert len(s.events(N.EV_TRAIN_STEP)) == 1
+    # A store given in code wins over the environment.
+    mon = TrainingMonitor(job="j", store=tmp_path / "own.db", cuda_timing=False)
+    mon.close()
+    assert mon.store.path == tmp_path / "own.db"

@@ -174,7 +174,7 @@ class _Tuner:
         scope = DiagnoseScope(start=min(r.started for r in ok) - 1, end=max(r.ended for r in ok) + 1, job=ok[0].job)
         return [f.to_dict() for f in diagnose(self.store, scope) if f.workload == "training" and f.kind not in FAILURE_FINDINGS]
 
-    def record(self, trial: Trial, runs: list[ProcessRun]) -> None:
+    def record(self, trial: Trial, runs: list[ProcessRun], *, regression: bool = False) -> None:
         steps = [s for r in runs for s in r.steps[self.spec.warmup_steps:]]
         trial.run_id = save_run(
             self.store, RUN_KIND, self.name or "train",
@@ -186,7 +186,7 @@ class _Tuner:
         )
         if trial.verdict in ("baseline", "kept"):
             set_verdict(self.store, trial.run_id, "good")
-        elif trial.extra.get("regression"):
+        elif regression:  # slower beyond noise: `runs list` and `compare` show it as a regression
             set_verdict(self.store, trial.run_id, "regression")
 
 
@@ -238,6 +238,7 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
         except KeyboardInterrupt:  # the user stopped it: report what is done, the running trial left out
             stop = f"you stopped it during {change.text}"
             break
+        regression = False
         if trial.verdict != "failed":
             cmp = compare_samples(trial.metric, best.samples, trial.samples, threshold_ratio=spec.threshold_ratio,
                                   alpha=spec.alpha, seed=trial.index)
@@ -245,13 +246,12 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
                 trial.speedup = 1 + cmp.change_ratio
                 trial.speedup_ci = (1 + cmp.ci95_low_ratio, 1 + cmp.ci95_high_ratio)  # type: ignore[operator]
             trial.p_value = cmp.p_value
-            trial.extra["regression"] = cmp.verdict == "regression"
+            regression = cmp.verdict == "regression"
             trial.verdict = "kept" if cmp.verdict == "improvement" else "rolled_back"
             trial.reason = f"{change.text} against {_setting_text(best.knobs)}: {cmp.reason}"
         else:
             trial.reason = f"{change.text} failed: {trial.reason}; rolled back to {_setting_text(best.knobs)}"
-        tuner.record(trial, runs)
-        trial.extra.pop("regression", None)
+        tuner.record(trial, runs, regression=regression)
         trials.append(trial)
         tuner.obs.trial_finished(trial)
         if trial.verdict == "kept":
