@@ -106,12 +106,13 @@ def run_command(
         try:
             while proc.poll() is None:
                 time.sleep(POLL_SECONDS)
-                _, _, steps, oom, _ = _read(store, tag, t0)
+                _, _, steps, oom, nan = _read(store, tag, t0)
                 if on_poll is not None and len(steps) != seen:
                     seen = len(steps)
                     on_poll(steps)
-                # After an OOM the command is left to die of it (or recover) on its own.
-                if stop_when_done and oom is None and len(steps) >= steps_wanted:
+                # After an OOM the command is left to die of it (or recover) on its own; a NaN loss
+                # does not heal, so that run is stopped at once.
+                if nan is not None or (stop_when_done and oom is None and len(steps) >= steps_wanted):
                     stopped = True
                     _stop(proc)
                 elif time.monotonic() > deadline:
