@@ -18,7 +18,8 @@ def test_tune_serve_picks_the_batch_with_the_highest_rate_meeting_the_slo(capsys
     url = f"http://127.0.0.1:{free_port()}/generate"
     # One forward pass takes 20 ms + 2 ms per request in the batch: a batch of 1 sustains about
     # 45 req/s, a batch of 4 about 140, a batch of 16 far more.
-    rc = main(["tune", "serve", "--store", str(store), "--format", "json", "--url", url, "--slo", "p99_latency<=150ms",
+    html = tmp_path / "serve.html"
+    rc = main(["tune", "serve", "--store", str(store), "--format", "json", "--html", str(html), "--url", url, "--slo", "p99_latency<=150ms",
                "--server-cmd", server_script + " --port {port} --max-batch {max_batch} --load-seconds 0.3",
                "--knob", "max_batch=4,1,16", "--rate", "30", "--duration", "0.6s", "--tolerance", "25%", "--max-probes", "5"])
     out = capsys.readouterr().out
@@ -34,6 +35,8 @@ def test_tune_serve_picks_the_batch_with_the_highest_rate_meeting_the_slo(capsys
     assert r["best"]["ci"][0] > 1
     for t in (r["baseline"], *r["trials"]):
         assert t["cold_start_seconds"] >= 0.3  # the server answers 503 while it "loads"
+    page = html.read_text()
+    assert "cold start" in page and "max_batch=16" in page
     assert "--max-batch 16" in r["reproduce"]["best"] and "--max-batch 4" in r["reproduce"]["baseline"]
     with Store(store) as s:
         assert len(list_runs(s, kind="tune-serve")) == 3

@@ -88,14 +88,21 @@ def html_report(result: TuneResult) -> str:
     """One self-contained HTML page (no scripts, no outside assets)."""
     e = html.escape
     d: dict[str, Any] = result.to_dict()
+    serve = result.mode == "serve"
     rows = []
     for tr in [result.baseline, *result.trials]:
         change = _setting(tr.changed) if tr.changed else "baseline: " + _setting(tr.knobs)
+        cold = tr.extra.get("cold_start_seconds")
+        cold_cell = f"<td>{f'{cold:.1f} s' if cold is not None else '–'}</td>" if serve else ""
         rows.append(f"<tr class='{e(tr.verdict)}'><td>{tr.index}</td><td>{e(change)}</td><td>{e(_num(tr.estimate.median))}</td>"
-                    f"<td>{e(_ci(tr))}</td><td>{e(_speed(tr.speedup, tr.speedup_ci))}</td><td>{e(tr.verdict.replace('_', ' '))}</td>"
-                    f"<td>{e(tr.reason)}</td></tr>")
-    findings = "".join(f"<li><b>{e(f['kind'])}</b>: {e(f['summary'])}<ul>{''.join(f'<li>{e(a)}</li>' for a in f['advice'])}</ul></li>"
-                       for f in d["findings"]) or "<li>The diagnosis found no bottleneck in the baseline.</li>"
+                    f"<td>{e(_ci(tr))}</td><td>{e(_speed(tr.speedup, tr.speedup_ci))}</td>{cold_cell}"
+                    f"<td>{e(tr.verdict.replace('_', ' '))}</td><td>{e(tr.reason)}</td></tr>")
+
+    def when(f: dict) -> str:
+        return f" (after trial #{f['after_trial']})" if f.get("after_trial") is not None else ""
+
+    findings = "".join(f"<li><b>{e(f['kind'])}</b>{e(when(f))}: {e(f['summary'])}<ul>{''.join(f'<li>{e(a)}</li>' for a in f['advice'])}</ul></li>"
+                       for f in d["findings"]) or ("<li>None.</li>" if serve else "<li>The diagnosis found no bottleneck in the baseline.</li>")
     unit = e(result.metric.replace("_", " "))
     interval = "passed … failed" if result.mode == "serve" else "95 % CI"
     return f"""<!doctype html>
@@ -106,7 +113,7 @@ tr.failed{{background:#fbe3e3}}tr.rolled_back{{background:#fff6dc}}code{{backgro
 <body><h1>gpulens tune {e(result.mode)}: {e(result.name)}</h1>
 <p>Best setting <b>{e(_setting(result.best.knobs))}</b>, speed-up <b>{e(_speed(result.speedup, result.speedup_ci))}</b>
 against the baseline ({unit}, 95 % interval). Stopped because {e(result.stop_reason)}.</p>
-<h2>Trials</h2><table><tr><th>#</th><th>change</th><th>{unit}</th><th>{interval}</th><th>vs best</th><th>verdict</th><th>why</th></tr>
+<h2>Trials</h2><table><tr><th>#</th><th>change</th><th>{unit}</th><th>{interval}</th><th>vs best</th>{"<th>cold start</th>" if serve else ""}<th>verdict</th><th>why</th></tr>
 {''.join(rows)}</table>
 <h2>Findings</h2><ul>{findings}</ul>
 <h2>Reproduce</h2><p>Best: <code>{e(result.reproduce_best)}</code></p>
