@@ -14,6 +14,7 @@ from gpulens.store import DEFAULT_STORE_PATH
 tune_app = typer.Typer(
     help="Run the tuning loop for you: baseline, find the bottleneck, change one thing, re-measure, keep or roll back.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 KNOB_HELP = ("NAME=V1,V2,...: a knob and the values to try, the baseline's first. Known names (workers, pin_memory, "
@@ -131,11 +132,13 @@ def train_command(
 ) -> None:
     """Tune a training command: baseline, diagnose, one change at a time, keep only what is faster beyond noise.
 
-        gpulens tune train --knob workers=0,2,4 --knob batch=16,32 -- python train.py --num-workers {workers} --batch-size {batch}
-        gpulens tune train -- python train.py --num-workers {workers=0} --batch-size {batch=16}   # beginner mode
-
     The command's TrainingMonitor (or gpulens callback) finds the tune's store through the
     environment; no code change is needed beyond the monitor. Every trial is a run in the store.
+    Without --knob (beginner mode) gpulens proposes values for the placeholders written with their
+    current value, such as {workers=0}, and asks before each trial. See docs/tune.md.
+
+        gpulens tune train --knob workers=0,2,4 --knob batch=16,32 -- python train.py --num-workers {workers} --batch-size {batch}
+        gpulens tune train -- python train.py --num-workers {workers=0} --batch-size {batch=16}
     """
     from gpulens.errors import BadInputError
     from gpulens.store import Store
@@ -197,12 +200,11 @@ def serve_command(
 ) -> None:
     """Tune a server: the configuration with the highest request rate that meets every SLO.
 
-        gpulens tune serve --url http://127.0.0.1:8000/v1/completions --slo "p99_latency<=2s" \
-            --server-cmd "vllm serve my-model --port {port} --max-num-seqs {max_num_seqs}" --knob max_num_seqs=64,128,256
-        gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128
-
     With --server-cmd each configuration is started, waited for (its cold start recorded),
     swept with `bench serve --sweep` and stopped; without it only the client's knobs are tuned.
+
+        gpulens tune serve --url http://127.0.0.1:8000/v1/completions --slo "p99_latency<=2s" --server-cmd "vllm serve my-model --port {port} --max-num-seqs {max_num_seqs}" --knob max_num_seqs=64,128,256
+        gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128
     """
     from gpulens.bench.serve import LoadSpec, Target, openai_body, parse_slos, target_kind_for
     from gpulens.store import Store
