@@ -94,3 +94,29 @@ def test_the_stream_knob_rewrites_an_openai_body():
     off = _client_load(base, {"stream": "false", "max_connections": "8"})
     assert not off.target.stream and json.loads(off.target.body)["stream"] is False
     assert "stream_options" not in json.loads(off.target.body) and off.max_connections == 8
+
+
+def test_tune_serve_beginner_mode_proposes_the_batching_limit_written_in_the_server_command(capsys, tmp_path, server_script):
+    url = f"http://127.0.0.1:{free_port()}/generate"
+    rc = main(["tune", "serve", "--store", str(tmp_path / "tune.db"), "--format", "json", "--yes", "--url", url,
+               "--slo", "p99_latency<=150ms", "--server-cmd", server_script + " --port {port} --max-batch {max_batch=2} --load-seconds 0",
+               "--rate", "30", "--duration", "0.6s", "--tolerance", "25%", "--max-probes", "5"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    r = json.loads(out)
+    assert r["baseline"]["knobs"] == {"max_batch": "2"}
+    assert any(n.startswith("beginner mode: proposed max_batch=2,4,8,1") for n in r["notes"])
+    tried = [t["changed"]["max_batch"] for t in r["trials"]]
+    assert tried == ["4", "8", "1"]
+    assert r["trials"][0]["verdict"] == "kept"  # about 80 req/s with batches of 2, about 140 with 4
+    assert r["trials"][-1]["verdict"] == "rolled_back"  # a batch of one sustains about 45
+    assert r["best"]["knobs"]["max_batch"] in ("4", "8")
+
+
+def test_serving_proposals_go_smaller_first_when_memory_is_short():
+    from gpulens.tune.knobs import propose_serving
+
+    assert propose_serving("max_num_seqs", "256").values == ("256", "512", "1024", "128")
+    assert propose_serving("max_num_seqs", "256", ["memory_headroom"]).values == ("256", "128", "512", "1024")
+    assert propose_serving("max_num_seqs", "1").values == ("1", "2", "4")
+    assert propose_serving("temperature", "1") is None

@@ -103,3 +103,11 @@ def test_a_monitor_created_without_a_store_attaches_to_the_tune_through_the_envi
     mon = TrainingMonitor(job="j", store=tmp_path / "own.db", cuda_timing=False)
     mon.close()
     assert mon.store.path == tmp_path / "own.db"
+
+
+def test_a_command_that_cannot_start_is_bad_input_naming_it(capsys, tmp_path):
+    rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--knob", "workers=0,2", "--",
+               str(tmp_path / "no-such-trainer"), "--workers", "{workers}"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "baseline could not be measured" in err and "no-such-trainer" in err and "No such file" in err

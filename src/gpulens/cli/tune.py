@@ -194,6 +194,7 @@ def serve_command(
     timeout: str = typer.Option("30s", "--timeout", help="Per-request timeout."),
     budget: str = typer.Option("20m", "--budget", help="Wall-clock budget for the whole tune."),
     name: str = typer.Option("serve", "--name", help="Run name in the store."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Run every trial without asking (beginner mode asks on a terminal)."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one HTML file."),
@@ -202,6 +203,8 @@ def serve_command(
 
     With --server-cmd each configuration is started, waited for (its cold start recorded),
     swept with `bench serve --sweep` and stopped; without it only the client's knobs are tuned.
+    Without --knob (beginner mode) gpulens proposes values for the batching limits written in the
+    server command with their value, such as {max_num_seqs=256}, and asks before each trial.
 
         gpulens tune serve --url http://127.0.0.1:8000/v1/completions --slo "p99_latency<=2s" --server-cmd "vllm serve my-model --port {port} --max-num-seqs {max_num_seqs}" --knob max_num_seqs=64,128,256
         gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128
@@ -224,9 +227,10 @@ def serve_command(
                          server_command=CommandTemplate.of(server_cmd) if server_cmd else None,
                          budget_seconds=parse_duration(budget, what="the budget"), max_rate=max_rate,
                          tolerance_ratio=_ratio(tolerance, "--tolerance"), max_probes=max_probes,
-                         ready_timeout_seconds=parse_duration(ready_timeout, what="--ready-timeout"), ready_url=ready_url, name=name)
+                         ready_timeout_seconds=parse_duration(ready_timeout, what="--ready-timeout"), ready_url=ready_url, name=name,
+                         propose=not knob)
     spec.validate()
-    view = _LiveView(ask=False, quiet=fmt == "json")
+    view = _LiveView(ask=not knob and _ask(yes, fmt), quiet=fmt == "json")
     try:
         with Store(store) as s:
             result = tune_serve(spec, s, view)  # type: ignore[arg-type]

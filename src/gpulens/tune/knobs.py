@@ -129,3 +129,24 @@ def propose(name: str, baseline: str, cpu_count: int | None = None) -> Knob | No
         values += [str(int(b) * 2), str(max(1, int(b) // 2))]
     values = list(dict.fromkeys(values))
     return Knob(name, tuple(values), m, proposed=True) if len(values) > 1 else None
+
+
+# Serving engines' batching limits (vLLM, SGLang, TGI, and the bundled example's --max-batch):
+# more concurrent sequences per forward pass raise the rate a server sustains until memory or
+# the latency of a larger batch says stop.
+SERVING_BATCH_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_running_requests", "max_batch", "max_batch_size",
+                       "max_batch_prefill_tokens", "max_batch_total_tokens", "max_concurrent_requests")
+# Serving findings (`diagnose` kinds) that say memory, not batching, is the limit: smaller first.
+SERVING_MEMORY_FINDINGS = ("memory_headroom",)
+
+
+def propose_serving(name: str, baseline: str, finding_kinds: list[str] | tuple[str, ...] = ()) -> Knob | None:
+    """Beginner mode for `tune serve`: values for a batching limit written in the server command
+    (`{max_num_seqs=256}`): twice and four times it, then half, or half first when the diagnosis
+    found the server short of memory. None for other names or values."""
+    if name.lower() not in SERVING_BATCH_KNOBS or not baseline.strip().isdigit() or int(baseline) < 1:
+        return None
+    b = int(baseline)
+    bigger, smaller = [str(2 * b), str(4 * b)], [str(b // 2)] if b >= 2 else []
+    order = smaller + bigger if any(k in SERVING_MEMORY_FINDINGS for k in finding_kinds) else bigger + smaller
+    return Knob(name, (str(b), *order), None, proposed=True)

@@ -46,10 +46,13 @@ class ProcessRun:
     nan_loss_step: int | None = None
     stderr_tail: str = ""
     timed_out: bool = False
+    start_error: str | None = None  # the command could not be started at all
 
     @property
     def failure(self) -> str | None:
         """One sentence saying why this run cannot be measured, or None."""
+        if self.start_error is not None:
+            return self.start_error
         if self.oom is not None:
             return f"out of memory at step {self.oom.get('step', '?')}: {self.oom.get('message', '')}".rstrip(": ")
         if self.nan_loss_step is not None:
@@ -100,7 +103,8 @@ def run_command(
         try:
             proc = subprocess.Popen(list(argv), env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd, start_new_session=True)
         except OSError as e:
-            return ProcessRun(list(argv), tag, t0, time.time(), None, False, stderr_tail=f"cannot start the command: {e}")
+            return ProcessRun(list(argv), tag, t0, time.time(), None, False,
+                              start_error=f"cannot start the command {argv[0]!r}: {e.strerror or e}")
         stopped = timed_out = False
         seen = 0
         try:

@@ -26,7 +26,7 @@ from gpulens.errors import BadInputError
 from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import CommandTemplate, shell_line
-from gpulens.tune.knobs import Knob
+from gpulens.tune.knobs import SERVING_MEMORY_FINDINGS, Knob, propose_serving
 from gpulens.tune.loop import Budget, Change, Observer, finding_brief, next_changes
 from gpulens.tune.result import Trial, TuneResult
 from gpulens.tune.server import start_server
@@ -55,6 +55,14 @@ class ServeTuneSpec:
     ready_url: str | None = None  # default: the load's URL
     name: str = "serve"
     notes: list[str] = field(default_factory=list)
+    propose: bool = False  # beginner mode: knobs from the server command's {NAME=VALUE} placeholders
+
+    def proposable(self) -> list[tuple[str, str]]:
+        """Placeholders of the server command with a baseline value that beginner mode can change."""
+        if self.server_command is None:
+            return []
+        return [(n, d) for n, d in self.server_command.placeholders().items()
+                if d is not None and propose_serving(n, d) is not None]
 
     def validate(self) -> None:
         if not self.slos:
@@ -74,10 +82,14 @@ class ServeTuneSpec:
                                     f"not {', '.join(k.name for k in server)}.",
                                     hint="Give the command that starts the server, with {NAME} placeholders for its knobs.")
             if not client:
-                raise BadInputError("There is nothing to tune: no --knob was given.",
+                raise BadInputError("There is nothing to tune: no --knob was given (beginner mode needs --server-cmd).",
                                     hint="Give e.g. --knob max_connections=8,32,128, or --server-cmd with --knob max_num_seqs=64,128,256.")
         else:
             self.server_command.check(server, provided=("port",) if _port(self.load.target.url) else ())
+            if self.propose and not self.knobs and not self.proposable():
+                raise BadInputError("There is nothing to tune: no --knob was given and the server command has no batching "
+                                    "limit written with its value.",
+                                    hint="Write e.g. --max-num-seqs {max_num_seqs=256} in --server-cmd, or give --knob max_num_seqs=128,256.")
         if not self.budget_seconds > 0:
             raise BadInputError("The budget must be above zero.", hint="Give e.g. --budget 20m.")
 
@@ -253,7 +265,9 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
     knobs = [Knob(k.name, k.values) for k in spec.knobs]  # serve knobs are tried in the order given
     tuner = _ServeTuner(spec, store, observer or Observer())
     t0 = time.monotonic()
-    baseline = tuner.measure(0, {k.name: k.baseline for k in knobs}, None)
+    proposing = spec.propose and not knobs
+    base = dict(spec.proposable()) if proposing else {k.name: k.baseline for k in knobs}
+    baseline = tuner.measure(0, base, None)
     tuner.record(baseline)
     tuner.obs.trial_finished(baseline)
     if baseline.verdict == "failed":
@@ -261,6 +275,13 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
                             hint=f"Start it by hand to see why: {baseline.command}")
     best, trials, skipped = baseline, [], []
     findings = tuner.findings(0)
+    notes = list(spec.notes)
+    if proposing:  # beginner mode: the values follow from the baseline's diagnosis
+        kinds = [f["kind"] for f in findings]
+        knobs = [k for n, d in base.items() if (k := propose_serving(n, d, kinds)) is not None]
+        notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs)
+                     + (" (smaller first: the diagnosis found the server short of memory)"
+                        if any(k in SERVING_MEMORY_FINDINGS for k in kinds) else ""))
     tried = {(k.name, k.baseline) for k in knobs}
     stop = "every knob value was tried"
     while True:
@@ -273,8 +294,8 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
             break
         change = changes[0]
         tried.add((change.knob.name, change.value))
-        if not tuner.obs.approve(change, "the next knob value"):
-            skipped.append({"change": change.text, "why": "declined"})
+        if not tuner.obs.approve(change, "a larger batch raises the rate a server sustains" if proposing else "the next knob value"):
+            skipped.append({"change": change.text, "why": "you declined it"})
             continue
         try:
             trial = tuner.measure(len(trials) + 1, {**best.knobs, change.knob.name: change.value}, change)
@@ -309,7 +330,7 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
     result = TuneResult(
         mode="serve", name=spec.name, metric=METRIC, baseline=baseline, trials=trials, best=best, speedup=speedup,
         speedup_ci=ci, findings=[finding_brief(f) for f in findings], stop_reason=stop, reproduce_best=line(best), reproduce_baseline=line(baseline),
-        skipped=skipped, notes=list(spec.notes), seconds=time.monotonic() - t0,
+        skipped=skipped, notes=notes, seconds=time.monotonic() - t0,
     )
     result.run_id = save_run(store, TUNE_KIND, spec.name, config={
         "mode": "serve", "url": spec.load.target.url, "slos": [s.text for s in spec.slos],
