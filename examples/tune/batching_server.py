@@ -4,7 +4,8 @@ Requests queue up; one worker takes up to `--max-batch` of them at a time and "r
 for `base + per_item × batch` milliseconds, as a GPU's batched forward pass does. With a batch of
 one the server is slow under load; larger batches raise the rate it sustains. It is measured by
 gpulens's InferenceMiddleware (writing to $GPULENS_STORE when set) and answers 503 while it
-"loads the model" for `--load-seconds`, like a real server's cold start.
+"loads the model" for `--load-seconds`, like a real server's cold start. With
+`--crash-above-batch N` it dies when a batch grows past N, as an engine does of an OOM under load.
 
     python examples/tune/batching_server.py --port 8000 --max-batch 8
     gpulens bench serve --url http://127.0.0.1:8000/v1/generate --rate 50 --duration 5s
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ from gpulens.workload.inference import InferenceMiddleware, InferenceMonitor
 from gpulens.workload.inference.middleware import request_handle
 
 
-def make_app(max_batch: int, base_ms: float, per_item_ms: float, load_seconds: float):  # noqa: ANN201
+def make_app(max_batch: int, base_ms: float, per_item_ms: float, load_seconds: float, crash_above: int | None = None):  # noqa: ANN201
     queue: asyncio.Queue | None = None
     ready_at = time.monotonic() + load_seconds
 
@@ -33,6 +35,9 @@ def make_app(max_batch: int, base_ms: float, per_item_ms: float, load_seconds: f
             batch = [await queue.get()]  # type: ignore[union-attr]
             while len(batch) < max_batch and not queue.empty():  # type: ignore[union-attr]
                 batch.append(queue.get_nowait())  # type: ignore[union-attr]
+            if crash_above is not None and len(batch) > crash_above:
+                print(f"CUDA out of memory: a batch of {len(batch)} does not fit (limit {crash_above})", file=sys.stderr, flush=True)
+                os._exit(1)  # as an engine dies of an OOM under load
             await asyncio.sleep((base_ms + per_item_ms * len(batch)) / 1000)
             for fut in batch:
                 if not fut.done():
@@ -78,12 +83,13 @@ def main() -> None:
     p.add_argument("--base-ms", type=float, default=20.0, help="time of a forward pass, whatever the batch")
     p.add_argument("--per-item-ms", type=float, default=2.0, help="extra time per request in the batch")
     p.add_argument("--load-seconds", type=float, default=0.5, help="answer 503 this long after start (model loading)")
+    p.add_argument("--crash-above-batch", type=int, default=None, help="die (as of an OOM) when a batch grows past this")
     a = p.parse_args()
     import uvicorn
 
     store = os.environ.get("GPULENS_STORE") or str(Path(tempfile.gettempdir()) / "gpulens-batching-server.db")
     monitor = InferenceMonitor(store, service="batching-example", model=f"max_batch={a.max_batch}")
-    app = InferenceMiddleware(make_app(a.max_batch, a.base_ms, a.per_item_ms, a.load_seconds), monitor=monitor)
+    app = InferenceMiddleware(make_app(a.max_batch, a.base_ms, a.per_item_ms, a.load_seconds, a.crash_above_batch), monitor=monitor)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning", lifespan="on")
 
 

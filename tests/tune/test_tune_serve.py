@@ -120,3 +120,19 @@ def test_serving_proposals_go_smaller_first_when_memory_is_short():
     assert propose_serving("max_num_seqs", "256", ["memory_headroom"]).values == ("256", "128", "512", "1024")
     assert propose_serving("max_num_seqs", "1").values == ("1", "2", "4")
     assert propose_serving("temperature", "1") is None
+
+
+def test_a_server_that_dies_under_load_fails_its_trial_and_is_rolled_back(capsys, tmp_path, server_script):
+    url = f"http://127.0.0.1:{free_port()}/generate"
+    rc = main(["tune", "serve", "--store", str(tmp_path / "tune.db"), "--format", "json", "--url", url,
+               "--slo", "p99_latency<=150ms",
+               "--server-cmd", server_script + " --port {port} --max-batch {max_batch} --load-seconds 0 --crash-above-batch 6",
+               "--knob", "max_batch=4,16", "--rate", "30", "--duration", "0.6s", "--tolerance", "25%", "--max-probes", "5"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    r = json.loads(out)
+    (trial,) = r["trials"]
+    assert trial["verdict"] == "failed"
+    assert "the server exited with code 1" in trial["reason"] and "CUDA out of memory" in trial["reason"]
+    assert "rolled back to max_batch=4" in trial["reason"]
+    assert r["best"]["knobs"] == {"max_batch": "4"}

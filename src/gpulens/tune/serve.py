@@ -192,11 +192,15 @@ class _ServeTuner:
                 sw = sweep(_client_load(spec.load, setting), spec.slos, tolerance_ratio=spec.tolerance_ratio,
                            max_probes=spec.max_probes, max_value=spec.max_rate, on_probe=on_probe)
                 self.windows[index] = (w0, time.time())
+            if server is not None and (died := server.died()) is not None:
+                failure = died + " during the sweep (an out-of-memory error under load, say)"  # its probes measured nothing
         except TargetUnreachableError as e:
             failure = f"the server could not be reached: {e.message}"
         finally:
             if server is not None:
                 server.stop()
+        if failure is not None:
+            sw = None  # a dead server's probes measured nothing
         if sw is not None:
             self.sweeps[index] = sw
             extra.update(capacity_interval=[sw.best, sw.lowest_failing], limit_found=sw.limit_found,

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 from urllib.parse import urlsplit
 
 READY_POLL_SECONDS = 0.1
@@ -26,8 +27,29 @@ class StartedServer:
     proc: subprocess.Popen | None
     cold_start_seconds: float | None
     failure: str | None  # why it never became ready
+    err: IO[bytes] | None = None  # its standard error, for the last line when it dies
+
+    def died(self) -> str | None:
+        """One sentence when the server has exited since it became ready, else None."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return f"the server exited with code {self.proc.returncode}" + self._last_line()
+
+    def _last_line(self) -> str:
+        if self.err is None or self.err.closed:
+            return ""
+        self.err.seek(0)
+        tail = self.err.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return f": {tail[0][:300]}" if tail[0] else ""
 
     def stop(self) -> None:
+        try:
+            self._stop()
+        finally:
+            if self.err is not None:
+                self.err.close()
+
+    def _stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
@@ -66,21 +88,19 @@ def start_server(argv: Sequence[str], ready_url: str, *, timeout_seconds: float,
     except OSError as e:
         err.close()
         return StartedServer(None, None, f"cannot start the server command: {e}")
+    server = StartedServer(proc, None, None, err)
     try:
         while time.monotonic() - t0 < timeout_seconds:
             if proc.poll() is not None:
-                err.seek(0)
-                tail = err.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
-                return StartedServer(proc, None, f"the server exited with code {proc.returncode} before it was ready"
-                                     + (f": {tail[0][:300]}" if tail[0] else ""))
+                server.failure = f"the server exited with code {proc.returncode} before it was ready" + server._last_line()
+                return server
             if _answers(ready_url):
-                return StartedServer(proc, time.monotonic() - t0, None)
+                server.cold_start_seconds = time.monotonic() - t0
+                return server
             time.sleep(READY_POLL_SECONDS)
     except KeyboardInterrupt:
-        StartedServer(proc, None, None).stop()
+        server.stop()
         raise
-    finally:
-        err.close()
-    server = StartedServer(proc, None, f"the server did not answer at {ready_url} within {timeout_seconds:.0f} s")
+    server.failure = f"the server did not answer at {ready_url} within {timeout_seconds:.0f} s"
     server.stop()
     return server
