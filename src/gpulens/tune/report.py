@@ -73,7 +73,7 @@ def terminal(result: TuneResult) -> Group:
                       f"against the baseline", style="bold green" if result.best is not result.baseline else "bold"))
     lines.append(Text(f"Stopped because {result.stop_reason}."))
     for s in result.skipped:
-        lines.append(Text(f"  skipped {s['change']} ({s['why']})", style="dim"))
+        lines.append(Text(f"  skipped {s['change']}: {s['why']}", style="dim"))
     for n in result.notes:
         lines.append(Text(f"  note: {n}", style="dim"))
     lines.append(Text("Reproduce the best:      " + result.reproduce_best))

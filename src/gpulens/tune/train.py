@@ -231,7 +231,7 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
             skipped.append({"change": change.text, "why": planned.text})
             continue
         if not tuner.obs.approve(change, why):
-            skipped.append({"change": change.text, "why": f"you declined it ({why})"})
+            skipped.append({"change": change.text, "why": f"you declined it; {why}"})
             continue
         try:
             trial, runs = tuner.measure(len(trials) + 1, setting, change)
