@@ -44,21 +44,25 @@ def test_tune_train_keeps_more_workers_rolls_back_a_smaller_batch(capsys, tmp_pa
         assert best.fingerprint["python"] and best.verdict == "good"
         assert get_run(s, r["run_id"]).kind == "tune"
     assert "input_bound" in html.read_text() and "Reproduce" in html.read_text()
-    # The reproduce commands run, and their monitor writes where the environment says.
+    # The reproduce commands run (side by side, to keep the test short), and their monitor writes
+    # where the environment says.
+    procs = {}
     for key, workers_value in (("best", "2"), ("baseline", "0")):
         cmd = shlex.split(r["reproduce"][key])
         assert cmd[cmd.index("--num-workers") + 1] == workers_value
-        out = tmp_path / f"{key}.db"
-        done = subprocess.run(cmd, env=dict(os.environ, GPULENS_STORE=str(out)), capture_output=True, timeout=60)
-        assert done.returncode == 0, done.stderr.decode()[-500:]
-        with Store(out) as s:
+        procs[key] = subprocess.Popen(cmd, env=dict(os.environ, GPULENS_STORE=str(tmp_path / f"{key}.db")), stderr=subprocess.PIPE)
+    for key, proc in procs.items():
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err.decode()[-500:]
+        with Store(tmp_path / f"{key}.db") as s:
             assert len(s.events(N.EV_TRAIN_STEP)) >= 20
 
 
 def test_an_oom_or_a_crash_in_a_trial_is_rolled_back_and_the_loop_goes_on(capsys, tmp_path, train_script):
     # The planner (a 0.1b model at 512 tokens on an L4) predicts batch 1024 cannot fit: it is skipped, not run.
     # Batch 64 fits by the plan but not by the script's memory limit: a real OOM in the trial.
-    rc, r = _tune(capsys, tmp_path / "tune.db", "--model", "0.1b", "--gpu", "l4", "--seq", "512",
+    html = tmp_path / "tune.html"
+    rc, r = _tune(capsys, tmp_path / "tune.db", "--model", "0.1b", "--gpu", "l4", "--seq", "512", "--html", str(html),
                   "--knob", "workers=0,2", "--knob", "batch=16,1024,64,oops", "--",
                   *train_script, "--memory-limit-samples", "32", "--batch-size", "{batch}", "--num-workers", "{workers}",
                   "--steps", "{steps}")
@@ -71,6 +75,7 @@ def test_an_oom_or_a_crash_in_a_trial_is_rolled_back_and_the_loop_goes_on(capsys
     assert r["best"]["knobs"] == {"workers": "2", "batch": "16"}
     assert [s["change"] for s in r["skipped"]] == ["batch=1024"]
     assert "does not fit" in r["skipped"][0]["why"]
+    assert "skipped batch=1024" in html.read_text()
 
 
 def test_beginner_mode_proposes_knobs_from_the_placeholders_and_stops_when_the_finding_is_addressed(capsys, tmp_path, train_script):

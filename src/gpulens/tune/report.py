@@ -103,6 +103,8 @@ def html_report(result: TuneResult) -> str:
 
     findings = "".join(f"<li><b>{e(f['kind'])}</b>{e(when(f))}: {e(f['summary'])}<ul>{''.join(f'<li>{e(a)}</li>' for a in f['advice'])}</ul></li>"
                        for f in d["findings"]) or ("<li>None.</li>" if serve else "<li>The diagnosis found no bottleneck in the baseline.</li>")
+    items = [f"<li>skipped {e(x['change'])}: {e(x['why'])}</li>" for x in result.skipped] + [f"<li>{e(n)}</li>" for n in result.notes]
+    extra = f"<h2>Skipped and notes</h2><ul>{''.join(items)}</ul>" if items else ""
     unit = e(result.metric.replace("_", " "))
     interval = "passed … failed" if result.mode == "serve" else "95 % CI"
     return f"""<!doctype html>
@@ -116,7 +118,7 @@ against the baseline ({unit}, 95 % interval). Stopped because {e(result.stop_rea
 <h2>Trials</h2><table><tr><th>#</th><th>change</th><th>{unit}</th><th>{interval}</th><th>vs best</th>{"<th>cold start</th>" if serve else ""}<th>verdict</th><th>why</th></tr>
 {''.join(rows)}</table>
 <h2>Findings</h2><ul>{findings}</ul>
-<h2>Reproduce</h2><p>Best: <code>{e(result.reproduce_best)}</code></p>
+{extra}<h2>Reproduce</h2><p>Best: <code>{e(result.reproduce_best)}</code></p>
 <p>Baseline (the rollback point): <code>{e(result.reproduce_baseline)}</code></p>
 </body></html>
 """
