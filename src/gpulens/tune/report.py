@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -29,10 +30,10 @@ def _ci(t: Trial) -> str:
     return f"{_num(e.ci95_low)} … {_num(e.ci95_high) if e.ci95_high is not None else 'none'}"
 
 
-def _speed(x: float | None, ci: tuple[float, float] | None) -> str:
+def _speed(x: float | None, ci: tuple[float, float] | None, sep: str = " ") -> str:
     if x is None:
         return "–"
-    return f"×{x:.2f}" + (f" ({ci[0]:.2f}…{ci[1]:.2f})" if ci else "")
+    return f"×{x:.2f}" + (f"{sep}({ci[0]:.2f}…{ci[1]:.2f})" if ci else "")
 
 
 def _setting(knobs: dict[str, str]) -> str:
@@ -40,25 +41,23 @@ def _setting(knobs: dict[str, str]) -> str:
 
 
 def terminal(result: TuneResult) -> Group:
-    unit = result.metric.replace("_per_second", "/s").replace("_", " ")
-    t = Table(title=f"gpulens tune {result.mode}: {result.name}", title_justify="left", expand=False)
-    t.add_column("#", justify="right")
-    t.add_column("change")
-    t.add_column(unit, justify="right")
+    unit = result.metric.replace("requests_per_second", "req/s").replace("_per_second", "/s").replace("_", " ")
+    t = Table(title=f"gpulens tune {result.mode}: {result.name}", title_justify="left", expand=False, box=box.SIMPLE_HEAD)
     serve = result.mode == "serve"
-    t.add_column("passed … failed" if serve else "95 % CI", justify="right")
-    t.add_column("vs best", justify="right")
-    if serve:
-        t.add_column("cold start", justify="right")
-    t.add_column("verdict")
+    # Fold, never elide: a cut figure ("6.4…") is worse than a taller row.
+    for header, justify in (("#", "right"), ("change", "left"), (unit, "right"),
+                            ("bracket" if serve else "95 % CI", "right"), ("vs best", "right"),
+                            *((("cold start", "right"),) if serve else ()), ("verdict", "left")):
+        t.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for tr in [result.baseline, *result.trials]:
         change = _setting(tr.changed) if tr.changed else "baseline"
-        cells = [str(tr.index), change, _num(tr.estimate.median), _ci(tr), _speed(tr.speedup, tr.speedup_ci)]
+        cells = [str(tr.index), change, _num(tr.estimate.median), _ci(tr), _speed(tr.speedup, tr.speedup_ci, sep="\n")]
         if serve:
             cold = tr.extra.get("cold_start_seconds")
             cells.append(f"{cold:.1f} s" if cold is not None else "–")
         t.add_row(*cells, Text(tr.verdict.replace("_", " "), style=_VERDICT_STYLE[tr.verdict]))
-    lines = [t, Text(f"Baseline: {_setting(result.baseline.knobs)}", style="dim")]
+    lines = [t, Text(f"Baseline: {_setting(result.baseline.knobs)}"
+                     + ("  (bracket: the highest rate that met every SLO … the lowest that failed)" if serve else ""), style="dim")]
     for tr in result.trials:
         if tr.verdict != "kept":
             lines.append(Text(f"  #{tr.index}: {tr.reason}", style="dim"))
