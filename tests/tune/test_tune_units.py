@@ -111,3 +111,25 @@ def test_a_command_that_cannot_start_is_bad_input_naming_it(capsys, tmp_path):
     assert rc == 2
     err = capsys.readouterr().err
     assert "baseline could not be measured" in err and "no-such-trainer" in err and "No such file" in err
+
+
+def test_the_terminal_report_fits_80_columns_without_cutting_a_figure():
+    from rich.console import Console
+
+    from gpulens.tune.report import terminal
+    from gpulens.tune.result import Trial, TuneResult
+    from gpulens.tune.stats import Estimate
+
+    base = Trial(0, {"max_batch": "1"}, {}, "baseline", "", "requests_per_second", Estimate(6, 50, 50, 60),
+                 extra={"cold_start_seconds": 0.61})
+    best = Trial(1, {"max_batch": "128"}, {"max_batch": "128"}, "kept", "it meets every SLO at 160 req/s",
+                 "requests_per_second", Estimate(6, 1600, 1600, 3200), speedup=32.0, speedup_ci=(26.67, 64.0),
+                 extra={"cold_start_seconds": 12.5})
+    result = TuneResult("serve", "serve", "requests_per_second", base, [best], best, 32.0, (26.67, 64.0), [],
+                        "every knob value was tried", "vllm serve m --max-num-seqs 128", "vllm serve m --max-num-seqs 1")
+    console = Console(width=80, record=True, color_system=None)
+    console.print(terminal(result))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for figure in ("max_batch=128", "1,600", "1,600 … 3,200", "×32.00", "(26.67…64.00)", "12.5 s", "kept"):
+        assert figure in text, figure

@@ -42,20 +42,30 @@ def _setting(knobs: dict[str, str]) -> str:
 
 def terminal(result: TuneResult) -> Group:
     unit = result.metric.replace("requests_per_second", "req/s").replace("_per_second", "/s").replace("_", " ")
-    t = Table(title=f"gpulens tune {result.mode}: {result.name}", title_justify="left", expand=False, box=box.SIMPLE_HEAD)
+    t = Table(title=f"gpulens tune {result.mode}: {result.name}", title_justify="left", expand=False, box=box.SIMPLE_HEAD,
+              padding=(0, 1), show_edge=False, pad_edge=False, collapse_padding=True)
     serve = result.mode == "serve"
-    # Fold, never elide: a cut figure ("6.4…") is worse than a taller row.
-    for header, justify in (("#", "right"), ("change", "left"), (unit, "right"),
-                            ("bracket" if serve else "95 % CI", "right"), ("vs best", "right"),
-                            *((("cold start", "right"),) if serve else ()), ("verdict", "left")):
-        t.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    rows = []
     for tr in [result.baseline, *result.trials]:
-        change = _setting(tr.changed) if tr.changed else "baseline"
-        cells = [str(tr.index), change, _num(tr.estimate.median), _ci(tr), _speed(tr.speedup, tr.speedup_ci, sep="\n")]
+        cells = [str(tr.index), _setting(tr.changed) if tr.changed else "baseline", _num(tr.estimate.median), _ci(tr),
+                 _speed(tr.speedup, tr.speedup_ci, sep="\n")]
         if serve:
             cold = tr.extra.get("cold_start_seconds")
             cells.append(f"{cold:.1f} s" if cold is not None else "–")
-        t.add_row(*cells, Text(tr.verdict.replace("_", " "), style=_VERDICT_STYLE[tr.verdict]))
+        rows.append((cells, Text(tr.verdict.replace("_", " "), style=_VERDICT_STYLE[tr.verdict])))
+    headers = ["#", "change", unit, "bracket" if serve else "95 % CI", "vs best", *(["cold\nstart"] if serve else []), "verdict"]
+    for i, header in enumerate(headers):
+        col = [r[0][i] for r in rows] if i < len(headers) - 1 else []
+        if header in ("change", "verdict"):
+            # Text folds at ", " and spaces but never below its longest word.
+            words = [w for c in col for w in c.replace(",", " ").split()] + ["rolled"]
+            t.add_column(header, min_width=max(map(len, words)), overflow="fold")
+        else:
+            # A figure is kept whole: its column is as wide as its widest line.
+            t.add_column(header, justify="right", no_wrap=True,
+                         min_width=max([len(line) for c in col for line in c.splitlines()] + [1]))
+    for cells, verdict in rows:
+        t.add_row(*cells, verdict)
     lines = [t, Text(f"Baseline: {_setting(result.baseline.knobs)}"
                      + ("  (bracket: the highest rate that met every SLO … the lowest that failed)" if serve else ""), style="dim")]
     for tr in result.trials:
