@@ -39,6 +39,11 @@ from gpulens.workload.training.writer import StepWriter
 
 log = logging.getLogger(__name__)
 
+# Set by `gpulens tune` for the training command it runs: the store to write to (when the code
+# passes none) and the trial's tag, recorded in the monitor's train_start event.
+ENV_STORE = "GPULENS_STORE"
+ENV_RUN = "GPULENS_RUN"
+
 
 class StepContext:
     """What `mon.step()` returns: set `loss` (a float or a tensor, read lazily) and optionally
@@ -65,7 +70,8 @@ class StepContext:
 class TrainingMonitor:
     """Per-step timing of a training loop, written to a gpulens store.
 
-    job: the job's name (label `job`). store: a `Store` or a path. flops_per_token: model FLOPs per
+    job: the job's name (label `job`). store: a `Store` or a path (default: $GPULENS_STORE, else
+    the default store). flops_per_token: model FLOPs per
     token (≈ 6 × parameters) for MFU. peak_flops: the GPU's peak FLOP/s, overriding the catalog.
     rank/world_size: default from torch.distributed or torchrun's environment. cuda_timing: time
     the step's GPU work with CUDA events read back lazily (default: when CUDA is available).
@@ -102,6 +108,8 @@ class TrainingMonitor:
                 "sync_every must be ≥ 0, flush_interval_seconds > 0 and outlier_factor > 1.",
                 hint="Use the defaults unless you have a reason: sync_every=0, flush_interval_seconds=1, outlier_factor=3.",
             )
+        if store is None:  # a tuner (`gpulens tune train`) points the user's monitor at its store this way
+            store = os.environ.get(ENV_STORE) or None
         self._owns_store = not isinstance(store, Store)
         self.store = store if isinstance(store, Store) else Store(Path(store) if store is not None else DEFAULT_STORE_PATH)
         det_rank, det_world, local_rank = detect_rank()
@@ -165,6 +173,8 @@ class TrainingMonitor:
             "cuda_timing": self._timer is not None,
             "config": config or {},
         }
+        if os.environ.get(ENV_RUN):  # the tune trial this process belongs to (see ENV_RUN)
+            start["run"] = os.environ[ENV_RUN]
         self._queue.append(("event", N.EV_TRAIN_START, self._wall0, start))
         self.writer.start()
         atexit.register(self.close)  # a script that forgets close() still gets its last steps written
