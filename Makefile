@@ -45,14 +45,14 @@ run: $(VENV)/.run-stamp
 
 # ruff first: it also keeps pynvml imports inside gpu/nvml.py (the one NVML seam).
 test: $(VENV)/.test-stamp
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples deploy
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test-stamp
 	$(PY) benchmarks/run_all.py
 
 lint: $(VENV)/.test-stamp
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples deploy
 
 clean:
 	rm -rf $(VENV) .gpulens .pytest_cache
