@@ -33,7 +33,9 @@ def run_load(
     if check_target:
         asyncio.run(check_reachable(spec.target.url))
     progress = progress or Progress()
-    if spec.duration_seconds is not None and spec.rate is not None:
+    if spec.arrivals is not None:
+        progress.planned = len(spec.arrivals)
+    elif spec.duration_seconds is not None and spec.rate is not None:
         mean_rate = spec.rate if spec.ramp_to is None else (spec.rate + spec.ramp_to) / 2
         progress.planned = int(mean_rate * spec.duration_seconds)
         if spec.max_requests is not None:
@@ -118,6 +120,9 @@ def sweep(
         raise BadInputError("--sweep needs at least one --slo to sweep against.", hint='E.g. --slo "p99_latency<=500ms".')
     spec.validate()
     _check_ratio(max_error_ratio)
+    if spec.arrivals is not None:
+        raise BadInputError("--sweep cannot change the rate of a replayed recording.",
+                            hint="Replay it at several --speed values instead, or sweep with --rate.")
     if max_value is not None and not max_value > 0:
         raise BadInputError(f"The sweep's upper limit must be above zero, not {max_value:g}.", hint="Give e.g. --max-rate 1000.")
     asyncio.run(check_reachable(spec.target.url))

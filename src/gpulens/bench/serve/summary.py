@@ -101,6 +101,9 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
 
     send_window, span = run_windows(spec, records, interrupted, wall)
     tokens = sum(rec.output_tokens or 0 for rec in records if rec.status == "ok")
+    in_tokens = sum(rec.input_tokens or 0 for rec in records if rec.status == "ok")
+    short = sum(1 for rec in records if rec.status == "ok" and rec.planned_output_tokens is not None
+                and rec.output_tokens is not None and rec.output_tokens < rec.planned_output_tokens)
     # Requests the user's stop cut off are neither the server's successes nor its failures.
     cancelled = sum(1 for rec in records if rec.error == CANCELLED_ERROR)
     judged = len(records) - cancelled
@@ -108,7 +111,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
 
     summary = LoadSummary(
         mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency,
-        arrival=spec.arrival if spec.mode == "open" else "closed",
+        arrival=("replay" if spec.arrivals is not None else spec.arrival) if spec.mode == "open" else "closed",
         duration_seconds=span if records else 0.0,
         requests=requests,
         achieved_rate=requests["ok"] / span if records else 0.0,
@@ -119,6 +122,10 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
         ttft=dists["ttft"].summary(), itl=dists["itl"].summary(), tpot=dists["tpot"].summary(),
         output_tokens=tokens,
         output_tokens_per_second=(tokens / span) if tokens else None,
+        input_tokens=in_tokens, input_tokens_per_second=(in_tokens / span) if in_tokens else None,
+        token_basis=spec.workload.token_basis if spec.workload is not None else None,
+        workload=spec.workload.describe() if spec.workload is not None else None,
+        concurrency=concurrency_distribution(records), output_tokens_short=short,
         http_statuses=dict(http), first_error=first_error, interrupted=interrupted,
         send_window_seconds=send_window if records else 0.0,
         rates_per_second={s: (requests[s] / span if records else 0.0) for s in STATUSES},
@@ -128,6 +135,41 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
     _verdicts(summary, records, slos)
     _warnings(summary, spec, cpu, wall)
     return LoadResult(summary, records, wall_start_unix)
+
+
+def concurrency_distribution(records: list[RequestRecord]) -> dict[str, float] | None:
+    """Requests in flight (sent, not yet ended), weighted by how long each count lasted, from the
+    first send to the last end: mean, p50, p90, p99 and max. Computed after the run, from the records."""
+    edges: list[tuple[float, int]] = []
+    for rec in records:
+        if rec.sent is not None and rec.end is not None:
+            edges.append((rec.sent, 1))
+            edges.append((rec.end, -1))
+    if not edges:
+        return None
+    edges.sort()
+    held: dict[int, float] = {}
+    level, t_prev = 0, edges[0][0]
+    for t, step in edges:
+        if t > t_prev:
+            held[level] = held.get(level, 0.0) + (t - t_prev)
+            t_prev = t
+        level += step
+    total = sum(held.values())
+    if total <= 0:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": float(max(1, level))}
+    out = {"mean": sum(k * v for k, v in held.items()) / total, "max": float(max(held))}
+    acc, levels = 0.0, sorted(held)
+    marks = iter((("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))
+    name, q = next(marks)
+    for k in levels:
+        acc += held[k]
+        while name and acc >= q * total - 1e-12:
+            out[name] = float(k)
+            name, q = next(marks, (None, 0.0))
+        if name is None:
+            break
+    return {k: out[k] for k in ("mean", "p50", "p90", "p99", "max")}
 
 
 def _pct(ratio: float) -> str:
@@ -161,6 +203,8 @@ def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo
     if slos:
         good = sum(1 for rec in records if request_meets(rec, slos))
         summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
+        judged = sum(1 for rec in records if rec.error != CANCELLED_ERROR)
+        summary.goodput_ratio = good / judged if judged else 0.0
 
 
 def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> None:
