@@ -77,7 +77,7 @@ def run_windows(spec: LoadSpec, records: list[RequestRecord], interrupted: bool,
 
 
 def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall_start_unix: float,
-              max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO) -> LoadResult:
+              max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO, min_goodput_ratio: float | None = None) -> LoadResult:
     dists = {k: Distribution() for k in DIST_NAMES}
     records: list[RequestRecord] = []
     not_sent = 0
@@ -132,7 +132,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
         error_ratio=failed / judged if judged else 0.0,
         max_error_ratio=max_error_ratio,
     )
-    _verdicts(summary, records, slos)
+    _verdicts(summary, records, slos, min_goodput_ratio)
     _warnings(summary, spec, cpu, wall)
     return LoadResult(summary, records, wall_start_unix)
 
@@ -176,8 +176,13 @@ def _pct(ratio: float) -> str:
     return f"{ratio * 100:g}%"
 
 
-def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo]) -> None:
+def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo],
+              min_goodput_ratio: float | None = None) -> None:
+    """One verdict per SLO (on the run's statistic) and the error-ratio gate. With a goodput target
+    (`--goodput 0.99`) the run is judged per request instead: it passes when that share of its
+    requests met every SLO; the per-statistic verdicts are still reported, without gating."""
     error_ratio, bound = summary.error_ratio, summary.max_error_ratio
+    per_request = min_goodput_ratio is not None
     for s in slos:
         if s.metric == "error_rate":
             value = error_ratio
@@ -185,26 +190,32 @@ def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo
             dist = getattr(summary, s.metric)
             value = None if dist is None else dist.get(s.stat or "p99")
         summary.slo_results.append({"slo": s.text, "metric": s.metric, "stat": s.stat, "bound": s.bound,
-                                    "value": value, "met": s.holds(value)})
+                                    "value": value, "met": s.holds(value), "gating": not per_request})
     explicit = any(s.metric == "error_rate" for s in slos)
     if slos and not explicit:
         summary.slo_results.append({"slo": f"error_rate<={_pct(bound)} (implied)", "metric": "error_rate",
-                                    "stat": None, "bound": bound, "value": error_ratio, "met": error_ratio <= bound})
+                                    "stat": None, "bound": bound, "value": error_ratio, "met": error_ratio <= bound,
+                                    "gating": not per_request})
+    if slos:
+        good = sum(1 for rec in records if request_meets(rec, slos))
+        summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
+        judged = sum(1 for rec in records if rec.error != CANCELLED_ERROR)
+        summary.goodput_ratio = good / judged if judged else 0.0
+        if per_request:
+            summary.slo_results.append({"slo": f"goodput>={_pct(min_goodput_ratio)}", "metric": "goodput_ratio",
+                                        "stat": None, "bound": min_goodput_ratio, "value": summary.goodput_ratio,
+                                        "met": summary.goodput_ratio >= min_goodput_ratio, "gating": True})
     for r in summary.slo_results:
-        if not r["met"]:
+        if not r["met"] and r["gating"]:
             v = r["value"]
-            shown = "nothing measured" if v is None else (f"{v:.2%}" if r["metric"] == "error_rate" else f"{v * 1e3:.1f} ms")
+            ratio = r["metric"] in ("error_rate", "goodput_ratio")
+            shown = "nothing measured" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
             summary.failures.append(f"SLO {r['slo']} missed ({shown})")
     if not explicit and not slos and error_ratio > bound:
         q = summary.requests
         summary.failures.append(f"{error_ratio:.2%} of requests failed ({q['error']} errors, {q['timeout']} timeouts, "
                                 f"{q['rejected']} rejected of {q['total']}), above the {_pct(bound)} allowed "
                                 f"(--max-error-ratio {bound:g})")
-    if slos:
-        good = sum(1 for rec in records if request_meets(rec, slos))
-        summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
-        judged = sum(1 for rec in records if rec.error != CANCELLED_ERROR)
-        summary.goodput_ratio = good / judged if judged else 0.0
 
 
 def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> None:
