@@ -169,13 +169,17 @@ def test_html_report_of_a_run_opens_with_its_charts(test_server, tmp_path):
         assert "input tokens/s" in page.locator("table.summary").inner_text()
 
 
-def test_html_report_of_a_sweep_draws_latency_against_rate(timed_server, tmp_path):
+def test_html_report_of_a_sweep_draws_latency_against_rate(timed_server, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "sweep.html"
     rc = main(["bench", "serve", "--url", f"{timed_server}/capacity/report?ms=20", "--sweep", "--rate", "20",
                "--duration", "1s", "--slo", "p99_latency<=150ms", "--max-probes", "4", "--report", str(out),
-               "--no-store", "--no-fail"])
+               "--no-store", "--no-fail", "--format", "json"])
     assert rc == 0
+    probes = json.loads(capsys.readouterr().out)["probes"]
+    assert len(probes) == 4
+    for p in probes:  # each probe carries vLLM's figures too, without the per-request lists
+        assert p["completed"] == p["requests"]["ok"] and "p99_e2el_ms" in p and "ttfts" not in p
     with _chromium_page(out.as_uri()) as page:
         assert page.locator("figure[data-chart='latency_vs_rate'] img").evaluate("e => e.naturalWidth") >= 600
         assert "Highest load meeting every SLO" in page.locator("p.best").inner_text()

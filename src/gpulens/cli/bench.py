@@ -62,6 +62,12 @@ Examples:
     gpulens bench serve --url http://127.0.0.1:8000/v1/chat/completions --concurrency 16 --requests 500
     gpulens bench serve --url http://host:8000/v1/completions --sweep --rate 2 --slo "p99_ttft<=300ms" --slo "p99_latency<=5s"
 
+**Shaped traffic** (docs/inference.md): `--input-tokens uniform:200-2000 --output-tokens 256
+--tokenizer ./model/` (token-exact; without `--tokenizer` an estimate), `--dataset sharegpt.json`
+(`--multi-turn` for chats), `--prefix-tokens 1024 --prefix-groups 4`, and
+`--replay-arrivals STORE|TRACE|MOONCAKE.jsonl --speed 2` for a recording's arrival times.
+`--goodput 0.99` judges per request; `--report run.html` writes a page with charts.
+
 Results: a table (or `--format json` on standard output), `--csv` with every request (with
 `--sweep`: one row per probe), and a run in the store that `gpulens compare` can test later runs
 against.

@@ -77,15 +77,23 @@ class Probe:
     passed: bool
     result: LoadResult
     failed_slos: list[str] = field(default_factory=list)
+    slos: list[Slo] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
+        from gpulens.bench.serve.vllm_compat import vllm_scalars
+
         s = self.result.summary
         return {
             "value": self.value, "passed": self.passed, "failed_slos": self.failed_slos,
-            "achieved_rate": s.achieved_rate, "goodput": s.goodput, "client_bound": s.client_bound,
+            "achieved_rate": s.achieved_rate, "goodput": s.goodput, "goodput_ratio": s.goodput_ratio,
+            "client_bound": s.client_bound,
             "latency": s.latency.to_dict() if s.latency else None,
             "ttft": s.ttft.to_dict() if s.ttft else None,
             "requests": s.requests, "error_ratio": s.error_ratio, "slo_results": s.slo_results,
+            "input_tokens_per_second": s.input_tokens_per_second, "output_tokens_per_second": s.output_tokens_per_second,
+            "concurrency": s.concurrency,
+            # the `vllm bench serve` figures of this probe (its per-request lists left out)
+            **vllm_scalars(self.result.records, s.duration_seconds, slos=self.slos),
         }
 
 
@@ -164,7 +172,7 @@ def sweep(
             # concluding the server cannot take it.
             res = once()
             failed = _failed(res)
-        p = Probe(value, not failed, res, failed)
+        p = Probe(value, not failed, res, failed, slos)
         probes.append(p)
         if on_probe:
             on_probe(p)

@@ -74,7 +74,6 @@ class RequestRecord:
     input_tokens: int | None = None  # the server's usage.prompt_tokens, else the workload's count
     planned_output_tokens: int | None = None  # max_tokens asked for (shaped traffic)
     itls: list[float] | None = None  # every inter-token gap, seconds (streamed completions)
-    plan: int | None = None  # index of the workload's request it sent
 
     @property
     def latency(self) -> float | None:

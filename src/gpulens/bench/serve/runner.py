@@ -230,8 +230,7 @@ class _Run:
         rec = RequestRecord(index=index, worker=self.worker, intended=intended)
         raw = self.raw
         if self.plans is not None:
-            rec.plan = (index if plan is None else plan) % len(self.plans)
-            raw, rec.input_tokens, rec.planned_output_tokens = self.plans[rec.plan]
+            raw, rec.input_tokens, rec.planned_output_tokens = self.plans[(index if plan is None else plan) % len(self.plans)]
         self.records.append(rec)
         self.progress.sent += 1
         self.progress.in_flight += 1

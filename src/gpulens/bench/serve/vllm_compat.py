@@ -115,3 +115,11 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
                     tokens[b] += 1
         conc[int(r.sent - start): int(r.end - start) + 1] += 1
     return float(tokens.max()), int(conc.max())
+
+
+PER_REQUEST_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+
+
+def vllm_scalars(records: list[RequestRecord], duration_seconds: float, **kw: Any) -> dict[str, Any]:
+    """`vllm_result` without its per-request lists: one sweep probe's figures."""
+    return {k: v for k, v in vllm_result(records, duration_seconds, **kw).items() if k not in PER_REQUEST_KEYS}
