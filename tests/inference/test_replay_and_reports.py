@@ -160,11 +160,11 @@ def test_html_report_of_a_run_opens_with_its_charts(test_server, tmp_path):
     assert rc == 0
     text = out.read_text()
     assert "<script" not in text and not re.search(r"""src=['"](?!data:)""", text)
-    for chart in ("ttft_distribution", "itl_distribution", "latency_distribution", "send_lag"):
+    for chart in ("ttft_distribution", "itl_distribution", "latency_distribution", "ttft_by_prompt_tokens", "send_lag"):
         assert f"data-chart='{chart}'" in text, chart
     with _chromium_page(out.as_uri()) as page:
         widths = page.locator("figure img").evaluate_all("els => els.map(e => e.naturalWidth)")
-        assert len(widths) == 4 and min(widths) >= 300
+        assert len(widths) == 5 and min(widths) >= 300
         assert page.locator("tr[data-slo='p99_ttft<=200ms'] td.met").count() == 1
         assert "input tokens/s" in page.locator("table.summary").inner_text()
 
@@ -183,3 +183,13 @@ def test_html_report_of_a_sweep_draws_latency_against_rate(timed_server, tmp_pat
     with _chromium_page(out.as_uri()) as page:
         assert page.locator("figure[data-chart='latency_vs_rate'] img").evaluate("e => e.naturalWidth") >= 600
         assert "Highest load meeting every SLO" in page.locator("p.best").inner_text()
+
+
+def test_goodput_verdict_reads_as_a_share_in_the_table(test_server, capsys):
+    url = f"{test_server}/v1/completions?ttft_ms=10&itl_ms=2"
+    rc = main(["bench", "serve", "--url", url, "--rate", "10", "--duration", "0.5s", "--max-tokens", "4",
+               "--slo", "ttft<=2s", "--goodput", "0.5", "--no-store"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "SLO goodput>=50%: 100.00% met" in text
+    assert "(reported; --goodput judges per request)" in text

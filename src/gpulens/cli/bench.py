@@ -347,8 +347,11 @@ def _render_summary(s, run_id: int | None) -> None:
                       f"p90 {c['p90']:g}, p99 {c['p99']:g}, max {c['max']:g}")
     for r in s.slo_results:
         mark = "[green]met[/]" if r["met"] else "[red]missed[/]"
+        if not r.get("gating", True):
+            mark += " [dim](reported; --goodput judges per request)[/]"
         v = r["value"]
-        shown = "–" if v is None else (f"{v:.2%}" if r["metric"] == "error_rate" else f"{v * 1e3:.1f} ms")
+        ratio = r["metric"] in ("error_rate", "goodput_ratio")
+        shown = "–" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
         console.print(f"SLO {r['slo']}: {shown} {mark}")
     if s.goodput is not None:
         ratio = "" if s.goodput_ratio is None else f" ({s.goodput_ratio:.1%} of requests)"

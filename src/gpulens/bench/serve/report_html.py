@@ -68,6 +68,24 @@ def _distributions(plt, load: LoadResult) -> list[str]:
     return out
 
 
+def _ttft_by_prompt(plt, load: LoadResult) -> list[str]:
+    """Shaped traffic: TTFT against the prompt's tokens, where the prefill cost shows."""
+    pts = [(r.input_tokens, r.ttft * 1e3) for r in load.records
+           if r.status == "ok" and r.input_tokens is not None and r.ttft is not None]
+    if len({x for x, _ in pts}) < 2:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    try:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=3, color="#7a52c7")
+        ax.set_xlabel("prompt tokens")
+        ax.set_ylabel("TTFT ms")
+        ax.set_title("TTFT against prompt length", fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+        return [_figure("ttft_by_prompt_tokens", "TTFT against the prompt's length in tokens", _png(fig))]
+    finally:
+        plt.close(fig)
+
+
 def _send_lag(plt, load: LoadResult) -> list[str]:
     pts = [(r.intended, (r.sent - r.intended) * 1e3) for r in load.records if r.sent is not None]
     if not pts:
@@ -120,8 +138,9 @@ def _verdicts(results: list[dict]) -> str:
         ratio = r["metric"] in ("error_rate", "goodput_ratio")
         shown = "–" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
         cls = "met" if r["met"] else "missed"
+        note = "" if r.get("gating", True) else " (reported, not gating)"
         rows.append(f"<tr data-slo='{html.escape(r['slo'])}'><td>{html.escape(r['slo'])}</td><td>{shown}</td>"
-                    f"<td class='{cls}'>{cls}</td></tr>")
+                    f"<td class='{cls}'>{cls}{note}</td></tr>")
     return "<table class='verdicts'><tr><th>SLO</th><th>value</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
 
 
@@ -165,7 +184,7 @@ def write_report(path: str | Path, spec: LoadSpec, slos: list[Slo], *, load: Loa
     if load is not None:
         parts.append("<h2>SLO verdicts</h2>" + _verdicts(load.summary.slo_results))
         parts.append("<h2>Run</h2>" + _summary_table(load))
-        parts += _distributions(plt, load) + _send_lag(plt, load)
+        parts += _distributions(plt, load) + _ttft_by_prompt(plt, load) + _send_lag(plt, load)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>" + "".join(parts) + "</body></html>")
     try:

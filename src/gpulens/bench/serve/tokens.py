@@ -127,7 +127,7 @@ class HfTokenizer:
             from tokenizers import Tokenizer as _Tok
         except ImportError:
             raise BadInputError("--tokenizer needs the `tokenizers` library, which is not installed.",
-                                hint="pip install tokenizers (or leave --tokenizer out for an estimate).") from None
+                                hint="Install the tokens extra: pip install 'gpulens[tokens]' (or leave --tokenizer out for an estimate).") from None
         try:
             self._tok = _Tok.from_file(str(file))
         except Exception as e:  # the library raises a bare Exception for a malformed file
