@@ -8,6 +8,7 @@ import json
 import random
 import statistics
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,21 @@ def test_traffic_options_that_do_not_fit_are_refused(test_server):
         plan_traffic(TrafficOptions(input_tokens="8"), **{**base, "kind": "http"})
     with pytest.raises(BadInputError, match="tokenizer"):
         plan_traffic(TrafficOptions(input_tokens="8", tokenizer="/no/such/tokenizer.json"), **base)
+
+
+def test_worker_processes_send_distinct_planned_requests(test_server):
+    spec = _spec(test_server, "ttft_ms=2&itl_ms=1&log=shape-workers", TrafficOptions(input_tokens="24", seed=9),
+                 rate=40, duration=0.5)
+    res = run_load(replace(spec, workers=2))
+    served = _log(test_server, "shape-workers")
+    assert res.summary.requests["ok"] == len(served) == 20
+    assert len({tuple(s["tokens"]) for s in served}) == 20  # each planned request sent once, none twice
+    assert not any("sent again" in w for w in res.summary.warnings)
+
+
+def test_a_run_longer_than_its_workload_says_prompts_were_resent(test_server):
+    spec = _spec(test_server, "ttft_ms=2&itl_ms=1", TrafficOptions(input_tokens="8"), rate=None, concurrency=2,
+                 duration=None, requests=3)
+    res = run_load(replace(spec, max_requests=8))  # planned for 3, run for 8
+    assert res.summary.requests["ok"] == 8
+    assert any("8 requests from a workload of 3 distinct ones" in w for w in res.summary.warnings)

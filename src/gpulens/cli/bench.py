@@ -155,7 +155,7 @@ def serve(
                        seed=seed),
         url=url, kind=kind, model=model, stream=stream, prompt=prompt, max_tokens=max_tokens, rate=rate,
         ramp_to=ramp_to, duration_seconds=duration_s,
-        max_requests=requests)
+        max_requests=requests, sweep=sweep)
     replay = traffic.arrivals
     spec = LoadSpec(
         target=Target(url=url, method=(method or ("POST" if data is not None else "GET")).upper(), body=data,

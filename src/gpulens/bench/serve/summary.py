@@ -243,3 +243,8 @@ def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> 
                  "latency percentiles at that lower bound.")
     if summary.interrupted:
         w.append("The run was interrupted; these are the partial results.")
+    planned = len(spec.workload.requests) if spec.workload is not None else 0
+    if planned and total > planned:
+        w.append(f"The run sent {total} requests from a workload of {planned} distinct ones, so some prompts were sent "
+                 "again: a prefix cache serves a repeat faster than a new prompt. Give --requests (or a shorter "
+                 "--duration) to plan one per request, up to 10,000.")

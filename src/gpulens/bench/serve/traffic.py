@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gpulens.bench.serve.arrivals import RecordedArrivals, load_arrivals
 from gpulens.bench.serve.datasets import load_dataset
 from gpulens.bench.serve.tokens import make_tokenizer, parse_length_spec
-from gpulens.bench.serve.workload import BodyFormat, Workload, from_dataset, planned_count, synthetic
+from gpulens.bench.serve.workload import MAX_PLANNED, BodyFormat, Workload, from_dataset, planned_count, synthetic
 from gpulens.errors import BadInputError
 
 
@@ -42,7 +42,10 @@ class PlannedTraffic:
 
 def plan_traffic(opts: TrafficOptions, *, url: str, kind: str, model: str, stream: bool, prompt: str,
                  max_tokens: int, rate: float | None, ramp_to: float | None, duration_seconds: float | None,
-                 max_requests: int | None) -> PlannedTraffic:
+                 max_requests: int | None, sweep: bool = False) -> PlannedTraffic:
+    """The workload (None: every request sends the target's own body) and the recorded arrivals
+    (None: a rate or a concurrency). A sweep's probes go above its starting load, so it plans the
+    most distinct requests (MAX_PLANNED) rather than the first probe's count."""
     arrivals = None
     if opts.replay is not None:
         arrivals = load_arrivals(opts.replay, speed=opts.speed, service=opts.replay_service).head(
@@ -72,6 +75,8 @@ def plan_traffic(opts: TrafficOptions, *, url: str, kind: str, model: str, strea
     fmt = BodyFormat(kind, model, stream, ignore_eos)
     if arrivals is not None:
         count = len(arrivals.times_seconds)
+    elif sweep:
+        count = MAX_PLANNED if max_requests is None else min(max_requests, MAX_PLANNED)
     else:
         count = planned_count(rate, ramp_to, duration_seconds, max_requests)
     if opts.dataset:
