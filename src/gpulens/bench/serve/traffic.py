@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from gpulens.bench.serve.arrivals import RecordedArrivals, load_arrivals
 from gpulens.bench.serve.datasets import load_dataset
 from gpulens.bench.serve.tokens import make_tokenizer, parse_length_spec
-from gpulens.bench.serve.workload import MAX_PLANNED, BodyFormat, Workload, from_dataset, planned_count, synthetic
+from gpulens.bench.serve.workload import (
+    MAX_PLANNED,
+    BodyFormat,
+    Workload,
+    from_dataset,
+    planned_count,
+    synthetic,
+)
 from gpulens.errors import BadInputError
 
 
