@@ -193,3 +193,35 @@ def test_goodput_verdict_reads_as_a_share_in_the_table(test_server, capsys):
     text = capsys.readouterr().out
     assert "SLO goodput>=50%: 100.00% met" in text
     assert "(reported; --goodput judges per request)" in text
+
+
+def test_mooncake_replay_rebuilds_the_recorded_prefix_sharing(test_server, tmp_path, capsys):
+    """Requests whose hash_ids agree from the start share those 512-token blocks, as recorded; a
+    server with a prefix cache then prefills only what was not seen before."""
+    f = tmp_path / "mooncake.jsonl"
+    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 4, "hash_ids": [7, 8, 9]},
+            {"timestamp": 40, "input_length": 1200, "output_length": 4, "hash_ids": [7, 8, 10]},
+            {"timestamp": 80, "input_length": 600, "output_length": 4, "hash_ids": [7, 11]},
+            {"timestamp": 120, "input_length": 700, "output_length": 4, "hash_ids": [12, 13]}]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert load_arrivals(f).block_ids == ((7, 8, 9), (7, 8, 10), (7, 11), (12, 13))
+    url = f"{test_server}/v1/completions?ttft_ms=2&itl_ms=1&log=mooncake&cache=mooncake"
+    rc = main(["bench", "serve", "--url", url, "--replay-arrivals", str(f), "--replay-lengths", "--no-store",
+               "--format", "json"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 4
+    served = _log_of(test_server, "mooncake")
+    assert [len(s["tokens"]) for s in served] == [1100, 1200, 600, 700]
+    toks = [s["tokens"] for s in served]
+    assert toks[0][:1024] == toks[1][:1024] and toks[0][1024:1040] != toks[1][1024:1040]
+    assert toks[2][:512] == toks[0][:512] and toks[2][512:528] != toks[0][512:528]
+    assert toks[3][:512] != toks[0][:512]
+    # the cache (16-token blocks) reuses 1,024 tokens for the second, 512 for the third, none for the fourth
+    assert [s["prefilled"] for s in served] == [1100, 1200 - 1024, 600 - 512, 700]
+
+
+def _log_of(base: str, key: str) -> list[dict]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base}/log/{key}") as r:
+        return json.loads(r.read())

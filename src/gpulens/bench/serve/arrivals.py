@@ -19,6 +19,7 @@ from typing import Any
 from gpulens.errors import BadInputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+MOONCAKE_BLOCK_TOKENS = 512  # the block size of mooncake's published traces' hash_ids
 SOURCE_HINT = ("Give a gpulens store, a trace folder (or its events.jsonl) with request events, or a "
                "mooncake JSONL trace ({\"timestamp\": ms, \"input_length\", \"output_length\"}).")
 
@@ -31,6 +32,9 @@ class RecordedArrivals:
     source: str
     format: str  # "store", "trace" or "mooncake"
     speed: float = 1.0
+    # mooncake: each request's `hash_ids`, one per MOONCAKE_BLOCK_TOKENS-token block of its prompt;
+    # requests whose ids agree from the start share that prefix. None for other formats.
+    block_ids: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def lengths(self) -> list[tuple[int | None, int | None]]:
@@ -44,7 +48,8 @@ class RecordedArrivals:
         if max_requests is not None:
             n = min(n, max_requests)
         return RecordedArrivals(self.times_seconds[:n], self.input_tokens[:n], self.output_tokens[:n],
-                                self.source, self.format, self.speed)
+                                self.source, self.format, self.speed,
+                                None if self.block_ids is None else self.block_ids[:n])
 
 
 def load_arrivals(source: str | Path, *, speed: float = 1.0, service: str | None = None) -> RecordedArrivals:
@@ -58,20 +63,22 @@ def load_arrivals(source: str | Path, *, speed: float = 1.0, service: str | None
             head = f.read(len(SQLITE_MAGIC))
     except OSError as e:
         raise BadInputError(f"Cannot read the recording {p}: {e.strerror}.", hint=SOURCE_HINT) from None
+    blocks_by_row = None
     if head == SQLITE_MAGIC:
         rows, fmt = _from_store(p, service), "store"
     else:
-        rows, fmt = _from_jsonl(p)
+        rows, fmt, blocks_by_row = _from_jsonl(p)
     if service is not None and fmt != "store":
         raise BadInputError("--replay-service picks a service of a gpulens store; this recording is a file.",
                             hint="Leave --replay-service out, or give a store.")
     if not rows:
         what = f" of service {service!r}" if service else ""
         raise BadInputError(f"The recording {p} has no request arrivals{what}.", hint=SOURCE_HINT)
-    rows.sort(key=lambda r: r[0])
-    t0 = rows[0][0]
-    return RecordedArrivals(tuple((t - t0) / speed for t, _i, _o in rows), tuple(i for _t, i, _o in rows),
-                            tuple(o for _t, _i, o in rows), str(source), fmt, speed)
+    order = sorted(range(len(rows)), key=lambda k: rows[k][0])
+    t0 = rows[order[0]][0]
+    blocks = None if blocks_by_row is None else tuple(blocks_by_row[k] for k in order)
+    return RecordedArrivals(tuple((rows[k][0] - t0) / speed for k in order), tuple(rows[k][1] for k in order),
+                            tuple(rows[k][2] for k in order), str(source), fmt, speed, blocks)
 
 
 def _int(v: Any) -> int | None:
@@ -95,8 +102,9 @@ def _from_store(path: Path, service: str | None) -> list[tuple[float, int | None
     return [row for e in events if (row := _request_row(e.data)) is not None]
 
 
-def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]], str]:
+def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]], str, list[tuple[int, ...]] | None]:
     rows: list[tuple[float, int | None, int | None]] = []
+    blocks: list[tuple[int, ...]] = []
     fmt = None
     with path.open(encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
@@ -115,8 +123,11 @@ def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]],
                 fmt = fmt or "mooncake"
                 ts = _num(d.get("timestamp"))
                 row = None if ts is None else (ts / 1000.0, _int(d.get("input_length")), _int(d.get("output_length")))
+                ids = d.get("hash_ids")
+                if row is not None:
+                    blocks.append(tuple(int(h) for h in ids if isinstance(h, int)) if isinstance(ids, list) else ())
             else:
                 continue
             if row is not None:
                 rows.append(row)
-    return rows, fmt or "trace"
+    return rows, fmt or "trace", (blocks if fmt == "mooncake" and len(blocks) == len(rows) else None)

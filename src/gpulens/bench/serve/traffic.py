@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.bench.serve.arrivals import RecordedArrivals, load_arrivals
+from gpulens.bench.serve.arrivals import MOONCAKE_BLOCK_TOKENS, RecordedArrivals, load_arrivals
 from gpulens.bench.serve.datasets import load_dataset
 from gpulens.bench.serve.tokens import make_tokenizer, parse_length_spec
 from gpulens.bench.serve.workload import (
@@ -90,8 +90,11 @@ def plan_traffic(opts: TrafficOptions, *, url: str, kind: str, model: str, strea
         wl = from_dataset(fmt, tok, load_dataset(opts.dataset), count, output_tokens=outs,
                           default_max_tokens=max_tokens, multi_turn=opts.multi_turn, seed=opts.seed)
     else:
-        lengths = arrivals.lengths if arrivals is not None and opts.replay_lengths else None
+        recorded = arrivals if arrivals is not None and opts.replay_lengths else None
         wl = synthetic(fmt, tok, count, input_tokens=ins, output_tokens=outs, default_prompt=prompt,
                        default_max_tokens=max_tokens, prefix_tokens=opts.prefix_tokens,
-                       prefix_groups=opts.prefix_groups, seed=opts.seed, lengths=lengths)
+                       prefix_groups=opts.prefix_groups, seed=opts.seed,
+                       lengths=None if recorded is None else recorded.lengths,
+                       blocks=None if recorded is None or opts.prefix_tokens else recorded.block_ids,
+                       block_tokens=MOONCAKE_BLOCK_TOKENS)
     return PlannedTraffic(wl, arrivals)

@@ -96,11 +96,15 @@ def planned_count(rate: float | None, ramp_to: float | None, duration: float | N
 def synthetic(fmt: BodyFormat, tokenizer: Tokenizer, count: int, *, input_tokens: LengthSpec | None,
               output_tokens: LengthSpec | None, default_prompt: str, default_max_tokens: int,
               prefix_tokens: int = 0, prefix_groups: int = 1, seed: int | None = None,
-              lengths: Sequence[tuple[int | None, int | None]] | None = None) -> Workload:
+              lengths: Sequence[tuple[int | None, int | None]] | None = None,
+              blocks: Sequence[tuple[int, ...]] | None = None, block_tokens: int = 512) -> Workload:
     """`count` requests of random words, each `input_tokens` long (plus a shared prefix of
     `prefix_tokens` from one of `prefix_groups` prefixes, assigned round-robin), asking for
     `output_tokens`. `lengths` (a recording's (input, output) per request) overrides both specs
-    where it has a value. Without an input spec every request sends `default_prompt`."""
+    where it has a value. Without an input spec every request sends `default_prompt`.
+    `blocks` (a mooncake trace's hash_ids per request) rebuilds the recording's prefix sharing:
+    each id is one `block_tokens`-token text, the same for every request that names it, so
+    requests whose ids agree from the start share that prefix as they did when recorded."""
     if prefix_tokens < 0 or prefix_groups < 1:
         raise BadInputError("--prefix-tokens must be 0 or more and --prefix-groups 1 or more.",
                             hint="E.g. --prefix-tokens 512 --prefix-groups 4.")
@@ -109,18 +113,29 @@ def synthetic(fmt: BodyFormat, tokenizer: Tokenizer, count: int, *, input_tokens
     prefixes = [exact_prompt(tokenizer, prefix_tokens, rng, pool)[0] for _ in range(prefix_groups)] if prefix_tokens else []
     out: list[PlannedRequest] = []
     fixed_prompt = None
+    block_text: dict[int, str] = {}
+
+    def of_block(h: int) -> str:
+        if h not in block_text:
+            block_text[h] = exact_prompt(tokenizer, block_tokens, random.Random((seed or 0) * 1_000_003 + h), pool)[0]
+        return block_text[h]
+
     for i in range(count):
         rec_in, rec_out = lengths[i] if lengths is not None else (None, None)
         n_out = rec_out if rec_out else (output_tokens.sample(rng) if output_tokens else default_max_tokens)
         n_in = rec_in if rec_in else (input_tokens.sample(rng) if input_tokens else None)
         group = i % prefix_groups if prefixes else None
         prefix = prefixes[group] if group is not None else ""
+        target = (n_in or 0) + (prefix_tokens if group is not None else 0)
+        if blocks is not None and n_in and blocks[i]:
+            # the recorded length includes its blocks; the last, partial one is this request's own
+            prefix = " ".join(of_block(h) for h in blocks[i][: n_in // block_tokens])
         if n_in is None and not prefix:
             if fixed_prompt is None:
                 fixed_prompt = (default_prompt, tokenizer.count(default_prompt))
             text, counted = fixed_prompt
         else:
-            text, counted = exact_prompt(tokenizer, (n_in or 0) + prefix_tokens, rng, pool, prefix)
+            text, counted = exact_prompt(tokenizer, target, rng, pool, prefix)
         out.append(PlannedRequest(fmt.body([Message("user", text)], n_out), counted, n_out, group))
     return Workload(tuple(out), tokenizer.basis, "synthetic" if lengths is None else "replay",
                     prefix_tokens=prefix_tokens, prefix_groups=prefix_groups if prefixes else 0,
