@@ -106,6 +106,7 @@ def test_json_carries_the_vllm_bench_serve_keys_with_its_definitions(test_server
     assert out["request_throughput"] == pytest.approx(out["completed"] / out["duration"])
     assert out["output_throughput"] == pytest.approx(100 / out["duration"])
     assert out["request_goodput"] == pytest.approx(out["request_throughput"])  # every request met both
+    assert (out["request_rate"], out["burstiness"], out["max_concurrency"]) == (10, "inf", None)  # constant spacing
     # gpulens's own schema is kept beside them
     assert out["ttft"]["p50"] == pytest.approx(0.040, rel=0.1) and out["goodput_ratio"] == 1.0
     assert out["concurrency"]["max"] >= 1

@@ -206,10 +206,9 @@ def serve(
         _write_report(report, spec, slos, load=load)
     s = load.summary
     if out_json:
-        from gpulens.bench.serve.vllm_compat import vllm_result
+        from gpulens.bench.serve.vllm_compat import vllm_load_keys, vllm_result
 
-        vllm = vllm_result(load.records, s.duration_seconds, slos=slos, request_rate=spec.rate,
-                           burstiness=spec.burstiness if spec.arrival == "gamma" else 1.0, max_concurrency=spec.concurrency)
+        vllm = vllm_result(load.records, s.duration_seconds, slos=slos, **vllm_load_keys(spec))
         sys.stdout.write(json.dumps({**s.to_dict(), **vllm, "run_id": run_id}, indent=2, default=str) + "\n")
         for w in s.warnings:
             console_err.print(f"[yellow]warning:[/] {w}", highlight=False)

@@ -43,8 +43,21 @@ def _stats(values: list[float], name: str) -> dict[str, float]:
     return out
 
 
+def vllm_load_keys(spec: Any) -> dict[str, Any]:
+    """The load asked for, in vLLM's terms: `request_rate` ("inf" for a closed loop, as vLLM writes
+    an unbounded rate; a replay's mean rate), `burstiness` (1 Poisson, the gamma shape, "inf" for
+    constant spacing; None for a replay) and `max_concurrency` (a closed loop's users)."""
+    if spec.arrivals is not None:
+        span = spec.arrivals[-1] - spec.arrivals[0]
+        return {"request_rate": len(spec.arrivals) / span if span > 0 else "inf", "burstiness": None,
+                "max_concurrency": None}
+    burst: float | str = {"poisson": 1.0, "gamma": spec.burstiness}.get(spec.arrival, "inf")
+    return {"request_rate": spec.rate, "burstiness": burst if spec.rate is not None else 1.0,
+            "max_concurrency": spec.concurrency}
+
+
 def vllm_result(records: list[RequestRecord], duration_seconds: float, *, slos: list[Slo] | None = None,
-                request_rate: float | None = None, burstiness: float | None = None,
+                request_rate: float | str | None = None, burstiness: float | str | None = None,
                 max_concurrency: int | None = None) -> dict[str, Any]:
     ok = [r for r in records if r.status == "ok" and r.sent is not None and r.end is not None]
     ttfts, tpots, all_tpots, itls, e2els = [], [], [], [], []
