@@ -36,17 +36,66 @@ async def _sleep_until(t: float) -> None:
         await asyncio.sleep(delay)  # precise on precise_loop
 
 
+_tokenizers: dict[str, object] = {}
+_prefix_blocks: dict[str, set] = {}
+_logs: dict[str, list] = {}
+CACHE_BLOCK_TOKENS = 16
+
+
+def _prompt_tokens(body: dict, tok_path: str | None) -> list:
+    """The prompt's tokens: its messages' contents (chat) or its prompt, by the tokenizer at
+    `tok_path` (the test's own tokenizer.json) or, without one, by whitespace."""
+    texts = [m.get("content", "") for m in body["messages"]] if "messages" in body else [body.get("prompt", "")]
+    if tok_path:
+        if tok_path not in _tokenizers:
+            from tokenizers import Tokenizer
+
+            _tokenizers[tok_path] = Tokenizer.from_file(tok_path)
+        tok = _tokenizers[tok_path]
+        return [i for t in texts for i in tok.encode(t, add_special_tokens=False).ids]
+    return [w for t in texts for w in t.split()]
+
+
+def _uncached(key: str, tokens: list) -> int:
+    """Prefix caching by blocks of CACHE_BLOCK_TOKENS, as vLLM's: the leading whole blocks seen
+    before (same tokens from the start) cost nothing to prefill."""
+    seen = _prefix_blocks.setdefault(key, set())
+    cached = 0
+    hit = True
+    for end in range(CACHE_BLOCK_TOKENS, len(tokens) + 1, CACHE_BLOCK_TOKENS):
+        block = tuple(tokens[:end])
+        if hit and block in seen:
+            cached = end
+        else:
+            hit = False
+            seen.add(block)
+    return len(tokens) - cached
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
-    """OpenAI-compatible streaming: the first token after `ttft_ms`, then one every `itl_ms`."""
+    """OpenAI-compatible streaming: the first token after `ttft_ms` (plus `prefill_us` per prompt
+    token not in the prefix cache, with `cache=KEY`), then one every `itl_ms`. Without
+    `ignore_eos` the "model" ends at `eos_at` tokens when that is given (and min_tokens allows).
+    `log=KEY` keeps each request's prompt tokens, read back at GET /log/KEY."""
     body = await request.json()
     chat = request.path.endswith("/chat/completions")
+    q = request.query
     n = int(body.get("max_tokens", 16))
-    ttft = float(request.query.get("ttft_ms", "50")) / 1000
-    itl = float(request.query.get("itl_ms", "20")) / 1000
-    t0 = time.perf_counter()
+    if "eos_at" in q and not body.get("ignore_eos"):
+        n = min(n, max(int(q["eos_at"]), int(body.get("min_tokens") or 0)))
+    tokens = _prompt_tokens(body, q.get("tok"))
+    t0 = time.perf_counter()  # the cost model counts from here: after the server has tokenized
+    prefill = len(tokens) if "cache" not in q else _uncached(q["cache"], tokens)
+    if "log" in q:
+        _logs.setdefault(q["log"], []).append({"tokens": [str(t) for t in tokens], "prefilled": prefill,
+                                               "max_tokens": body.get("max_tokens"), "ignore_eos": body.get("ignore_eos"),
+                                               "messages": len(body.get("messages") or [])})
+    ttft = float(q.get("ttft_ms", "50")) / 1000 + float(q.get("prefill_us", "0")) * 1e-6 * prefill
+    itl = float(q.get("itl_ms", "20")) / 1000
+    usage = {"completion_tokens": n, "prompt_tokens": len(tokens)}
     if not body.get("stream"):
         await _sleep_until(t0 + ttft + itl * (n - 1))
-        return web.json_response({"choices": [{"text": "x" * n}], "usage": {"completion_tokens": n}})
+        return web.json_response({"choices": [{"text": "x" * n}], "usage": usage})
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     if chat:  # the first chat chunk carries only the role, as OpenAI's and vLLM's do
@@ -55,10 +104,21 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await _sleep_until(t0 + ttft + itl * i)  # absolute times: no drift from sleep jitter
         chunk = {"choices": [{"delta": {"content": f"t{i} "}}]} if chat else {"choices": [{"text": f"t{i} "}]}
         await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-    await resp.write(b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n' % n)
+    await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp
+
+
+async def prompt_log(request: web.Request) -> web.Response:
+    return web.json_response(_logs.get(request.match_info["key"], []))
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's POST /tokenize, counting as completions do (`?tok=` is not available here: whitespace)."""
+    body = await request.json()
+    toks = _prompt_tokens({"prompt": body.get("prompt", "")}, None)
+    return web.json_response({"count": len(toks), "tokens": list(range(len(toks))), "max_model_len": 4096})
 
 
 async def error(request: web.Request) -> web.Response:
@@ -82,6 +142,8 @@ def make_app() -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_get("/log/{key}", prompt_log)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/error", error)
     app.router.add_post("/error", error)
     app.router.add_get("/reject", reject)

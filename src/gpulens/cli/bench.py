@@ -62,6 +62,12 @@ Examples:
     gpulens bench serve --url http://127.0.0.1:8000/v1/chat/completions --concurrency 16 --requests 500
     gpulens bench serve --url http://host:8000/v1/completions --sweep --rate 2 --slo "p99_ttft<=300ms" --slo "p99_latency<=5s"
 
+**Shaped traffic** (docs/inference.md): `--input-tokens uniform:200-2000 --output-tokens 256
+--tokenizer ./model/` (token-exact; without `--tokenizer` an estimate), `--dataset sharegpt.json`
+(`--multi-turn` for chats), `--prefix-tokens 1024 --prefix-groups 4`, and
+`--replay-arrivals STORE|TRACE|MOONCAKE.jsonl --speed 2` for a recording's arrival times.
+`--goodput 0.99` judges per request; `--report run.html` writes a page with charts.
+
 Results: a table (or `--format json` on standard output), `--csv` with every request (with
 `--sweep`: one row per probe), and a run in the store that `gpulens compare` can test later runs
 against.
@@ -76,7 +82,7 @@ def serve(
     arrival: Arrival = typer.Option(Arrival.constant, "--arrival", help="Open-loop arrival process."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape for --arrival gamma: 1 = Poisson, <1 burstier."),
     ramp_to: float = typer.Option(None, "--ramp-to", help="Ramp the rate linearly from --rate to this over --duration."),
-    duration: str = typer.Option("10s", "--duration", help="How long to send (per probe with --sweep): 30s, 2m."),
+    duration: str = typer.Option(None, "--duration", help="How long to send (per probe with --sweep): 30s, 2m. Default 10s; with --replay-arrivals, the whole recording."),
     requests: int = typer.Option(None, "--requests", help="Stop after this many requests (with or instead of --duration)."),
     timeout: str = typer.Option("30s", "--timeout", help="Per-request timeout; a request past it counts as a timeout."),
     method: str = typer.Option(None, "--method", help="HTTP method (default GET; POST for completions or with --body)."),
@@ -98,6 +104,20 @@ def serve(
     max_connections: int = typer.Option(1000, "--max-connections", help="Open connections per worker at most."),
     insecure: bool = typer.Option(False, "--insecure", "-k", help="https: do not verify the server's certificate (a self-signed test server)."),
     seed: int = typer.Option(None, "--seed", help="Seed for Poisson/gamma arrivals, for a repeatable schedule."),
+    input_tokens: str = typer.Option(None, "--input-tokens", help="Prompt length in tokens: N, uniform:A-B, normal:MEAN,SD or file:PATH (observed lengths)."),
+    output_tokens: str = typer.Option(None, "--output-tokens", help="Output length in tokens (max_tokens), same forms as --input-tokens."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="Count tokens exactly: a local tokenizer.json or Hugging Face folder, or 'server' (its /tokenize). Without it, an estimate."),
+    ignore_eos: bool = typer.Option(None, "--ignore-eos/--no-ignore-eos", help="Ask for exactly the output length (ignore_eos, min_tokens); on with --output-tokens. Off for servers that reject the fields."),
+    dataset: str = typer.Option(None, "--dataset", help="Prompts from a file: ShareGPT JSON, JSONL of {prompt, output_tokens}, or chat JSONL of {messages}."),
+    multi_turn: bool = typer.Option(False, "--multi-turn", help="With --dataset: send every turn of each conversation, resending its history."),
+    prefix_tokens: int = typer.Option(0, "--prefix-tokens", help="A shared prefix of this many tokens ahead of each prompt (what prefix caching buys)."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="How many distinct shared prefixes, assigned round-robin."),
+    replay_arrivals: str = typer.Option(None, "--replay-arrivals", help="Send at a recording's arrival times: a gpulens store, a trace (events.jsonl) or a mooncake JSONL."),
+    replay_service: str = typer.Option(None, "--replay-service", help="With a store: replay this service's requests only."),
+    speed: float = typer.Option(1.0, "--speed", help="Replay this many times as fast as recorded."),
+    replay_lengths: bool = typer.Option(False, "--replay-lengths", help="Replay the recording's prompt and output lengths too."),
+    goodput: float = typer.Option(None, "--goodput", help="Judge per request: pass when this share of requests meets every --slo (the sweep searches for it)."),
+    report: Path = typer.Option(None, "--report", help="Write a self-contained HTML report (charts, SLO verdicts) of the run or sweep to this path."),
     csv_path: Path = typer.Option(None, "--csv", help="Write every request (times, status, tokens) to this CSV; with --sweep, one row per probe."),
     fmt: Format = typer.Option(Format.table, "--format", help="table (human) or json (standard output)."),
     store: Path = store_option(),
@@ -112,6 +132,7 @@ def serve(
         target_kind_for,
     )
     from gpulens.bench.serve import sweep as run_sweep
+    from gpulens.bench.serve.traffic import TrafficOptions, plan_traffic
 
     slos = parse_slos(slo)
     if sweep and not slos:
@@ -124,13 +145,26 @@ def serve(
     if kind != "http" and data is None:
         data = openai_body(kind, model=model, prompt=prompt, max_tokens=max_tokens, stream=stream)
         headers.setdefault("Content-Type", "application/json")
+    if duration is None and replay_arrivals is None:
+        duration = "10s"
+    duration_s = parse_duration(duration, what="--duration") if duration else None
+    traffic = plan_traffic(
+        TrafficOptions(input_tokens=input_tokens, output_tokens=output_tokens, tokenizer=tokenizer, ignore_eos=ignore_eos,
+                       dataset=dataset, multi_turn=multi_turn, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups,
+                       replay=replay_arrivals, replay_service=replay_service, speed=speed, replay_lengths=replay_lengths,
+                       seed=seed),
+        url=url, kind=kind, model=model, stream=stream, prompt=prompt, max_tokens=max_tokens, rate=rate,
+        ramp_to=ramp_to, duration_seconds=duration_s,
+        max_requests=requests, sweep=sweep)
+    replay = traffic.arrivals
     spec = LoadSpec(
         target=Target(url=url, method=(method or ("POST" if data is not None else "GET")).upper(), body=data,
                       headers=headers, kind=kind, stream=stream),
         rate=rate, concurrency=concurrency, arrival=arrival.value, burstiness=burstiness, ramp_to=ramp_to,
-        duration_seconds=parse_duration(duration, what="--duration") if duration else None,
-        max_requests=requests, timeout_seconds=parse_duration(timeout, what="--timeout"),
+        duration_seconds=None if replay is not None else duration_s,
+        max_requests=None if replay is not None else requests, timeout_seconds=parse_duration(timeout, what="--timeout"),
         max_connections=max_connections, seed=seed, workers=workers, verify_tls=not insecure,
+        workload=traffic.workload, arrivals=None if replay is None else replay.times_seconds,
     )
     spec.validate()
     out_json = fmt is Format.json
@@ -139,7 +173,8 @@ def serve(
         cap = max_concurrency if spec.mode == "closed" else max_rate
         result = _with_progress(lambda progress_factory, tick: run_sweep(
             spec, slos, tolerance_ratio=tolerance, max_probes=max_probes, max_value=cap, progress_factory=progress_factory,
-            on_tick=tick, on_probe=None if out_json else _print_probe, max_error_ratio=max_error_ratio))
+            on_tick=tick, on_probe=None if out_json else _print_probe, max_error_ratio=max_error_ratio,
+            min_goodput_ratio=goodput))
         if csv_path is not None:
             from gpulens.bench.serve.output import write_sweep_csv
 
@@ -147,6 +182,8 @@ def serve(
             console_err.print(f"[dim]wrote {n} probes to {csv_path}[/]")
         if not no_store and result.probes:
             _save(store, spec, result.probes[-1].result, slo, {"sweep": result.to_dict()})
+        if report is not None:
+            _write_report(report, spec, slos, sweep=result)
         if out_json:
             sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
         else:
@@ -157,16 +194,22 @@ def serve(
         return
 
     load = _with_progress(lambda progress_factory, tick: run_load(
-        spec, slos, progress=progress_factory(), on_tick=tick, max_error_ratio=max_error_ratio))
+        spec, slos, progress=progress_factory(), on_tick=tick, max_error_ratio=max_error_ratio,
+        min_goodput_ratio=goodput))
     if csv_path is not None:
         from gpulens.bench.serve.output import write_csv
 
         n = write_csv(load, csv_path)
         console_err.print(f"[dim]wrote {n} requests to {csv_path}[/]")
     run_id = None if no_store else _save(store, spec, load, slo)
+    if report is not None:
+        _write_report(report, spec, slos, load=load)
     s = load.summary
     if out_json:
-        sys.stdout.write(json.dumps({**s.to_dict(), "run_id": run_id}, indent=2, default=str) + "\n")
+        from gpulens.bench.serve.vllm_compat import vllm_load_keys, vllm_result
+
+        vllm = vllm_result(load.records, s.duration_seconds, slos=slos, **vllm_load_keys(spec))
+        sys.stdout.write(json.dumps({**s.to_dict(), **vllm, "run_id": run_id}, indent=2, default=str) + "\n")
         for w in s.warnings:
             console_err.print(f"[yellow]warning:[/] {w}", highlight=False)
     else:
@@ -216,6 +259,13 @@ def _save(store: Path, spec, load, slo_texts, extra=None) -> int | None:
 
     with Store(store) as s:
         return save_result(s, spec, load, slo_texts, extra)
+
+
+def _write_report(path: Path, spec, slos, *, load=None, sweep=None) -> None:
+    from gpulens.bench.serve.report_html import write_report
+
+    write_report(path, spec, slos, load=load, sweep=sweep)
+    console_err.print(f"[dim]wrote the report {path}[/]")
 
 
 def _with_progress(fn):
@@ -287,15 +337,26 @@ def _render_summary(s, run_id: int | None) -> None:
         if d is not None:
             t.add_row(name, *(_ms(getattr(d, k)) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "max")), str(d.count))
     print_table(console, t)
+    if s.input_tokens_per_second:
+        basis = {"estimate": " (estimated: no --tokenizer)", "server": " (counted by the server)"}.get(s.token_basis or "", "")
+        console.print(f"input tokens: {s.input_tokens} ({s.input_tokens_per_second:.1f} tokens/s){basis}")
     if s.output_tokens_per_second:
         console.print(f"output tokens: {s.output_tokens} ({s.output_tokens_per_second:.1f} tokens/s)")
+    if s.concurrency:
+        c = s.concurrency
+        console.print(f"concurrency (requests in flight, by time): mean {c['mean']:.1f}, p50 {c['p50']:g}, "
+                      f"p90 {c['p90']:g}, p99 {c['p99']:g}, max {c['max']:g}")
     for r in s.slo_results:
         mark = "[green]met[/]" if r["met"] else "[red]missed[/]"
+        if not r.get("gating", True):
+            mark += " [dim](reported; --goodput judges per request)[/]"
         v = r["value"]
-        shown = "–" if v is None else (f"{v:.2%}" if r["metric"] == "error_rate" else f"{v * 1e3:.1f} ms")
+        ratio = r["metric"] in ("error_rate", "goodput_ratio")
+        shown = "–" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
         console.print(f"SLO {r['slo']}: {shown} {mark}")
     if s.goodput is not None:
-        console.print(f"goodput: {s.goodput:.1f} req/s meeting every SLO")
+        ratio = "" if s.goodput_ratio is None else f" ({s.goodput_ratio:.1%} of requests)"
+        console.print(f"goodput: {s.goodput:.1f} req/s meeting every SLO{ratio}")
     for w in s.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     if run_id is not None:

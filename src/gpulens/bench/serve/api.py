@@ -24,16 +24,20 @@ def run_load(
     on_tick: Callable[[], None] | None = None,
     check_target: bool = True,
     max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO,
+    min_goodput_ratio: float | None = None,
 ) -> LoadResult:
     """Run one load test and summarize it. Raises TargetUnreachableError (exit 3) when no connection
     to the target can be opened; every other failure of the server is in the result, and
     `summary.failures` says which gates (SLOs, `max_error_ratio` of failed requests) it failed."""
     spec.validate()
     _check_ratio(max_error_ratio)
+    _check_goodput(min_goodput_ratio, slos)
     if check_target:
         asyncio.run(check_reachable(spec.target.url))
     progress = progress or Progress()
-    if spec.duration_seconds is not None and spec.rate is not None:
+    if spec.arrivals is not None:
+        progress.planned = len(spec.arrivals)
+    elif spec.duration_seconds is not None and spec.rate is not None:
         mean_rate = spec.rate if spec.ramp_to is None else (spec.rate + spec.ramp_to) / 2
         progress.planned = int(mean_rate * spec.duration_seconds)
         if spec.max_requests is not None:
@@ -45,13 +49,24 @@ def run_load(
         results = [run_worker(spec, 0, 1, progress)]
     else:
         results = run_processes(spec, progress, on_tick)
-    return summarize(spec, results, slos or [], wall_start, max_error_ratio)
+    return summarize(spec, results, slos or [], wall_start, max_error_ratio, min_goodput_ratio)
 
 
 def _check_ratio(ratio: float) -> None:
     if not 0 <= ratio <= 1:
         raise BadInputError(f"--max-error-ratio must be from 0 to 1, not {ratio:g}.",
                             hint="Give e.g. --max-error-ratio 0.01 for at most 1 % failed requests.")
+
+
+def _check_goodput(ratio: float | None, slos: list[Slo] | None) -> None:
+    if ratio is None:
+        return
+    if not 0 < ratio <= 1:
+        raise BadInputError(f"--goodput must be above 0 and at most 1, not {ratio:g}.",
+                            hint="Give e.g. --goodput 0.99: 99 % of requests must meet every SLO.")
+    if not any(s.metric != "error_rate" for s in slos or []):
+        raise BadInputError("--goodput needs a per-request objective to count against.",
+                            hint='Add e.g. --slo "ttft<=500ms" --slo "tpot<=50ms".')
 
 
 @dataclass
@@ -62,15 +77,23 @@ class Probe:
     passed: bool
     result: LoadResult
     failed_slos: list[str] = field(default_factory=list)
+    slos: list[Slo] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
+        from gpulens.bench.serve.vllm_compat import vllm_scalars
+
         s = self.result.summary
         return {
             "value": self.value, "passed": self.passed, "failed_slos": self.failed_slos,
-            "achieved_rate": s.achieved_rate, "goodput": s.goodput, "client_bound": s.client_bound,
+            "achieved_rate": s.achieved_rate, "goodput": s.goodput, "goodput_ratio": s.goodput_ratio,
+            "client_bound": s.client_bound,
             "latency": s.latency.to_dict() if s.latency else None,
             "ttft": s.ttft.to_dict() if s.ttft else None,
             "requests": s.requests, "error_ratio": s.error_ratio, "slo_results": s.slo_results,
+            "input_tokens_per_second": s.input_tokens_per_second, "output_tokens_per_second": s.output_tokens_per_second,
+            "concurrency": s.concurrency,
+            # the `vllm bench serve` figures of this probe (its per-request lists left out)
+            **vllm_scalars(self.result.records, s.duration_seconds, slos=self.slos),
         }
 
 
@@ -97,6 +120,10 @@ class SweepResult:
                 "note": self.note, "probes": [p.to_dict() for p in self.probes]}
 
 
+def _failed(res: LoadResult) -> list[str]:
+    return [r["slo"] for r in res.summary.slo_results if not r["met"] and r.get("gating", True)]
+
+
 def sweep(
     spec: LoadSpec,
     slos: list[Slo],
@@ -108,6 +135,7 @@ def sweep(
     progress_factory: Callable[[], Progress] | None = None,
     on_tick: Callable[[], None] | None = None,
     max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO,
+    min_goodput_ratio: float | None = None,
 ) -> SweepResult:
     """Find the highest rate (open loop) or concurrency (closed loop) at which every SLO holds.
 
@@ -118,6 +146,10 @@ def sweep(
         raise BadInputError("--sweep needs at least one --slo to sweep against.", hint='E.g. --slo "p99_latency<=500ms".')
     spec.validate()
     _check_ratio(max_error_ratio)
+    _check_goodput(min_goodput_ratio, slos)
+    if spec.arrivals is not None:
+        raise BadInputError("--sweep cannot change the rate of a replayed recording.",
+                            hint="Replay it at several --speed values instead, or sweep with --rate.")
     if max_value is not None and not max_value > 0:
         raise BadInputError(f"The sweep's upper limit must be above zero, not {max_value:g}.", hint="Give e.g. --max-rate 1000.")
     asyncio.run(check_reachable(spec.target.url))
@@ -130,16 +162,17 @@ def sweep(
             s = replace(s, workers=max(1, int(value)))
         def once() -> LoadResult:
             return run_load(s, slos, progress=progress_factory() if progress_factory else None, on_tick=on_tick,
-                            check_target=False, max_error_ratio=max_error_ratio)
+                            check_target=False, max_error_ratio=max_error_ratio,
+                            min_goodput_ratio=min_goodput_ratio)
 
         res = once()
-        failed = [r["slo"] for r in res.summary.slo_results if not r["met"]]
+        failed = _failed(res)
         if failed and res.summary.client_bound:
             # The client, not the server, missed the schedule: measure that load again before
             # concluding the server cannot take it.
             res = once()
-            failed = [r["slo"] for r in res.summary.slo_results if not r["met"]]
-        p = Probe(value, not failed, res, failed)
+            failed = _failed(res)
+        p = Probe(value, not failed, res, failed, slos)
         probes.append(p)
         if on_probe:
             on_probe(p)

@@ -29,9 +29,10 @@ class Target:
     kind: TargetKind = "http"
     stream: bool = True
 
-    def request_bytes(self) -> bytes:
-        """The request on the wire; raises ValueError for a header that would break it."""
-        return build_request(self.method, self.url, self.headers, self.body)
+    def request_bytes(self, body: bytes | None = None) -> bytes:
+        """The request on the wire (with `body` in place of the target's own, where given);
+        raises ValueError for a header that would break it."""
+        return build_request(self.method, self.url, self.headers, self.body if body is None else body)
 
 
 def target_kind_for(url: str) -> TargetKind:
@@ -70,6 +71,9 @@ class RequestRecord:
     output_tokens: int | None = None
     itl_mean: float | None = None
     error: str | None = None
+    input_tokens: int | None = None  # the server's usage.prompt_tokens, else the workload's count
+    planned_output_tokens: int | None = None  # max_tokens asked for (shaped traffic)
+    itls: list[float] | None = None  # every inter-token gap, seconds (streamed completions)
 
     @property
     def latency(self) -> float | None:
@@ -114,8 +118,11 @@ async def _read_stream(resp: Response, kind: TargetKind, rec: RequestRecord, t0:
         except ValueError:
             continue
         usage = obj.get("usage") or {}
-        if isinstance(usage, dict) and usage.get("completion_tokens"):
-            usage_tokens = int(usage["completion_tokens"])
+        if usage and isinstance(usage, dict):
+            if usage.get("completion_tokens"):
+                usage_tokens = int(usage["completion_tokens"])
+            if usage.get("prompt_tokens"):
+                rec.input_tokens = int(usage["prompt_tokens"])
         if not _chunk_text(obj, kind):
             continue  # role-only or usage-only chunks carry no token
         chunks += 1
@@ -154,6 +161,7 @@ async def send_one(
                         try:
                             usage = json.loads(data).get("usage") or {}
                             rec.output_tokens = usage.get("completion_tokens")
+                            rec.input_tokens = usage.get("prompt_tokens") or rec.input_tokens
                         except (ValueError, AttributeError):
                             pass
                     rec.status = "ok"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import csv
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +18,8 @@ from gpulens.store import Store
 RUN_KIND = "bench-serve"
 CSV_COLUMNS = (
     "index", "worker", "intended_s", "sent_s", "first_token_s", "end_s", "latency_s", "send_lag_s", "ttft_s",
-    "tpot_s", "itl_mean_s", "output_tokens", "status", "http_status", "error",
+    "tpot_s", "itl_mean_s", "output_tokens", "status", "http_status", "error", "input_tokens",
+    "planned_output_tokens",
 )
 
 
@@ -52,6 +53,8 @@ def write_csv(result: LoadResult, path: str | Path) -> int:
                 _r(rec.latency), _r(lag), _r(rec.ttft), _r(rec.tpot), _r(rec.itl_mean),
                 "" if rec.output_tokens is None else rec.output_tokens, rec.status,
                 "" if rec.http_status is None else rec.http_status, rec.error or "",
+                "" if rec.input_tokens is None else rec.input_tokens,
+                "" if rec.planned_output_tokens is None else rec.planned_output_tokens,
             ]
 
     return _write_rows(path, CSV_COLUMNS, rows())
@@ -89,8 +92,12 @@ def run_name(url: str) -> str:
 
 
 def spec_config(spec: LoadSpec, slos: list[str] | None = None) -> dict[str, Any]:
-    d = asdict(spec)
-    target = d.pop("target")
+    # The workload's bodies and the replayed times can be large: the store keeps their shape.
+    d = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in ("target", "workload", "arrivals")}
+    d["workload"] = spec.workload.describe() if spec.workload is not None else None
+    d["arrivals"] = None if spec.arrivals is None else {"requests": len(spec.arrivals),
+                                                        "span_seconds": spec.arrivals[-1] - spec.arrivals[0]}
+    target = asdict(spec.target)
     target.pop("body", None)  # prompts can be large; the shape of the load is what matters
     target["headers"] = sorted(target.get("headers", {}))  # names only: values may be secrets
     return {**d, "target": target, "slos": list(slos or [])}

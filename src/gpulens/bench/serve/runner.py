@@ -27,6 +27,7 @@ from gpulens.bench.serve.client import RequestRecord, Target, send_one
 from gpulens.bench.serve.http1 import ConnectionPool
 from gpulens.bench.serve.schedule import Arrival, intended_times
 from gpulens.bench.serve.stats import Distribution
+from gpulens.bench.serve.workload import Workload
 from gpulens.errors import BadInputError, GpulensError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
@@ -58,13 +59,24 @@ class LoadSpec:
     seed: int | None = None
     workers: int = 1
     verify_tls: bool = True  # https: check the server's certificate (--insecure turns it off)
+    # What each request sends (shaped traffic, a dataset); None: every request sends target.body.
+    workload: Workload | None = None
+    # A recording's send times, seconds from the run's start (`--replay-arrivals`): an open loop
+    # on these instead of a rate. Request i sends the workload's request i.
+    arrivals: tuple[float, ...] | None = None
 
     @property
     def mode(self) -> Literal["open", "closed"]:
-        return "open" if self.rate is not None else "closed"
+        return "open" if self.rate is not None or self.arrivals is not None else "closed"
 
     def validate(self) -> None:
-        if (self.rate is None) == (self.concurrency is None):
+        if self.arrivals is not None:
+            if self.rate is not None or self.concurrency is not None or self.ramp_to is not None:
+                raise BadInputError("--replay-arrivals sets the schedule itself: leave out --rate, --concurrency and --ramp-to.",
+                                    hint="Use --speed 2 to replay it twice as fast.")
+            if not self.arrivals:
+                raise BadInputError("The recording has no request arrivals to replay.", hint="Give a recording with request events.")
+        elif (self.rate is None) == (self.concurrency is None):
             raise BadInputError("Give either --rate (open loop) or --concurrency (closed loop), not both or neither.",
                                 hint="E.g. --rate 100 for 100 requests per second, or --concurrency 8.")
         if self.rate is not None and not self.rate > 0:
@@ -78,7 +90,7 @@ class LoadSpec:
             raise BadInputError("A ramp needs a --duration to ramp over.", hint="E.g. --rate 10 --ramp-to 200 --duration 60s.")
         if self.concurrency is not None and self.concurrency < 1:
             raise BadInputError(f"The concurrency must be at least 1, not {self.concurrency}.", hint="Give --concurrency 1 or more.")
-        if self.duration_seconds is None and self.max_requests is None:
+        if self.duration_seconds is None and self.max_requests is None and self.arrivals is None:
             raise BadInputError("A run needs a bound: --duration, --requests or both.", hint="E.g. --duration 30s.")
         if self.max_requests is not None and self.max_requests < 1:
             raise BadInputError(f"--requests must be at least 1, not {self.max_requests}.", hint="Give --requests 100, say.")
@@ -179,6 +191,10 @@ class _Run:
         self.t0 = 0.0
         self.not_sent = 0
         self.raw = spec.target.request_bytes()
+        # Shaped traffic: every request's bytes made now, so a send only indexes a list.
+        w = spec.workload
+        self.plans = None if w is None else [
+            (spec.target.request_bytes(p.body), p.input_tokens, p.output_tokens) for p in w.requests]
 
     def _finish(self, rec: RequestRecord, itl: list[float]) -> None:
         p = self.progress
@@ -197,10 +213,13 @@ class _Run:
                 d["ttft"].record(rec.ttft)
             if rec.tpot is not None:
                 d["tpot"].record(rec.tpot)
-            for gap in itl:
-                d["itl"].record(gap)
+            if itl:
+                rec.itls = itl
+                for gap in itl:
+                    d["itl"].record(gap)
 
-    async def _one(self, pool: ConnectionPool, index: int, intended: float, at: float | None = None) -> None:
+    async def _one(self, pool: ConnectionPool, index: int, intended: float, at: float | None = None,
+                   plan: int | None = None) -> None:
         if at is not None:
             # Created ahead of time, the task only has to wake at `at`: one hop from the timer to
             # the send, instead of waking the scheduler that would then create the task.
@@ -209,12 +228,15 @@ class _Run:
                 self.not_sent += 1
                 return
         rec = RequestRecord(index=index, worker=self.worker, intended=intended)
+        raw = self.raw
+        if self.plans is not None:
+            raw, rec.input_tokens, rec.planned_output_tokens = self.plans[(index if plan is None else plan) % len(self.plans)]
         self.records.append(rec)
         self.progress.sent += 1
         self.progress.in_flight += 1
         itl: list[float] = []
         try:
-            await send_one(pool, self.spec.target, self.raw, rec, self.t0, self.spec.timeout_seconds, itl)
+            await send_one(pool, self.spec.target, raw, rec, self.t0, self.spec.timeout_seconds, itl)
         finally:
             if rec.end is None and rec.error is None:
                 rec.error = CANCELLED_ERROR
@@ -224,7 +246,7 @@ class _Run:
         spec = self.spec
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task] = set()
-        schedule = intended_times(
+        schedule = iter(spec.arrivals[self.worker::self.workers]) if spec.arrivals is not None else intended_times(
             spec.rate or 0.0, arrival=spec.arrival, burstiness=spec.burstiness, ramp_to=spec.ramp_to,
             duration=spec.duration_seconds,
             max_requests=None if spec.max_requests is None else _share(spec.max_requests, self.worker, self.workers),
@@ -254,8 +276,12 @@ class _Run:
         budget = [None if spec.max_requests is None else _share(spec.max_requests, self.worker, self.workers)]
         end_at = None if spec.duration_seconds is None else self.t0 + spec.duration_seconds
         counter = [0]
+        # Multi-turn: each user plays whole conversations, a turn after the previous answer.
+        convs = spec.workload.conversations if spec.workload is not None else None
+        next_conv = [self.worker]
 
         async def user() -> None:
+            turns: list[int] = []
             while not self.stop.is_set():
                 if end_at is not None and time.perf_counter() >= end_at:
                     return
@@ -265,8 +291,14 @@ class _Run:
                     budget[0] -= 1
                 i = counter[0]
                 counter[0] += 1
+                plan = None
+                if convs:
+                    if not turns:
+                        turns.extend(convs[next_conv[0] % len(convs)])
+                        next_conv[0] += self.workers
+                    plan = turns.pop(0)
                 # A closed loop sends when the previous answer arrives: that *is* its intended time.
-                await self._one(pool, i * self.workers + self.worker, time.perf_counter() - self.t0)
+                await self._one(pool, i * self.workers + self.worker, time.perf_counter() - self.t0, plan=plan)
 
         tasks = {asyncio.ensure_future(user()) for _ in range(users)}
         await self._drain(tasks)

@@ -140,7 +140,18 @@ class LoadSummary:
     tpot: Percentiles | None = None
     output_tokens: int = 0
     output_tokens_per_second: float | None = None
+    # Prompt tokens of the requests that succeeded: the server's usage.prompt_tokens where it
+    # reports them, else the workload's own count (`token_basis` says how that was counted).
+    input_tokens: int = 0
+    input_tokens_per_second: float | None = None
+    token_basis: str | None = None  # "tokenizer", "server", "estimate"; None: no shaped workload
+    workload: dict[str, Any] | None = None  # what the workload planned (Workload.describe())
+    # Requests in flight over the run, weighted by time: mean, p50, p90, p99, max (a count).
+    concurrency: dict[str, float] | None = None
+    # Requests that got fewer output tokens than they asked for (the server stopped at an EOS).
+    output_tokens_short: int = 0
     goodput: float | None = None  # requests per second meeting every SLO (when SLOs were given)
+    goodput_ratio: float | None = None  # share of the requests sent that met every SLO
     slo_results: list[dict[str, Any]] = field(default_factory=list)
     client_bound: bool = False  # the client itself could not keep the schedule
     http_statuses: dict[str, int] = field(default_factory=dict)

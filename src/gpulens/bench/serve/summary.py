@@ -77,7 +77,7 @@ def run_windows(spec: LoadSpec, records: list[RequestRecord], interrupted: bool,
 
 
 def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall_start_unix: float,
-              max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO) -> LoadResult:
+              max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO, min_goodput_ratio: float | None = None) -> LoadResult:
     dists = {k: Distribution() for k in DIST_NAMES}
     records: list[RequestRecord] = []
     not_sent = 0
@@ -101,6 +101,9 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
 
     send_window, span = run_windows(spec, records, interrupted, wall)
     tokens = sum(rec.output_tokens or 0 for rec in records if rec.status == "ok")
+    in_tokens = sum(rec.input_tokens or 0 for rec in records if rec.status == "ok")
+    short = sum(1 for rec in records if rec.status == "ok" and rec.planned_output_tokens is not None
+                and rec.output_tokens is not None and rec.output_tokens < rec.planned_output_tokens)
     # Requests the user's stop cut off are neither the server's successes nor its failures.
     cancelled = sum(1 for rec in records if rec.error == CANCELLED_ERROR)
     judged = len(records) - cancelled
@@ -108,7 +111,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
 
     summary = LoadSummary(
         mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency,
-        arrival=spec.arrival if spec.mode == "open" else "closed",
+        arrival=("replay" if spec.arrivals is not None else spec.arrival) if spec.mode == "open" else "closed",
         duration_seconds=span if records else 0.0,
         requests=requests,
         achieved_rate=requests["ok"] / span if records else 0.0,
@@ -119,23 +122,67 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
         ttft=dists["ttft"].summary(), itl=dists["itl"].summary(), tpot=dists["tpot"].summary(),
         output_tokens=tokens,
         output_tokens_per_second=(tokens / span) if tokens else None,
+        input_tokens=in_tokens, input_tokens_per_second=(in_tokens / span) if in_tokens else None,
+        token_basis=spec.workload.token_basis if spec.workload is not None else None,
+        workload=spec.workload.describe() if spec.workload is not None else None,
+        concurrency=concurrency_distribution(records), output_tokens_short=short,
         http_statuses=dict(http), first_error=first_error, interrupted=interrupted,
         send_window_seconds=send_window if records else 0.0,
         rates_per_second={s: (requests[s] / span if records else 0.0) for s in STATUSES},
         error_ratio=failed / judged if judged else 0.0,
         max_error_ratio=max_error_ratio,
     )
-    _verdicts(summary, records, slos)
+    _verdicts(summary, records, slos, min_goodput_ratio)
     _warnings(summary, spec, cpu, wall)
     return LoadResult(summary, records, wall_start_unix)
+
+
+def concurrency_distribution(records: list[RequestRecord]) -> dict[str, float] | None:
+    """Requests in flight (sent, not yet ended), weighted by how long each count lasted, from the
+    first send to the last end: mean, p50, p90, p99 and max. Computed after the run, from the records."""
+    edges: list[tuple[float, int]] = []
+    for rec in records:
+        if rec.sent is not None and rec.end is not None:
+            edges.append((rec.sent, 1))
+            edges.append((rec.end, -1))
+    if not edges:
+        return None
+    edges.sort()
+    held: dict[int, float] = {}
+    level, t_prev = 0, edges[0][0]
+    for t, step in edges:
+        if t > t_prev:
+            held[level] = held.get(level, 0.0) + (t - t_prev)
+            t_prev = t
+        level += step
+    total = sum(held.values())
+    if total <= 0:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": float(max(1, level))}
+    out = {"mean": sum(k * v for k, v in held.items()) / total, "max": float(max(held))}
+    acc, levels = 0.0, sorted(held)
+    marks = iter((("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))
+    name, q = next(marks)
+    for k in levels:
+        acc += held[k]
+        while name and acc >= q * total - 1e-12:
+            out[name] = float(k)
+            name, q = next(marks, (None, 0.0))
+        if name is None:
+            break
+    return {k: out[k] for k in ("mean", "p50", "p90", "p99", "max")}
 
 
 def _pct(ratio: float) -> str:
     return f"{ratio * 100:g}%"
 
 
-def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo]) -> None:
+def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo],
+              min_goodput_ratio: float | None = None) -> None:
+    """One verdict per SLO (on the run's statistic) and the error-ratio gate. With a goodput target
+    (`--goodput 0.99`) the run is judged per request instead: it passes when that share of its
+    requests met every SLO; the per-statistic verdicts are still reported, without gating."""
     error_ratio, bound = summary.error_ratio, summary.max_error_ratio
+    per_request = min_goodput_ratio is not None
     for s in slos:
         if s.metric == "error_rate":
             value = error_ratio
@@ -143,24 +190,32 @@ def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo
             dist = getattr(summary, s.metric)
             value = None if dist is None else dist.get(s.stat or "p99")
         summary.slo_results.append({"slo": s.text, "metric": s.metric, "stat": s.stat, "bound": s.bound,
-                                    "value": value, "met": s.holds(value)})
+                                    "value": value, "met": s.holds(value), "gating": not per_request})
     explicit = any(s.metric == "error_rate" for s in slos)
     if slos and not explicit:
         summary.slo_results.append({"slo": f"error_rate<={_pct(bound)} (implied)", "metric": "error_rate",
-                                    "stat": None, "bound": bound, "value": error_ratio, "met": error_ratio <= bound})
+                                    "stat": None, "bound": bound, "value": error_ratio, "met": error_ratio <= bound,
+                                    "gating": not per_request})
+    if slos:
+        good = sum(1 for rec in records if request_meets(rec, slos))
+        summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
+        judged = sum(1 for rec in records if rec.error != CANCELLED_ERROR)
+        summary.goodput_ratio = good / judged if judged else 0.0
+        if per_request:
+            summary.slo_results.append({"slo": f"goodput>={_pct(min_goodput_ratio)}", "metric": "goodput_ratio",
+                                        "stat": None, "bound": min_goodput_ratio, "value": summary.goodput_ratio,
+                                        "met": summary.goodput_ratio >= min_goodput_ratio, "gating": True})
     for r in summary.slo_results:
-        if not r["met"]:
+        if not r["met"] and r["gating"]:
             v = r["value"]
-            shown = "nothing measured" if v is None else (f"{v:.2%}" if r["metric"] == "error_rate" else f"{v * 1e3:.1f} ms")
+            ratio = r["metric"] in ("error_rate", "goodput_ratio")
+            shown = "nothing measured" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
             summary.failures.append(f"SLO {r['slo']} missed ({shown})")
     if not explicit and not slos and error_ratio > bound:
         q = summary.requests
         summary.failures.append(f"{error_ratio:.2%} of requests failed ({q['error']} errors, {q['timeout']} timeouts, "
                                 f"{q['rejected']} rejected of {q['total']}), above the {_pct(bound)} allowed "
                                 f"(--max-error-ratio {bound:g})")
-    if slos:
-        good = sum(1 for rec in records if request_meets(rec, slos))
-        summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
 
 
 def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> None:
@@ -188,3 +243,8 @@ def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> 
                  "latency percentiles at that lower bound.")
     if summary.interrupted:
         w.append("The run was interrupted; these are the partial results.")
+    planned = len(spec.workload.requests) if spec.workload is not None else 0
+    if planned and total > planned:
+        w.append(f"The run sent {total} requests from a workload of {planned} distinct ones, so some prompts were sent "
+                 "again: a prefix cache serves a repeat faster than a new prompt. Give --requests (or a shorter "
+                 "--duration) to plan one per request, up to 10,000.")
