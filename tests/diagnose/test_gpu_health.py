@@ -200,10 +200,11 @@ def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, ca
     assert out.index("1. CRITICAL gpu xid") < out.index("input bound")
     assert "GPU faults first" in out and "XID 79 on GPU 1 on node1" in out
     # The demo's summary and the dashboard's findings list read the same diagnosis.
-    from gpulens.cli.demo import _summary
+    from gpulens.cli.common import console
+    from gpulens.render.session import print_session_summary
     from gpulens.views.integrations import findings as dashboard_findings
 
-    _summary(store_path)
+    print_session_summary(console, store_path)
     out = " ".join(capsys.readouterr().out.split())
     assert out.index("gpu_xid") < out.index("input_bound")
     with Store(store_path, readonly=True) as st:
