@@ -192,7 +192,10 @@ class TraceEventsSink(SinkBase):
         self.store = store
         self.ctx = ctx
         self._time = event_time
-        self.events = sorted((r for r in events if event_time(r) is not None), key=event_time)  # type: ignore[arg-type,return-value]
+        timed = [r for r in events if event_time(r) is not None]
+        if hasattr(ctx, "skipped_events"):
+            ctx.skipped_events += len(events) - len(timed)  # no time, or one outside 1970..2200
+        self.events = sorted(timed, key=event_time)  # type: ignore[arg-type,return-value]
         self._next = 0
         self._pass_offset = 0.0
         self.last_event_t: float | None = None

@@ -38,6 +38,7 @@ from gpulens.store.types import (
     StoredSeries,
     canonical_labels,
 )
+from gpulens.units import MAX_ABS_VALUE, MAX_TIME_SECONDS, MIN_TIME_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Store:
         self._pending_events: list[tuple[float, str, str, str]] = []
         self._series_ids: dict[tuple[str, str], int] = {}
         self._labels_cache: dict[tuple[tuple[str, str], ...], str] = {}
+        self.refused_count = 0  # samples and events refused at the door (see write_id)
         self._conn = self._connect(busy_timeout_seconds)
 
     # ---------------------------------------------------------------- opening
@@ -95,16 +97,45 @@ class Store:
 
     @contextmanager
     def _transaction(self, action: str = "write to") -> Iterator[sqlite3.Connection]:
-        """`_guard` inside BEGIN IMMEDIATE ... COMMIT (rolled back on any error)."""
+        """`_guard` inside BEGIN IMMEDIATE ... COMMIT (rolled back on any error); inside `atomic`, a
+        savepoint of its transaction."""
         with self._guard(action) as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            nested = conn.in_transaction
+            conn.execute("SAVEPOINT gpulens_tx" if nested else "BEGIN IMMEDIATE")
             try:
                 yield conn
-                conn.execute("COMMIT")
+                conn.execute("RELEASE gpulens_tx" if nested else "COMMIT")
             except BaseException:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    conn.execute("ROLLBACK TO gpulens_tx" if nested else "ROLLBACK")
+                    if nested:
+                        conn.execute("RELEASE gpulens_tx")
                 raise
+
+    @contextmanager
+    def atomic(self, action: str = "import into") -> Iterator[None]:
+        """Everything written inside commits together at the end, or not at all: an import killed
+        midway (kill -9, Ctrl-C, an error) leaves the store as it was, so a rerun never duplicates.
+        Other processes see none of it until the end; their writes wait (busy timeout)."""
+        with self._lock:
+            self.flush()
+            with self._guard(action) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            with self._lock:
+                self.flush()
+                with self._guard(action) as conn:
+                    conn.execute("COMMIT")
+        except BaseException:
+            with self._lock:
+                # what was buffered or created inside is gone with the transaction
+                self._pending.clear()
+                self._pending_events.clear()
+                self._series_ids.clear()
+                if self._conn is not None and self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+            raise
 
     def backup_to(self, path: str | os.PathLike[str]) -> None:
         """Copy everything committed into a new store file at `path` (SQLite's online backup)."""
@@ -146,9 +177,20 @@ class Store:
         self._series_ids[key] = sid
         return sid
 
+    def _refuse(self, what: str, t: Any, value: Any) -> None:
+        self.refused_count += 1
+        if self.refused_count == 1:
+            log.warning("the store %s refused %s at t=%r (value %r): times must be unix seconds in 1970..2200 and "
+                        "values finite; such rows are dropped and counted (Store.refused_count)", self.path, what, t, value)
+
     def write_id(self, series_id: int, t: float, value: float) -> None:
-        """Buffer one sample of a known series. NaN is not stored: a missing value is no sample."""
+        """Buffer one sample of a known series. NaN is not stored: a missing value is no sample.
+        A time outside 1970..2200 or an infinite or absurd value is refused (counted, logged once):
+        stored, it would break every later query and report."""
         if value != value:  # NaN
+            return
+        if not (MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
+            self._refuse("a sample", t, value)
             return
         self._pending.append((series_id, t, value))
         if len(self._pending) >= self.batch_size:
@@ -158,19 +200,33 @@ class Store:
         """Buffer one sample. None means "not available" and is skipped."""
         if value is None:
             return
-        self.write_id(self.series_id(name, labels), t, float(value))
+        try:
+            v = float(value)
+        except OverflowError:
+            v = math.inf  # refused below
+        self.write_id(self.series_id(name, labels), t, v)
 
     def write_many(self, rows: Iterable[tuple[int, float, float]]) -> None:
         """Buffer many (series_id, t, value) rows at once: the fast path for bulk imports."""
         with self._lock:
-            self._pending.extend(r for r in rows if r[2] == r[2])
+            pending = self._pending
+            for r in rows:
+                t, v = r[1], r[2]
+                if MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:
+                    pending.append(r)
+                elif v == v:  # NaN is a missing value, not a refusal
+                    self._refuse("a sample", t, v)
             if len(self._pending) >= self.batch_size:
                 self.flush()
 
     def event(
         self, kind: str, t: float, labels: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None
     ) -> None:
-        """Buffer one event (an XID, a training step, a request, an alert, a phase marker...)."""
+        """Buffer one event (an XID, a training step, a request, an alert, a phase marker...). An event
+        at a time outside 1970..2200 is refused like a sample."""
+        if not MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS:
+            self._refuse(f"a {kind} event", t, None)
+            return
         self._pending_events.append((t, kind, self._labels_json(labels), json.dumps(data or {}, default=_json_default)))
         if len(self._pending_events) >= self.batch_size:
             self.flush()
@@ -199,8 +255,9 @@ class Store:
             rows, self._pending = self._pending, []
             events, self._pending_events = self._pending_events, []
             conn = self._conn
+            nested = conn.in_transaction  # inside `atomic`: a savepoint of its transaction
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("SAVEPOINT gpulens_flush" if nested else "BEGIN IMMEDIATE")
                 if rows:
                     conn.execute("DELETE FROM temp.batch")
                     conn.executemany("INSERT INTO temp.batch VALUES (?, ?, ?)", rows)
@@ -209,9 +266,14 @@ class Store:
                         conn.execute(ROLLUP_UPSERT.format(table=table, width=width))
                 if events:
                     conn.executemany("INSERT INTO events (t, kind, labels, data) VALUES (?, ?, ?, ?)", events)
-                conn.execute("COMMIT")
+                conn.execute("RELEASE gpulens_flush" if nested else "COMMIT")
             except sqlite3.Error as e:
-                conn.execute("ROLLBACK") if conn.in_transaction else None
+                if conn.in_transaction:
+                    if nested:
+                        conn.execute("ROLLBACK TO gpulens_flush")
+                        conn.execute("RELEASE gpulens_flush")
+                    else:
+                        conn.execute("ROLLBACK")
                 # Keep the data for the next try rather than losing it.
                 self._pending[:0] = rows
                 self._pending_events[:0] = events
