@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console_err
 from gpulens.store import DEFAULT_STORE_PATH
@@ -75,12 +76,13 @@ def agent_command(
         alerts=AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify)),
         scrape_urls=list(scrape),
         scrape_service=service,
+        single_writer=True,
     )
     node = build_node(config)
     install_stop_handlers(node.loop.stop_event)
     gpus = ", ".join(f"{g.index}: {g.name}" for g in node.backend.gpus())
     console_err.print(
-        f"[bold]gpulens agent[/] {node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}"
+        f"[bold]gpulens agent[/] {escape(f'{node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}')}"
         + (f"; metrics on {node.metrics_url}" if node.metrics_url else "")
         + ". Ctrl-C stops."
     )

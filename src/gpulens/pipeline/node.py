@@ -70,6 +70,7 @@ class NodeConfig:
     scrape_seconds: float = 5.0
     record_to: IO[str] | None = None  # a gpulens recording of every frame
     view: Callable[[Frame], None] | None = None  # called with every frame (top)
+    single_writer: bool = False  # take the store's writer lock (agents): a second agent on it is refused
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Node:
     store_sink: StoreSink | None = None
     server: Any = None
     owns_store: bool = True
+    writer_lock: Any = None  # store.writer_lock.WriterLock, held while the node runs
 
     @property
     def metrics_url(self) -> str | None:
@@ -111,6 +113,8 @@ class Node:
                 self.server.server_close()
             if self.store is not None and self.owns_store:
                 self.store.close()
+            if self.writer_lock is not None:
+                self.writer_lock.release()
 
 
 def _open_backend(config: NodeConfig) -> GpuBackend:
@@ -132,10 +136,26 @@ def _open_backend(config: NodeConfig) -> GpuBackend:
 def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
     """Open the backend and the store, wire the sinks, and start serving /metrics (when `listen`).
     Pass `store` to use an open one (the node then leaves it open)."""
-    backend = _open_backend(config)
+    lock = None
+    if config.single_writer and config.store_path is not None:
+        from gpulens.store.writer_lock import WriterLock
+
+        lock = WriterLock(config.store_path).acquire()
+    try:
+        backend = _open_backend(config)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     owns_store = store is None
     if store is None and config.store_path is not None:
-        store = Store(config.store_path)
+        try:
+            store = Store(config.store_path)
+        except BaseException:
+            backend.close()
+            if lock is not None:
+                lock.release()
+            raise
     host = config.host or socket.gethostname()
     readings = LatestReadings(host=host)
     sinks: list[Sink] = []
@@ -174,7 +194,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 sinks.append(ScrapeSink(scrapers, config.scrape_seconds))
         loop = SamplingLoop(backend, sinks, store=store, interval_seconds=config.interval_seconds,
                             evaluate_seconds=config.evaluate_seconds, flush_seconds=config.flush_seconds)
-        node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store)
+        node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store,
+                    writer_lock=lock)
         if config.listen is not None:
             tally = None
             if store is not None:
@@ -187,6 +208,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
         backend.close()
         if store is not None and owns_store:
             store.close()
+        if lock is not None:
+            lock.release()
         raise
 
 

@@ -118,7 +118,10 @@ def stored_version(conn: sqlite3.Connection) -> int | None:
         has_tables = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1").fetchone()
         return None if has_tables else 0
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    return int(row[0]) if row else 0
+    try:
+        return int(row[0]) if row else 0
+    except (TypeError, ValueError):
+        return None  # a meta table that is not gpulens's
 
 
 def pending(version: int) -> list[Migration]:
