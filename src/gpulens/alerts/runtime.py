@@ -66,7 +66,7 @@ class AlertRuntime:
         self.source = StoreSource(store)
         self.evaluator = Evaluator(self.source, lookback_seconds)
         self.baselines = Baselines(store, self.source, BaselineConfig(learn_seconds=self.learn_seconds, band=self.rules.band))
-        self.notifier = build_notifier(list(notify))
+        self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
         self.engine = AlertEngine(store, self.notifier.send)
         self.evaluations = 0
 

@@ -15,7 +15,14 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpulens.store.schema import ALERT_TABLES, BASELINE_TABLES, CORE_TABLES, ROLLUPS, RUN_TABLES
+from gpulens.store.schema import (
+    ALERT_TABLES,
+    BASELINE_TABLES,
+    CORE_TABLES,
+    OUTBOX_TABLES,
+    ROLLUPS,
+    RUN_TABLES,
+)
 from gpulens.store.types import canonical_labels
 
 
@@ -105,6 +112,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "alert history and silences", _create(ALERT_TABLES)),
     Migration(4, "alert baselines", _create(BASELINE_TABLES)),
     Migration(5, "runs, run samples, run changes", _create(RUN_TABLES)),
+    Migration(6, "undelivered alert notifications", _create(OUTBOX_TABLES)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
