@@ -78,6 +78,9 @@ class ReadingsSink(SinkBase):
         for ev in frame.xids:
             self.readings.add_xid(ev.gpu, ev.xid)
 
+    def on_store_health(self, writable: bool, message: str, now: float) -> None:
+        self.readings.store_write_failing = not writable  # gpulens_store_write_failing on /metrics
+
 
 class RecorderSink(SinkBase):
     """Every frame into a gpulens recording (replayable with `--backend replay:FILE`)."""
@@ -122,6 +125,11 @@ class EvaluatorSink(SinkBase):
 
     def on_tick(self, now: float) -> None:
         self.evaluator.evaluate(now)
+
+    def on_store_health(self, writable: bool, message: str, now: float) -> None:
+        tell = getattr(self.evaluator, "store_health", None)  # the alert runtime: GpulensStoreWriteFailing
+        if tell is not None:
+            tell(writable, message, now)
 
     def close(self) -> None:
         if self.owned:

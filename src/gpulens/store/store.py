@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpulens.errors import StoreError
 from gpulens.store import migrations
 from gpulens.store.connect import ACCESS_HINT, connect, storage_error
 from gpulens.store.schema import ROLLUP_UPSERT, ROLLUPS
@@ -64,6 +65,7 @@ class Store:
         batch_size: int = 20_000,
         readonly: bool = False,
         busy_timeout_seconds: float = 30.0,
+        max_pending_rows: int = 1_000_000,
     ):
         self.path = Path(path)
         self.batch_size = batch_size
@@ -74,6 +76,9 @@ class Store:
         self._series_ids: dict[tuple[str, str], int] = {}
         self._labels_cache: dict[tuple[tuple[str, str], ...], str] = {}
         self.refused_count = 0  # samples and events refused at the door (see write_id)
+        self.max_pending_rows = max_pending_rows
+        self.dropped_rows = 0  # buffered rows dropped while writes failed (see _auto_flush)
+        self.write_error: StoreError | None = None  # the last flush's error, None once one succeeds
         self._conn = self._connect(busy_timeout_seconds)
 
     # ---------------------------------------------------------------- opening
@@ -194,7 +199,7 @@ class Store:
             return
         self._pending.append((series_id, t, value))
         if len(self._pending) >= self.batch_size:
-            self.flush()
+            self._auto_flush()
 
     def write(self, name: str, labels: Mapping[str, str] | None, t: float, value: float | None) -> None:
         """Buffer one sample. None means "not available" and is skipped."""
@@ -217,7 +222,7 @@ class Store:
                 elif v == v:  # NaN is a missing value, not a refusal
                     self._refuse("a sample", t, v)
             if len(self._pending) >= self.batch_size:
-                self.flush()
+                self._auto_flush()
 
     def event(
         self, kind: str, t: float, labels: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None
@@ -229,7 +234,28 @@ class Store:
             return
         self._pending_events.append((t, kind, self._labels_json(labels), json.dumps(data or {}, default=_json_default)))
         if len(self._pending_events) >= self.batch_size:
-            self.flush()
+            self._auto_flush()
+
+    def _auto_flush(self) -> None:
+        """A full batch: commit it, unless writes are failing (a full disk). Then the rows stay
+        buffered, bounded by `max_pending_rows` (the oldest go, counted in `dropped_rows`), and the
+        owner's next explicit `flush` (the sampling loop's, with backoff) writes them once it can;
+        writers (the sampling sinks) never see the error."""
+        with self._lock:
+            if self.write_error is None:
+                try:
+                    self.flush()
+                    return
+                except StoreError:
+                    pass  # kept in write_error; the rows are still buffered
+            for buf in (self._pending, self._pending_events):
+                excess = len(buf) - self.max_pending_rows
+                if excess > 0:
+                    del buf[:excess]
+                    self.dropped_rows += excess
+                    if self.dropped_rows == excess:
+                        log.error("the store %s cannot be written and %d rows are buffered: the oldest are "
+                                  "dropped from now on (Store.dropped_rows)", self.path, self.max_pending_rows)
 
     def _labels_json(self, labels: Mapping[str, str] | None) -> str:
         """Canonical JSON of a label set, cached: monitors label every event the same way."""
@@ -277,7 +303,9 @@ class Store:
                 # Keep the data for the next try rather than losing it.
                 self._pending[:0] = rows
                 self._pending_events[:0] = events
-                raise storage_error(e, self.path, "write to", "Check disk space and permissions.") from None
+                self.write_error = storage_error(e, self.path, "write to", "Check disk space and permissions.")
+                raise self.write_error from None
+            self.write_error = None
             return len(rows) + len(events)
 
     # ---------------------------------------------------------------- meta
