@@ -118,7 +118,7 @@ def record_command(
         finally:
             node.close()
         lines = next(s.recorder.lines for s in node.sinks if isinstance(s, RecorderSink))
-    console_err.print(f"wrote {lines} lines to {out}")
+    console_err.print(escape(f"wrote {lines} lines to {out}"))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.agent import install_stop_handlers
 from gpulens.cli.common import STORE_HELP, console, console_err
@@ -60,28 +61,28 @@ def _summary(store_path: Path) -> None:
         kinds = {k: len(st.events(k)) for k in st.event_kinds()}
         workload = {k: n for k, n in kinds.items() if k in ("train_step", "request", "cold_start")}
         if workload:
-            table.add_row("workload records", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(workload.items())))
+            table.add_row("workload records", escape(", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(workload.items()))))
         if kinds.get("alert"):
-            table.add_row("alert notifications", f"{kinds['alert']} (gpulens alerts list --store {store_path})")
+            table.add_row("alert notifications", escape(f"{kinds['alert']} (gpulens alerts list --store {store_path})"))
         console.print(table)
         try:
             from gpulens.diagnose import diagnose
 
             findings = diagnose(st)
         except Exception as e:  # diagnosis is a bonus here, never a reason to stop the demo
-            console_err.print(f"[dim]diagnosis unavailable: {e}[/]")
+            console_err.print(f"[dim]diagnosis unavailable: {escape(str(e))}[/]")
             findings = []
         if findings:
             t0 = rng[0] if rng else 0.0
-            console.print(f"\n[bold]What gpulens finds[/] (details: gpulens diagnose --store {store_path})")
+            console.print("\n[bold]What gpulens finds[/] " + escape(f"(details: gpulens diagnose --store {store_path})"))
             colour = {"critical": "red", "warning": "yellow", "info": "cyan"}
             for f in findings:
                 console.print(
-                    f"  [{colour.get(f.severity, 'white')}]{f.kind}[/] ({f.workload}, +{f.start - t0:.0f}…{f.end - t0:.0f} s): {f.summary}",
+                    f"  [{colour.get(f.severity, 'white')}]{escape(f.kind)}[/] " + escape(f"({f.workload}, +{f.start - t0:.0f}…{f.end - t0:.0f} s): {f.summary}"),
                     highlight=False,
                 )
                 if f.advice:
-                    console.print(f"    [dim]→ {f.advice[0]}[/]", highlight=False)
+                    console.print(f"    [dim]→ {escape(f.advice[0])}[/]", highlight=False)
         console.print()
 
 
@@ -113,13 +114,13 @@ def demo_command(
     if replaying:
         trace = backend.partition(":")[2] or str(bundled_trace())
         backend = f"replay:{trace}"
-        console.print(f"[bold]No NVIDIA driver here[/]: replaying the recorded H200 session ({trace}).")
+        console.print("[bold]No NVIDIA driver here[/]: " + escape(f"replaying the recorded H200 session ({trace})."))
         with Store(store) as st, console_err.status("importing the session into the store …"):
             s = import_trace(trace, st, ctx=ImportContext(), alerts=AlertsConfig(learn_seconds=5.0))
         if s.already_imported:
-            console.print(f"(already imported into {store})")
+            console.print(escape(f"(already imported into {store})"))
         else:
-            console.print(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}")
+            console.print(escape(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}"))
         _summary(store)
         # The live replay goes to its own store, so the imported session stays as recorded; the
         # session's training steps and requests replay with it, so /metrics carries them too.

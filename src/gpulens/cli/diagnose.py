@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import BadInputError, StorageFullError, StoreError
@@ -125,29 +126,29 @@ def _value(key: str, v: Any) -> str:
 def _render_text(findings: list[Any], store: Path, job: str | None, service: str | None) -> None:
     what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
     if not findings:
-        console.print(f"No bottleneck found for {what} in {store}.")
+        console.print(escape(f"No bottleneck found for {what} in {store}."))
         console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
         return
-    console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {store}: GPU faults first, then oldest first.")
+    console.print(f"[bold]{len(findings)} finding(s)[/] for {escape(what)} in {escape(str(store))}: GPU faults first, then oldest first.")
     console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
     for n, f in enumerate(findings, 1):
         style = SEVERITY_STYLE.get(f.severity, "")
         who = ", ".join(f"{k} {v}" for k, v in f.labels.items() if k in (TRAIN_JOB_LABEL, "rank", "service", "gpu", "host"))
         dur = f.end - f.start
-        console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}{'; ' + who if who else ''}[/]")
+        console.print(f"[bold]{n}. [{style}]{escape(f.severity.upper())}[/] {escape(f.kind.replace('_', ' '))}[/]  [dim]{escape(f.workload + ('; ' + who if who else ''))}[/]")
         span = f"{_when(f.start)}" + (f" → {datetime.fromtimestamp(f.end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
         console.print(f"   [dim]{span}[/]")
-        console.print(f"   {f.summary}", highlight=False)
+        console.print(f"   {escape(f.summary)}", highlight=False)
         if f.evidence:
             console.print("   [bold]Evidence[/]")
             for k, v in f.evidence.items():
                 if v is None or v == [] or (isinstance(v, dict) and len(v) > 6) or (isinstance(v, list) and isinstance(v[0], dict)):
                     continue  # nested detail stays in --format json
-                console.print(f"     {k.replace('_', ' ')}: {_value(k, v)}", highlight=False)
+                console.print(escape(f"     {k.replace('_', ' ')}: {_value(k, v)}"), highlight=False)
         if f.advice:
             console.print("   [bold]What to do, in order[/]")
             for i, a in enumerate(f.advice, 1):
-                console.print(f"     {i}. {a}", highlight=False)
+                console.print(escape(f"     {i}. {a}"), highlight=False)
         console.print()
 
 

@@ -9,6 +9,7 @@ import pkgutil
 import sys
 
 import typer
+from rich.markup import escape
 
 from gpulens import __version__
 from gpulens.cli.common import console_err
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(rc, int) and not isinstance(rc, bool):
             return rc
     except GpulensError as e:
-        console_err.print(f"[bold red]error:[/] {e.message}" + (f"\n[dim]→[/] {e.hint}" if e.hint else ""), highlight=False)
+        console_err.print(f"[bold red]error:[/] {escape(e.message)}" + (f"\n[dim]→[/] {escape(e.hint)}" if e.hint else ""), highlight=False)
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import console, store_option
 
@@ -43,7 +44,7 @@ def report(
         baseline=baseline,
     )
     panels = ", ".join(res.panels_with_data) or "none"
-    console.print(f"wrote {res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}")
+    console.print(escape(f"wrote {res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}"))
 
 
 def register(app: typer.Typer) -> None:
