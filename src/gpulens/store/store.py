@@ -586,6 +586,18 @@ class Store:
             ).fetchall()
         return [Sample(t, v) for t, v in rows]
 
+    def window_after(self, series_id: int, start: float, end: float, after_position: int) -> tuple[list[Sample], int]:
+        """Samples of one series in (start, end] committed after `after_position` (a rowid this
+        method returned before; 0 for all), oldest first, with the newest position seen. For
+        readers that keep a window and read only what is new each time (the alert evaluator)."""
+        with self._guard("read") as conn:
+            rows = conn.execute(
+                "SELECT rowid, t, value FROM samples WHERE series_id = ? AND t > ? AND t <= ? AND rowid > ? ORDER BY t, rowid",
+                (series_id, start, end, after_position),
+            ).fetchall()
+        newest = max((r[0] for r in rows), default=after_position)
+        return [Sample(t, v) for _, t, v in rows], max(newest, after_position)
+
     def window_columns(self, series_ids: Sequence[int], start: float, end: float) -> SampleColumns:
         """Samples of the series, merged, in [start, end], oldest first, as two columns (cheap to
         turn into arrays: no object per sample)."""
