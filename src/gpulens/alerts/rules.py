@@ -253,6 +253,8 @@ def load_rules(rules_file: str | Path | None = None, *, packs: tuple[str, ...] =
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise BadInputError(f"Cannot read the rule file {path}: {e.strerror}.", hint="Check the --rules path.") from None
+        except UnicodeDecodeError:
+            raise BadInputError(f"The rule file {path} is not UTF-8 text.", hint="Give a YAML rules file (see docs/alerts.md).") from None
         rs = parse_rules(text, str(path), pack="custom", base=rs)
     return rs
 

@@ -239,6 +239,11 @@ class FakeBackend:
         return s
 
 
+MAX_FAKE_GPUS = 1024
+# Fields a fault may not make NOT_SUPPORTED: who the GPU is, and the sample's own bookkeeping.
+_NOT_UNSUPPORTABLE = {"t", "gpu", "uuid", "name", "lost", "errors"}
+
+
 def parse_fake_spec(spec: str) -> int:
     """`fake` or `fake:N` -> N GPUs."""
     _, _, n = spec.partition(":")
@@ -251,6 +256,9 @@ def parse_fake_spec(spec: str) -> int:
         raise BadInputError(f"Cannot read the GPU count in --backend {spec!r}.", hint="Write fake:8 for eight fake GPUs.") from None
     if count < 1:
         raise BadInputError(f"--backend {spec!r} asks for {count} GPUs.", hint="Ask for at least one: fake:1.")
+    if count > MAX_FAKE_GPUS:  # a typo such as fake:99999999999999999999 used to hang allocating
+        raise BadInputError(f"--backend {spec!r} asks for {count} GPUs; a fake node has at most {MAX_FAKE_GPUS}.",
+                            hint="Write e.g. fake:8.")
     return count
 
 
@@ -304,7 +312,7 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
             celsius = float(arg)
             action = lambda: fake.set(gpu, temperature_celsius=celsius)  # noqa: E731
         elif kind == "unsupported":
-            if arg not in _SAMPLE_FIELDS:
+            if arg not in _SAMPLE_FIELDS or arg in _NOT_UNSUPPORTABLE:
                 raise bad()
             action = lambda: fake.unsupported(gpu, arg)  # noqa: E731
         else:

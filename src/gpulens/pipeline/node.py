@@ -188,6 +188,7 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 from gpulens.workload.inference.scrape import EngineScraper
 
                 for url in config.scrape_urls:
+                    check_scrape_url(url)
                     scraper = EngineScraper(url, store, service=config.scrape_service)
                     scraper.scrape_once()  # a wrong URL fails here, at once
                     scrapers.append(scraper)
@@ -211,6 +212,21 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
         if lock is not None:
             lock.release()
         raise
+
+
+def check_scrape_url(url: str) -> None:
+    """An engine's /metrics address must be http(s)://HOST[:PORT]/...: anything else is one sentence."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        ok = False
+    if not ok:
+        raise BadInputError(f"--scrape {url!r} is not an http(s) URL.",
+                            hint="Write the engine's metrics address, e.g. --scrape http://127.0.0.1:8000/metrics.")
 
 
 def _alert_runtime(store: Store, cfg: AlertsConfig) -> Any:
