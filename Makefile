@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: run test bench lint clean setup
+.PHONY: run test bench lint clean setup reliability
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ run: $(VENV)/.run-stamp
 test: $(VENV)/.test-stamp
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
+
+# The reliability suite at full strength (tests/reliability; a short version runs in `make test`):
+# 24 kill -9s, every interrupting signal, 1,000 fuzz examples per parser, a 30-minute soak at
+# 8 GPUs x 10 Hz (SOAK=120 for the short one). Figures: tests/reliability/soak.json.
+SOAK ?= 1800
+reliability: $(VENV)/.test-stamp
+	GPULENS_RELIABILITY_FULL=1 GPULENS_KILLS=24 GPULENS_FUZZ_EXAMPLES=1000 GPULENS_SOAK_SECONDS=$(SOAK) \
+	GPULENS_SOAK_REPORT=tests/reliability/soak.json $(PY) -m pytest -q -s -p no:cacheprovider --timeout=$$(( $(SOAK) + 900 )) \
+	  tests/reliability tests/web/test_connection_limits.py
 
 bench: $(VENV)/.test-stamp
 	$(PY) benchmarks/run_all.py

@@ -81,10 +81,16 @@ def agent_command(
     node = build_node(config)
     install_stop_handlers(node.loop.stop_event)
     gpus = ", ".join(f"{g.index}: {g.name}" for g in node.backend.gpus())
+    from gpulens.store.store import estimate_store_bytes
+    from gpulens.units import format_bytes
+
+    keep_s = config.keep_seconds["raw"] if config.keep_seconds else 8 * 86400
+    size = estimate_store_bytes(len(node.backend.gpus()), interval_s, keep_s)
     console_err.print(
         f"[bold]gpulens agent[/] {escape(f'{node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}')}"
         + (f"; metrics on {node.metrics_url}" if node.metrics_url else "")
-        + ". Ctrl-C stops."
+        + f". Raw samples are kept {keep_raw}: the store reaches about {format_bytes(size)} at this rate (lower it with --keep-raw)."
+        + " Ctrl-C stops."
     )
     try:
         stats = node.run(duration_s)

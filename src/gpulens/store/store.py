@@ -54,6 +54,16 @@ DEFAULT_RETENTION_SECONDS: dict[str, float] = {
 }
 
 
+# What one GPU sample costs on disk, raw rows with their indexes and roll-ups: measured by the soak
+# (tests/reliability/test_soak.py: 8 GPUs x 10 Hz grew the store 8.3 MiB a minute).
+BYTES_PER_GPU_SAMPLE = 1_800
+
+
+def estimate_store_bytes(gpus: int, interval_seconds: float, keep_raw_seconds: float) -> float:
+    """About how large the store grows once raw retention is reached, for the agent's banner."""
+    return gpus * (keep_raw_seconds / interval_seconds) * BYTES_PER_GPU_SAMPLE
+
+
 class Store:
     """A gpulens store at `path`. Thread-safe for one writer thread plus readers in this process;
     other processes open their own `Store` on the same file."""
