@@ -152,3 +152,24 @@ def test_on_a_real_full_disk(tmp_path, fast_retry):
             assert sample_rows(st, "gpu_up") == 2 * agent.ticks()
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
+def test_record_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        out = mnt / "rec.jsonl"
+        r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "record", "--backend", "fake:8", "--interval", "10ms",
+                            "--duration", "20s", "--out", str(out)], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
+        assert r.returncode == 4, r.stderr
+        assert "Traceback" not in r.stderr and "could not be written past line" in " ".join(r.stderr.split())
+        from gpulens import ReplayBackend
+
+        rb = ReplayBackend(out)  # what was written before is a recording that replays
+        assert rb.sample()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -109,6 +109,9 @@ def record_command(
     duration: str = typer.Option("60s", "--duration", help="How long to record."),
 ) -> None:
     """Record any backend to gpulens's trace format, for `gpulens replay` or `--backend replay:FILE`."""
+    import errno
+
+    from gpulens.errors import BadInputError, StorageFullError
     from gpulens.gpu.record import open_recording
     from gpulens.pipeline import NodeConfig, build_node
     from gpulens.pipeline.sinks import RecorderSink
@@ -116,14 +119,32 @@ def record_command(
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration")
-    with open_recording(out) as f:
+    f = open_recording(out)
+    sink = None
+    error: OSError | None = None
+    try:
         node = build_node(NodeConfig(backend=backend, interval_seconds=interval_s, record_to=f, alerts=None, colocation=False))
+        sink = next(s for s in node.sinks if isinstance(s, RecorderSink))
+        sink.on_error = node.loop.stop  # a full disk ends the recording there
         install_stop_handlers(node.loop.stop_event)
         try:
             node.run(duration_s)
         finally:
             node.close()
-        lines = next(s.recorder.lines for s in node.sinks if isinstance(s, RecorderSink))
+        f.close()
+    except OSError as e:  # the last buffered lines could not be written
+        error = e
+    finally:
+        try:
+            f.close()
+        except OSError:
+            pass
+    err = error or (sink.error if sink is not None else None)
+    lines = sink.recorder.lines if sink is not None else 0
+    if err is not None:
+        cls = StorageFullError if err.errno == errno.ENOSPC else BadInputError
+        raise cls(f"The recording {out} could not be written past line {lines}: {err.strerror or err}.",
+                  hint="Free some space or choose another --out; the lines before it are a valid recording.")
     console_err.print(escape(f"wrote {lines} lines to {out}"))
 
 

@@ -89,11 +89,21 @@ class RecorderSink(SinkBase):
         from gpulens.gpu.record import Recorder
 
         self.recorder = Recorder(out, backend)
+        self.error: OSError | None = None  # the write that failed (a full disk): recording stops there
+        self.on_error: Callable[[], None] | None = None  # e.g. the loop's stop
 
     def on_frame(self, frame: Frame) -> None:
-        self.recorder.write_samples(frame.samples)
-        for ev in frame.xids:
-            self.recorder.write_xid(ev)
+        if self.error is not None:
+            return
+        try:
+            self.recorder.write_samples(frame.samples)
+            for ev in frame.xids:
+                self.recorder.write_xid(ev)
+        except OSError as e:
+            self.error = e
+            log.error("the recording cannot be written (%s); it stops here", e.strerror or e)
+            if self.on_error is not None:
+                self.on_error()
 
 
 class ViewSink(SinkBase):
