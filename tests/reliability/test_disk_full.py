@@ -173,3 +173,32 @@ def test_record_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path):
         assert rb.sample()
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
+@pytest.mark.parametrize("existing", [True, False], ids=["existing-store", "new-store"])
+def test_agent_start_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path, existing):
+    """Exit 4 (the store's disk is full), not the issue's 3: see docs/store.md, "When the disk is full"."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        db = mnt / "s.db"
+        if existing:
+            with Store(db) as st:
+                st.write("x", None, 100.0, 1.0)
+        with open(mnt / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "agent", "--backend", "fake:8", "--interval", "100ms",
+                            "--duration", "3s", "--store", str(db), "--listen", "off"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 4, said
+        assert "Traceback" not in said and "is full" in said
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -4,6 +4,7 @@ migrations, and the one mapping of SQLite's errors to gpulens errors (a full dis
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -21,12 +22,22 @@ def storage_error(e: BaseException, path: Path, action: str, hint: str) -> Store
     """The gpulens error for an SQLite or OS error: a full disk is its own class and exit code."""
     full = isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
     full = full or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+    # SQLite reports a WAL or shm file it cannot grow on a full disk as a plain I/O error
+    full = full or (isinstance(e, sqlite3.OperationalError) and "i/o error" in str(e).lower() and _no_space_left(path))
     if full:
         return StorageFullError(
             f"The disk that holds the store {path} is full.",
             hint="Free some space (or lower retention), or point --store at another disk; the data written before is kept.",
         )
     return StoreError(f"Cannot {action} the store {path}: {e}.", hint=hint)
+
+
+def _no_space_left(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024 or st.f_favail == 0
 
 
 def _newer_schema(path: Path, version: int) -> StoreError:

@@ -8,11 +8,12 @@ sampling agents take this lock.)
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
 
-from gpulens.errors import StoreError
+from gpulens.errors import StorageFullError, StoreError
 
 
 class WriterLock:
@@ -26,6 +27,9 @@ class WriterLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise StorageFullError(f"The disk that holds the store {self.store_path} is full.",
+                                       hint="Free some space, or point --store at another disk.") from None
             raise StoreError(f"Cannot create the lock file {self.path}: {e.strerror}.",
                              hint="Choose a --store in a folder you can write to.") from None
         try:
@@ -37,8 +41,11 @@ class WriterLock:
                 f"Another gpulens agent (pid {holder}) is already writing to the store {self.store_path}.",
                 hint="Stop that agent first, or give this one another --store.",
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # a full disk: the lock holds all the same, only the pid in its message is missing
         self._fd = fd
         return self
 
