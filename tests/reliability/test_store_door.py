@@ -154,3 +154,30 @@ def test_a_killed_agent_leaves_no_stale_lock(tmp_path):
     p.wait()
     node = build_node(NodeConfig(backend="fake:1", store_path=db, alerts=None, single_writer=True))
     node.close()
+
+
+def test_readers_do_not_trust_an_older_store_with_absurd_rows(tmp_path):
+    """Rows written before the door refused them (t = 1e300, a value of 1e308) must not break
+    `query`, `report`, `diagnose` or the dashboard."""
+    db = tmp_path / "old.db"
+    with Store(db) as st:
+        for i in range(100):
+            st.write("gpu_temperature_celsius", {"gpu": "0", "uuid": "u", "model": "m", "host": "h"}, 1.7e9 + i, 50.0)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO samples (series_id, t, value) VALUES (1, 1e300, 1.0)")
+    conn.execute("INSERT INTO samples (series_id, t, value) VALUES (1, 1700000200.0, 1e308)")
+    conn.execute("INSERT INTO events (t, kind, labels, data) VALUES (1e300, 'xid', '{}', '{}')")
+    conn.commit()
+    conn.close()
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    for args in (["query", "gpu_temperature_celsius"], ["report", "--out", str(tmp_path / "r.html")], ["diagnose"]):
+        r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", *args, "--store", str(db)], capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+    from starlette.testclient import TestClient
+
+    from gpulens.web import create_app
+
+    with TestClient(create_app(store_path=db, allowed_hosts=["testserver"])) as client:
+        for path in ("/api/meta", "/api/panel/gpu?range=15m"):
+            assert client.get(path).status_code == 200, path

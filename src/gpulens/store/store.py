@@ -357,17 +357,19 @@ class Store:
 
     def time_range(self, name: str | None = None) -> tuple[float, float] | None:
         """First and last sample time (of metric `name`, or of everything, events included).
-        Read per series through the (series_id, t) index, so a week of samples answers at once."""
+        Read per series through the (series_id, t) index, so a week of samples answers at once.
+        Times outside 1970..2200 (written before the store refused them) are not trusted: left out."""
         per_series = (
-            "SELECT min(lo), max(hi) FROM (SELECT (SELECT min(t) FROM samples WHERE series_id = s.id) AS lo, "
-            "(SELECT max(t) FROM samples WHERE series_id = s.id) AS hi FROM series s{where})"
+            "SELECT min(lo), max(hi) FROM (SELECT (SELECT min(t) FROM samples WHERE series_id = s.id AND t >= ?) AS lo, "
+            "(SELECT max(t) FROM samples WHERE series_id = s.id AND t <= ?) AS hi FROM series s{where})"
         )
+        bounds = (MIN_TIME_SECONDS, MAX_TIME_SECONDS)
         with self._guard("read") as conn:
             if name is None:
-                row = conn.execute(per_series.format(where="")).fetchone()
-                ev = conn.execute("SELECT min(t), max(t) FROM events").fetchone()
+                row = conn.execute(per_series.format(where=""), bounds).fetchone()
+                ev = conn.execute("SELECT min(t), max(t) FROM events WHERE t >= ? AND t <= ?", bounds).fetchone()
             else:
-                row = conn.execute(per_series.format(where=" WHERE s.name = ?"), (name,)).fetchone()
+                row = conn.execute(per_series.format(where=" WHERE s.name = ?"), (*bounds, name)).fetchone()
                 ev = (None, None)
         lo = [v for v in (row[0], ev[0]) if v is not None]
         hi = [v for v in (row[1], ev[1]) if v is not None]
