@@ -15,7 +15,7 @@ else
 TORCH_INSTALL := $(PIP) '$(TORCH_SPEC)'
 endif
 
-.PHONY: run test bench lint clean setup lock
+.PHONY: run test bench lint clean setup lock reliability
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,15 @@ run: $(VENV)/.run-stamp
 test: $(VENV)/.test-stamp
 	$(VENV)/bin/ruff check src tests benchmarks examples deploy
 	$(PY) -m pytest -q
+
+# The reliability suite at full strength (tests/reliability; a short version runs in `make test`):
+# 24 kill -9s, every interrupting signal, 1,000 fuzz examples per parser, a 30-minute soak at
+# 8 GPUs x 10 Hz (SOAK=120 for the short one). Figures: tests/reliability/soak.json.
+SOAK ?= 1800
+reliability: $(VENV)/.test-stamp
+	GPULENS_RELIABILITY_FULL=1 GPULENS_KILLS=24 GPULENS_FUZZ_EXAMPLES=1000 GPULENS_SOAK_SECONDS=$(SOAK) \
+	GPULENS_SOAK_REPORT=tests/reliability/soak.json $(PY) -m pytest -q -s -p no:cacheprovider --timeout=$$(( $(SOAK) + 900 )) \
+	  tests/reliability tests/web/test_connection_limits.py
 
 bench: $(VENV)/.test-stamp
 	$(PY) benchmarks/run_all.py

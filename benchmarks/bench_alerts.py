@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 GOAL_MS_PER_EVALUATION = 5.0
+# Issue 18: at 8 GPUs x 10 Hz, one evaluation after 10 minutes costs at most 1.5x one after 1 minute.
+GOAL_GROWTH_RATIO = 1.5
 
 
 class _Timed:
@@ -46,12 +48,63 @@ def _import(db: Path, with_alerts: bool) -> tuple[float, float, int]:
     return time.perf_counter() - t0, timed.seconds if timed else 0.0, rt.evaluations if rt else 0
 
 
+def _growth(db: Path, gpus: int = 8, hz: float = 10.0, minutes: float = 10.0) -> tuple[float, float, int]:
+    """Median time of one evaluation of every pack around minute 1 and around the last minute of
+    `minutes` at `gpus` fake GPUs sampled at `hz`, on a simulated clock (the loop and the store as
+    the agent runs them; samples flushed before each evaluation, as the loop does)."""
+    import statistics
+
+    from gpulens.alerts.runtime import AlertRuntime
+    from gpulens.gpu import FakeBackend
+    from gpulens.pipeline import NodeConfig, build_node
+    from gpulens.store import Store
+
+    now = [1_800_000_000.0]
+    fake = FakeBackend(gpus=gpus, clock=lambda: now[0])
+    with Store(db) as st:
+        node = build_node(NodeConfig(backend=fake, alerts=None, colocation=False, host="bench"), store=st)
+        rt = AlertRuntime(st, learn_seconds=7 * 86400, clock=lambda: now[0])
+        early: list[float] = []
+        late: list[float] = []
+        ticks = int(minutes * 60 * hz)
+        per_eval = int(hz)  # evaluate every second, as the agent does by default
+        for i in range(1, ticks + 1):
+            now[0] += 1.0 / hz
+            node.loop.tick()
+            if i % per_eval:
+                continue
+            node.loop.flush()
+            t0 = time.perf_counter()
+            rt.evaluate(now[0])
+            dt = time.perf_counter() - t0
+            second = i // per_eval
+            if 50 <= second < 60:
+                early.append(dt)
+            elif second >= minutes * 60 - 10:
+                late.append(dt)
+        rt.close()
+        node.close()
+    return statistics.median(early), statistics.median(late), rt.evaluations
+
+
 def run() -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         plain, _, _ = _import(Path(tmp) / "plain.db", False)
         total, in_eval, n = _import(Path(tmp) / "alerts.db", True)
+        early, late, evals = _growth(Path(tmp) / "growth.db")
     per_eval_ms = in_eval / max(n, 1) * 1000
     return [
+        {
+            "name": "one evaluation of every pack after 10 min at 8 GPUs x 10 Hz",
+            "value": late * 1000,
+            "unit": "ms",
+            "reference": "the same after 1 min (ms)",
+            "reference_value": early * 1000,
+            "ratio": late / early,
+            "evaluations": evals,
+            "goal": f"within {GOAL_GROWTH_RATIO}x of after 1 min",
+            "met": late / early <= GOAL_GROWTH_RATIO,
+        },
         {
             "name": f"replay of the H200 session with alerts ({n} evaluations of all packs)",
             "value": per_eval_ms,

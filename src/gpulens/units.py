@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from gpulens.errors import BadInputError
+
+# Times (unix seconds) and readings gpulens stores: 1970 to 2200, magnitudes up to 1e18 (bytes,
+# joules and hertz stay far below). Beyond is a broken clock or a corrupt line, and would overflow
+# the date arithmetic of every report that reads it back. The store refuses them at its door.
+MIN_TIME_SECONDS = 0.0
+MAX_TIME_SECONDS = 7_258_118_400.0
+MAX_ABS_VALUE = 1e18
+# The longest duration a user may type (100 years): beyond it no date arithmetic holds.
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d|w)?\s*$")
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0, None: 1.0}
@@ -21,6 +31,8 @@ def parse_duration(text: str | float | int, *, what: str = "duration", allow_zer
                 f"Cannot read {what} {text!r}.", hint="Write a number with a unit: 500ms, 1s, 15m, 2h, 7d."
             )
         seconds = float(m.group(1)) * _SECONDS[m.group(2)]
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
+        raise BadInputError(f"The {what} {text!r} is not a usable duration.", hint="Give at most 100 years, e.g. 30d.")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise BadInputError(f"The {what} must be above zero, not {text!r}.", hint="Give a positive value such as 1s.")
     return seconds

@@ -36,11 +36,12 @@ def run_dashboard(app) -> Iterator[RunningDashboard]:
     """Serve an ASGI app with uvicorn in a thread, on a socket bound here (no port race)."""
     import uvicorn
 
+    from gpulens.web.guard import uvicorn_config
     from gpulens.web.server import bind
 
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app))  # the limits `gpulens dashboard` runs with
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15

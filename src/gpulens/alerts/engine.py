@@ -16,7 +16,7 @@ from typing import Literal
 from gpulens.alerts.rules import Rule, render_template
 from gpulens.alerts.source import LabelKey
 from gpulens.alerts.xid import xid_info
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, StoreError
 from gpulens.store import Store
 from gpulens.store import alert_state as repo
 
@@ -142,9 +142,12 @@ class AlertEngine:
         # Alerts still open from a previous run carry on: no second page for the same incident.
         self.active: dict[str, AlertState] = {a.fingerprint: a for a in load_alerts(store, active_only=True)}
         self._last_notified: dict[str, float] = {fp: a.fired_at or a.active_since for fp, a in self.active.items()}
+        self._unsaved: dict[str, AlertState] = {}  # alerts whose history could not be written yet
 
     def step(self, now: float, results: list[RuleResult]) -> list[AlertState]:
         """Advance every alert to `now`. Returns the active alerts plus those resolved in this step."""
+        if self._unsaved:
+            self._retry_unsaved()
         silences = list_silences(self.store, now)
         seen: set[str] = set()
         to_notify: list[AlertState] = []
@@ -216,11 +219,29 @@ class AlertEngine:
         return a
 
     def _save(self, a: AlertState) -> None:
-        a.id = repo.save_alert(self.store, a)
+        """Write the alert to its history. While the store cannot be written (a full disk) the alert
+        lives on in memory and notifies as usual; it is written at the next step that can."""
+        try:
+            a.id = repo.save_alert(self.store, a)
+            self._unsaved.pop(a.fingerprint, None)
+        except StoreError as e:
+            if not self._unsaved:
+                log.warning("alert history not written (kept in memory until the store can be written): %s", e)
+            self._unsaved[a.fingerprint] = a
+
+    def _retry_unsaved(self) -> None:
+        for a in list(self._unsaved.values()):
+            self._save(a)
+            if a.fingerprint in self._unsaved:
+                return  # still failing: try again next step
 
     def _delete(self, a: AlertState) -> None:
+        self._unsaved.pop(a.fingerprint, None)
         if a.id is not None:
-            repo.delete_alert(self.store, a.id)
+            try:
+                repo.delete_alert(self.store, a.id)
+            except StoreError as e:
+                log.debug("a pending alert's row stays (the store cannot be written): %s", e)
 
     def _event(self, a: AlertState, now: float) -> None:
         # The timeline (dashboard, reports) reads alerts as store events beside XIDs and phases.

@@ -97,36 +97,27 @@ class Evaluator:
         w = rng.range_seconds
         out = {}
         for s in self.source.series(rng):
-            pts = self.source.window(s.id, t - w, t)
+            win = self.source.range_window(s.id, w, t, sorted_values=f == "quantile_over_time")
+            if not len(win):
+                continue
             if f in ("increase", "rate"):
-                if not pts:
-                    continue
-                base = self.source.before(s.id, t - w)
-                # A counter first seen inside the window counts from zero: its first error is news.
-                prev = 0.0 if base is None else base
-                total = 0.0
-                for _, v in pts:
-                    total += v - prev if v >= prev else v  # a drop is a counter reset
-                    prev = v
-                out[s.key] = total / w if f == "rate" else total
-                continue
-            if not pts:
-                continue
-            vals = [v for _, v in pts]
-            if f == "avg_over_time":
-                out[s.key] = sum(vals) / len(vals)
+                # counter steps, a reset counted from zero and a counter first seen inside the window
+                # counted from zero too: its first error is news (see RangeWindow)
+                out[s.key] = win.step_sum / w if f == "rate" else win.step_sum
+            elif f == "avg_over_time":
+                out[s.key] = win.sum / len(win)
             elif f == "max_over_time":
-                out[s.key] = max(vals)
+                out[s.key] = win.max
             elif f == "min_over_time":
-                out[s.key] = min(vals)
+                out[s.key] = win.min
             elif f == "count_over_time":
-                out[s.key] = float(len(vals))
+                out[s.key] = float(len(win))
             elif f == "last_over_time":
-                out[s.key] = vals[-1]
+                out[s.key] = win.last
             elif f == "delta":
-                out[s.key] = vals[-1] - vals[0]
+                out[s.key] = win.last - win.first
             elif f == "quantile_over_time":
-                out[s.key] = quantile(vals, q)  # type: ignore[arg-type]
+                out[s.key] = quantile(win.sorted, q)  # type: ignore[arg-type]  # the values, kept sorted
         return out
 
     def _aggregate(self, node: Aggregate, t: float, band: BandFn | None) -> Vector:

@@ -1,23 +1,28 @@
 """Notifiers: the log, a file (one JSON line per alert) and a webhook that receives Alertmanager's
 webhook body, so anything that takes Alertmanager webhooks takes gpulens's. The webhook posts from
-a background thread with bounded retries: a receiver that is down never slows evaluation; what
-cannot be delivered is logged and dropped."""
+a background thread with bounded retries and one deadline per attempt: a receiver that is down,
+hangs, trickles or answers garbage never slows evaluation or shutdown; what cannot be delivered is
+logged, counted (gpulens_notifications_failed_total) and kept in the store for the next start."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
-import queue
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpulens.alerts.engine import AlertState
 from gpulens.errors import BadInputError
+
+if TYPE_CHECKING:
+    from gpulens.store import Store
 
 log = logging.getLogger("gpulens.alerts")
 
@@ -77,12 +82,39 @@ def webhook_body(alerts: list[AlertState], *, receiver: str = "gpulens") -> dict
     }
 
 
+# Notifications that could not be delivered (or were dropped), per notifier kind, for this
+# process: exported as gpulens_notifications_failed_total{notifier=...}.
+_FAILED: dict[str, int] = {}
+_FAILED_LOCK = threading.Lock()
+
+
+def count_failure(kind: str, n: int = 1) -> None:
+    with _FAILED_LOCK:
+        _FAILED[kind] = _FAILED.get(kind, 0) + n
+
+
+def notifications_failed() -> dict[str, int]:
+    """Failed or dropped notifications so far, per notifier kind."""
+    with _FAILED_LOCK:
+        return dict(_FAILED)
+
+
+class DeliveryError(OSError):
+    """A receiver that answered with something other than 2xx, or not within the deadline."""
+
+
 class WebhookNotifier:
     """POSTs Alertmanager webhook bodies from a background thread.
 
-    `retries` attempts per body with exponential backoff from `backoff_seconds`, each with
-    `timeout_seconds`; a full queue drops the oldest body (logged). `close` waits at most
-    `close_timeout_seconds` for what is queued."""
+    Each attempt has one overall deadline, `timeout_seconds`, for connecting, sending and reading
+    the whole answer (a receiver that trickles a byte a second is cut off at it); `retries`
+    attempts with exponential backoff from `backoff_seconds`. Any exception ends that delivery,
+    never the thread. A full queue drops the oldest body (counted, logged). `close` returns within
+    `close_timeout_seconds` plus one attempt. With a `store`, what is not delivered (given up,
+    dropped, or still queued at close) is kept there and sent again by the next notifier for the
+    same URL, after a restart too; a body is removed once delivered."""
+
+    kind = "webhook"
 
     def __init__(
         self,
@@ -93,82 +125,198 @@ class WebhookNotifier:
         backoff_seconds: float = 0.5,
         max_queue: int = 256,
         close_timeout_seconds: float = 5.0,
+        store: Store | None = None,
     ):
-        if not url.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadInputError(f"The webhook URL {url!r} is not an http(s) URL.", hint="Write --notify webhook:http://HOST:PORT/PATH.")
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise BadInputError(f"The webhook URL {url!r} has a port that is not a number.", hint="Write --notify webhook:http://HOST:PORT/PATH.") from None
         self.url = url
         self.retries = max(1, retries)
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
         self.close_timeout_seconds = close_timeout_seconds
+        self.max_queue = max(1, max_queue)
+        self.store = store
         self.delivered = 0
-        self.failed = 0
-        self._q: queue.Queue[bytes | None] = queue.Queue(maxsize=max_queue)
+        self.failed = 0  # bodies given up on (after every retry), or dropped
+        self.dropped = 0  # of those, pushed out of a full queue
+        self._q: deque[tuple[bytes, int | None]] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closing = False
         self._stop = threading.Event()
+        self._conn: http.client.HTTPConnection | None = None
+        if store is not None:
+            for oid, body in _outbox_pending(store, url):
+                self._q.append((body, oid))
+            if self._q:
+                log.info("webhook %s: %d notification(s) kept from before are sent again", url, len(self._q))
         self._thread = threading.Thread(target=self._run, name="gpulens-webhook", daemon=True)
         self._thread.start()
 
+    # ------------------------------------------------------------ queue
     def send(self, alerts: list[AlertState]) -> None:
-        body = json.dumps(webhook_body(alerts)).encode()
-        while True:
-            try:
-                self._q.put_nowait(body)
-                return
-            except queue.Full:
-                try:
-                    self._q.get_nowait()
-                    self._q.task_done()
-                    self.failed += 1
-                    log.error("webhook %s: queue full, dropped the oldest notification", self.url)
-                except queue.Empty:
-                    pass
+        self._enqueue(json.dumps(webhook_body(alerts)).encode(), None)
 
-    def _post(self, body: bytes) -> None:
-        req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(req, timeout=self.timeout_seconds) as resp:  # noqa: S310 - user-given URL
-            resp.read()
+    def _enqueue(self, body: bytes, outbox_id: int | None) -> None:
+        with self._cond:
+            if len(self._q) >= self.max_queue:
+                old, old_id = self._q.popleft()
+                self.dropped += 1
+                self._give_up(old, old_id)
+                if self.dropped == 1 or self.dropped % 100 == 0:
+                    log.error("webhook %s: queue full (%d), dropped the oldest notification (%d dropped so far%s)",
+                              self.url, self.max_queue, self.dropped, "; kept in the store" if self.store else "")
+            self._q.append((body, outbox_id))
+            self._cond.notify_all()
+
+    def _give_up(self, body: bytes, outbox_id: int | None) -> None:
+        self.failed += 1
+        count_failure(self.kind)
+        if self.store is not None and outbox_id is None:
+            try:
+                _outbox_keep(self.store, self.url, body)
+            except Exception as e:  # noqa: BLE001 - the store failing (a full disk) must not stop notifying
+                log.error("webhook %s: could not keep an undelivered notification in the store: %s", self.url, e)
 
     def _run(self) -> None:
         while True:
-            body = self._q.get()
-            if body is None:
-                self._q.task_done()
-                return
+            with self._cond:
+                while not self._q and not self._closing:
+                    self._cond.wait()
+                if not self._q or self._stop.is_set():
+                    return
+                body, oid = self._q.popleft()
+                self._busy = True
             try:
-                self._deliver(body)
+                self._deliver(body, oid)
+            except Exception:  # noqa: BLE001 - one delivery failing never ends the thread
+                log.exception("webhook %s: delivery failed", self.url)
+                self._give_up(body, oid)
             finally:
-                self._q.task_done()
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
-    def _deliver(self, body: bytes) -> None:
+    # ------------------------------------------------------------ delivery
+    def _post(self, body: bytes) -> None:
+        """One attempt, bounded by `timeout_seconds` overall: a watchdog shuts the socket at the deadline."""
+        parts = urllib.parse.urlsplit(self.url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(parts.hostname, parts.port, timeout=self.timeout_seconds)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        expired = threading.Event()
+
+        def cut() -> None:
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(self.timeout_seconds, cut)
+        timer.daemon = True
+        self._conn = conn
+        timer.start()
+        try:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()  # the whole answer (a short one raises IncompleteRead), within the deadline
+            if not 200 <= resp.status < 300:
+                raise DeliveryError(f"the receiver answered {resp.status} {resp.reason}")
+        except Exception as e:
+            if expired.is_set():
+                raise DeliveryError(f"no complete answer within {self.timeout_seconds:g} s") from None
+            raise e
+        finally:
+            timer.cancel()
+            self._conn = None
+            conn.close()
+
+    def _deliver(self, body: bytes, outbox_id: int | None) -> None:
         for attempt in range(self.retries):
             try:
                 self._post(body)
-                self.delivered += 1
-                break
-            except (urllib.error.URLError, OSError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - a garbage status line, a short body, a reset: all retried
                 if attempt + 1 == self.retries:
-                    self.failed += 1
                     log.error("webhook %s: giving up after %d attempts: %s", self.url, self.retries, e)
-                elif self._stop.wait(self.backoff_seconds * 2**attempt):
-                    self.failed += 1
+                    self._give_up(body, outbox_id)
+                    return
+                if self._stop.wait(self.backoff_seconds * 2**attempt):
                     log.error("webhook %s: not delivered before shutdown: %s", self.url, e)
-                    break
+                    self._give_up(body, outbox_id)
+                    return
+                continue
+            self.delivered += 1
+            if outbox_id is not None and self.store is not None:
+                try:
+                    _outbox_forget(self.store, outbox_id)
+                except Exception as e:  # noqa: BLE001
+                    log.debug("webhook %s: could not clear a delivered notification from the store: %s", self.url, e)
+            return
 
     def flush(self, timeout_seconds: float = 5.0) -> bool:
-        """Wait until the queue is empty (for tests and shutdown). True if it emptied in time."""
+        """Wait until everything queued was delivered or given up. True if it emptied in time."""
         deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            if self._q.unfinished_tasks == 0:
-                return True
-            time.sleep(0.02)
-        return False
+        with self._cond:
+            while self._q or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
 
     def close(self) -> None:
-        self._q.put(None)
+        """Deliver what is queued within `close_timeout_seconds`; then stop (the attempt under way is
+        cut) and keep the rest in the store. Never blocks longer than that plus one attempt."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
         self._thread.join(self.close_timeout_seconds)
         if self._thread.is_alive():
             self._stop.set()
-            self._thread.join(self.close_timeout_seconds)
+            conn = self._conn
+            if conn is not None and conn.sock is not None:
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._thread.join(self.timeout_seconds)
+        with self._cond:
+            left, self._q = list(self._q), deque()
+        for body, oid in left:
+            self._give_up(body, oid)
+        if left:
+            log.error("webhook %s: %d notification(s) not delivered before shutdown%s", self.url, len(left),
+                      "; kept in the store for the next start" if self.store else "")
+
+
+def _outbox_pending(store: Store, url: str) -> list[tuple[int, bytes]]:
+    from gpulens.store.outbox import undelivered
+
+    try:
+        return undelivered(store, url)
+    except Exception as e:  # noqa: BLE001 - an unreadable outbox must not stop the agent
+        log.error("webhook %s: could not read the notifications kept in the store: %s", url, e)
+        return []
+
+
+def _outbox_keep(store: Store, url: str, body: bytes) -> None:
+    from gpulens.store.outbox import keep_undelivered
+
+    keep_undelivered(store, url, body)
+
+
+def _outbox_forget(store: Store, outbox_id: int) -> None:
+    from gpulens.store.outbox import forget_delivered
+
+    forget_delivered(store, outbox_id)
 
 
 class MultiNotifier:
@@ -180,15 +328,20 @@ class MultiNotifier:
             try:
                 n.send(alerts)
             except Exception:  # one broken notifier must not silence the others
+                count_failure(getattr(n, "kind", type(n).__name__.lower().removesuffix("notifier")))
                 log.exception("notifier %s failed", type(n).__name__)
 
     def close(self) -> None:
         for n in self.notifiers:
-            n.close()
+            try:
+                n.close()
+            except Exception:  # noqa: BLE001 - closing one must not keep the others open
+                log.exception("notifier %s failed to close", type(n).__name__)
 
 
-def build_notifier(specs: Sequence[str]) -> MultiNotifier:
-    """'log', 'file:PATH', 'webhook:URL' -> notifiers."""
+def build_notifier(specs: Sequence[str], *, store: Store | None = None) -> MultiNotifier:
+    """'log', 'file:PATH', 'webhook:URL' -> notifiers. With `store`, webhooks keep what they could
+    not deliver there and send it again on the next start."""
     out: list[Notifier] = []
     for spec in specs:
         kind, _, arg = spec.partition(":")
@@ -197,7 +350,7 @@ def build_notifier(specs: Sequence[str]) -> MultiNotifier:
         elif kind == "file" and arg:
             out.append(FileNotifier(arg))
         elif kind == "webhook" and arg:
-            out.append(WebhookNotifier(arg))
+            out.append(WebhookNotifier(arg, store=store))
         else:
             raise BadInputError(f"Cannot read --notify {spec!r}.", hint="Use log, file:PATH or webhook:URL (e.g. webhook:http://127.0.0.1:9093/hook).")
     return MultiNotifier(out)

@@ -83,7 +83,10 @@ class RuleSet:
 # ---------------------------------------------------------------- YAML with line numbers
 class _Map(dict):
     line: int = 0
-    key_lines: dict[str, int]
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        self.key_lines: dict[str, int] = {}
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -149,6 +152,10 @@ def parse_rules(text: str, path: str = "<rules>", *, pack: str = "custom", base:
     except yaml.MarkedYAMLError as e:
         line = e.problem_mark.line + 1 if e.problem_mark else None
         raise RuleFileError(path, line, None, f"is not valid YAML ({e.problem})") from None
+    except yaml.YAMLError as e:  # e.g. a control character the reader refuses
+        raise RuleFileError(path, None, None, f"is not valid YAML ({e})") from None
+    except (TypeError, ValueError, RecursionError):  # a list as a key, a nesting too deep
+        raise RuleFileError(path, None, None, "is not a rules file YAML can read (a key that is not a name?)") from None
     if doc is None:
         doc = _Map()
     if not isinstance(doc, dict):
@@ -253,6 +260,8 @@ def load_rules(rules_file: str | Path | None = None, *, packs: tuple[str, ...] =
             text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise BadInputError(f"Cannot read the rule file {path}: {e.strerror}.", hint="Check the --rules path.") from None
+        except UnicodeDecodeError:
+            raise BadInputError(f"The rule file {path} is not UTF-8 text.", hint="Give a YAML rules file (see docs/alerts.md).") from None
         rs = parse_rules(text, str(path), pack="custom", base=rs)
     return rs
 

@@ -23,8 +23,11 @@ from gpulens.alerts.expr import Node, band_selectors, cap_ranges
 from gpulens.alerts.notify import build_notifier
 from gpulens.alerts.rules import PACKS, Rule, RuleSet, load_rules
 from gpulens.alerts.source import SeriesRef, StoreSource
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, StoreError
 from gpulens.store import Store
+
+# The alert the agent raises from memory while its store cannot be written (docs/alerts.md).
+STORE_WRITE_FAILING = "GpulensStoreWriteFailing"
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class AlertRuntime:
         self.source = StoreSource(store)
         self.evaluator = Evaluator(self.source, lookback_seconds)
         self.baselines = Baselines(store, self.source, BaselineConfig(learn_seconds=self.learn_seconds, band=self.rules.band))
-        self.notifier = build_notifier(list(notify))
+        self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
         self.engine = AlertEngine(store, self.notifier.send)
         self.evaluations = 0
 
@@ -91,8 +94,11 @@ class AlertRuntime:
         ]
         pending_events = self.store.pending_count
         out = self.engine.step(now, results)
-        if self.store.pending_count > pending_events:
-            self.store.flush()  # alert events: visible to other readers right away
+        if self.store.pending_count > pending_events and self.store.write_error is None:
+            try:
+                self.store.flush()  # alert events: visible to other readers right away
+            except StoreError:
+                pass  # buffered; the sampling loop retries and raises GpulensStoreWriteFailing
         self.evaluations += 1
         return out
 
@@ -109,6 +115,19 @@ class AlertRuntime:
         for refs in (self.source.series(sel) for c in self.compiled for sel in c.band_selectors):
             out |= {r.id for r in refs if r.key in keys}
         return out
+
+    def store_health(self, writable: bool, message: str, now: float) -> None:
+        """The store's writes started failing (or work again): page about it from memory, since the
+        rules and the alert history cannot be written while it lasts."""
+        a = AlertState(
+            rule=STORE_WRITE_FAILING, severity="critical", labels={"alertname": STORE_WRITE_FAILING, "severity": "critical"},
+            state="resolved" if writable else "firing", active_since=now, value=0.0 if writable else 1.0,
+            summary="The store can be written again; buffered samples were written." if writable else message,
+            advice="Free space on the store's disk (or lower retention), or move --store; samples are buffered in memory meanwhile.",
+            fired_at=None if writable else now, resolved_at=now if writable else None,
+        )
+        a.fingerprint = f"gpulens-internal:{STORE_WRITE_FAILING}"
+        self.notifier.send([a])
 
     def close(self) -> None:
         self.notifier.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.alerts.expr import Selector
+from gpulens.alerts.windows import RangeWindow
 from gpulens.store import Store
 from gpulens.store.types import Sample
 
@@ -32,9 +33,18 @@ class StoreSource:
         self.store = store
         self._by_name: dict[str, list[SeriesRef]] = {}
         self._max_id = -1
+        self._windows: dict[tuple[int, float, bool], RangeWindow] = {}
+        self._used: dict[tuple[int, float, bool], int] = {}  # window -> the refresh that last used it
+        self._refreshes = 0
 
     def refresh(self) -> None:
-        """Pick up series created since the last call (cheap when there are none)."""
+        """Pick up series created since the last call (cheap when there are none); forget windows
+        no rule asked for in the last 100 evaluations."""
+        self._refreshes += 1
+        if self._refreshes % 100 == 0:
+            for key in [k for k, n in self._used.items() if n < self._refreshes - 100]:
+                self._windows.pop(key, None)
+                self._used.pop(key, None)
         max_id = self.store.max_series_id()
         if max_id == self._max_id:
             return
@@ -59,6 +69,18 @@ class StoreSource:
     def window(self, sid: int, start: float, end: float) -> list[Sample]:
         """(t, value) in (start, end], oldest first."""
         return self.store.window(sid, start, end)
+
+    def window_after(self, sid: int, start: float, end: float, after_position: int) -> tuple[list[Sample], int]:
+        return self.store.window_after(sid, start, end, after_position)
+
+    def range_window(self, sid: int, range_seconds: float, t: float, *, sorted_values: bool = False) -> RangeWindow:
+        """The series' window (t - range, t], kept from the last evaluation and brought up to `t`."""
+        key = (sid, range_seconds, sorted_values)
+        win = self._windows.get(key)
+        if win is None:
+            win = self._windows[key] = RangeWindow(range_seconds, sorted_values=sorted_values)
+        self._used[key] = self._refreshes
+        return win.advance(self, sid, t)
 
     def first_time(self, sid: int) -> float | None:
         return self.store.first_sample_time(sid)

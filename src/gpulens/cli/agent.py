@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console_err
 from gpulens.gpu.fake import FAULT_HELP
@@ -80,14 +81,21 @@ def agent_command(
         scrape_service=service,
         pod_resources_socket=pod_resources,
         host=host,
+        single_writer=True,
     )
     node = build_node(config)
     install_stop_handlers(node.loop.stop_event)
     gpus = ", ".join(f"{g.index}: {g.name}" for g in node.backend.gpus())
+    from gpulens.store.store import estimate_store_bytes
+    from gpulens.units import format_bytes
+
+    keep_s = config.keep_seconds["raw"] if config.keep_seconds else 8 * 86400
+    size = estimate_store_bytes(len(node.backend.gpus()), interval_s, keep_s)
     console_err.print(
-        f"[bold]gpulens agent[/] {node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}"
+        f"[bold]gpulens agent[/] {escape(f'{node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}')}"
         + (f"; metrics on {node.metrics_url}" if node.metrics_url else "")
-        + ". Ctrl-C stops."
+        + f". Raw samples are kept {keep_raw}: the store reaches about {format_bytes(size)} at this rate (lower it with --keep-raw)."
+        + " Ctrl-C stops."
     )
     try:
         stats = node.run(duration_s)
@@ -106,6 +114,9 @@ def record_command(
     duration: str = typer.Option("60s", "--duration", help="How long to record."),
 ) -> None:
     """Record any backend to gpulens's trace format, for `gpulens replay` or `--backend replay:FILE`."""
+    import errno
+
+    from gpulens.errors import BadInputError, StorageFullError
     from gpulens.gpu.record import open_recording
     from gpulens.pipeline import NodeConfig, build_node
     from gpulens.pipeline.sinks import RecorderSink
@@ -113,15 +124,33 @@ def record_command(
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration")
-    with open_recording(out) as f:
+    f = open_recording(out)
+    sink = None
+    error: OSError | None = None
+    try:
         node = build_node(NodeConfig(backend=backend, interval_seconds=interval_s, record_to=f, alerts=None, colocation=False))
+        sink = next(s for s in node.sinks if isinstance(s, RecorderSink))
+        sink.on_error = node.loop.stop  # a full disk ends the recording there
         install_stop_handlers(node.loop.stop_event)
         try:
             node.run(duration_s)
         finally:
             node.close()
-        lines = next(s.recorder.lines for s in node.sinks if isinstance(s, RecorderSink))
-    console_err.print(f"wrote {lines} lines to {out}")
+        f.close()
+    except OSError as e:  # the last buffered lines could not be written
+        error = e
+    finally:
+        try:
+            f.close()
+        except OSError:
+            pass
+    err = error or (sink.error if sink is not None else None)
+    lines = sink.recorder.lines if sink is not None else 0
+    if err is not None:
+        cls = StorageFullError if err.errno == errno.ENOSPC else BadInputError
+        raise cls(f"The recording {out} could not be written past line {lines}: {err.strerror or err}.",
+                  hint="Free some space or choose another --out; the lines before it are a valid recording.")
+    console_err.print(escape(f"wrote {lines} lines to {out}"))
 
 
 def register(app: typer.Typer) -> None:

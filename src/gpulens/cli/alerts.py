@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
@@ -51,10 +52,10 @@ def alerts_list_command(
     for a in alerts:
         state = a.state + (" (silenced)" if a.silenced else "")
         when = _when(a.fired_at or a.active_since) + (f" → {_when(a.resolved_at)}" if a.resolved_at else "")
-        console.print(f"[bold]{a.rule}[/] [{colour.get(a.severity, 'white')}]{a.severity}[/] {state}  {when}", highlight=False)
-        console.print(f"  {a.summary}", highlight=False)
+        console.print(f"[bold]{escape(a.rule)}[/] [{colour.get(a.severity, 'white')}]{escape(a.severity)}[/] {escape(f'{state}  {when}')}", highlight=False)
+        console.print(f"  {escape(a.summary)}", highlight=False)
         if a.advice:
-            console.print(f"  [dim]→ {a.advice}[/]", highlight=False)
+            console.print(f"  [dim]→ {escape(a.advice)}[/]", highlight=False)
 
 
 @alerts_app.command("export")
@@ -95,7 +96,7 @@ def alerts_export_command(
         out.write_text(res.text, encoding="utf-8")
     except OSError as e:
         raise BadInputError(f"Cannot write {out}: {e.strerror}.", hint="Choose a writable --out path.") from None
-    console.print(f"Wrote {res.exported} Prometheus rules to {out}" + (f"; left out {len(res.skipped)} (see the file's header)." if res.skipped else "."))
+    console.print(escape(f"Wrote {res.exported} Prometheus rules to {out}") + (f"; left out {len(res.skipped)} (see the file's header)." if res.skipped else "."))
 
 
 @alerts_app.command("silence")
@@ -129,7 +130,7 @@ def alerts_silence_command(
             console.print("No silences in force.")
         for s in silences:
             m = " ".join(f"{label}{op}{value}" for label, op, value in s.matchers)
-            console.print(f"{s.id}: {m} until {_when(s.ends_at)}" + (f" - {s.comment}" if s.comment else ""), highlight=False)
+            console.print(escape(f"{s.id}: {m} until {_when(s.ends_at)}" + (f" - {s.comment}" if s.comment else "")), highlight=False)
         return
     if not matchers:
         raise BadInputError("Say which alerts to silence.", hint="Give label matchers, e.g. `gpulens alerts silence alertname=GpuXid gpu=0`.")

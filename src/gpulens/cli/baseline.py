@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
@@ -79,7 +80,7 @@ def baseline_show_command(
     for r in rows:
         labels = ",".join(f'{k}="{v}"' for k, v in sorted(r["labels"].items()))
         state = r["state"] if r["state"] != "learning" else f"learning until {_when(r['ready_at'])}"
-        console.print(f"[bold]{r['series']}[/]{{{labels}}}  {state}", highlight=False)
+        console.print(f"[bold]{escape(r['series'])}[/]" + escape(f"{{{labels}}}  {state}"), highlight=False)
         if r["median"] is not None:
             band = f"{r['band_low']:.4g} – {r['band_high']:.4g}" if r["band_low"] is not None else "–"
             tod = f", time-of-day profile for {len(r['profile_hours'])} h" if r["profile_hours"] else ""

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.agent import install_stop_handlers
 from gpulens.cli.common import STORE_HELP, console, console_err
@@ -62,13 +63,13 @@ def demo_command(
     if replaying:
         trace = backend.partition(":")[2] or str(bundled_trace())
         backend = f"replay:{trace}"
-        console.print(f"[bold]No NVIDIA driver here[/]: replaying the recorded H200 session ({trace}).")
+        console.print("[bold]No NVIDIA driver here[/]: " + escape(f"replaying the recorded H200 session ({trace})."))
         with Store(store) as st, console_err.status("importing the session into the store …"):
             s = import_trace(trace, st, ctx=ImportContext(), alerts=AlertsConfig(learn_seconds=5.0))
         if s.already_imported:
-            console.print(f"(already imported into {store})")
+            console.print(escape(f"(already imported into {store})"))
         else:
-            console.print(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}")
+            console.print(escape(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}"))
         from gpulens.render.session import print_session_summary
 
         print_session_summary(console, store)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console
 from gpulens.store import DEFAULT_STORE_PATH
@@ -48,16 +49,16 @@ def env_command(
     t.add_column()
     for k in ("host", "os", "python", "cpu", "cpu_count", "driver", "nvml", "cuda_driver", "cuda_runtime"):
         v = getattr(fp, k)
-        t.add_row(k, "[dim]not available[/]" if v is None else str(v))
+        t.add_row(k, "[dim]not available[/]" if v is None else escape(str(v)))
     if not fp.gpus:
         t.add_row("gpus", "[dim]none visible (no NVIDIA driver)[/]")
     for g in fp.gpus:
         mig = {1: "MIG on", 0: "MIG off"}.get(g.mig_mode, "MIG n/a")  # type: ignore[arg-type]
-        t.add_row(f"gpu {g.index}", f"{g.name} · {g.uuid} · VBIOS {g.vbios} · {mig}")
+        t.add_row(f"gpu {g.index}", escape(f"{g.name} · {g.uuid} · VBIOS {g.vbios} · {mig}"))
     for name, ver in fp.packages.items():
-        t.add_row(name, ver)
+        t.add_row(escape(name), escape(str(ver)))
     for k, v in fp.env.items():
-        t.add_row(f"${k}", v)
+        t.add_row(escape(f"${k}"), escape(str(v)))
     console.print(t)
 
 
@@ -86,11 +87,11 @@ def env_diff_command(
         typer.echo(json.dumps([{"key": c.key, "old": c.old, "new": c.new} for c in changes], indent=2))
         return
     if not changes:
-        console.print(f"No differences between {la} and {lb}.")
+        console.print(escape(f"No differences between {la} and {lb}."))
         return
-    console.print(f"[bold]{len(changes)} difference(s)[/] from {la} to {lb}:")
+    console.print(f"[bold]{len(changes)} difference(s)[/] " + escape(f"from {la} to {lb}:"))
     for c in changes:
-        console.print(f"  {c}", highlight=False)
+        console.print(escape(f"  {c}"), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

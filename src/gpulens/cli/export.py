@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import console
 
@@ -38,7 +39,7 @@ def grafana(
     if str(out) == "-":
         typer.echo(text)
     else:
-        console.print(f"wrote {out}: import it in Grafana (Dashboards → New → Import) and pick the Prometheus data source.")
+        console.print(escape(f"wrote {out}: import it in Grafana (Dashboards → New → Import) and pick the Prometheus data source."))
 
 
 def register(app: typer.Typer) -> None:

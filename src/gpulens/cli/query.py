@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console
 from gpulens.store import DEFAULT_STORE_PATH
@@ -69,18 +70,26 @@ def query_command(
     from rich.table import Table
 
     for d in data:
-        table = Table(title=f"{d.key.name} {d.key.labels} ({d.resolution}, {len(d)} points)", title_justify="left")
+        table = Table(title=escape(f"{d.key.name} {d.key.labels} ({d.resolution}, {len(d)} points)"), title_justify="left")
         table.add_column("time (UTC)")
         table.add_column("value", justify="right")
         if d.resolution != "raw" or (max_points is not None):
             table.add_column("min", justify="right")
             table.add_column("max", justify="right")
         for i, t in enumerate(d.t):
-            row = [datetime.utcfromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3], f"{d.value[i]:.6g}"]
+            row = [_utc(t), f"{d.value[i]:.6g}"]
             if len(table.columns) == 4:
                 row += [f"{d.value_min[i]:.6g}", f"{d.value_max[i]:.6g}"]
             table.add_row(*row)
         console.print(table)
+
+
+def _utc(t: float) -> str:
+    """A stored time as UTC text; one outside what a date can hold (an older store) says so."""
+    try:
+        return datetime.utcfromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return f"t={t!r} (not a date)"
 
 
 def register(app: typer.Typer) -> None:

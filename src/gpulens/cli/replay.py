@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, console_err
 from gpulens.store import DEFAULT_STORE_PATH
@@ -42,15 +43,18 @@ def replay_command(
     with Store(store) as st, console_err.status(f"importing {path} …"):
         summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service), force=force, alerts=alerts)
     if summary.already_imported:
-        console.print(f"{summary.trace} is already in {store}; nothing imported (use --force to import it again).")
+        console.print(escape(f"{summary.trace} is already in {store}; nothing imported (use --force to import it again)."))
         return
     events = ", ".join(f"{n} {k}" for k, n in sorted(summary.events.items())) or "none"
-    console.print(
+    console.print(escape(
         f"imported {summary.gpu_frames} GPU samples ({summary.gpu_values} values) over "
         f"{format_seconds(summary.duration_seconds)} from {', '.join(summary.gpus)}; events: {events}"
-    )
+    ))
     if summary.skipped_lines:
-        console_err.print(f"[yellow]skipped {summary.skipped_lines} malformed line(s)[/]; the rest was imported.")
+        first = "; ".join(str(x) for x in summary.skipped[:5])
+        console_err.print(f"[yellow]skipped {summary.skipped_lines} malformed line(s)[/] ({escape(first)}); the rest was imported.")
+    if summary.skipped_events:
+        console_err.print(f"[yellow]skipped {summary.skipped_events} workload record(s)[/] without a usable time or fields.")
 
 
 def register(app: typer.Typer) -> None:

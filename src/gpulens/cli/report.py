@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import console, store_option
 
@@ -30,20 +31,25 @@ def report(
     * `gpulens report --job llama-ft --out run.md`
     * `gpulens report --baseline 1796002127,1796002132 --out vs-baseline.html`
     """
+    from gpulens.errors import BadInputError
     from gpulens.report import parse_time, write_report
 
+    start_t = parse_time(start, "start") if start else None
+    end_t = parse_time(end, "end") if end else None
+    if start_t is not None and end_t is not None and end_t <= start_t:
+        raise BadInputError(f"--end {end} is not after --start {start}.", hint="Give the window's start first, then a later end.")
     res = write_report(
         store,
         out,
         fmt=fmt,  # type: ignore[arg-type]
         job=job,
         service=service,
-        start=parse_time(start, "start") if start else None,
-        end=parse_time(end, "end") if end else None,
+        start=start_t,
+        end=end_t,
         baseline=baseline,
     )
     panels = ", ".join(res.panels_with_data) or "none"
-    console.print(f"wrote {res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}")
+    console.print(escape(f"wrote {res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}"))
 
 
 def register(app: typer.Typer) -> None:

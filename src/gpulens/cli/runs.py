@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
@@ -65,7 +66,7 @@ def runs_list_command(
         if r.baseline:
             verdict = (verdict + " baseline").strip()
         summ = _headline(r.summary)
-        t.add_row(str(r.id), r.kind, r.name, _when(r.ended or r.created), verdict, str(changed[r.id] or ""), summ)
+        t.add_row(str(r.id), escape(r.kind), escape(r.name), _when(r.ended or r.created), verdict, str(changed[r.id] or ""), escape(summ))
     print_table(console, t)
 
 
@@ -101,19 +102,19 @@ def runs_show_command(
         d["changes"] = [{"section": c.section, "key": c.change.key, "old": c.change.old, "new": c.change.new} for c in changes]
         typer.echo(json.dumps(d, indent=2))
         return
-    console.print(f"[bold]{r.label}[/]  {_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}")
+    console.print(f"[bold]{escape(r.label)}[/]  " + escape(f"{_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}"))
     for title, d in (("config", r.config), ("summary", r.summary)):
-        console.print(f"[bold]{title}[/]: " + json.dumps(d, default=str), highlight=False, soft_wrap=True)
+        console.print(f"[bold]{title}[/]: " + escape(json.dumps(d, default=str)), highlight=False, soft_wrap=True)
     if isinstance(r.summary.get("mfu_ratio"), int | float):
         from gpulens.mfu import MFU_IMPOSSIBLE, mfu_is_impossible
 
         if mfu_is_impossible(r.summary["mfu_ratio"]):
             console.print(f"[bold red]MFU {r.summary['mfu_ratio']:.0%}[/] {MFU_IMPOSSIBLE}.", highlight=False)
-    console.print("[bold]samples[/]: " + (", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none"))
+    console.print("[bold]samples[/]: " + escape(", ".join(f"{m} ({len(v)})" for m, v in r.samples.items()) or "none"))
     if changes:
         console.print(f"[bold]changed since run #{changes[0].previous_run_id}[/]:")
         for c in changes:
-            console.print(f"  {c.section}: {c.change}", highlight=False)
+            console.print(escape(f"  {c.section}: {c.change}"), highlight=False)
 
 
 @runs_app.command("baseline")
@@ -127,7 +128,7 @@ def runs_baseline_command(
     with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
         r = resolve_run(st, run)
         set_baseline(st, r.id)
-    console.print(f"run {r.label} is now the baseline of {r.kind}/{r.name}.")
+    console.print(escape(f"run {r.label} is now the baseline of {r.kind}/{r.name}."))
 
 
 def note_command(
@@ -146,7 +147,7 @@ def note_command(
     labels = {k: v for k, v in ((TRAIN_JOB_LABEL, job), ("service", service)) if v}
     with Store(store) as st:
         t = add_note(st, text, labels=labels)
-    console.print(f"noted at {_when(t)}: {text.strip()}", highlight=False)
+    console.print(escape(f"noted at {_when(t)}: {text.strip()}"), highlight=False)
 
 
 def _parse_threshold(text: str) -> float:
@@ -221,7 +222,7 @@ def _render(cmp) -> None:  # noqa: ANN001
 
     colour = {"regression": "red", "improvement": "green", "no change": "default", "not enough data": "yellow",
               "direction unknown": "yellow"}
-    console.print(f"[bold]{cmp.b.label}[/] against [bold]{cmp.a.label}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g}"
+    console.print(f"[bold]{escape(cmp.b.label)}[/] against [bold]{escape(cmp.a.label)}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g}"
                   + (f", score margin {cmp.margin:g}" if any(m.test == "non-inferiority" for m in cmp.metrics) else "") + ")")
     t = Table()
     scores = any(m.test == "non-inferiority" for m in cmp.metrics)  # then each cell says median or mean
@@ -241,18 +242,18 @@ def _render(cmp) -> None:  # noqa: ANN001
             change = pc(m.change_ratio)
             ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
         t.add_row(
-            f"{m.metric} [dim]{arrows[m.direction]}[/]", a_cell, b_cell,
+            f"{escape(m.metric)} [dim]{arrows[m.direction]}[/]", a_cell, b_cell,
             change, ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
         )
     print_table(console, t)
     for m in cmp.metrics:
         if m.verdict in ("not enough data", "direction unknown") or m.test == "non-inferiority":
-            console.print(f"[{colour[m.verdict]}]{m.metric}[/]: {m.reason}", highlight=False)
+            console.print(f"[{colour[m.verdict]}]{escape(m.metric)}[/]: {escape(m.reason)}", highlight=False)
     if cmp.config_changes or cmp.fingerprint_changes:
         console.print("[bold]what changed[/]:")
         for section, changes in (("config", cmp.config_changes), ("environment", cmp.fingerprint_changes)):
             for c in changes:
-                console.print(f"  {section}: {c}", highlight=False)
+                console.print(escape(f"  {section}: {c}"), highlight=False)
     else:
         console.print("[bold]what changed[/]: nothing in configuration or environment.")
     v = cmp.verdict
@@ -260,7 +261,7 @@ def _render(cmp) -> None:  # noqa: ANN001
     if cmp.regression:
         good = cmp.last_known_good
         if good is not None:
-            console.print(f"last known-good: [bold]{good.label}[/] — roll back to its configuration (`gpulens runs show {good.id}`).")
+            console.print(f"last known-good: [bold]{escape(good.label)}[/] — roll back to its configuration (`gpulens runs show {good.id}`).")
         else:
             console.print("last known-good: none recorded yet.")
 

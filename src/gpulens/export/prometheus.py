@@ -22,6 +22,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpulens.export.health import HealthCollector
 from gpulens.export.readings import LatestReadings
 from gpulens.gpu.metrics import (
     DCGM_HELP,
@@ -343,6 +344,7 @@ def make_registry(
     given, in both naming modes."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(readings, metric_names))  # type: ignore[arg-type]
+    registry.register(HealthCollector(readings))  # type: ignore[arg-type]
     if store is not None:
         registry.register(WorkloadCollector(store, tally=tally))  # type: ignore[arg-type]
     if scrapers:

@@ -24,6 +24,7 @@ class LatestReadings:
         self._xids: dict[tuple[int, int], int] = {}
         self._xid_last: dict[int, int] = {}
         self.source_time: float | None = None  # recorded time of the newest sample (replays)
+        self.store_write_failing = False  # set by the sampling loop while the store cannot be written
 
     def update(self, samples: list[GpuSample], source_time: float | None = None) -> None:
         with self._lock:

@@ -291,6 +291,11 @@ def _check_mig_profiles(profiles: list[str]) -> None:
             raise BadInputError(f"Cannot read the MIG profile {p!r}.", hint="Write profiles as NVML names them, e.g. 1g.18gb or 3g.71gb.")
 
 
+MAX_FAKE_GPUS = 1024
+# Fields a fault may not make NOT_SUPPORTED: who the GPU is, and the sample's own bookkeeping.
+_NOT_UNSUPPORTABLE = {"t", "gpu", "uuid", "name", "lost", "errors"}
+
+
 def parse_fake_spec(spec: str) -> int:
     """`fake` or `fake:N` -> N GPUs."""
     _, _, n = spec.partition(":")
@@ -303,6 +308,9 @@ def parse_fake_spec(spec: str) -> int:
         raise BadInputError(f"Cannot read the GPU count in --backend {spec!r}.", hint="Write fake:8 for eight fake GPUs.") from None
     if count < 1:
         raise BadInputError(f"--backend {spec!r} asks for {count} GPUs.", hint="Ask for at least one: fake:1.")
+    if count > MAX_FAKE_GPUS:  # a typo such as fake:99999999999999999999 used to hang allocating
+        raise BadInputError(f"--backend {spec!r} asks for {count} GPUs; a fake node has at most {MAX_FAKE_GPUS}.",
+                            hint="Write e.g. fake:8.")
     return count
 
 
@@ -363,7 +371,7 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
             _check_mig_profiles(profiles)  # now, so that a bad profile fails at start
             action = lambda: fake.enable_mig(gpu, profiles)  # noqa: E731
         elif kind == "unsupported":
-            if arg not in _SAMPLE_FIELDS:
+            if arg not in _SAMPLE_FIELDS or arg in _NOT_UNSUPPORTABLE:
                 raise bad()
             action = lambda: fake.unsupported(gpu, arg)  # noqa: E731
         else:

@@ -14,18 +14,39 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from gpulens.errors import TraceError
-from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample, XidEvent
+from gpulens.gpu.trace_fields import (
+    BadLine,
+    SkippedLine,
+    check_sample,
+    errors_map,
+    info_from_fields,
+    integer,
+    number,
+    sample_from_fields,
+    text,
+    time_seconds,
+)
+from gpulens.gpu.trace_fields import processes as tf_processes
+from gpulens.gpu.types import GpuInfo, GpuSample, XidEvent
 
 log = logging.getLogger(__name__)
 
 RECORDING_FORMAT = "gpulens-recording"
-_SAMPLE_FIELDS = {f.name for f in fields(GpuSample)}
-_INFO_FIELDS = {f.name for f in fields(GpuInfo)}
+MAX_SKIPPED_KEPT = 20  # skipped lines remembered with their reasons (all are counted)
+MAX_LINE_BYTES = 1 << 20  # the header is read up to this much
+_UNREADABLE = object()
+
+
+def _parse(line: str) -> Any:
+    """One JSON line, or _UNREADABLE (bad JSON, nesting too deep, a number too long)."""
+    try:
+        return json.loads(line) if line.strip() else _UNREADABLE
+    except (ValueError, RecursionError):
+        return _UNREADABLE
 
 
 def resolve_trace(path: str | Path) -> tuple[Path, Path | None]:
@@ -51,74 +72,81 @@ def _probe_info(folder: Path) -> GpuInfo | None:
     if not probe_path.is_file():
         return None
     try:
-        probe = json.loads(probe_path.read_text())
-    except (OSError, ValueError):
+        probe = json.loads(probe_path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(probe, dict):
         return None
 
     def val(key: str) -> Any:
-        entry = probe.get(key) or {}
-        return entry.get("value") if entry.get("ok") else None
+        entry = probe.get(key)
+        return entry.get("value") if isinstance(entry, dict) and entry.get("ok") else None
 
-    mem = val("memory_info") or {}
-    pci = val("pci_info") or {}
-    limit_mw = val("enforced_power_limit_mw") or val("power_limit_mw")
-    return GpuInfo(
-        index=0,
-        uuid=val("uuid") or "GPU-replay-0",
-        name=val("name") or "replayed GPU",
-        memory_total_bytes=mem.get("total"),
-        temperature_slowdown_celsius=val("temp_threshold_slowdown"),
-        temperature_shutdown_celsius=val("temp_threshold_shutdown"),
-        sm_clock_max_hz=(val("max_clock_sm") or 0) * 1e6 or None,
-        memory_clock_max_hz=(val("max_clock_mem") or 0) * 1e6 or None,
-        power_limit_watts=limit_mw / 1000 if limit_mw else None,
-        pci_bus_id=pci.get("busId") or pci.get("busIdLegacy"),
-    )
+    try:  # a probe that says something odd is ignored as a whole: its facts are optional
+        mem = val("memory_info") or {}
+        pci = val("pci_info") or {}
+        limit_mw = val("enforced_power_limit_mw") or val("power_limit_mw")
+        return info_from_fields({
+            "index": 0,
+            "uuid": val("uuid") or "GPU-replay-0",
+            "name": val("name") or "replayed GPU",
+            "memory_total_bytes": mem.get("total"),
+            "temperature_slowdown_celsius": number(val("temp_threshold_slowdown"), "temp_threshold_slowdown"),
+            "temperature_shutdown_celsius": number(val("temp_threshold_shutdown"), "temp_threshold_shutdown"),
+            "sm_clock_max_hz": (number(val("max_clock_sm"), "max_clock_sm") or 0) * 1e6 or None,
+            "memory_clock_max_hz": (number(val("max_clock_mem"), "max_clock_mem") or 0) * 1e6 or None,
+            "power_limit_watts": limit_mw / 1000 if number(limit_mw, "power_limit_mw") else None,
+            "pci_bus_id": pci.get("busId") or pci.get("busIdLegacy"),
+        }, 0)
+    except (BadLine, AttributeError, TypeError):
+        log.warning("ignored %s: it does not read as an NVML probe", probe_path)
+        return None
 
 
-def _pct(v: Any) -> float | None:
-    return None if v is None else float(v) / 100.0
+def _scaled(d: dict[str, Any], key: str, factor: float) -> float | None:
+    """A raw field times its unit factor, checked first (a string or a non-finite value is refused)."""
+    v = number(d.get(key), key)
+    return None if v is None else v * factor
 
 
 def _h200_line_to_sample(d: dict[str, Any], info: GpuInfo) -> GpuSample:
     """One line of the H200 session format -> GpuSample (units converted to base units)."""
-    t = float(d["t"])
+    t = time_seconds(d.get("t"))
     procs = d.get("procs")
-    processes = None
-    if isinstance(procs, list):
-        processes = [GpuProcess(pid=int(p["pid"]), name=str(p.get("name", "")), used_memory_bytes=p.get("used_bytes")) for p in procs]
+    processes = tf_processes(procs) if isinstance(procs, list) else None
+    nproc = integer(d.get("nproc"), "nproc")
     s = GpuSample(
         t=t,
         gpu=info.index,
         uuid=info.uuid,
         name=info.name,
-        utilization_gpu_ratio=_pct(d.get("gpu_util")),
-        utilization_memory_copy_ratio=_pct(d.get("mem_util")),
-        memory_used_bytes=d.get("mem_used"),
-        memory_total_bytes=d.get("mem_total", info.memory_total_bytes),
-        temperature_celsius=d.get("temp_c"),
+        utilization_gpu_ratio=_scaled(d, "gpu_util", 0.01),
+        utilization_memory_copy_ratio=_scaled(d, "mem_util", 0.01),
+        memory_used_bytes=number(d.get("mem_used"), "mem_used"),
+        memory_total_bytes=number(d.get("mem_total", info.memory_total_bytes), "mem_total"),
+        temperature_celsius=number(d.get("temp_c"), "temp_c"),
         temperature_slowdown_celsius=info.temperature_slowdown_celsius,
         temperature_shutdown_celsius=info.temperature_shutdown_celsius,
-        power_watts=None if d.get("power_mw") is None else d["power_mw"] / 1000.0,
+        power_watts=_scaled(d, "power_mw", 1e-3),
         power_limit_watts=info.power_limit_watts,
-        energy_joules=None if d.get("energy_mj") is None else d["energy_mj"] / 1000.0,
-        sm_clock_hz=None if d.get("sm_mhz") is None else d["sm_mhz"] * 1e6,
-        memory_clock_hz=None if d.get("mem_mhz") is None else d["mem_mhz"] * 1e6,
+        energy_joules=_scaled(d, "energy_mj", 1e-3),
+        sm_clock_hz=_scaled(d, "sm_mhz", 1e6),
+        memory_clock_hz=_scaled(d, "mem_mhz", 1e6),
         sm_clock_max_hz=info.sm_clock_max_hz,
         memory_clock_max_hz=info.memory_clock_max_hz,
-        clock_event_mask=d.get("clk_reasons"),
-        performance_state=d.get("pstate"),
-        pcie_tx_bytes_per_second=None if d.get("pcie_tx_kbs") is None else d["pcie_tx_kbs"] * 1024.0,
-        pcie_rx_bytes_per_second=None if d.get("pcie_rx_kbs") is None else d["pcie_rx_kbs"] * 1024.0,
-        sm_active_ratio=_pct(d.get("gpm_sm_util")),
-        sm_occupancy_ratio=_pct(d.get("gpm_sm_occupancy")),
-        tensor_active_ratio=_pct(d.get("gpm_any_tensor_util")),
-        dram_active_ratio=_pct(d.get("gpm_dram_bw_util")),
-        compute_process_count=d.get("nproc") if processes is None else len(processes),
+        clock_event_mask=integer(d.get("clk_reasons"), "clk_reasons"),
+        performance_state=integer(d.get("pstate"), "pstate", hi=32),
+        pcie_tx_bytes_per_second=_scaled(d, "pcie_tx_kbs", 1024.0),
+        pcie_rx_bytes_per_second=_scaled(d, "pcie_rx_kbs", 1024.0),
+        sm_active_ratio=_scaled(d, "gpm_sm_util", 0.01),
+        sm_occupancy_ratio=_scaled(d, "gpm_sm_occupancy", 0.01),
+        tensor_active_ratio=_scaled(d, "gpm_any_tensor_util", 0.01),
+        dram_active_ratio=_scaled(d, "gpm_dram_bw_util", 0.01),
+        compute_process_count=nproc if processes is None else len(processes),
         processes=processes,
-        errors=dict(d.get("errs") or {}),
+        errors=errors_map(d.get("errs")),
     )
-    return s
+    return check_sample(s)
 
 
 class ReplayBackend:
@@ -147,6 +175,8 @@ class ReplayBackend:
         self._clock = clock
         self._sleep = sleep
         self.skipped_lines = 0
+        self.skipped: list[SkippedLine] = []  # the first MAX_SKIPPED_KEPT, with their line numbers
+        self.lines_read = 0  # sample lines read (not counting skipped ones)
         self.samples_read = 0
         self._xids: list[XidEvent] = []
         self._infos: list[GpuInfo] = []
@@ -160,20 +190,41 @@ class ReplayBackend:
         self.pass_offset_seconds = 0.0  # with loop=True: how far the current pass is shifted from the recording
         self._next_offset = 0.0
         self._advance()
+        if self._done and self.skipped_lines:
+            raise TraceError(
+                f"The trace {self.telemetry_path} holds no readable sample: {self.skipped_lines} line(s) skipped, "
+                + "; ".join(str(s) for s in self.skipped[:3]) + ".",
+                hint="Check that it is a telemetry.jsonl or a `gpulens record` file (UTF-8 JSON lines).",
+            )
 
     # ------------------------------------------------------------ reading
+    def _skip(self, lineno: int, reason: str) -> None:
+        self.skipped_lines += 1
+        if len(self.skipped) < MAX_SKIPPED_KEPT:
+            self.skipped.append(SkippedLine(lineno, reason))
+        log.debug("skipped line %d of %s: %s", lineno, self.telemetry_path, reason)
+
     def _sniff(self) -> str:
         try:
-            with self.telemetry_path.open("r", encoding="utf-8") as f:
-                first = f.readline()
+            with self.telemetry_path.open("rb") as f:
+                raw = f.readline(MAX_LINE_BYTES)
         except OSError as e:
             raise TraceError(f"Cannot read the trace {self.telemetry_path}: {e.strerror}.", hint="Check the path and its permissions.") from None
-        try:
-            head = json.loads(first) if first.strip() else {}
-        except ValueError:
-            head = {}
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise TraceError(f"The trace {self.telemetry_path} is UTF-16 text; gpulens reads UTF-8 JSON lines.",
+                             hint="Convert it, e.g. `iconv -f UTF-16 -t UTF-8`.")
+        first = raw.decode("utf-8", errors="replace")
+        head = _parse(first)
         if isinstance(head, dict) and head.get("format") == RECORDING_FORMAT:
-            self._infos = [GpuInfo(**{k: v for k, v in g.items() if k in _INFO_FIELDS}) for g in head.get("gpus", [])]
+            gpus = head.get("gpus", [])
+            if not isinstance(gpus, list):
+                raise TraceError(f"The recording {self.telemetry_path} has a header whose gpus is not a list.",
+                                 hint="Record it again with `gpulens record`.")
+            try:
+                self._infos = [info_from_fields(g, i) for i, g in enumerate(gpus)]
+            except BadLine as e:
+                raise TraceError(f"The recording {self.telemetry_path} has a broken header: {e}.",
+                                 hint="Record it again with `gpulens record`.") from None
             return "gpulens"
         info = _probe_info(self.telemetry_path.parent) or GpuInfo(index=0, uuid="GPU-replay-0", name="replayed GPU")
         self._infos = [info]
@@ -181,48 +232,49 @@ class ReplayBackend:
             raise TraceError(f"The trace {self.telemetry_path} is empty.", hint="Record one with `gpulens record` or use the bundled trace.")
         return "h200"
 
-    def _lines(self) -> Iterator[dict[str, Any]]:
+    def _lines(self) -> Iterator[tuple[int, dict[str, Any]]]:
         with self.telemetry_path.open("r", encoding="utf-8", errors="replace") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                try:
-                    d = json.loads(line)
-                    if not isinstance(d, dict):
-                        raise ValueError("not an object")
-                except ValueError:
-                    self.skipped_lines += 1
-                    log.debug("skipped malformed line %d of %s", lineno, self.telemetry_path)
+                d = _parse(line)
+                if not isinstance(d, dict):
+                    self._skip(lineno, "not a JSON object" if d is _UNREADABLE else "a JSON value that is not an object")
                     continue
-                yield d
+                yield lineno, d
+
+    def _parse_line(self, d: dict[str, Any]) -> GpuSample | XidEvent | None:
+        """A sample, an XID, or None for lines that carry neither (a header). BadLine when broken."""
+        if self._format != "gpulens":
+            return _h200_line_to_sample(d, self._infos[0])
+        kind = d.get("type")
+        if kind == "header" or d.get("format") == RECORDING_FORMAT:
+            return None
+        if kind == "xid":
+            return XidEvent(t=time_seconds(d.get("t")), gpu=integer(d.get("gpu"), "gpu") or 0,
+                            uuid=text(d.get("uuid", ""), "uuid"), xid=integer(d.get("xid"), "xid") or 0)
+        if kind != "sample":
+            raise BadLine(f"type is {str(kind)[:20]!r}, not sample or xid")
+        return sample_from_fields(d)
 
     def _read_frames(self) -> Iterator[list[GpuSample]]:
         """Frames: the samples of every GPU at one moment."""
         frame: list[GpuSample] = []
-        for d in self._lines():
+        for lineno, d in self._lines():
             try:
-                if self._format == "gpulens":
-                    kind = d.get("type")
-                    if kind == "header" or d.get("format") == RECORDING_FORMAT:
-                        continue
-                    if kind == "xid":
-                        self._xids.append(XidEvent(t=float(d["t"]), gpu=int(d["gpu"]), uuid=str(d.get("uuid", "")), xid=int(d["xid"])))
-                        continue
-                    if kind != "sample":
-                        continue
-                    procs = d.get("processes")
-                    migs = d.get("mig_instances")
-                    s = GpuSample(**{k: v for k, v in d.items() if k in _SAMPLE_FIELDS and k not in ("processes", "mig_instances")})
-                    if procs is not None:
-                        s.processes = [GpuProcess(**p) for p in procs]
-                    if migs is not None:
-                        s.mig_instances = [MigInstanceSample(**m) for m in migs]
-                    s.t = float(s.t)
-                else:
-                    s = _h200_line_to_sample(d, self._infos[0])
-            except (KeyError, TypeError, ValueError):
-                self.skipped_lines += 1
+                s = self._parse_line(d)
+            except BadLine as e:
+                self._skip(lineno, str(e))
                 continue
+            except Exception as e:  # noqa: BLE001 - any other surprise in one line skips that line only
+                self._skip(lineno, f"unreadable ({type(e).__name__})")
+                continue
+            if s is None:
+                continue
+            if isinstance(s, XidEvent):
+                self._xids.append(s)
+                continue
+            self.lines_read += 1
             if frame and s.t != frame[0].t:
                 yield frame
                 frame = []
@@ -317,9 +369,6 @@ def iter_events(events_path: Path | None) -> Iterator[dict[str, Any]]:
         return
     with events_path.open("r", encoding="utf-8", errors="replace") as f:
         for line in f:
-            try:
-                d = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(d, dict) and "kind" in d:
+            d = _parse(line)
+            if isinstance(d, dict) and isinstance(d.get("kind"), str):
                 yield d

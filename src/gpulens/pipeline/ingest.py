@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpulens.errors import TraceError
 from gpulens.gpu.replay import ReplayBackend
+from gpulens.gpu.trace_fields import SkippedLine
 from gpulens.pipeline.loop import Frame
 from gpulens.pipeline.node import AlertsConfig, NodeConfig, build_node
 from gpulens.pipeline.sinks import (
@@ -30,6 +32,8 @@ class ImportSummary:
     gpu_frames: int = 0
     gpu_values: int = 0
     skipped_lines: int = 0
+    skipped: list[SkippedLine] = field(default_factory=list)  # the first few, with line numbers and reasons
+    skipped_events: int = 0  # workload records without a sane time or unreadable by their importer
     events: dict[str, int] = field(default_factory=dict)
     start: float | None = None
     end: float | None = None
@@ -92,25 +96,32 @@ def import_trace(
     ctx.host = ctx.host or "replay"
     ctx.gpu_model = ctx.gpu_model or next((g.name for g in backend.gpus()), "")  # the GPU's model, for peaks such as MFU's
     progress = _Progress(on_progress)
-    node = build_node(
-        NodeConfig(backend=backend, host=ctx.host, alerts=alerts, evaluators=list(evaluators or ()), import_context=ctx,
-                   evaluate_seconds=evaluate_seconds, view=progress.on_frame),
-        store=store,
-    )
-    try:
-        stats = node.run()
-        events = node.trace_events
-        last_event = events.last_event_t if events is not None else None
-        end = max((x for x in (stats.last_sample_t, last_event) if x is not None), default=None)
-        if end is not None:
-            node.loop.evaluate(end)  # the rules see the workload that outlasted the telemetry
-    finally:
-        node.close()
+    # One transaction per trace, its marker included: a kill or Ctrl-C midway leaves nothing
+    # behind, so the rerun imports it whole, once.
+    with store.atomic():
+        node = build_node(
+            NodeConfig(backend=backend, host=ctx.host, alerts=alerts, evaluators=list(evaluators or ()), import_context=ctx,
+                       evaluate_seconds=evaluate_seconds, view=progress.on_frame),
+            store=store,
+        )
+        try:
+            stats = node.run()
+            if not backend.exhausted:  # stopped (a signal) before the end: keep nothing of it
+                raise TraceError(f"The import of {backend.telemetry_path} was stopped before its end; nothing of it was kept.",
+                                 hint="Run it again.")
+            events = node.trace_events
+            last_event = events.last_event_t if events is not None else None
+            end = max((x for x in (stats.last_sample_t, last_event) if x is not None), default=None)
+            if end is not None:
+                node.loop.evaluate(end)  # the rules see the workload that outlasted the telemetry
+        finally:
+            node.close()
+        store.set_meta(key, f"{time.time():.0f} {backend.telemetry_path}")
     summary.gpu_frames = progress.frames
     summary.gpu_values = stats.values_written
     summary.start, summary.end = stats.first_sample_t, stats.last_sample_t
     summary.events = dict(ctx.counts)
     summary.skipped_lines = backend.skipped_lines
-    store.flush()
-    store.set_meta(key, f"{time.time():.0f} {backend.telemetry_path}")
+    summary.skipped = list(backend.skipped)
+    summary.skipped_events = ctx.skipped_events
     return summary

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpulens.errors import GpulensError
+from gpulens.errors import GpulensError, StoreError
 from gpulens.gpu.backend import GpuBackend
 from gpulens.gpu.types import GpuSample, XidEvent
 from gpulens.store import Store
@@ -50,6 +50,21 @@ class Sink(Protocol):
     def on_tick(self, now: float) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass
+class _WriteHealth:
+    """Whether the store's writes fail (a full disk), and when to try again (exponential backoff)."""
+
+    failing: bool = False
+    backoff_seconds: float = 0.0
+    retry_at: float = 0.0  # monotonic
+    failures: int = 0
+
+
+# Backoff between write attempts while the store fails: from 1 s, doubling, at most a minute.
+WRITE_RETRY_FIRST_SECONDS = 1.0
+WRITE_RETRY_MAX_SECONDS = 60.0
 
 
 @dataclass
@@ -89,6 +104,7 @@ class SamplingLoop:
         self.stats = LoopStats()
         self._failed: set[int] = set()
         self._ticking = [s for s in self.sinks if s.ticks]
+        self.write_health = _WriteHealth()
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -126,9 +142,39 @@ class SamplingLoop:
         s.last_sample_t = frame.t
         return frame
 
+    def flush(self, *, force: bool = False) -> None:
+        """Commit the store's buffer. When that fails (a full disk, another storage fault) the loop
+        goes on: the rows stay buffered, the failure is logged once and told to the sinks
+        (`on_store_health`: the GpulensStoreWriteFailing alert, /metrics), and writes are retried
+        with backoff until one succeeds, which writes everything buffered."""
+        store, h = self.store, self.write_health
+        if store is None or (h.failing and not force and time.monotonic() < h.retry_at):
+            return
+        try:
+            written = store.flush()
+        except StoreError as e:
+            h.failures += 1
+            h.backoff_seconds = WRITE_RETRY_FIRST_SECONDS if not h.failing else min(h.backoff_seconds * 2, WRITE_RETRY_MAX_SECONDS)
+            h.retry_at = time.monotonic() + h.backoff_seconds
+            if not h.failing:
+                h.failing = True
+                log.error("%s Sampling, /metrics and the alert rules go on; new samples are kept in memory and "
+                          "written once the store works again (retrying with backoff).", e)
+                self._store_health(False, str(e))
+            return
+        if h.failing:
+            h.failing = False
+            log.warning("the store %s is writable again: %d buffered rows written after %d failed attempts",
+                        store.path, written, h.failures)
+            h.failures = 0
+            self._store_health(True, "")
+
+    def _store_health(self, writable: bool, message: str) -> None:
+        sinks = [s for s in self.sinks if hasattr(s, "on_store_health")]
+        self._each("on_store_health", writable, message, self.clock(), sinks=sinks)  # type: ignore[arg-type]
+
     def evaluate(self, now: float) -> None:
-        if self.store is not None:
-            self.store.flush()
+        self.flush()
         self._each("on_tick", now, sinks=self._ticking)
         self.stats.evaluations += 1
 
@@ -157,7 +203,7 @@ class SamplingLoop:
                     self.evaluate(self.clock())
                     last_eval = last_flush = now_m
                 elif self.store is not None and now_m - last_flush >= self.flush_seconds:
-                    self.store.flush()
+                    self.flush()
                     last_flush = now_m
                 next_tick += self.interval_seconds
                 delay = next_tick - time.monotonic()
@@ -167,8 +213,7 @@ class SamplingLoop:
                 if self.stop_event.wait(delay):
                     break
         finally:
-            if self.store is not None:
-                self.store.flush()
+            self.flush(force=True)
             self.stats.wall_seconds = time.monotonic() - wall0
             self.stats.cpu_seconds = time.process_time() - cpu0
         return self.stats
@@ -177,5 +222,4 @@ class SamplingLoop:
         """Close every sink, then the backend; flush what is left."""
         self._each("close")
         self.backend.close()
-        if self.store is not None:
-            self.store.flush()
+        self.flush(force=True)  # what still cannot be written is the store's to report when it closes

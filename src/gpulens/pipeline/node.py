@@ -75,6 +75,7 @@ class NodeConfig:
     # the kubelet's pod-resources socket: `pod` / `namespace` / `container` labels on GPU series
     pod_resources_socket: str | None = None
     pod_resources_seconds: float = 10.0
+    single_writer: bool = False  # take the store's writer lock (agents): a second agent on it is refused
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Node:
     store_sink: StoreSink | None = None
     server: Any = None
     owns_store: bool = True
+    writer_lock: Any = None  # store.writer_lock.WriterLock, held while the node runs
 
     @property
     def metrics_url(self) -> str | None:
@@ -116,6 +118,8 @@ class Node:
                 self.server.server_close()
             if self.store is not None and self.owns_store:
                 self.store.close()
+            if self.writer_lock is not None:
+                self.writer_lock.release()
 
 
 def _open_backend(config: NodeConfig) -> GpuBackend:
@@ -137,10 +141,26 @@ def _open_backend(config: NodeConfig) -> GpuBackend:
 def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
     """Open the backend and the store, wire the sinks, and start serving /metrics (when `listen`).
     Pass `store` to use an open one (the node then leaves it open)."""
-    backend = _open_backend(config)
+    lock = None
+    if config.single_writer and config.store_path is not None:
+        from gpulens.store.writer_lock import WriterLock
+
+        lock = WriterLock(config.store_path).acquire()
+    try:
+        backend = _open_backend(config)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     owns_store = store is None
     if store is None and config.store_path is not None:
-        store = Store(config.store_path)
+        try:
+            store = Store(config.store_path)
+        except BaseException:
+            backend.close()
+            if lock is not None:
+                lock.release()
+            raise
     host = config.host or socket.gethostname()
     attribution = DeviceAttribution() if config.pod_resources_socket else None
     readings = LatestReadings(host=host, gpus=backend.gpus(), attribution=attribution)
@@ -176,13 +196,15 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 from gpulens.workload.inference.scrape import EngineScraper
 
                 for url in config.scrape_urls:
+                    check_scrape_url(url)
                     scraper = EngineScraper(url, store, service=config.scrape_service)
                     scraper.scrape_once()  # a wrong URL fails here, at once
                     scrapers.append(scraper)
                 sinks.append(ScrapeSink(scrapers, config.scrape_seconds))
         loop = SamplingLoop(backend, sinks, store=store, interval_seconds=config.interval_seconds,
                             evaluate_seconds=config.evaluate_seconds, flush_seconds=config.flush_seconds)
-        node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store)
+        node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store,
+                    writer_lock=lock)
         if config.listen is not None:
             tally = None
             if store is not None:
@@ -195,6 +217,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
         backend.close()
         if store is not None and owns_store:
             store.close()
+        if lock is not None:
+            lock.release()
         raise
 
 
@@ -208,6 +232,19 @@ def _pod_resources_sink(config: NodeConfig, attribution: DeviceAttribution) -> S
         client.close()
         raise
     return PodResourcesSink(PodResourcesPoller(client, attribution), config.pod_resources_seconds)
+def check_scrape_url(url: str) -> None:
+    """An engine's /metrics address must be http(s)://HOST[:PORT]/...: anything else is one sentence."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        ok = False
+    if not ok:
+        raise BadInputError(f"--scrape {url!r} is not an http(s) URL.",
+                            hint="Write the engine's metrics address, e.g. --scrape http://127.0.0.1:8000/metrics.")
 
 
 def _alert_runtime(store: Store, cfg: AlertsConfig) -> Any:

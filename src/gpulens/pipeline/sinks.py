@@ -78,6 +78,9 @@ class ReadingsSink(SinkBase):
         for ev in frame.xids:
             self.readings.add_xid(ev.gpu, ev.xid)
 
+    def on_store_health(self, writable: bool, message: str, now: float) -> None:
+        self.readings.store_write_failing = not writable  # gpulens_store_write_failing on /metrics
+
 
 class RecorderSink(SinkBase):
     """Every frame into a gpulens recording (replayable with `--backend replay:FILE`)."""
@@ -86,11 +89,21 @@ class RecorderSink(SinkBase):
         from gpulens.gpu.record import Recorder
 
         self.recorder = Recorder(out, backend)
+        self.error: OSError | None = None  # the write that failed (a full disk): recording stops there
+        self.on_error: Callable[[], None] | None = None  # e.g. the loop's stop
 
     def on_frame(self, frame: Frame) -> None:
-        self.recorder.write_samples(frame.samples)
-        for ev in frame.xids:
-            self.recorder.write_xid(ev)
+        if self.error is not None:
+            return
+        try:
+            self.recorder.write_samples(frame.samples)
+            for ev in frame.xids:
+                self.recorder.write_xid(ev)
+        except OSError as e:
+            self.error = e
+            log.error("the recording cannot be written (%s); it stops here", e.strerror or e)
+            if self.on_error is not None:
+                self.on_error()
 
 
 class ViewSink(SinkBase):
@@ -122,6 +135,11 @@ class EvaluatorSink(SinkBase):
 
     def on_tick(self, now: float) -> None:
         self.evaluator.evaluate(now)
+
+    def on_store_health(self, writable: bool, message: str, now: float) -> None:
+        tell = getattr(self.evaluator, "store_health", None)  # the alert runtime: GpulensStoreWriteFailing
+        if tell is not None:
+            tell(writable, message, now)
 
     def close(self) -> None:
         if self.owned:
@@ -208,7 +226,10 @@ class TraceEventsSink(SinkBase):
         self.store = store
         self.ctx = ctx
         self._time = event_time
-        self.events = sorted((r for r in events if event_time(r) is not None), key=event_time)  # type: ignore[arg-type,return-value]
+        timed = [r for r in events if event_time(r) is not None]
+        if hasattr(ctx, "skipped_events"):
+            ctx.skipped_events += len(events) - len(timed)  # no time, or one outside 1970..2200
+        self.events = sorted(timed, key=event_time)  # type: ignore[arg-type,return-value]
         self._next = 0
         self._pass_offset = 0.0
         self.last_event_t: float | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from gpulens.render.tables import FittedTable
@@ -21,12 +22,12 @@ def render(samples, history, host: str) -> FittedTable:  # type: ignore[no-untyp
     from gpulens.gpu.types import decode_clock_events
     from gpulens.units import format_bytes
 
-    table = Table(title=f"gpulens top — {host}", title_justify="left", expand=True)
+    table = Table(title=escape(f"gpulens top — {host}"), title_justify="left", expand=True)
     for col in ("GPU", "util", "history (util)", "memory", "temp", "power", "SM clock", "throttle", "processes"):
         table.add_column(col, no_wrap=col != "processes")
     for s in samples:
         if s.lost:
-            table.add_row(f"{s.gpu} {s.name}", "[bold red]LOST[/]", "", "", "", "", "", "", "")
+            table.add_row(escape(f"{s.gpu} {s.name}"), "[bold red]LOST[/]", "", "", "", "", "", "", "")
             continue
 
         def pct(v):  # type: ignore[no-untyped-def]
@@ -44,12 +45,12 @@ def render(samples, history, host: str) -> FittedTable:  # type: ignore[no-untyp
         throttle = "[yellow]" + ", ".join(reasons) + "[/]" if reasons else ("idle" if s.clock_event_mask == 1 else "none")
         procs = "–"
         if s.processes:
-            procs = ", ".join(f"{p.pid} {p.name} {format_bytes(p.used_memory_bytes)}" for p in s.processes[:3])
+            procs = escape(", ".join(f"{p.pid} {p.name} {format_bytes(p.used_memory_bytes)}" for p in s.processes[:3]))  # NVML names are anyone's
         elif s.compute_process_count:
             procs = str(s.compute_process_count)
         elif s.processes is not None or s.compute_process_count == 0:
             procs = "none"
         table.add_row(
-            f"{s.gpu} {s.name}", pct(s.utilization_gpu_ratio), sparkline(list(history[s.gpu])), mem, temp, power, clock, throttle, procs
+            escape(f"{s.gpu} {s.name}"), pct(s.utilization_gpu_ratio), sparkline(list(history[s.gpu])), mem, temp, power, clock, throttle, procs
         )
     return FittedTable(table)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gpulens.directions import Direction, direction_of
 from gpulens.errors import BadInputError
+from gpulens.units import MAX_TIME_SECONDS, MIN_TIME_SECONDS
 from gpulens.views.answers import AlertRow
 from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
 from gpulens.views.format import format_value
@@ -82,9 +83,13 @@ def parse_time(text: str, what: str) -> float:
     """Unix seconds or an ISO 8601 time (UTC unless it says otherwise)."""
     text = text.strip()
     try:
-        return float(text)
+        t = float(text)
     except ValueError:
         pass
+    else:
+        if not MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS:  # nan, inf, or no date at all
+            raise BadInputError(f"The {what} {text!r} is not a time.", hint="Give unix seconds (1970..2200) or an ISO time such as 2026-11-30T01:28:00.")
+        return t
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:

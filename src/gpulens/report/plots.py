@@ -26,6 +26,20 @@ def _pyplot():
     return plt
 
 
+def plain_text(text: str) -> str:
+    """A name as matplotlib shows it literally: `$` would start mathtext (a `$\\undefinedmacro$`
+    label crashed the report) and a leading `_` hides a legend entry."""
+    text = str(text).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
+def _moment(t: float) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(t)
+    except (OverflowError, OSError, ValueError):
+        return None  # a time no date holds (an older store): not drawn
+
+
 def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_in: float = 2.6, dpi: int = 100) -> bytes:
     """One chart as a PNG: every series against time, the baseline band behind them, values in the chart's unit."""
     plt = _pyplot()
@@ -36,13 +50,13 @@ def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_
         if chart.band:
             ax.axhspan(chart.band["low"], chart.band["high"], color="#2e9e5b", alpha=0.12, label="baseline", lw=0)
         for i, s in enumerate(chart.series):
-            pts = [(datetime.fromtimestamp(t), v) for t, v in zip(s.t, s.v, strict=True) if v is not None]
+            pts = [(m, v) for t, v in zip(s.t, s.v, strict=True) if v is not None and (m := _moment(t)) is not None]
             if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
             style = "o-" if len(xs) < 40 else "-"
-            ax.plot(xs, ys, style, color=PALETTE[i % len(PALETTE)], lw=1.2, ms=3, label=s.label)
-        ax.set_title(chart.title, fontsize=10, loc="left")
+            ax.plot(xs, ys, style, color=PALETTE[i % len(PALETTE)], lw=1.2, ms=3, label=plain_text(s.label))
+        ax.set_title(plain_text(chart.title), fontsize=10, loc="left")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_value(v, chart.unit)))
         ax.set_xlim(datetime.fromtimestamp(window.start), datetime.fromtimestamp(window.end))
         ax.tick_params(labelsize=8)

@@ -4,9 +4,11 @@ migrations, and the one mapping of SQLite's errors to gpulens errors (a full dis
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from gpulens.errors import StorageFullError, StoreError
 from gpulens.store import migrations
@@ -20,12 +22,22 @@ def storage_error(e: BaseException, path: Path, action: str, hint: str) -> Store
     """The gpulens error for an SQLite or OS error: a full disk is its own class and exit code."""
     full = isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
     full = full or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+    # SQLite reports a WAL or shm file it cannot grow on a full disk as a plain I/O error
+    full = full or (isinstance(e, sqlite3.OperationalError) and "i/o error" in str(e).lower() and _no_space_left(path))
     if full:
         return StorageFullError(
             f"The disk that holds the store {path} is full.",
             hint="Free some space (or lower retention), or point --store at another disk; the data written before is kept.",
         )
     return StoreError(f"Cannot {action} the store {path}: {e}.", hint=hint)
+
+
+def _no_space_left(path: Path) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024 or st.f_favail == 0
 
 
 def _newer_schema(path: Path, version: int) -> StoreError:
@@ -55,6 +67,8 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
             ) from None
     # Several processes may create the same new store at once (the ranks of one job): switching
     # to WAL and migrating can then answer "locked" without waiting, so retry it all.
+    if readonly:
+        return _connect_readonly(path, busy_timeout_seconds)
     deadline = time.monotonic() + busy_timeout_seconds
     while True:
         conn = None
@@ -81,6 +95,59 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
             if conn is not None:
                 conn.close()
             raise
+
+def _open_ro(path: Path, busy_timeout_seconds: float, *, immutable: bool = False) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_seconds, check_same_thread=False, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
+    return conn
+
+
+def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connection:
+    """Open for reading only (`mode=ro`): the journal mode is left as it is and a store on
+    read-only media opens (as immutable, when SQLite cannot make its WAL index there). An older
+    store is migrated once through a writable connection first, where the file allows it."""
+    conn = None
+    try:
+        try:
+            conn = _open_ro(path, busy_timeout_seconds)
+            version = migrations.stored_version(conn)
+        except sqlite3.OperationalError as e:
+            if "unable to open" not in str(e) and "readonly" not in str(e):
+                raise
+            if conn is not None:
+                conn.close()
+            conn = _open_ro(path, busy_timeout_seconds, immutable=True)  # read-only media
+            version = migrations.stored_version(conn)
+        if version is not None and version > SCHEMA_VERSION:
+            raise _newer_schema(path, version)
+        if version and version < SCHEMA_VERSION:
+            conn.close()
+            conn = None
+            _migrate_once(path, busy_timeout_seconds)
+            conn = _open_ro(path, busy_timeout_seconds)
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
+        return conn
+    except sqlite3.DatabaseError as e:
+        if conn is not None:
+            conn.close()
+        raise StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT) from None
+    except StoreError:
+        if conn is not None:
+            conn.close()
+        raise
+
+
+def _migrate_once(path: Path, busy_timeout_seconds: float) -> None:
+    """The one write a reader makes: bring an older store to this schema, when the file is writable."""
+    try:
+        connect(path, readonly=False, busy_timeout_seconds=busy_timeout_seconds).close()
+    except StoreError as e:
+        raise StoreError(
+            f"The store {path} has an older schema and cannot be upgraded here ({e.message})",
+            hint="Open it once with write access (e.g. `gpulens query` where it is writable), or use a copy.",
+        ) from None
+
 
 def _migrate(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
     """Bring the file to this gpulens' schema (see `migrations`), or refuse a newer one."""

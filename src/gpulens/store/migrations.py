@@ -15,7 +15,14 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpulens.store.schema import ALERT_TABLES, BASELINE_TABLES, CORE_TABLES, ROLLUPS, RUN_TABLES
+from gpulens.store.schema import (
+    ALERT_TABLES,
+    BASELINE_TABLES,
+    CORE_TABLES,
+    OUTBOX_TABLES,
+    ROLLUPS,
+    RUN_TABLES,
+)
 from gpulens.store.types import canonical_labels
 
 
@@ -105,6 +112,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "alert history and silences", _create(ALERT_TABLES)),
     Migration(4, "alert baselines", _create(BASELINE_TABLES)),
     Migration(5, "runs, run samples, run changes", _create(RUN_TABLES)),
+    Migration(6, "undelivered alert notifications", _create(OUTBOX_TABLES)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -118,7 +126,10 @@ def stored_version(conn: sqlite3.Connection) -> int | None:
         has_tables = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1").fetchone()
         return None if has_tables else 0
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    return int(row[0]) if row else 0
+    try:
+        return int(row[0]) if row else 0
+    except (TypeError, ValueError):
+        return None  # a meta table that is not gpulens's
 
 
 def pending(version: int) -> list[Migration]:

@@ -114,6 +114,17 @@ RUN_TABLES = (
     "CREATE INDEX IF NOT EXISTS run_changes_by_run ON run_changes (run_id)",
 )
 
+# Alert notifications a notifier could not deliver, kept for the next try (after a restart too).
+OUTBOX_TABLES = (
+    """CREATE TABLE IF NOT EXISTS notification_outbox (
+  id INTEGER PRIMARY KEY,
+  target TEXT NOT NULL,               -- the notifier's address (a webhook URL)
+  body BLOB NOT NULL,
+  created REAL NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS notification_outbox_by_target ON notification_outbox (target, id)",
+)
+
 # Roll-up widths in seconds, by table.
 ROLLUPS: dict[str, int] = {"rollup_1m": 60, "rollup_1h": 3600}
 

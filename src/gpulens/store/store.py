@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpulens.errors import StoreError
 from gpulens.store import migrations
 from gpulens.store.connect import ACCESS_HINT, connect, storage_error
 from gpulens.store.schema import ROLLUP_UPSERT, ROLLUPS
@@ -38,6 +39,7 @@ from gpulens.store.types import (
     StoredSeries,
     canonical_labels,
 )
+from gpulens.units import MAX_ABS_VALUE, MAX_TIME_SECONDS, MIN_TIME_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,16 @@ DEFAULT_RETENTION_SECONDS: dict[str, float] = {
 }
 
 
+# What one GPU sample costs on disk, raw rows with their indexes and roll-ups: measured by the soak
+# (tests/reliability/test_soak.py: 8 GPUs x 10 Hz grew the store 8.3 MiB a minute).
+BYTES_PER_GPU_SAMPLE = 1_800
+
+
+def estimate_store_bytes(gpus: int, interval_seconds: float, keep_raw_seconds: float) -> float:
+    """About how large the store grows once raw retention is reached, for the agent's banner."""
+    return gpus * (keep_raw_seconds / interval_seconds) * BYTES_PER_GPU_SAMPLE
+
+
 class Store:
     """A gpulens store at `path`. Thread-safe for one writer thread plus readers in this process;
     other processes open their own `Store` on the same file."""
@@ -63,6 +75,7 @@ class Store:
         batch_size: int = 20_000,
         readonly: bool = False,
         busy_timeout_seconds: float = 30.0,
+        max_pending_rows: int = 1_000_000,
     ):
         self.path = Path(path)
         self.batch_size = batch_size
@@ -72,6 +85,10 @@ class Store:
         self._pending_events: list[tuple[float, str, str, str]] = []
         self._series_ids: dict[tuple[str, str], int] = {}
         self._labels_cache: dict[tuple[tuple[str, str], ...], str] = {}
+        self.refused_count = 0  # samples and events refused at the door (see write_id)
+        self.max_pending_rows = max_pending_rows
+        self.dropped_rows = 0  # buffered rows dropped while writes failed (see _auto_flush)
+        self.write_error: StoreError | None = None  # the last flush's error, None once one succeeds
         self._conn = self._connect(busy_timeout_seconds)
 
     # ---------------------------------------------------------------- opening
@@ -95,16 +112,45 @@ class Store:
 
     @contextmanager
     def _transaction(self, action: str = "write to") -> Iterator[sqlite3.Connection]:
-        """`_guard` inside BEGIN IMMEDIATE ... COMMIT (rolled back on any error)."""
+        """`_guard` inside BEGIN IMMEDIATE ... COMMIT (rolled back on any error); inside `atomic`, a
+        savepoint of its transaction."""
         with self._guard(action) as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            nested = conn.in_transaction
+            conn.execute("SAVEPOINT gpulens_tx" if nested else "BEGIN IMMEDIATE")
             try:
                 yield conn
-                conn.execute("COMMIT")
+                conn.execute("RELEASE gpulens_tx" if nested else "COMMIT")
             except BaseException:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    conn.execute("ROLLBACK TO gpulens_tx" if nested else "ROLLBACK")
+                    if nested:
+                        conn.execute("RELEASE gpulens_tx")
                 raise
+
+    @contextmanager
+    def atomic(self, action: str = "import into") -> Iterator[None]:
+        """Everything written inside commits together at the end, or not at all: an import killed
+        midway (kill -9, Ctrl-C, an error) leaves the store as it was, so a rerun never duplicates.
+        Other processes see none of it until the end; their writes wait (busy timeout)."""
+        with self._lock:
+            self.flush()
+            with self._guard(action) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            with self._lock:
+                self.flush()
+                with self._guard(action) as conn:
+                    conn.execute("COMMIT")
+        except BaseException:
+            with self._lock:
+                # what was buffered or created inside is gone with the transaction
+                self._pending.clear()
+                self._pending_events.clear()
+                self._series_ids.clear()
+                if self._conn is not None and self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+            raise
 
     def backup_to(self, path: str | os.PathLike[str]) -> None:
         """Copy everything committed into a new store file at `path` (SQLite's online backup)."""
@@ -146,34 +192,80 @@ class Store:
         self._series_ids[key] = sid
         return sid
 
+    def _refuse(self, what: str, t: Any, value: Any) -> None:
+        self.refused_count += 1
+        if self.refused_count == 1:
+            log.warning("the store %s refused %s at t=%r (value %r): times must be unix seconds in 1970..2200 and "
+                        "values finite; such rows are dropped and counted (Store.refused_count)", self.path, what, t, value)
+
     def write_id(self, series_id: int, t: float, value: float) -> None:
-        """Buffer one sample of a known series. NaN is not stored: a missing value is no sample."""
+        """Buffer one sample of a known series. NaN is not stored: a missing value is no sample.
+        A time outside 1970..2200 or an infinite or absurd value is refused (counted, logged once):
+        stored, it would break every later query and report."""
         if value != value:  # NaN
+            return
+        if not (MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE):
+            self._refuse("a sample", t, value)
             return
         self._pending.append((series_id, t, value))
         if len(self._pending) >= self.batch_size:
-            self.flush()
+            self._auto_flush()
 
     def write(self, name: str, labels: Mapping[str, str] | None, t: float, value: float | None) -> None:
         """Buffer one sample. None means "not available" and is skipped."""
         if value is None:
             return
-        self.write_id(self.series_id(name, labels), t, float(value))
+        try:
+            v = float(value)
+        except OverflowError:
+            v = math.inf  # refused below
+        self.write_id(self.series_id(name, labels), t, v)
 
     def write_many(self, rows: Iterable[tuple[int, float, float]]) -> None:
         """Buffer many (series_id, t, value) rows at once: the fast path for bulk imports."""
         with self._lock:
-            self._pending.extend(r for r in rows if r[2] == r[2])
+            pending = self._pending
+            for r in rows:
+                t, v = r[1], r[2]
+                if MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:
+                    pending.append(r)
+                elif v == v:  # NaN is a missing value, not a refusal
+                    self._refuse("a sample", t, v)
             if len(self._pending) >= self.batch_size:
-                self.flush()
+                self._auto_flush()
 
     def event(
         self, kind: str, t: float, labels: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None
     ) -> None:
-        """Buffer one event (an XID, a training step, a request, an alert, a phase marker...)."""
+        """Buffer one event (an XID, a training step, a request, an alert, a phase marker...). An event
+        at a time outside 1970..2200 is refused like a sample."""
+        if not MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS:
+            self._refuse(f"a {kind} event", t, None)
+            return
         self._pending_events.append((t, kind, self._labels_json(labels), json.dumps(data or {}, default=_json_default)))
         if len(self._pending_events) >= self.batch_size:
-            self.flush()
+            self._auto_flush()
+
+    def _auto_flush(self) -> None:
+        """A full batch: commit it, unless writes are failing (a full disk). Then the rows stay
+        buffered, bounded by `max_pending_rows` (the oldest go, counted in `dropped_rows`), and the
+        owner's next explicit `flush` (the sampling loop's, with backoff) writes them once it can;
+        writers (the sampling sinks) never see the error."""
+        with self._lock:
+            if self.write_error is None:
+                try:
+                    self.flush()
+                    return
+                except StoreError:
+                    pass  # kept in write_error; the rows are still buffered
+            for buf in (self._pending, self._pending_events):
+                excess = len(buf) - self.max_pending_rows
+                if excess > 0:
+                    del buf[:excess]
+                    self.dropped_rows += excess
+                    if self.dropped_rows == excess:
+                        log.error("the store %s cannot be written and %d rows are buffered: the oldest are "
+                                  "dropped from now on (Store.dropped_rows)", self.path, self.max_pending_rows)
 
     def _labels_json(self, labels: Mapping[str, str] | None) -> str:
         """Canonical JSON of a label set, cached: monitors label every event the same way."""
@@ -199,8 +291,9 @@ class Store:
             rows, self._pending = self._pending, []
             events, self._pending_events = self._pending_events, []
             conn = self._conn
+            nested = conn.in_transaction  # inside `atomic`: a savepoint of its transaction
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("SAVEPOINT gpulens_flush" if nested else "BEGIN IMMEDIATE")
                 if rows:
                     conn.execute("DELETE FROM temp.batch")
                     conn.executemany("INSERT INTO temp.batch VALUES (?, ?, ?)", rows)
@@ -209,13 +302,20 @@ class Store:
                         conn.execute(ROLLUP_UPSERT.format(table=table, width=width))
                 if events:
                     conn.executemany("INSERT INTO events (t, kind, labels, data) VALUES (?, ?, ?, ?)", events)
-                conn.execute("COMMIT")
+                conn.execute("RELEASE gpulens_flush" if nested else "COMMIT")
             except sqlite3.Error as e:
-                conn.execute("ROLLBACK") if conn.in_transaction else None
+                if conn.in_transaction:
+                    if nested:
+                        conn.execute("ROLLBACK TO gpulens_flush")
+                        conn.execute("RELEASE gpulens_flush")
+                    else:
+                        conn.execute("ROLLBACK")
                 # Keep the data for the next try rather than losing it.
                 self._pending[:0] = rows
                 self._pending_events[:0] = events
-                raise storage_error(e, self.path, "write to", "Check disk space and permissions.") from None
+                self.write_error = storage_error(e, self.path, "write to", "Check disk space and permissions.")
+                raise self.write_error from None
+            self.write_error = None
             return len(rows) + len(events)
 
     # ---------------------------------------------------------------- meta
@@ -257,17 +357,19 @@ class Store:
 
     def time_range(self, name: str | None = None) -> tuple[float, float] | None:
         """First and last sample time (of metric `name`, or of everything, events included).
-        Read per series through the (series_id, t) index, so a week of samples answers at once."""
+        Read per series through the (series_id, t) index, so a week of samples answers at once.
+        Times outside 1970..2200 (written before the store refused them) are not trusted: left out."""
         per_series = (
-            "SELECT min(lo), max(hi) FROM (SELECT (SELECT min(t) FROM samples WHERE series_id = s.id) AS lo, "
-            "(SELECT max(t) FROM samples WHERE series_id = s.id) AS hi FROM series s{where})"
+            "SELECT min(lo), max(hi) FROM (SELECT (SELECT min(t) FROM samples WHERE series_id = s.id AND t >= ?) AS lo, "
+            "(SELECT max(t) FROM samples WHERE series_id = s.id AND t <= ?) AS hi FROM series s{where})"
         )
+        bounds = (MIN_TIME_SECONDS, MAX_TIME_SECONDS)
         with self._guard("read") as conn:
             if name is None:
-                row = conn.execute(per_series.format(where="")).fetchone()
-                ev = conn.execute("SELECT min(t), max(t) FROM events").fetchone()
+                row = conn.execute(per_series.format(where=""), bounds).fetchone()
+                ev = conn.execute("SELECT min(t), max(t) FROM events WHERE t >= ? AND t <= ?", bounds).fetchone()
             else:
-                row = conn.execute(per_series.format(where=" WHERE s.name = ?"), (name,)).fetchone()
+                row = conn.execute(per_series.format(where=" WHERE s.name = ?"), (*bounds, name)).fetchone()
                 ev = (None, None)
         lo = [v for v in (row[0], ev[0]) if v is not None]
         hi = [v for v in (row[1], ev[1]) if v is not None]
@@ -495,6 +597,18 @@ class Store:
                 f"SELECT t, value FROM samples WHERE {where} AND t {op} ? AND t <= ? ORDER BY t", (*ids, start, end)
             ).fetchall()
         return [Sample(t, v) for t, v in rows]
+
+    def window_after(self, series_id: int, start: float, end: float, after_position: int) -> tuple[list[Sample], int]:
+        """Samples of one series in (start, end] committed after `after_position` (a rowid this
+        method returned before; 0 for all), oldest first, with the newest position seen. For
+        readers that keep a window and read only what is new each time (the alert evaluator)."""
+        with self._guard("read") as conn:
+            rows = conn.execute(
+                "SELECT rowid, t, value FROM samples WHERE series_id = ? AND t > ? AND t <= ? AND rowid > ? ORDER BY t, rowid",
+                (series_id, start, end, after_position),
+            ).fetchall()
+        newest = max((r[0] for r in rows), default=after_position)
+        return [Sample(t, v) for _, t, v in rows], max(newest, after_position)
 
     def window_columns(self, series_ids: Sequence[int], start: float, end: float) -> SampleColumns:
         """Samples of the series, merged, in [start, end], oldest first, as two columns (cheap to

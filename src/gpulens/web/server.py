@@ -101,8 +101,9 @@ def serve(
 
     import uvicorn
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
+    from gpulens.web.guard import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(app))
     if open_browser:
         import webbrowser
 

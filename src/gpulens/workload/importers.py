@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulens.errors import StoreError
+from gpulens.gpu.trace_fields import is_sane_time
 from gpulens.store import Store
+
+log = logging.getLogger(__name__)
 
 # Modules that register importers when imported. Missing ones are skipped.
 BUILTIN_IMPORTER_MODULES = (
@@ -39,6 +44,7 @@ class ImportContext:
     host: str = "replay"
     gpu_model: str = ""  # the recorded GPU's name (e.g. "NVIDIA H200"), for peaks such as MFU's
     counts: dict[str, int] = field(default_factory=dict)
+    skipped_events: int = 0  # records without a sane time, or that their importer could not read
     facts: dict[str, Any] = field(default_factory=dict)  # what earlier records told (e.g. the model's parameters)
 
 
@@ -68,22 +74,31 @@ def event_time(record: dict[str, Any]) -> float | None:
     """The moment a record describes: its end for spans (steps, requests), else `t`."""
     for key in ("t_end", "end", "t"):
         v = record.get(key)
-        if isinstance(v, int | float):
-            return float(v)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v) if is_sane_time(v) else None  # a broken clock: the record has no usable time
     return None
 
 
 def import_event(record: dict[str, Any], store: Store, ctx: ImportContext) -> bool:
-    """Store one recorded event and feed it to the importers of its kind. False if it has no time."""
+    """Store one recorded event and feed it to the importers of its kind. False (and counted in
+    `ctx.skipped_events`) if it has no sane time or its importer cannot read it."""
     t = event_time(record)
     kind = record.get("kind")
     if t is None or not isinstance(kind, str):
+        ctx.skipped_events += 1
         return False
     importers = _IMPORTERS.get(kind)
-    if not importers:
-        store_raw(record, store, {"source": "replay"})
-    for fn in importers or ():
-        fn(record, store, ctx)
+    try:
+        if not importers:
+            store_raw(record, store, {"source": "replay"})
+        for fn in importers or ():
+            fn(record, store, ctx)
+    except StoreError:
+        raise  # the store itself failing (a full disk) is not the record's fault
+    except Exception as e:  # noqa: BLE001 - one unreadable record (a string where a number belongs) is skipped
+        ctx.skipped_events += 1
+        log.debug("skipped a %s event at %s: %s", kind, t, e)
+        return False
     ctx.counts[kind] = ctx.counts.get(kind, 0) + 1
     return True
 
