@@ -48,7 +48,7 @@ STABILIZATION = 10.0
 def test_the_h200_session_scales_out_in_the_overload_and_back_after_it(replayed_store: Path) -> None:
     with Store(replayed_store, readonly=True) as st:
         phases = _phases(st)
-        pts = desired_replicas(st, step_seconds=1.0, policy=ScalePolicy(stabilization_seconds=STABILIZATION),
+        pts = desired_replicas(st, window_seconds=10.0, step_seconds=1.0, policy=ScalePolicy(stabilization_seconds=STABILIZATION),
                                after_seconds=30.0)
     (overload_start,) = [a for name, a, _ in phases if name == "infer_overload"]
     # Never more than one replica in training, idle, cold start, or online serving at half capacity;
@@ -94,7 +94,7 @@ def test_two_replicas_and_the_arrival_rate_signal(tmp_path: Path) -> None:
 
 
 def test_cli_json_and_bad_input(replayed_store: Path, tmp_path: Path, capsys) -> None:
-    assert main(["scale", "--store", str(replayed_store), "--format", "json", "--step", "2s", "--stabilization", "10s"]) == 0
+    assert main(["scale", "--store", str(replayed_store), "--format", "json", "--step", "2s", "--window", "10s", "--stabilization", "10s"]) == 0
     pts = json.loads(capsys.readouterr().out)
     assert set(pts[0]) >= {"t", "service", "desired_replicas", "current_replicas", "driver", "value", "target"}
     assert max(p["desired_replicas"] for p in pts) == 2

@@ -17,7 +17,7 @@ def scale_command(
     target_concurrency: float = typer.Option(4.0, "--target-concurrency", help="Requests in flight one replica should carry."),
     capacity: float = typer.Option(None, "--capacity", help="Requests per second one replica serves within its SLO (e.g. from `gpulens bench serve --sweep`); adds the arrival-rate signal."),
     target_kv_cache: float = typer.Option(0.8, "--target-kv-cache", help="KV-cache usage per replica (engine scrapes)."),
-    window: str = typer.Option("10s", "--window", help="How far back each signal is averaged."),
+    window: str = typer.Option("1m", "--window", help="How far back each signal is averaged (the recording rule's default too)."),
     step: str = typer.Option("5s", "--step", help="How often the rule is evaluated (an HPA: every 15 s)."),
     stabilization: str = typer.Option("300s", "--stabilization", help="Scale-down stabilization window (the HPA's default: 300 s)."),
     tolerance: float = typer.Option(0.1, "--tolerance", help="No change while usage is within this of the target (the HPA's: 0.1)."),

@@ -20,7 +20,7 @@ from gpulens.scaling.signals import (
 )
 from gpulens.store import Store
 
-DEFAULT_WINDOW_SECONDS = 10.0
+DEFAULT_WINDOW_SECONDS = 60.0  # the recording rule's default too (4 scrapes at 15 s)
 DEFAULT_STEP_SECONDS = 5.0
 
 
