@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens.export.readings import LatestReadings
+from gpulens.export.scaling import ScalingCollector
 from gpulens.gpu.metrics import (
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_METRICS,
@@ -296,6 +297,7 @@ def make_registry(
     registry.register(GpuCollector(readings, metric_names))  # type: ignore[arg-type]
     if store is not None:
         registry.register(WorkloadCollector(store, tally=tally))  # type: ignore[arg-type]
+        registry.register(ScalingCollector(store))  # type: ignore[arg-type]
     if scrapers:
         registry.register(EngineHistogramCollector(scrapers))  # type: ignore[arg-type]
     return registry
