@@ -78,6 +78,12 @@ def read_scores(path: Path, metric: str, *, task: str | None = None, filter_name
         if not isinstance(row, dict):
             raise BadInputError(f"Line {n} of {file} is not a JSON object.")
         rows.append((n, row))
+    return scores_from_rows(rows, metric, file, filter_name=filter_name)
+
+
+def scores_from_rows(rows: list[tuple[int, dict]], metric: str, file: Path, *, filter_name: str | None = None) -> ExampleScores:
+    """The per-example values of `metric` in parsed lines ((line number, object) pairs) of `file`
+    (an lm-eval samples file when the first has `doc_id`, else a plain JSONL)."""
     if not rows:
         raise BadInputError(f"{file} has no examples.")
     lm_eval = "doc_id" in rows[0][1]
