@@ -65,7 +65,9 @@ class QuantCheck:
 
 def weights_bytes(model: Any) -> int:
     try:
-        from torchao.utils import get_model_size_in_bytes  # counts torchao/quanto tensor subclasses at their packed size
+        from torchao.utils import (
+            get_model_size_in_bytes,  # counts torchao/quanto tensor subclasses at their packed size
+        )
 
         return int(get_model_size_in_bytes(model))
     except ImportError:
