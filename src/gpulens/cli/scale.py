@@ -21,8 +21,8 @@ def scale_command(
     step: str = typer.Option("5s", "--step", help="How often the rule is evaluated (an HPA: every 15 s)."),
     stabilization: str = typer.Option("300s", "--stabilization", help="Scale-down stabilization window (the HPA's default: 300 s)."),
     tolerance: float = typer.Option(0.1, "--tolerance", help="No change while usage is within this of the target (the HPA's: 0.1)."),
-    min_replicas: int = typer.Option(1, "--min-replicas"),
-    max_replicas: int = typer.Option(100, "--max-replicas"),
+    min_replicas: int = typer.Option(1, "--min-replicas", help="Never ask for fewer."),
+    max_replicas: int = typer.Option(100, "--max-replicas", help="Never ask for more."),
     after: str = typer.Option("0s", "--after", help="Keep evaluating this long past the last record, as an HPA would with no new requests."),
     fmt: str = typer.Option("table", "--format", help="table (the changes) or json (every evaluation)."),
 ) -> None:
