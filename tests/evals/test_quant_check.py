@@ -71,3 +71,21 @@ def test_bad_input_is_one_sentence(tmp_path: Path, capsys) -> None:
     assert "--to must be one of int8, int4, fp8" in capsys.readouterr().err
     assert main(["quant", "check", "--model", str(tmp_path), "--to", "int8", "--task", "t", "--no-record"]) == 2
     assert "not a Hugging Face model folder" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("to", ["int8", "int4", "fp8"])
+def test_each_target_quantizes_and_still_runs(tmp_path: Path, to: str) -> None:
+    """torchao where it can, optimum-quanto where it cannot (int4 without mslk): the weights shrink
+    and the speed measurement runs on the quantized model."""
+    from lm_eval_rig import tiny_model
+
+    from gpulens.evals.quant import _speed, load_model, weights_bytes
+    from gpulens.evals.quantize import quantizer_for
+
+    model, _ = load_model(tiny_model(tmp_path / "m"), "cpu")
+    before = weights_bytes(model)
+    used = quantizer_for(to)(model)
+    assert used.startswith(("torchao", "optimum-quanto"))
+    assert weights_bytes(model) < before
+    seconds, tokens_per_second = _speed(model, int(model.config.vocab_size), "cpu")
+    assert seconds > 0 and tokens_per_second > 0

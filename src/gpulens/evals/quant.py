@@ -80,7 +80,7 @@ def _speed(model: Any, vocab_size: int, device: str) -> tuple[float, float]:
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, vocab_size, (SPEED_BATCH, SPEED_SEQ), generator=g).to(device)
     times = []
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: optimum-quanto's weights refuse inference tensors
         model(x)  # warm-up
         for _ in range(SPEED_REPEATS):
             t0 = time.perf_counter()
