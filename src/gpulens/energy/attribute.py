@@ -105,13 +105,13 @@ def _gpu_energy(store: Store, gpu: GpuRef, start: float, end: float) -> SpanEner
 def _row(store: Store, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy | None:
     labels = occ.labels
     if occ.role == "training":
-        span = _training_span(store.events(N.EV_TRAIN_STEP, labels=labels))
+        steps = store.events(N.EV_TRAIN_STEP, labels=labels)
+        span = _training_span(steps)
         if span is None:
             return None
         start, end, tokens, samples = span
         row = WorkloadEnergy("training", labels.get(N.TRAIN_JOB_LABEL, ""), gpu.gpu, gpu.host, start, end, end - start,
-                             tokens=tokens, samples=samples or None, rank=labels.get("rank"),
-                             steps=len(store.events(N.EV_TRAIN_STEP, labels=labels)))
+                             tokens=tokens, samples=samples or None, rank=labels.get("rank"), steps=len(steps))
     else:
         reqs = store.events(N.EV_REQUEST, labels=labels)
         sspan = _serving_span(reqs)
