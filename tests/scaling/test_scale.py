@@ -102,3 +102,28 @@ def test_cli_json_and_bad_input(replayed_store: Path, tmp_path: Path, capsys) ->
     assert "no requests of service 'nope'" in capsys.readouterr().err
     assert main(["scale", "--store", str(replayed_store), "--target-concurrency", "0"]) == 2
     assert main(["scale", "--store", str(tmp_path / "none.db")]) == 2
+
+
+def test_a_sweep_run_sets_a_replicas_capacity(tmp_path: Path, capsys) -> None:
+    from gpulens.runs.registry import save_run
+    from gpulens.scaling.capacity import targets_from_sweep
+
+    reqs = [(i / 5 - 0.2 + 0.05, i / 5 + 0.05) for i in range(50)]
+    db = tmp_path / "s.db"
+    with _store_with_requests(db, {"a": reqs, "b": reqs}) as st:
+        with pytest.raises(BadInputError, match="no `gpulens bench serve --sweep` run"):
+            targets_from_sweep(st, "latest", Targets())
+        save_run(st, "bench-serve", "h:80/", {}, {"requests": 10}, fingerprint={})  # not a sweep
+        failed = save_run(st, "bench-serve", "h:80/", {}, {"sweep": {"mode": "open", "best": None}}, fingerprint={})
+        open_id = save_run(st, "bench-serve", "h:80/", {}, {"sweep": {"mode": "open", "best": 3.0}}, fingerprint={})
+        t, run = targets_from_sweep(st, "latest", Targets())
+        assert run.id == open_id and t.capacity_rps_per_replica == 3.0 and t.concurrency_per_replica == 4.0
+        with pytest.raises(BadInputError, match="found no load that met every SLO"):
+            targets_from_sweep(st, str(failed), Targets())
+        closed_id = save_run(st, "bench-serve", "h:80/", {}, {"sweep": {"mode": "closed", "best": 0.5}}, fingerprint={})
+        t, _ = targets_from_sweep(st, str(closed_id), Targets())
+        assert t.concurrency_per_replica == 0.5 and t.capacity_rps_per_replica is None
+    assert main(["scale", "--store", str(db), "--from-run", str(open_id), "--window", "5s", "--step", "1s",
+                 "--stabilization", "0s", "--format", "json"]) == 0
+    pts = [p for p in json.loads(capsys.readouterr().out) if 6.0 <= p["t"] <= 9.0]
+    assert pts and all(p["driver"] == "arrival_rate" and p["desired_replicas"] == 4 for p in pts)  # ceil(10 / 3)

@@ -16,6 +16,7 @@ def scale_command(
     service: str = typer.Option(None, "--service", help="Only this service."),
     target_concurrency: float = typer.Option(4.0, "--target-concurrency", help="Requests in flight one replica should carry."),
     capacity: float = typer.Option(None, "--capacity", help="Requests per second one replica serves within its SLO (e.g. from `gpulens bench serve --sweep`); adds the arrival-rate signal."),
+    from_run: str = typer.Option(None, "--from-run", help="Take a replica's capacity from this `bench serve --sweep` run (an id, or latest): an open-loop sweep sets --capacity, a closed-loop one --target-concurrency."),
     target_kv_cache: float = typer.Option(0.8, "--target-kv-cache", help="KV-cache usage per replica (engine scrapes)."),
     window: str = typer.Option("1m", "--window", help="How far back each signal is averaged (the recording rule's default too)."),
     step: str = typer.Option("5s", "--step", help="How often the rule is evaluated (an HPA: every 15 s)."),
@@ -39,6 +40,14 @@ def scale_command(
     policy = ScalePolicy(tolerance, parse_duration(stabilization, what="--stabilization", allow_zero=True), min_replicas, max_replicas)
     targets = Targets(target_concurrency, capacity, target_kv_cache)
     with open_existing_store(store, "requests to scale on") as st:
+        if from_run is not None:
+            from gpulens.scaling.capacity import targets_from_sweep
+
+            targets, run = targets_from_sweep(st, from_run, targets)
+            if fmt != "json":
+                console.print(f"[dim]capacity per replica from sweep {run.label}: "
+                              + (f"{targets.capacity_rps_per_replica:g} requests/s" if run.summary["sweep"].get("mode") != "closed"
+                                 else f"{targets.concurrency_per_replica:g} in flight") + "[/]", highlight=False)
         points = desired_replicas(st, service=service, window_seconds=parse_duration(window, what="--window"),
                                   step_seconds=parse_duration(step, what="--step"), targets=targets, policy=policy,
                                   after_seconds=parse_duration(after, what="--after", allow_zero=True))

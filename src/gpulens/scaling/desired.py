@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpulens.errors import BadInputError
+from gpulens.gpu.metrics import GPU_UP
 from gpulens.scaling.hpa import ScalePolicy, Stabilizer, hpa_recommendation
 from gpulens.scaling.signals import (
     RequestLog,
@@ -19,6 +20,7 @@ from gpulens.scaling.signals import (
     signals_at,
 )
 from gpulens.store import Store
+from gpulens.workload import names as N
 
 DEFAULT_WINDOW_SECONDS = 60.0  # the recording rule's default too (4 scrapes at 15 s)
 DEFAULT_STEP_SECONDS = 5.0
@@ -76,9 +78,12 @@ def desired_replicas(store: Store, *, service: str | None = None, window_seconds
             raise BadInputError(f"The store has no requests of service {service!r}.",
                                 hint=(f"It has {', '.join(names)}." if names else "It has no inference requests at all."))
         names = [service]
-    rng = store.time_range()
-    if rng is None or not names:
+    # The time the node was watched: its GPU samples and its requests (not its other events: a run
+    # recorded today in a store of last week's session would stretch the range to today).
+    ranges = [r for r in (store.time_range(GPU_UP), store.time_range(N.INFER_LATENCY_SECONDS)) if r is not None]
+    if not ranges or not names:
         return []
+    rng = (min(r[0] for r in ranges), max(r[1] for r in ranges))
     lo, hi = rng[0] if start is None else start, (rng[1] if end is None else end) + after_seconds
     steps = int(math.floor((hi - lo) / step_seconds)) + 1
     out: list[ScalePoint] = []
