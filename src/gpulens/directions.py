@@ -86,8 +86,9 @@ _EXACT: dict[str, tuple[Direction, str]] = {
     "error_rate": (LOWER, "ratio"),
 }
 
-# Scores from 0 to 1, better higher. Matched exactly or as the name's last word(s) (`eval_accuracy`).
-_SCORES = ("accuracy", "exact_match", "f1", "precision", "recall", "bleu", "rouge", "pass_at_1", "win_rate")
+# Scores from 0 to 1, better higher. Matched exactly or as the name's last word(s) (`eval_accuracy`);
+# `acc` and `acc_norm` are lm-evaluation-harness's names.
+_SCORES = ("accuracy", "acc", "acc_norm", "exact_match", "f1", "precision", "recall", "bleu", "rouge", "pass_at_1", "win_rate")
 # Better lower, matched as the last word (`eval_loss`, `val_perplexity`).
 _LOWER_WORDS = ("loss", "perplexity", "latency", "ttft", "tpot", "itl", "errors", "wer", "cer")
 # Better higher, matched as the last word.

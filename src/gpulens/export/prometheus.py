@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpulens.export.health import HealthCollector
 from gpulens.export.readings import LatestReadings
+from gpulens.export.scaling import ScalingCollector
 from gpulens.gpu.metrics import (
     DCGM_HELP,
     GPU_CLOCK_EVENT_ACTIVE,
@@ -347,6 +348,7 @@ def make_registry(
     registry.register(HealthCollector(readings))  # type: ignore[arg-type]
     if store is not None:
         registry.register(WorkloadCollector(store, tally=tally))  # type: ignore[arg-type]
+        registry.register(ScalingCollector(store))  # type: ignore[arg-type]
     if scrapers:
         registry.register(EngineHistogramCollector(scrapers))  # type: ignore[arg-type]
     return registry

@@ -1,0 +1,58 @@
+"""`gpulens energy`: joules, mean watts and joules per token, sample and request, per workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from gpulens.cli.common import console, open_existing_store, store_option
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def energy_command(
+    store: Path = store_option(),
+    job: str = typer.Option(None, "--job", help="Only this training job (its train_job label)."),
+    service: str = typer.Option(None, "--service", help="Only this inference service."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Energy per training job and per service, from NVML's cumulative energy counter (power
+    integrated where the counter is missing, and said so), on the GPU each ran on."""
+    from gpulens.energy import workload_energy
+    from gpulens.errors import BadInputError
+
+    if fmt not in ("table", "json"):
+        raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+    with open_existing_store(store, "workloads to measure") as st:
+        rows = workload_energy(st, job=job, service=service)
+    if not rows and (job or service):
+        which = " or ".join(filter(None, [job and f"job {job!r}", service and f"service {service!r}"]))
+        raise BadInputError(f"The store {store} has no records of {which}.", hint="Leave out --job/--service to list every workload.")
+    if fmt == "json":
+        typer.echo(json.dumps([r.to_json() for r in rows]))
+        return
+    if not rows:
+        console.print("No training steps or requests in the store, so no energy to attribute.")
+        return
+    from rich.table import Table
+
+    t = Table(title="energy per workload", title_justify="left")
+    for col in ("workload", "gpu", "s", "kJ", "W", "J/token", "J/sample", "J/req"):
+        t.add_column(col, justify="left" if col in ("workload", "gpu") else "right", overflow="fold")
+    hosts = {r.host for r in rows}
+    for r in rows:
+        t.add_row(f"{r.workload} {r.name}", f"{r.gpu}@{r.host}" if len(hosts) > 1 else r.gpu, f"{r.seconds:.0f}",
+                  _f(None if r.joules is None else r.joules / 1000, ".2f"), _f(r.mean_watts, ".0f"),
+                  _f(r.joules_per_token, ".3g"), _f(r.joules_per_sample, ".3g"), _f(r.joules_per_request, ".3g"))
+    console.print(t)
+    for r in rows:
+        if r.note:
+            console.print(f"[dim]{r.workload} {r.name}: {r.note}[/]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("energy")(energy_command)

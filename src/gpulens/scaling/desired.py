@@ -1,0 +1,94 @@
+"""The desired replica count per service over time (`gpulens scale`), and at one instant (the
+exporter's `gpulens_desired_replicas`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpulens.errors import BadInputError
+from gpulens.gpu.metrics import GPU_UP
+from gpulens.scaling.hpa import ScalePolicy, Stabilizer, hpa_recommendation
+from gpulens.scaling.signals import (
+    RequestLog,
+    Signal,
+    Targets,
+    kv_cache_readings,
+    request_log,
+    services,
+    signals_at,
+)
+from gpulens.store import Store
+from gpulens.workload import names as N
+
+DEFAULT_WINDOW_SECONDS = 60.0  # the recording rule's default too (4 scrapes at 15 s)
+DEFAULT_STEP_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    t: float
+    service: str
+    desired_replicas: int  # after the scale-down stabilization
+    current_replicas: int
+    driver: str  # the signal whose recommendation is the largest
+    value: float  # that signal's total over all replicas
+    target: float  # and its per-replica target
+    recommended_replicas: int  # before stabilization
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recommend(current: int, signals: list[Signal], policy: ScalePolicy) -> tuple[int, Signal]:
+    """The largest recommendation over the signals, within the policy's bounds, and its signal."""
+    best = max(signals, key=lambda s: (hpa_recommendation(current, s.value, s.target, policy.tolerance_ratio), s.value / s.target))
+    return policy.clamp(hpa_recommendation(current, best.value, best.target, policy.tolerance_ratio)), best
+
+
+class ServiceScaler:
+    """One service's HPA state: call `at(t)` with increasing times."""
+
+    def __init__(self, service: str, log: RequestLog, *, window_seconds: float, targets: Targets, policy: ScalePolicy,
+                 kv_cache: tuple[list[float], list[float]] | None = None):
+        self.service, self.log, self.window_seconds, self.targets, self.policy = service, log, window_seconds, targets, policy
+        self.kv_cache = kv_cache
+        self.stabilizer = Stabilizer(policy.stabilization_seconds)
+
+    def at(self, t: float) -> ScalePoint:
+        current, sigs = signals_at(self.log, t, self.window_seconds, self.targets, self.kv_cache)
+        rec, sig = recommend(current, sigs, self.policy)
+        return ScalePoint(t, self.service, self.stabilizer.update(t, rec), current, sig.driver, sig.value, sig.target, rec)
+
+
+def desired_replicas(store: Store, *, service: str | None = None, window_seconds: float = DEFAULT_WINDOW_SECONDS,
+                     step_seconds: float = DEFAULT_STEP_SECONDS, targets: Targets | None = None,
+                     policy: ScalePolicy | None = None, start: float | None = None, end: float | None = None,
+                     after_seconds: float = 0.0) -> list[ScalePoint]:
+    """The desired replicas of each service (or `service`) every `step_seconds` over the store's time
+    range (or [start, end]), as an HPA evaluating at those times would have asked. `after_seconds`
+    goes on past the end, as an HPA would with no new requests (a finished session's scale-down)."""
+    if window_seconds <= 0 or step_seconds <= 0:
+        raise BadInputError("The window and the step must be longer than zero.")
+    targets, policy = targets or Targets(), policy or ScalePolicy()
+    names = services(store)
+    if service is not None:
+        if service not in names:
+            raise BadInputError(f"The store has no requests of service {service!r}.",
+                                hint=(f"It has {', '.join(names)}." if names else "It has no inference requests at all."))
+        names = [service]
+    # The time the node was watched: its GPU samples and its requests (not its other events: a run
+    # recorded today in a store of last week's session would stretch the range to today).
+    ranges = [r for r in (store.time_range(GPU_UP), store.time_range(N.INFER_LATENCY_SECONDS)) if r is not None]
+    if not ranges or not names:
+        return []
+    rng = (min(r[0] for r in ranges), max(r[1] for r in ranges))
+    lo, hi = rng[0] if start is None else start, (rng[1] if end is None else end) + after_seconds
+    steps = int(math.floor((hi - lo) / step_seconds)) + 1
+    out: list[ScalePoint] = []
+    for name in names:
+        scaler = ServiceScaler(name, request_log(store, name), window_seconds=window_seconds, targets=targets,
+                               policy=policy, kv_cache=kv_cache_readings(store, name))
+        out.extend(scaler.at(lo + i * step_seconds) for i in range(steps))
+    return sorted(out, key=lambda p: (p.t, p.service))

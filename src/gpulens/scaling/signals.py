@@ -1,0 +1,101 @@
+"""The load signals a service's replica count follows, read from the store at one time `t` over the
+window before it, each as a total over all replicas with its per-replica target.
+
+- `concurrency`: requests in flight, the mean over the window by Little's law: the latency of the
+  requests that ended in the window, summed, over the window's length. It is what
+  `rate(infer_request_latency_seconds_sum[W])` gives on Prometheus, so the recording rule
+  (`scaling/promql.py`) computes the same figure from /metrics. Target: requests in flight per
+  replica (`concurrency_per_replica`).
+- `arrival_rate`: requests per second that ended in the window (`rate(infer_requests_total[W])`),
+  against a replica's capacity in requests per second; only with a capacity given.
+- `kv_cache`: the engine's KV-cache usage (`infer_kv_cache_usage_ratio`, from `--scrape`), the mean
+  of its readings in the window, against a usage per replica; only where engine scrapes hold it.
+
+Current replicas: the hosts that served the service in the window (at least one).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from gpulens.store import Store
+from gpulens.workload import names as N
+
+DEFAULT_CONCURRENCY_PER_REPLICA = 4.0
+DEFAULT_KV_CACHE_USAGE_PER_REPLICA = 0.8
+
+
+@dataclass(frozen=True)
+class Targets:
+    concurrency_per_replica: float = DEFAULT_CONCURRENCY_PER_REPLICA
+    capacity_rps_per_replica: float | None = None
+    kv_cache_usage_per_replica: float = DEFAULT_KV_CACHE_USAGE_PER_REPLICA
+
+
+@dataclass(frozen=True)
+class Signal:
+    driver: str  # concurrency, arrival_rate, kv_cache
+    value: float  # the total over all replicas
+    target: float  # per replica
+
+
+@dataclass(frozen=True)
+class RequestLog:
+    """A service's requests, sorted by end time, for fast windows."""
+
+    end: list[float]
+    latency_seconds: list[float]
+    host: list[str]
+
+    def between(self, start: float, end: float) -> range:
+        """Indexes of the requests that ended in (start, end]."""
+        return range(bisect.bisect_right(self.end, start), bisect.bisect_right(self.end, end))
+
+
+def _num(x: object) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def request_log(store: Store, service: str, start: float | None = None, end: float | None = None) -> RequestLog:
+    rows = []
+    for e in store.events(N.EV_REQUEST, start=start, end=end, labels={"service": service}):
+        d = e.data
+        stop = _num(d.get("end")) or e.t
+        begin = next((v for v in (_num(d.get(k)) for k in ("intended", "arrival", "start")) if v is not None), stop)
+        rows.append((stop, max(stop - begin, 0.0), e.labels.get("host", "")))
+    rows.sort()
+    return RequestLog([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+
+
+def services(store: Store) -> list[str]:
+    """Services with request records."""
+    return sorted({k.labels["service"] for k in store.series(N.INFER_LATENCY_SECONDS) if k.labels.get("service")})
+
+
+def signals_at(log: RequestLog, t: float, window_seconds: float, targets: Targets,
+               kv_cache: tuple[list[float], list[float]] | None = None) -> tuple[int, list[Signal]]:
+    """Current replicas and the signals at `t` over (t − window, t]."""
+    idx = log.between(t - window_seconds, t)
+    current = max(len({log.host[i] for i in idx}), 1)
+    out = [Signal("concurrency", sum(log.latency_seconds[i] for i in idx) / window_seconds, targets.concurrency_per_replica)]
+    if targets.capacity_rps_per_replica is not None:
+        out.append(Signal("arrival_rate", len(idx) / window_seconds, targets.capacity_rps_per_replica))
+    if kv_cache is not None:
+        kt, kv = kv_cache
+        vals = kv[bisect.bisect_right(kt, t - window_seconds):bisect.bisect_right(kt, t)]
+        if vals:
+            # The mean per replica reading, times the replicas: a total comparable with the others.
+            out.append(Signal("kv_cache", sum(vals) / len(vals) * current, targets.kv_cache_usage_per_replica))
+    return current, out
+
+
+def kv_cache_readings(store: Store, service: str) -> tuple[list[float], list[float]] | None:
+    pts = []
+    for s in store.stored_series(N.INFER_KV_CACHE_USAGE_RATIO):
+        if s.labels.get("service") == service:
+            pts.extend(store.window(s.id, float("-inf"), float("inf"), include_start=True))
+    if not pts:
+        return None
+    pts.sort()
+    return [p.t for p in pts], [p.value for p in pts]

@@ -1,0 +1,173 @@
+"""`gpulens eval compare`: paired non-inferiority on synthetic paired examples of each metric type,
+and the files it reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpulens.cli.main import main
+from gpulens.directions import HIGHER, LOWER
+from gpulens.errors import BadInputError
+from gpulens.evals import compare_files, compare_paired
+from gpulens.evals.paired import _clopper_pearson
+
+N = 3000
+
+
+def _binary(acc: float, seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).random(N) < acc).astype(float)
+
+
+def _flip(values: np.ndarray, right_to_wrong: int, wrong_to_right: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = values.copy()
+    out[rng.choice(np.flatnonzero(values == 1), right_to_wrong, replace=False)] = 0
+    out[rng.choice(np.flatnonzero(values == 0), wrong_to_right, replace=False)] = 1
+    return out
+
+
+def _write(path: Path, metric: str, values, ids=None) -> Path:
+    ids = range(len(values)) if ids is None else ids
+    path.write_text("".join(json.dumps({"id": i, metric: float(v)}) + "\n" for i, v in zip(ids, values, strict=True)))
+    return path
+
+
+def test_accuracy_that_differs_only_by_noise_passes() -> None:
+    base = _binary(0.7, 1)
+    cand = _flip(base, 30, 30, 2)  # 60 examples flipped, as many each way: same accuracy
+    r = compare_paired("accuracy", HIGHER, base, cand, margin=0.01)
+    assert r.method == "exact_mcnemar"
+    assert (r.improved, r.regressed) == (30, 30) and r.difference == 0
+    assert r.difference_low < 0 < r.difference_high and r.difference_low > -0.01
+    assert r.p_value == pytest.approx(1.0) and r.passed and r.verdict == "pass"
+
+
+def test_accuracy_with_a_real_drop_fails_as_a_regression() -> None:
+    base = _binary(0.7, 3)
+    cand = _flip(base, 200, 50, 4)  # 5 points lower
+    r = compare_paired("accuracy", HIGHER, base, cand, margin=0.01)
+    assert r.difference == pytest.approx(-150 / N)
+    assert r.difference_high < 0 and not r.passed and r.verdict == "regression"
+    assert r.p_value < 1e-10
+
+
+def test_a_drop_inside_the_interval_but_too_few_examples_is_inconclusive() -> None:
+    base = np.array([1.0] * 70 + [0.0] * 30)
+    cand = _flip(base, 3, 2, 5)
+    r = compare_paired("accuracy", HIGHER, base, cand, margin=0.01)
+    assert not r.passed and r.verdict == "inconclusive"
+
+
+def test_clopper_pearson_matches_the_textbook_interval() -> None:
+    lo, hi = _clopper_pearson(5, 10, 0.95)  # the standard exact interval for 5/10
+    assert (round(lo, 4), round(hi, 4)) == (0.1871, 0.8129)
+    assert _clopper_pearson(0, 10, 0.95)[0] == 0.0 and _clopper_pearson(10, 10, 0.95)[1] == 1.0
+
+
+def _perplexity(seed: int) -> np.ndarray:
+    return np.exp(np.random.default_rng(seed).normal(2.0, 0.5, N))
+
+
+def test_perplexity_with_noise_passes_and_with_a_real_rise_fails() -> None:
+    base = _perplexity(6)
+    rng = np.random.default_rng(7)
+    noisy = base * np.exp(rng.normal(0.0, 0.03, N))  # ±3 % per example, no shift
+    worse = base * 1.10  # 10 % higher perplexity everywhere
+    ok = compare_paired("perplexity", LOWER, base, noisy, margin=0.2)
+    bad = compare_paired("perplexity", LOWER, base, worse, margin=0.2)
+    assert ok.method == "paired_bootstrap" and ok.passed
+    assert bad.difference_low > 0.2 and not bad.passed and bad.verdict == "regression"
+    assert bad.regressed == N and bad.improved == 0
+
+
+def test_lower_is_better_counts_a_fall_as_an_improvement() -> None:
+    base = _perplexity(8)
+    r = compare_paired("perplexity", LOWER, base, base * 0.9, margin=0.0)
+    assert r.passed and r.improved == N and r.difference < 0
+
+
+def test_the_bootstrap_is_reproducible_with_its_seed() -> None:
+    base = _perplexity(9)
+    cand = base + np.random.default_rng(10).normal(0, 0.1, N)
+    a = compare_paired("perplexity", LOWER, base, cand, margin=0.1, seed=3)
+    b = compare_paired("perplexity", LOWER, base, cand, margin=0.1, seed=3)
+    assert (a.difference_low, a.difference_high) == (b.difference_low, b.difference_high)
+
+
+def test_an_unknown_direction_is_refused() -> None:
+    with pytest.raises(BadInputError, match="better higher or lower"):
+        compare_paired("judge_score", "unknown", [1.0, 2.0], [1.0, 2.0], margin=0.1)
+
+
+def test_cli_pass_fail_and_json(tmp_path: Path, capsys) -> None:
+    base = _binary(0.7, 11)
+    a = _write(tmp_path / "a.jsonl", "accuracy", base)
+    same = _write(tmp_path / "same.jsonl", "accuracy", _flip(base, 20, 20, 12))
+    drop = _write(tmp_path / "drop.jsonl", "accuracy", _flip(base, 150, 0, 13))
+    assert main(["eval", "compare", str(a), str(same), "--metric", "accuracy"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "20 better, 20 worse" in out
+    assert main(["eval", "compare", str(a), str(drop), "--metric", "accuracy", "--format", "json"]) == 1
+    j = json.loads(capsys.readouterr().out)
+    assert j["verdict"] == "regression" and j["regressed"] == 150 and j["improved"] == 0
+    assert j["baseline"]["mean"] == pytest.approx(base.mean())
+    assert j["difference_ci95"][1] < 0
+
+
+def test_cli_a_user_direction_and_margin_for_a_metric_of_its_own(tmp_path: Path) -> None:
+    base = np.random.default_rng(14).uniform(1, 10, N)
+    a = _write(tmp_path / "a.jsonl", "judge_score", base)
+    b = _write(tmp_path / "b.jsonl", "judge_score", base - 1.0)
+    args = ["eval", "compare", str(a), str(b), "--metric", "judge_score"]
+    assert main(args) == 2  # neither a direction nor a margin
+    assert main([*args, "--margin", "0.5"]) == 2  # no direction
+    assert main([*args, "--margin", "0.5", "--direction", "judge_score=higher"]) == 1
+    assert main([*args, "--margin", "1.5", "--direction", "judge_score=higher"]) == 0
+
+
+def test_mismatched_example_sets_are_refused(tmp_path: Path, capsys) -> None:
+    a = _write(tmp_path / "a.jsonl", "accuracy", [1, 0, 1], ids=["q1", "q2", "q3"])
+    b = _write(tmp_path / "b.jsonl", "accuracy", [1, 0, 1], ids=["q1", "q2", "q4"])
+    assert main(["eval", "compare", str(a), str(b), "--metric", "accuracy"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "1 only in the baseline (e.g. q3)" in err and "1 only in the candidate (e.g. q4)" in err
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('{"id": 1, "accuracy": 1}\nnot json\n', "Line 2"),
+    ('{"id": 1, "accuracy": 1}\n{"id": 1, "accuracy": 0}\n', "repeats example id '1'"),
+    ('{"id": 1, "acc": 1}\n', "has no metric 'accuracy'"),
+    ('{"accuracy": 1}\n', "has no 'id' field"),
+    ('{"id": 1, "accuracy": "yes"}\n', "not a number"),
+    ("", "has no examples"),
+])
+def test_bad_files_get_one_sentence(tmp_path: Path, text: str, needle: str) -> None:
+    p = tmp_path / "r.jsonl"
+    p.write_text(text)
+    with pytest.raises(BadInputError, match=needle):
+        compare_files(p, p, "accuracy")
+
+
+def _lm_eval_line(doc_id: int, acc: float, flt: str = "none") -> str:
+    return json.dumps({"doc_id": doc_id, "doc": {"q": f"q{doc_id}"}, "target": "1", "arguments": {}, "resps": [], "filtered_resps": [],
+                       "filter": flt, "metrics": ["acc"], "doc_hash": "x", "acc": acc}) + "\n"
+
+
+def test_a_folder_of_lm_eval_samples_needs_a_task_and_a_filter_when_ambiguous(tmp_path: Path) -> None:
+    for side in ("base", "cand"):
+        d = tmp_path / side / "model"
+        d.mkdir(parents=True)
+        (d / "samples_taska_2026-12-01T09-00-00.jsonl").write_text("".join(_lm_eval_line(i, i % 2) for i in range(10)))
+        (d / "samples_taskb_2026-12-01T09-00-00.jsonl").write_text(
+            "".join(_lm_eval_line(i, 1, f) for i in range(10) for f in ("strict", "flexible")))
+    with pytest.raises(BadInputError, match="holds 2 lm-eval samples files"):
+        compare_files(tmp_path / "base", tmp_path / "cand", "acc")
+    r = compare_files(tmp_path / "base", tmp_path / "cand", "acc", task="taska")
+    assert r.baseline.format == "lm-eval" and r.result.examples == 10 and r.result.difference == 0
+    with pytest.raises(BadInputError, match="under 2 lm-eval filters"):
+        compare_files(tmp_path / "base", tmp_path / "cand", "acc", task="taskb")
+    assert compare_files(tmp_path / "base", tmp_path / "cand", "acc", task="taskb", filter_name="strict").result.examples == 10
