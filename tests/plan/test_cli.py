@@ -73,8 +73,8 @@ def test_calibrate_dry_run_reports_errors(capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--model", "llama-3-8b", "--gpu", "h10"], "Unknown GPU 'h10'"),
-    (["--model", "llama-3-8b", "--gpu", "h100", "--batch", "0"], "batch must be at least 1"),
-    (["--model", "llama-3-8b", "--gpu", "h100", "--seq", "-5"], "sequence length must be at least 1"),
+    (["--model", "llama-3-8b", "--gpu", "h100", "--batch", "0"], "--batch must be between 1 and"),
+    (["--model", "llama-3-8b", "--gpu", "h100", "--seq", "-5"], "--seq must be between 1 and"),
     (["--model", "llama-3-8b", "--gpu", "a100-80gb", "--workload", "infer", "--dtype", "fp8"], "no FP8"),
     (["--model", "llama-3-8b", "--gpu", "t4", "--precision", "bf16"], "no BF16"),
     (["--model", "llama-3-8b", "--gpu", "h100", "--precision", "fp64"], "Unknown precision"),

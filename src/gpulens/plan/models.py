@@ -336,15 +336,55 @@ def _positive_int(v: Any, key: str, where: str) -> int:
     return i
 
 
+# config.json fields the planner reads, by kind: checked before any arithmetic, so a string, a
+# negative count or an overflowing number is one sentence naming the field, never a traceback or a
+# silently wrong plan (a "no" read as true).
+_COUNT_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "vocab_size", "max_position_embeddings", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "head_dim",
+    "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "top_k", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "sliding_window_pattern",
+    "type_vocab_size", "original_max_position_embeddings",
+)
+_FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "use_parallel_residual")
+_REAL_FIELDS = ("resid_pdrop", "hidden_dropout_prob", "hidden_dropout", "final_logit_softcapping",
+                "attn_logit_softcapping", "rope_theta")
+_COUNT_MAX = 1 << 40
+
+
+def check_config_fields(cfg: dict[str, Any], where: str) -> None:
+    """Refuse config.json values of the wrong kind (BadInputError naming the field)."""
+    for k in _COUNT_FIELDS:
+        v = cfg.get(k)
+        if v is None:
+            continue
+        whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and math.isfinite(v) and v == int(v)
+        if not whole or not 0 <= v <= _COUNT_MAX:
+            raise BadInputError(f"The field {k!r} in {where} must be a whole number from 0 to {_COUNT_MAX:,}, not {v!r}.",
+                                hint="Fix the config (the model's config.json on the Hub has the right value).")
+    for k in _FLAG_FIELDS:
+        v = cfg.get(k)
+        if v is not None and not isinstance(v, bool):
+            raise BadInputError(f"The field {k!r} in {where} must be true or false, not {v!r}.", hint="Fix the config.")
+    for k in _REAL_FIELDS:
+        v = cfg.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)):
+            raise BadInputError(f"The field {k!r} in {where} must be a finite number, not {v!r}.", hint="Fix the config.")
+
+
 def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None,
                    assume_dense: bool = False) -> ModelSpec:
     """A ModelSpec from the fields of a Hugging Face `config.json` (a dict). A `model_type` that
     is no supported family raises UnknownModelTypeError, unless `assume_dense`."""
     where = where or name
+    if not isinstance(cfg, dict):
+        raise BadInputError(f"The model config {where} is not a JSON object.", hint="Point --model at a config.json.")
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM under text_config
         inner = dict(cfg["text_config"])
         inner.setdefault("model_type", cfg.get("model_type", ""))
         cfg = inner
+    check_config_fields(cfg, where)
     mtype = str(cfg.get("model_type") or "").lower().replace("-", "_")
     traits = dict(_FAMILIES.get(mtype, {}))
     if mtype.endswith("_text") and mtype.removesuffix("_text") in _FAMILIES:

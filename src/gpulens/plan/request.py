@@ -5,12 +5,25 @@ serving rule that N GPUs of one replica means tensor parallelism N, durations pa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.planner import PlanRequest
 from gpulens.units import parse_duration
+
+# What each number may be: beyond these a plan means nothing (and a float must be finite).
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "gpus": (1, 1 << 20), "batch": (1, 1 << 24), "seq": (1, 1 << 26), "grad_accum": (1, 1 << 20),
+    "lora_rank": (1, 1 << 16), "nodes": (1, 1 << 16), "gpus_per_node": (1, 1 << 12), "inter_node_gbps": (1e-3, 1e6),
+    "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
+    "target_rps": (1e-9, 1e9),
+}
+
+def _num(v: float) -> str:
+    return f"{int(v):,}" if v == int(v) and abs(v) >= 1 else f"{v:g}"
+
 
 WORKLOAD_ALIASES = {"inference": "infer", "serve": "infer", "serving": "infer"}
 DEFAULT_BATCH = {"train": 8, "infer": 1}
@@ -84,7 +97,18 @@ class PlanOptions:
     def batch_given(self) -> bool:
         return self.batch is not None
 
+    def check_ranges(self) -> None:
+        """Every number the user typed, finite and within what a plan can mean (one sentence, exit 2)."""
+        for name, (lo, hi) in OPTION_RANGES.items():
+            v = getattr(self, name, None)
+            if v is None:
+                continue
+            if not math.isfinite(v) or not lo <= v <= hi:
+                flag = "--" + name.replace("_", "-")
+                raise BadInputError(f"{flag} must be between {_num(lo)} and {_num(hi)}, not {v!r}.", hint=f"Give {flag} a value in that range.")
+
     def to_request(self, gpu: str) -> PlanRequest:
+        self.check_ranges()
         if self.model is None:
             raise BadInputError("No model given.", hint="Pass --model PATH|PRESET|SIZE, e.g. --model llama-3-8b.")
         workload = self.workload_name

@@ -1,0 +1,50 @@
+"""Bad config.json fields and absurd plan options: one sentence and exit 2, never a traceback or a
+silently wrong plan (issue: 'eight' heads, 1e400 widths, negative counts, "no" read as true)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+BASE = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
+
+
+def _gpulens(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_key_value_heads", "eight"), ("hidden_size", 1e400), ("num_key_value_heads", -8), ("head_dim", -128),
+    ("tie_word_embeddings", "no"), ("num_hidden_layers", True), ("rope_theta", "fast"), ("vocab_size", 12.5),
+])
+def test_a_bad_config_field_is_named_and_refused(tmp_path, field, value):
+    cfg = tmp_path / "config.json"
+    # json.dumps writes 1e400 as Infinity, which Python's json reads back: the case the issue measured
+    cfg.write_text(json.dumps({**BASE, field: value}))
+    r = _gpulens("plan", "--model", str(cfg), "--workload", "train", "--gpu", "h100-sxm", "--batch", "1", "--seq", "1024")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and field in r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("--workload", "train", "--batch", "10000000000000000000000000000000000"),
+    ("--workload", "infer", "--target-rps", "nan"),
+    ("--workload", "infer", "--target-rps", "-5"),
+    ("--workload", "train", "--gpus", "0"),
+    ("--workload", "infer", "--new-tokens", "0"),
+])
+def test_absurd_numbers_are_refused(args):
+    r = _gpulens("plan", "--model", "llama-3-8b", "--gpu", "h100-sxm", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "must be between" in r.stderr
+
+
+def test_a_good_config_still_plans(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**BASE, "tie_word_embeddings": False}))
+    r = _gpulens("plan", "--model", str(cfg), "--workload", "train", "--gpu", "h100-sxm", "--batch", "1", "--seq", "1024")
+    assert r.returncode == 0, r.stderr
