@@ -145,3 +145,11 @@ def test_distributions_merge_exactly_across_processes():
     assert (m.p50, m.p90, m.p99, m.p99_9, m.max, m.count) == (w.p50, w.p90, w.p99, w.p99_9, w.max, w.count)
     assert m.mean == pytest.approx(w.mean, rel=1e-12)
     assert whole.summary().p99 == pytest.approx(0.198, rel=1e-3) and whole.summary().mean == pytest.approx(0.10005)
+
+
+def test_csv_cells_that_would_start_a_formula_are_written_as_text():
+    from gpulens.bench.serve.output import csv_cell
+
+    assert csv_cell('=HYPERLINK("http://x")') == '\'=HYPERLINK("http://x")'
+    assert csv_cell("+cmd|' /C calc'!A0") == "'+cmd|' /C calc'!A0" and csv_cell("@SUM(1)") == "'@SUM(1)"
+    assert csv_cell("-0.25") == "-0.25" and csv_cell(-1.5) == -1.5 and csv_cell("ok") == "ok"

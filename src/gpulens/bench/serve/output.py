@@ -27,6 +27,21 @@ def _r(v: float | None) -> str:
     return "" if v is None else f"{v:.6f}"
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(v: object) -> object:
+    """A cell a spreadsheet shows as text: a string that would start a formula (an error message or
+    a server's text, say) gets a leading apostrophe (OWASP's CSV-injection advice); numbers stay."""
+    if isinstance(v, str) and v.startswith(_FORMULA_START):
+        try:
+            float(v)
+            return v  # a negative number written as text is a number, not a formula
+        except ValueError:
+            return "'" + v
+    return v
+
+
 def _write_rows(path: str | Path, header: tuple[str, ...], rows) -> int:  # noqa: ANN001
     path = Path(path)
     n = 0
@@ -36,7 +51,7 @@ def _write_rows(path: str | Path, header: tuple[str, ...], rows) -> int:  # noqa
             w = csv.writer(f)
             w.writerow(header)
             for row in rows:
-                w.writerow(row)
+                w.writerow([csv_cell(c) for c in row])
                 n += 1
     except OSError as e:
         raise BadInputError(f"Cannot write the CSV {path}: {e.strerror}.", hint="Choose a --csv path in a folder you can write to.") from None
