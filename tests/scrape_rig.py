@@ -1,7 +1,8 @@
-"""The fleet path as a fleet runs it: a real Prometheus that scrapes two real `gpulens agent`s (gpulens
-names and dcgm names) on one store, fed by a real TrainingMonitor job in another process and by
-requests that `gpulens bench serve` sends through the ASGI middleware of a real server, with the
-exported rules evaluated every second and one XID injected.
+"""The fleet path as a fleet runs it: a real Prometheus that scrapes a real `gpulens agent`, fed by a
+real TrainingMonitor job in another process and by requests that `gpulens bench serve` sends through
+the ASGI middleware of a real server, with the exported rules evaluated every second and one XID
+injected. A second agent with dcgm names (one agent per store: it serves a copy of the node's store,
+taken once the workload is done) shows the same workload series under that naming.
 
 The rig takes about 70 s of wall time, almost all of it waiting (an XID alert must be seen firing for
 60 s). `tests/conftest.py` starts it when a selected test needs it, at collection time, so the wait
@@ -120,15 +121,13 @@ class ScrapeRig:
     def _scenario(self) -> None:
         from gpulens.store import Store
 
-        Store(self.store).close()  # one store for both agents and every workload
+        Store(self.store).close()  # the node's store: the agent and every workload write it
         rules = self.work / "rules.yml"
         subprocess.run(_gpulens("alerts", "export", "--format", "prometheus", "--store", str(self.store), "--out", str(rules)),
                        check=True, capture_output=True, cwd=self.work, timeout=60)
         common = ["--interval", "1s", "--store", str(self.store), "--learn", "1d"]
         agent = self._spawn("agent", _gpulens("agent", "--backend", "fake:2", "--fault", "xid:79@3s:gpu=1",
                                               "--listen", f"127.0.0.1:{self.ports['agent']}", *common))
-        dcgm = self._spawn("dcgm", _gpulens("agent", "--backend", "fake:1", "--metric-names", "dcgm",
-                                            "--listen", f"127.0.0.1:{self.ports['dcgm']}", *common))
         # Prometheus's default scrape settings (honor_labels false): only the intervals are shortened.
         (self.work / "prometheus.yml").write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -141,7 +140,6 @@ class ScrapeRig:
                                           f"--storage.tsdb.path={self.work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.ports['prom']}"])
         server = self._spawn("server", [sys.executable, str(HERE / "contract_server.py"), str(self.store), str(self.ports["serve"])])
         self._wait_http(f"http://127.0.0.1:{self.ports['agent']}/metrics", agent, "agent")
-        self._wait_http(f"http://127.0.0.1:{self.ports['dcgm']}/metrics", dcgm, "dcgm")
         self._wait_http(f"{self.prom_url}/-/ready", prom, "prometheus")
         self._wait_http(f"http://127.0.0.1:{self.ports['serve']}/v1/infer", server, "server")
         trainer = self._spawn("trainer", [sys.executable, str(HERE / "contract_trainer.py"), str(self.store), str(TRAIN_STEPS)])
@@ -164,6 +162,19 @@ class ScrapeRig:
             got_reqs = self.query('sum(infer_request_latency_seconds_count{job="gpulens", service="chat"})')
             if got_steps and got_reqs and float(got_steps[0]["value"][1]) == steps and float(got_reqs[0]["value"][1]) == requests:
                 break
+            time.sleep(1.0)
+        # The dcgm-named agent, on a copy of the store as the workload left it.
+        from gpulens.store import Store
+
+        with Store(self.store, readonly=True) as st:
+            st.backup_to(self.work / "dcgm.db")
+        dcgm = self._spawn("dcgm", _gpulens("agent", "--backend", "fake:1", "--metric-names", "dcgm", "--interval", "1s",
+                                            "--store", str(self.work / "dcgm.db"), "--learn", "1d",
+                                            "--listen", f"127.0.0.1:{self.ports['dcgm']}"))
+        self._wait_http(f"http://127.0.0.1:{self.ports['dcgm']}/metrics", dcgm, "dcgm")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self.query('train_step_seconds_count{job="gpulens-dcgm"}'):
+            self._xid_poll()
             time.sleep(1.0)
         # ... and the XID alert has been seen firing for a minute (or has stopped: the test says which).
         deadline = time.monotonic() + XID_FIRING_SECONDS + 30

@@ -143,7 +143,7 @@ def test_dcgm_names_keep_workload_series_and_type_counters_as_counters(rig):
     for name in ("gpu_up", "train_step_seconds_count", "infer_request_latency_seconds_bucket", "infer_requests_total",
                  "DCGM_FI_DEV_GPU_UTIL"):
         assert rig.query(f'{name}{{job="gpulens-dcgm"}}'), name
-    # both agents read the same store: the same totals under either naming
+    # the dcgm agent serves a copy of the store taken after the workload: the same totals under either naming
     a = rig.query('sum(train_step_seconds_count{job="gpulens"})', rig.end_time)
     b = rig.query('sum(train_step_seconds_count{job="gpulens-dcgm"})', rig.end_time)
     assert a and b and a[0]["value"][1] == b[0]["value"][1]

@@ -129,8 +129,9 @@ def test_plain_manifests_are_the_chart_rendered():
 
 def test_the_prometheus_rule_is_the_exported_rules(tmp_path):
     out = tmp_path / "rules.yml"
+    # from an empty folder: a .gpulens/gpulens.db left by `make run` would add its learned rules
     subprocess.run([sys.executable, "-m", "gpulens.cli.main", "alerts", "export", "--format", "prometheus", "--out", str(out)],
-                   check=True, capture_output=True, timeout=120)
+                   check=True, capture_output=True, timeout=120, cwd=tmp_path)
     assert (DEPLOY / "helm" / "gpulens" / "files" / "gpulens-rules.yml").read_text() == out.read_text(), \
         "the chart's rules are stale: gpulens alerts export --format prometheus --out deploy/helm/gpulens/files/gpulens-rules.yml"
 
