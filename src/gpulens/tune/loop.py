@@ -58,6 +58,13 @@ class Budget:
     def fits(self, expected_seconds: float) -> bool:
         return self.left >= expected_seconds
 
+    def stop_reason(self, trial_seconds: list[float]) -> str | None:
+        """Why the loop must stop before another trial (one more would not fit), or None."""
+        expected = sum(trial_seconds) / max(1, len(trial_seconds))
+        if self.fits(expected):
+            return None
+        return f"the budget is spent ({self.left:.0f} s left, a trial takes about {expected:.0f} s)"
+
 
 class Observer:
     """Hooks a surface overrides; the defaults watch nothing and approve every trial."""

@@ -292,9 +292,8 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
         changes = next_changes(knobs, best.knobs, tried, [])
         if not changes:
             break
-        expected = sum(t.seconds for t in [baseline, *trials]) / (1 + len(trials))
-        if not tuner.budget.fits(expected):
-            stop = f"the budget is spent ({tuner.budget.left:.0f} s left, a trial takes about {expected:.0f} s)"
+        if (over := tuner.budget.stop_reason([t.seconds for t in [baseline, *trials]])) is not None:
+            stop = over
             break
         change = changes[0]
         tried.add((change.knob.name, change.value))

@@ -219,9 +219,8 @@ def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = No
         if spec.stop_when_clear and not any(c.finding for c in changes):
             stop = "no finding is left that a knob addresses" if kinds else "the diagnosis found no bottleneck left"
             break
-        expected = sum(t.seconds for t in [baseline, *trials]) / (1 + len(trials))
-        if not tuner.budget.fits(expected):
-            stop = f"the budget is spent ({tuner.budget.left:.0f} s left, a trial takes about {expected:.0f} s)"
+        if (over := tuner.budget.stop_reason([t.seconds for t in [baseline, *trials]])) is not None:
+            stop = over
             break
         change = changes[0]
         tried.add((change.knob.name, change.value))
