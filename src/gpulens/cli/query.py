@@ -45,7 +45,9 @@ def query_command(
             close = difflib.get_close_matches(metric, names, n=3)
             raise BadInputError(
                 f"The store {store} has no metric {metric!r}.",
-                hint=(f"Did you mean {', '.join(close)}?" if close else f"It has {len(names)} metrics, e.g. {', '.join(names[:5])}."),
+                hint=(f"Did you mean {', '.join(close)}?" if close
+                      else f"It has {len(names)} metrics, e.g. {', '.join(names[:5])}." if names
+                      else "It holds no samples yet: run `gpulens agent` or `gpulens replay` into it first."),
             )
         start = end = None
         if since is not None:
