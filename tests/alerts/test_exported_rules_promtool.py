@@ -62,3 +62,47 @@ def test_one_xid_and_one_ecc_step_keep_firing_for_the_whole_window(tmp_path, mon
     path.write_text(yaml.safe_dump(test))
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rules_over_per_event_series_read_the_exported_histograms(tmp_path, monkeypatch):
+    """A rule on request latency (per event in the store) is exported over the histogram the agent
+    serves, so it fires on Prometheus too: p99 from the buckets, per series."""
+    promtool = which_or_skip("promtool")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yml").write_text(
+        "rules:\n  - name: P99AboveSlo\n    expr: quantile_over_time(0.99, infer_request_latency_seconds[5m]) > 2.0\n"
+        "    for: 0s\n    severity: critical\n    summary: p99 above 2 s\n"
+        "  - name: StepMeanHigh\n    expr: avg_over_time(train_step_seconds[2m]) > 1.0\n    for: 0s\n    severity: warning\n"
+        "    summary: slow steps\n"
+    )
+    out = tmp_path / "rules.yml"
+    assert main(["alerts", "export", "--format", "prometheus", "--rules", str(tmp_path / "mine.yml"), "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    mine = {r["alert"]: r for g in doc["groups"] for r in g["rules"] if r.get("alert") in ("P99AboveSlo", "StepMeanHigh")}
+    assert "histogram_quantile(0.99, rate(infer_request_latency_seconds_bucket[5m]))" in mine["P99AboveSlo"]["expr"]
+    assert "rate(train_step_seconds_sum[2m]) / rate(train_step_seconds_count[2m])" in mine["StepMeanHigh"]["expr"]
+    for r in mine.values():
+        r.pop("annotations", None)
+    (tmp_path / "only.yml").write_text(yaml.safe_dump({"groups": [{"name": "t", "rules": list(mine.values())}]}))
+    svc = {"service": "chat", "host": "h"}
+    # 10 requests/s: all under 0.5 s for the first 5 minutes, then 5 % of them at 3-4 s
+    series = []
+    for le, fast, slow in (("0.5", 10, 9.5), ("1.0", 10, 9.5), ("2.0", 10, 9.5), ("4.0", 10, 10), ("+Inf", 10, 10)):
+        series.append({"series": "infer_request_latency_seconds_bucket" + _labels({**svc, "le": le}),
+                       "values": f"0+{fast}x300 {fast * 300}+{slow}x600"})
+    job = {"train_job": "j", "rank": "0", "host": "h"}
+    series.append({"series": "train_step_seconds_sum" + _labels(job), "values": "0+0.5x300 150+2x300"})  # 0.5 s, then 2 s steps
+    series.append({"series": "train_step_seconds_count" + _labels(job), "values": "0+1x600"})
+    test = {"rule_files": [str(tmp_path / "only.yml")], "evaluation_interval": "1s", "tests": [{
+        "interval": "1s", "input_series": series,
+        "alert_rule_test": [
+            {"eval_time": "290s", "alertname": "P99AboveSlo", "exp_alerts": []},
+            {"eval_time": "620s", "alertname": "P99AboveSlo", "exp_alerts": [{"exp_labels": {**svc, "severity": "critical", "source": "gpulens"}}]},
+            {"eval_time": "290s", "alertname": "StepMeanHigh", "exp_alerts": []},
+            {"eval_time": "500s", "alertname": "StepMeanHigh", "exp_alerts": [{"exp_labels": {**job, "severity": "warning", "source": "gpulens"}}]},
+        ],
+    }]}
+    path = tmp_path / "test.yml"
+    path.write_text(yaml.safe_dump(test))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

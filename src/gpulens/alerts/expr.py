@@ -428,6 +428,9 @@ def to_promql(node: Node) -> str:
     if isinstance(node, Call):
         if node.func in BAND_FUNCTIONS or node.func in EVENT_FUNCTIONS:
             raise BadInputError(f"{node.func} has no PromQL form; export it with learned constants.")
+        hist = _histogram_promql(node)
+        if hist is not None:
+            return hist
         if node.func == "increase":
             sel = node.args[0]
             assert isinstance(sel, Selector) and sel.range_seconds is not None
@@ -441,6 +444,36 @@ def to_promql(node: Node) -> str:
     if isinstance(node, Binary):
         return f"{_paren(node.left)} {node.op} {_paren(node.right)}"
     raise TypeError(node)
+
+
+def _histogram_promql(node: Call) -> str | None:
+    """A per-event series over a window, as Prometheus sees it: the histogram the agent exports
+    (docs/metrics.md). The store keeps every event, so a rule evaluated by gpulens reads the events;
+    exported, the same rule reads the buckets, as exact as their bounds. Per series, as in the store
+    (histogram_quantile keeps every label but `le`)."""
+    from gpulens.workload.names import HISTOGRAM_BUCKETS
+
+    sel = node.args[-1] if node.args else None
+    if not isinstance(sel, Selector) or sel.range_seconds is None or sel.name not in HISTOGRAM_BUCKETS:
+        return None
+    window = format_duration(sel.range_seconds)
+
+    def part(suffix: str) -> str:
+        return to_promql(Selector(sel.name + suffix, sel.matchers, None)) + f"[{window}]"
+
+    if node.func == "quantile_over_time":
+        return f"histogram_quantile({to_promql(node.args[0])}, rate({part('_bucket')}))"
+    if node.func == "max_over_time":  # the upper bound of the highest bucket an event fell in
+        return f"histogram_quantile(1, rate({part('_bucket')}))"
+    if node.func == "min_over_time":
+        return f"histogram_quantile(0, rate({part('_bucket')}))"
+    if node.func == "avg_over_time":
+        return f"(rate({part('_sum')}) / rate({part('_count')}))"
+    if node.func == "count_over_time":
+        return f"increase({part('_count')})"
+    if node.func == "sum_over_time":
+        return f"increase({part('_sum')})"
+    return None
 
 
 def _paren(node: Node) -> str:
