@@ -42,3 +42,23 @@ def import_or_skip(module: str, why: str):
         if os.environ.get("CI"):
             pytest.fail(f"{module} is not installed under CI: {why}")
         pytest.skip(f"{module} is not installed: {why}")
+
+
+def wait_http(url: str, proc, timeout: float = 30.0, log=None) -> None:  # noqa: ANN001
+    """Poll `url` until it answers; fail at once (with the log's tail) if `proc` exits first."""
+    import time
+    import urllib.request
+
+    def tail() -> str:
+        return (": " + log.read_text()[-2000:]) if log is not None and log.exists() else ""
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode} before {url} came up{tail()}")
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} did not come up{tail()}")

@@ -12,7 +12,7 @@ import time
 import urllib.request
 
 import pytest
-from testlib import free_port, which_or_skip
+from testlib import free_port, wait_http, which_or_skip
 
 from gpulens.alerts.engine import load_alerts
 from gpulens.cli.main import main
@@ -25,18 +25,6 @@ def _get(url: str):  # noqa: ANN202
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())
 
-
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode} before {url} came up")
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up")
 
 
 def test_xid79_reaches_alertmanager(tmp_path):
@@ -74,9 +62,9 @@ def test_xid79_reaches_alertmanager(tmp_path):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         procs.append(agent)
-        _wait_http(f"http://127.0.0.1:{am_port}/-/ready", am)
-        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom)
-        _wait_http(f"http://127.0.0.1:{agent_port}/metrics", agent)
+        wait_http(f"http://127.0.0.1:{am_port}/-/ready", am)
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom)
+        wait_http(f"http://127.0.0.1:{agent_port}/metrics", agent)
         t0 = time.time()
         got = []
         while not got and time.time() - t0 < 25:  # poll for the alert, not a fixed sleep

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from testlib import free_port, which_or_skip
+from testlib import free_port, wait_http, which_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +27,6 @@ def _api(prom: str, path: str, params: dict) -> object:
     assert body["status"] == "success", body
     return body["data"]
 
-
-def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{url}: exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up: {log.read_text()[-2000:]}")
 
 
 def dashboard_queries(dashboard: dict) -> tuple[list[tuple[str, str]], dict[str, str]]:
@@ -90,8 +78,8 @@ def test_every_dashboard_expression_returns_data(tmp_path, shared_data):
                                               f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                               f"--web.listen-address=127.0.0.1:{prom_port}"])
         prom_url = f"http://127.0.0.1:{prom_port}"
-        _wait(f"http://127.0.0.1:{agent_port}/metrics", agent, agent_log)
-        _wait(f"{prom_url}/-/ready", prom, prom_log)
+        wait_http(f"http://127.0.0.1:{agent_port}/metrics", agent, log=agent_log)
+        wait_http(f"{prom_url}/-/ready", prom, log=prom_log)
         # the variables, as Grafana asks for them: label_values(METRIC, LABEL)
         values: dict[str, list[str]] = {}
         deadline = time.monotonic() + 30

@@ -87,14 +87,15 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
                 time.sleep(0.02)
                 continue
             raise storage_error(e, path, "open", OPEN_HINT) from None
-        except sqlite3.DatabaseError as e:
-            if conn is not None:
-                conn.close()
-            raise StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT) from None
-        except StoreError:
-            if conn is not None:
-                conn.close()
-            raise
+        except (sqlite3.DatabaseError, StoreError) as e:
+            raise _open_failed(conn, path, e) from None
+
+def _open_failed(conn: sqlite3.Connection | None, path: Path, e: Exception) -> StoreError:
+    """Close what was opened; a gpulens error stays as it is, an SQLite one becomes one sentence."""
+    if conn is not None:
+        conn.close()
+    return e if isinstance(e, StoreError) else StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT)
+
 
 def _open_ro(path: Path, busy_timeout_seconds: float, *, immutable: bool = False) -> sqlite3.Connection:
     uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
@@ -128,14 +129,8 @@ def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connec
             conn = _open_ro(path, busy_timeout_seconds)
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
         return conn
-    except sqlite3.DatabaseError as e:
-        if conn is not None:
-            conn.close()
-        raise StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT) from None
-    except StoreError:
-        if conn is not None:
-            conn.close()
-        raise
+    except (sqlite3.DatabaseError, StoreError) as e:
+        raise _open_failed(conn, path, e) from None
 
 
 def _migrate_once(path: Path, busy_timeout_seconds: float) -> None:
