@@ -11,7 +11,7 @@ from gpulens.alerts.baseline import BaselineConfig, Baselines
 from gpulens.alerts.expr import Selector
 from gpulens.alerts.source import StoreSource
 from gpulens.store import Store
-from gpulens.workload import names as wn
+from gpulens.vocab import names as wn
 
 
 def _store_with_a_step_series(path, job: str = "j") -> None:

@@ -15,7 +15,7 @@ from testlib import which_or_skip
 
 from gpulens.export.grafana import grafana_dashboard
 from gpulens.store import Store
-from gpulens.workload import names as wn
+from gpulens.vocab import names as wn
 
 pytestmark = pytest.mark.slow
 

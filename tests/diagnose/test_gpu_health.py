@@ -9,14 +9,14 @@ import os
 
 import pytest
 
-from gpulens.alerts.xid import xid_info
 from gpulens.cli.main import main
 from gpulens.diagnose import DiagnoseScope, diagnose
 from gpulens.diagnose.health import clock_cut_events
 from gpulens.gpu.fake import H200_LIKE, FakeBackend, schedule_fault
 from gpulens.pipeline import NodeConfig, build_node
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
+from gpulens.vocab.xid import xid_info
 from gpulens.workload.inference.monitor import InferenceMonitor
 from gpulens.workload.training.records import StepRecord, write_step
 

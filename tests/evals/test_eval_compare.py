@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from gpulens.cli.main import main
-from gpulens.directions import HIGHER, LOWER
 from gpulens.errors import BadInputError
 from gpulens.evals import compare_files, compare_paired
 from gpulens.evals.paired import _clopper_pearson
+from gpulens.vocab.directions import HIGHER, LOWER
 
 N = 3000
 

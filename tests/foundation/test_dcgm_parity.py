@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.export.exposition import render_text
-from gpulens.export.prometheus import make_registry
-from gpulens.export.readings import LatestReadings
+from gpulens.exporter.exposition import render_text
+from gpulens.exporter.prometheus import make_registry
+from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu import FakeBackend
 from gpulens.gpu.fake import schedule_fault
 

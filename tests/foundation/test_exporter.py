@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from testlib import which_or_skip
 
 from gpulens import FakeBackend, Store
-from gpulens.export.exposition import render_text
-from gpulens.export.prometheus import LatestReadings, make_registry
+from gpulens.exporter.exposition import render_text
+from gpulens.exporter.prometheus import LatestReadings, make_registry
 
 
 def _exposition(metric_names="gpulens", store=None, faults=True) -> tuple[str, list]:

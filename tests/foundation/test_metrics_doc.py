@@ -8,9 +8,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens import FakeBackend, Store
-from gpulens.export.exposition import render_text
-from gpulens.export.prometheus import LatestReadings, make_registry
-from gpulens.workload import names as wn
+from gpulens.exporter.exposition import render_text
+from gpulens.exporter.prometheus import LatestReadings, make_registry
+from gpulens.vocab import names as wn
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -10,7 +10,7 @@ import pytest
 from gpulens.diagnose import DiagnoseScope, diagnose
 from gpulens.diagnose.inference import set_slos
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 
 def _phases(trace) -> dict[str, tuple[float, float]]:

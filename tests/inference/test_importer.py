@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 
 def test_h200_requests_become_series_and_events(replayed_store, h200_trace):

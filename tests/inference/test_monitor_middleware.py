@@ -13,7 +13,7 @@ import pytest
 from gpulens.bench.serve import LoadSpec, Target, run_load
 from gpulens.errors import MonitorUsageError
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference import InferenceMiddleware, InferenceMonitor
 
 

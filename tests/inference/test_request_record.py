@@ -6,7 +6,7 @@ import pytest
 
 from gpulens.stats import percentile
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.importers import ImportContext
 from gpulens.workload.inference import InferenceMonitor
 from gpulens.workload.inference.importer import import_request

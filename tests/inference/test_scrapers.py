@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpulens.errors import GpulensError
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.histogram import Buckets
 from gpulens.workload.inference.scrape import EngineScraper
 

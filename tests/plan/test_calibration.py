@@ -106,7 +106,7 @@ def test_benchmark_runs_from_the_store_give_the_matmul_efficiency(tmp_path, stor
 
 
 def test_the_training_monitors_mfu_series_calibrates_the_matmul_efficiency(store):
-    from gpulens.workload.names import TRAIN_MFU_RATIO
+    from gpulens.vocab.names import TRAIN_MFU_RATIO
 
     # three warm-up steps (left out), then the steady ones
     for i, v in enumerate([0.05, 0.30, 0.39, 0.41, 0.43, 0.42, 0.44, 0.40]):

@@ -14,7 +14,7 @@ from gpulens.data import bundled_trace
 from gpulens.errors import BadInputError
 from gpulens.plan.calibration import CalibrationRefusedError, calibrate, load_measurements
 from gpulens.runs.measurements import measurements_from_store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 CALIBRATION_FILE = bundled_trace() / "memory_calibration.jsonl"
 JOB = {N.TRAIN_JOB_LABEL: "pretrain", "rank": "0", "host": "a"}

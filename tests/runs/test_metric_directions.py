@@ -1,4 +1,4 @@
-"""Which way is better comes from one registry (`gpulens.directions`), and `compare` uses it:
+"""Which way is better comes from one registry (`gpulens.vocab.directions`), and `compare` uses it:
 scores get a non-inferiority test with a margin, unknown names are never called better or worse."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import yaml
 import gpulens
 from gpulens.bench.compare import compare_samples
 from gpulens.cli.main import main
-from gpulens.directions import HIGHER, LOWER, UNKNOWN, direction_of, lookup, worse_when
 from gpulens.runs import save_run
 from gpulens.store import Store
+from gpulens.vocab.directions import HIGHER, LOWER, UNKNOWN, direction_of, lookup, worse_when
 
 
 @pytest.mark.parametrize(("name", "direction"), [

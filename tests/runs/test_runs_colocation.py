@@ -9,7 +9,7 @@ from gpulens.diagnose.colocation import find_colocations, latency_stats
 from gpulens.gpu.fake import FakeBackend
 from gpulens.pipeline.writer import SampleWriter
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 GiB = 1 << 30
 

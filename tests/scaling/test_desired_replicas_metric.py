@@ -8,12 +8,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.export.exposition import render_text
-from gpulens.export.prometheus import LatestReadings, make_registry
-from gpulens.export.scaling import DESIRED_REPLICAS, ScalingCollector
+from gpulens.exporter.exposition import render_text
+from gpulens.exporter.prometheus import LatestReadings, make_registry
+from gpulens.exporter.scaling import DESIRED_REPLICAS, ScalingCollector
 from gpulens.scaling import ScalePolicy
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 
 def _requests(st: Store, service: str, start: float, end: float, per_second: int, latency: float) -> None:

@@ -11,7 +11,7 @@ from gpulens.cli.main import main
 from gpulens.errors import BadInputError
 from gpulens.scaling import ScalePolicy, Stabilizer, Targets, desired_replicas, hpa_recommendation
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 
 def test_the_hpa_rule_with_its_tolerance() -> None:

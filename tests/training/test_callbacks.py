@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import pytest
 
 from gpulens.diagnose import DiagnoseScope, diagnose
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.training.records import StepRecord, write_step
 
 T0 = 1_900_000_000.0

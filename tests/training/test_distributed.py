@@ -7,7 +7,7 @@ from ddp_worker import run_rank
 
 from gpulens.diagnose import diagnose
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 pytestmark = pytest.mark.slow
 

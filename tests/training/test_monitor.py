@@ -11,7 +11,7 @@ import pytest
 
 from gpulens.errors import MonitorUsageError, StoreError
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.training import TrainingMonitor
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 pytestmark = pytest.mark.slow
 

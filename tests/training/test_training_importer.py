@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.importers import ImportContext, import_event, load_builtin_importers
 from gpulens.workload.training import TrainingMonitor, record_from_dict
 

@@ -10,7 +10,7 @@ from testlib import free_port
 from gpulens.cli.main import main
 from gpulens.runs import list_runs
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 
 def test_tune_serve_picks_the_batch_with_the_highest_rate_meeting_the_slo(capsys, tmp_path, server_script):

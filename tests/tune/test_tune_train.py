@@ -10,7 +10,7 @@ import subprocess
 from gpulens.cli.main import main
 from gpulens.runs import get_run, list_runs
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 
 def _tune(capsys, store_path, *args: str) -> tuple[int, dict]:

@@ -86,7 +86,7 @@ def test_cli_bad_input_exits_2(capsys, tmp_path):
 
 def test_a_monitor_created_without_a_store_attaches_to_the_tune_through_the_environment(tmp_path, monkeypatch):
     from gpulens.store import Store
-    from gpulens.workload import names as N
+    from gpulens.vocab import names as N
     from gpulens.workload.training import TrainingMonitor
 
     monkeypatch.setenv("GPULENS_STORE", str(tmp_path / "tune.db"))

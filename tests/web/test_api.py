@@ -13,8 +13,8 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
 from gpulens.store import Store  # noqa: E402
+from gpulens.vocab import names as wn  # noqa: E402
 from gpulens.web import create_app  # noqa: E402
-from gpulens.workload import names as wn  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from gpulens.store import Store
 from gpulens.views.format import format_value
-from gpulens.workload import names as wn
+from gpulens.vocab import names as wn
 
 pytestmark = pytest.mark.slow
 

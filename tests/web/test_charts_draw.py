@@ -13,7 +13,7 @@ import pytest
 
 from gpulens.cli.main import main
 from gpulens.store import Store
-from gpulens.workload import names as wn
+from gpulens.vocab import names as wn
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from testlib import free_port, which_or_skip
 
 from gpulens.export.grafana import grafana_dashboard
 from gpulens.views.panels import metrics_used
-from gpulens.workload import names as wn
+from gpulens.vocab import names as wn
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("starlette")

@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 from gpulens.cli.main import main  # noqa: E402
 from gpulens.report import write_report  # noqa: E402
 from gpulens.store import Store  # noqa: E402
-from gpulens.workload import names as wn  # noqa: E402
+from gpulens.vocab import names as wn  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

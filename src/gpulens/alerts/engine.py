@@ -15,10 +15,10 @@ from typing import Literal
 
 from gpulens.alerts.rules import Rule, render_template
 from gpulens.alerts.source import LabelKey
-from gpulens.alerts.xid import xid_info
 from gpulens.errors import BadInputError, StoreError
 from gpulens.store import Store
 from gpulens.store import alert_state as repo
+from gpulens.vocab.xid import xid_info
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ from gpulens.alerts.expr import (
     to_promql,
 )
 from gpulens.alerts.rules import Rule, RuleSet
-from gpulens.alerts.xid import UNKNOWN_XID_SEVERITY, XID_CATALOG
 from gpulens.scaling.promql import DEFAULT_RULE_WINDOW_SECONDS, recording_rules
 from gpulens.store import Store
+from gpulens.vocab.xid import UNKNOWN_XID_SEVERITY, XID_CATALOG
 
 XID_METRIC = "gpu_xid_errors_total"
 

@@ -451,7 +451,7 @@ def _histogram_promql(node: Call) -> str | None:
     (docs/metrics.md). The store keeps every event, so a rule evaluated by gpulens reads the events;
     exported, the same rule reads the buckets, as exact as their bounds. Per series, as in the store
     (histogram_quantile keeps every label but `le`)."""
-    from gpulens.workload.names import HISTOGRAM_BUCKETS
+    from gpulens.vocab.names import HISTOGRAM_BUCKETS
 
     sel = node.args[-1] if node.args else None
     if not isinstance(sel, Selector) or sel.range_seconds is None or sel.name not in HISTOGRAM_BUCKETS:

@@ -108,9 +108,9 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 def known_metric_names() -> set[str]:
-    """Metric and event names the agent and the importers write (gpu/metrics.py, workload/names.py)."""
-    from gpulens.gpu import metrics as gm
-    from gpulens.workload import names
+    """Metric and event names the agent and the importers write (vocab/gpu.py, vocab/names.py)."""
+    from gpulens.vocab import gpu as gm
+    from gpulens.vocab import names
 
     out = {m.name for m in gm.GPU_METRICS}
     out |= {gm.GPU_UP, gm.GPU_CLOCK_EVENT_ACTIVE, gm.GPU_PROCESS_MEMORY, gm.GPU_PROCESS_COUNT, gm.GPU_XID_TOTAL, gm.GPU_XID_LAST}

@@ -6,7 +6,7 @@ a significant test (p < alpha) and a median change beyond the user's threshold i
 direction, so noise alone rarely gives a false verdict; with too few samples the answer is
 "not enough data", never a guess. Scores from 0 to 1 (accuracy, exact match, F1) are tested for
 non-inferiority instead: B regressed when the 95 % interval of mean(B) − mean(A) reaches past an
-absolute margin on the bad side. Which side is bad comes from `gpulens.directions`; a metric it
+absolute margin on the bad side. Which side is bad comes from `gpulens.vocab.directions`; a metric it
 does not know gets "direction unknown" rather than a guess. Beside the numbers: what changed in
 configuration and environment, and the last known-good run to roll back to.
 """
@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpulens.directions import HIGHER, UNKNOWN, Direction, MetricInfo, direction_of, lookup
 from gpulens.errors import BadInputError
 from gpulens.runs import Change, Run, diff, last_known_good, set_verdict
 from gpulens.runs.registry import FINGERPRINT_IGNORE
+from gpulens.vocab.directions import HIGHER, UNKNOWN, Direction, MetricInfo, direction_of, lookup
 
 MetricVerdict = Literal["regression", "improvement", "no change", "not enough data", "direction unknown"]
 # Verdicts that judge nothing: they never fail a gate and never mark a run.
@@ -139,7 +139,7 @@ def compare_samples(
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> MetricComparison:
     """One metric's comparison. Deterministic for a given seed. Scores (accuracy-like, see
-    `gpulens.directions`) get a non-inferiority test with `margin`; everything else the median test."""
+    `gpulens.vocab.directions`) get a non-inferiority test with `margin`; everything else the median test."""
     from scipy.stats import mannwhitneyu
 
     info = lookup(metric)
@@ -258,7 +258,7 @@ def compare_runs(
 ) -> Comparison:
     """Compare run B (the new one) against run A (the reference). With `store`, the last
     known-good run is looked up; with `record` too, B is marked good or regression. `directions`
-    (metric -> better higher or lower) overrides `gpulens.directions` for the named metrics."""
+    (metric -> better higher or lower) overrides `gpulens.vocab.directions` for the named metrics."""
     if a.id == b.id:
         raise BadInputError(f"Both sides are run #{a.id}; a run cannot be compared with itself.", hint="Give two different run ids.")
     if a.kind != b.kind:

@@ -11,7 +11,7 @@ import typer
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import BadInputError, StorageFullError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
-from gpulens.workload.names import TRAIN_JOB_LABEL
+from gpulens.vocab.names import TRAIN_JOB_LABEL
 
 FORMATS = ("text", "json")
 
@@ -65,8 +65,8 @@ def diagnose_command(
 
 def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:
     """Validate the objectives, then keep them in the store (one write, before the read-only pass)."""
-    from gpulens.bench.serve.slo import parse_slos
     from gpulens.diagnose.inference import set_slos
+    from gpulens.vocab.slo import parse_slos
 
     parse_slos(slos)  # a malformed objective fails here, before the store is touched
     with open_existing_store(store, "services to hold to objectives") as st:

@@ -32,9 +32,9 @@ def compare_command(
     """Pass (exit 0) when the candidate is shown to be no worse than the baseline by more than
     --margin: the lower end of the 95 % interval of its improvement is above −margin. Exit 1 on a
     regression or when the examples cannot show it, 2 on bad input."""
-    from gpulens.directions import parse_direction
     from gpulens.errors import BadInputError
     from gpulens.evals import compare_files
+    from gpulens.vocab.directions import parse_direction
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")

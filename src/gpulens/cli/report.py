@@ -32,7 +32,8 @@ def report(
     * `gpulens report --baseline 1796002127,1796002132 --out vs-baseline.html`
     """
     from gpulens.errors import BadInputError
-    from gpulens.report import parse_time, write_report
+    from gpulens.report import write_report
+    from gpulens.vocab.time import parse_time
 
     start_t = parse_time(start, "start") if start else None
     end_t = parse_time(end, "end") if end else None

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
-from gpulens.workload.names import TRAIN_JOB_LABEL
+from gpulens.vocab.names import TRAIN_JOB_LABEL
 
 _NO_RUNS_HINT = "Record one with `gpulens bench train`, or point --store at your store."
 
@@ -192,8 +192,8 @@ def compare_command(
         gpulens compare 12 17 --metric accuracy --margin 0.02
     """
     from gpulens.bench.compare import compare_runs
-    from gpulens.directions import parse_direction
     from gpulens.runs import resolve_run
+    from gpulens.vocab.directions import parse_direction
 
     _check_format(fmt)
     ratio = _parse_threshold(threshold)

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
-from gpulens.gpu.metrics import GPU_PROCESS_MEMORY
 from gpulens.stats import percentile
 from gpulens.store import Event, Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
+from gpulens.vocab.gpu import GPU_PROCESS_MEMORY
 from gpulens.workload.inference.records import request_from_event
 
 TRAINING_EVENT_KINDS = (N.EV_TRAIN_START, N.EV_TRAIN_STEP)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulens.diagnose.colocation import event_pid, percentile
-from gpulens.gpu.metrics import GPU_PROCESS_MEMORY, GPU_UP
 from gpulens.store import Event, Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
+from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP
 
 Role = Literal["training", "serving"]
 

@@ -1,8 +1,8 @@
 """GPU health findings: XIDs, uncorrectable ECC errors, row remapping, clock cuts, heat, a lost
 GPU and full memory, each joined with the workloads that were on that GPU at that time.
 
-They read the same GPU series the alert rules read (gpu/metrics.py) and the `xid` events; XID
-meanings and actions come from the one catalog in alerts/xid.py. Faults that point at the hardware
+They read the same GPU series the alert rules read (vocab/gpu.py) and the `xid` events; XID
+meanings and actions come from the one catalog in vocab/xid.py. Faults that point at the hardware
 (XIDs, ECC, row remapping, a lost GPU) are listed before every other finding, conditions that slow
 the GPU (clock cuts, heat, full memory) right after them: a bottleneck analysis of a job on a
 failing GPU is moot until the GPU is dealt with.
@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from gpulens.alerts.xid import xid_info
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.diagnose.gpu_workloads import (
@@ -27,9 +26,10 @@ from gpulens.diagnose.gpu_workloads import (
     occupants_around,
     workload_labels,
 )
-from gpulens.gpu.metrics import GPU_CLOCK_EVENT_ACTIVE, GPU_UP
 from gpulens.store import SeriesData, Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
+from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_UP
+from gpulens.vocab.xid import xid_info
 
 XID_EVENT = "xid"  # written by sampling.SampleWriter.write_xid
 # Clock-event reasons that cut the clocks (gpu/types.py CLOCK_EVENT_LABELS), with what to say.

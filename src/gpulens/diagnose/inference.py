@@ -20,7 +20,7 @@ from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.stats import percentile
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.records import RequestRecord, request_from_event
 
 WINDOW_GAP_SECONDS = 30.0
@@ -325,7 +325,7 @@ def configured_slos(store: Store, service: str) -> list[str]:
 
 def set_slos(store: Store, slos: list[str], service: str = "*") -> None:
     """Record the latency objectives that `slo_violation` checks (validated first)."""
-    from gpulens.bench.serve.slo import parse_slos
+    from gpulens.vocab.slo import parse_slos
 
     parse_slos(slos)
     raw = store.get_meta(SLO_META_KEY)
@@ -338,7 +338,7 @@ def set_slos(store: Store, slos: list[str], service: str = "*") -> None:
 
 @register_analyzer("inference_slo_violation")
 def slo_violation(store: Store, scope: DiagnoseScope) -> list[Finding]:
-    from gpulens.bench.serve.slo import parse_slos
+    from gpulens.vocab.slo import parse_slos
 
     out = []
     for w in windows(store, scope):

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from gpulens.diagnose.base import Finding
 from gpulens.diagnose.evidence import format_value
-from gpulens.workload.names import TRAIN_JOB_LABEL
+from gpulens.vocab.names import TRAIN_JOB_LABEL
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 WHO_LABELS = (TRAIN_JOB_LABEL, "rank", "service", "gpu", "host")

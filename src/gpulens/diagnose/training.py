@@ -20,7 +20,7 @@ from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.stats import percentile
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.training.records import StepRecord, record_from_dict
 
 # ---- thresholds (shares are of the step time; why each value is in the docstring of its analyzer)

@@ -21,7 +21,7 @@ from typing import Any
 from gpulens.diagnose.gpu_workloads import GpuRef, Occupant, occupants
 from gpulens.energy.joules import SpanEnergy, counter_joules, power_joules
 from gpulens.store import Event, Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 ENERGY_COUNTER = "gpu_energy_joules_total"
 POWER = "gpu_power_watts"

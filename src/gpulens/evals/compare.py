@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulens.directions import Direction, lookup
 from gpulens.errors import BadInputError
 from gpulens.evals.paired import PairedResult, compare_paired
 from gpulens.evals.samples import ExampleScores, paired, read_scores
+from gpulens.vocab.directions import Direction, lookup
 
 # For 0-1 scores (accuracy, exact match) a drop of one point is the usual "noticeable" line.
 DEFAULT_SCORE_MARGIN = 0.01

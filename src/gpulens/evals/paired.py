@@ -12,7 +12,7 @@ comparing two means).
 - **Other metrics** (perplexity, a judge's score): a paired bootstrap of the mean difference
   (resampling examples, both models' values together), percentile interval.
 
-"Better" is oriented by the metric's direction (`gpulens.directions`): the test runs on
+"Better" is oriented by the metric's direction (`gpulens.vocab.directions`): the test runs on
 `candidate − baseline` for higher-is-better metrics and `baseline − candidate` for lower-is-better
 ones, and passes when the lower end of the two-sided 95 % interval of that improvement is above
 −margin. Reported differences stay `candidate − baseline` in the metric's own units.
@@ -27,8 +27,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from gpulens.directions import HIGHER, LOWER, Direction
 from gpulens.errors import BadInputError
+from gpulens.vocab.directions import HIGHER, LOWER, Direction
 
 Method = Literal["exact_mcnemar", "paired_bootstrap"]
 CONFIDENCE = 0.95

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulens.directions import lookup
 from gpulens.errors import BadInputError
 from gpulens.evals.compare import DEFAULT_SCORE_MARGIN
 from gpulens.evals.lm_eval_run import per_example_metrics
 from gpulens.evals.paired import PairedResult, compare_paired
 from gpulens.evals.quantize import Quantizer
 from gpulens.evals.samples import ExampleScores, paired, scores_from_rows
+from gpulens.vocab.directions import lookup
 
 SPEED_REPEATS = 5
 SPEED_BATCH, SPEED_SEQ = 8, 32

@@ -1,1 +1,1 @@
-"""Exporters: Prometheus exposition (the fleet path) and, in other modules, dashboards."""
+"""Surfaces that write files for other tools: the Grafana dashboard JSON (built from the panel model in views/)."""

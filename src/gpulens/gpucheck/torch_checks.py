@@ -111,7 +111,7 @@ def forced_oom(*, hold_bytes: int = 2 * GiB) -> dict[str, Any]:
     import torch
 
     from gpulens.store import Store
-    from gpulens.workload import names as wn
+    from gpulens.vocab import names as wn
     from gpulens.workload.training.monitor import TrainingMonitor
 
     free, total = torch.cuda.mem_get_info()

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpulens.errors import BadInputError
-from gpulens.export.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
-from gpulens.export.readings import LatestReadings
+from gpulens.exporter.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
+from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
 from gpulens.k8s.attribution import DeviceAttribution
 from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Protocol
 
-from gpulens.export.readings import LatestReadings
+from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
 from gpulens.pipeline.loop import Frame
 from gpulens.pipeline.writer import SampleWriter

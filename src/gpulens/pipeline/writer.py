@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import socket
 
-from gpulens.gpu.metrics import (
+from gpulens.gpu.metrics import gpu_labels
+from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuSample, XidEvent
+from gpulens.store import Store
+from gpulens.vocab.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_METRICS,
     GPU_PROCESS_COUNT,
@@ -13,10 +16,7 @@ from gpulens.gpu.metrics import (
     GPU_UP,
     GPU_XID_LAST,
     GPU_XID_TOTAL,
-    gpu_labels,
 )
-from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuSample, XidEvent
-from gpulens.store import Store
 
 
 class _GpuSeries:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Literal
 
 from gpulens.errors import BadInputError
-from gpulens.report.build import ReportData, build_report_data, parse_time, parse_window
+from gpulens.report.build import ReportData, build_report_data
+from gpulens.views.data import Window
+from gpulens.vocab.time import parse_window
 
 ReportFormat = Literal["html", "md"]
 
@@ -67,7 +69,7 @@ def write_report(
         raise BadInputError(f"The folder {out.parent} does not exist.", hint="Create it or choose another --out.")
     data = build_report_data(
         store_path, job=job, service=service, start=start, end=end,
-        baseline=parse_window(baseline) if baseline else None,
+        baseline=Window(*parse_window(baseline)) if baseline else None,
     )
     charts = sum(1 for p in data.panels for c in p.charts if c.has_data)
     extra: list[Path] = []
@@ -81,4 +83,4 @@ def write_report(
     return ReportResult(out, fmt, charts, len(data.findings), [p.id for p in data.panels if p.has_data], extra)
 
 
-__all__ = ["ReportData", "ReportResult", "build_report_data", "parse_time", "parse_window", "write_report"]
+__all__ = ["ReportData", "ReportResult", "build_report_data", "write_report"]

@@ -3,21 +3,18 @@ alerts, and the comparison with a baseline. Built from the same panel data as th
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
-from gpulens.directions import Direction, direction_of
 from gpulens.errors import BadInputError
-from gpulens.units import MAX_TIME_SECONDS, MIN_TIME_SECONDS
 from gpulens.views.answers import AlertRow
 from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
 from gpulens.views.format import format_value
 from gpulens.views.integrations import findings as find_all
 from gpulens.views.panels import PANELS
 from gpulens.views.readers import StoreReader
+from gpulens.vocab.directions import Direction, direction_of
 
 # Charts are drawn about this many points wide: enough for a printed page.
 REPORT_POINTS = 500
@@ -30,7 +27,7 @@ class BaselineRow:
     unit: str
     value: float | None
     baseline: float | None
-    direction: Direction = "unknown"  # from gpulens.directions, by the stat's series
+    direction: Direction = "unknown"  # from gpulens.vocab.directions, by the stat's series
 
     @property
     def verdict_text(self) -> str:
@@ -77,41 +74,6 @@ class ReportData:
     baseline_window: Window | None = None
     baseline: list[BaselineRow] = field(default_factory=list)
     baseline_note: str = ""
-
-
-def parse_time(text: str, what: str) -> float:
-    """Unix seconds or an ISO 8601 time (UTC unless it says otherwise)."""
-    text = text.strip()
-    try:
-        t = float(text)
-    except ValueError:
-        pass
-    else:
-        if not MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS:  # nan, inf, or no date at all
-            raise BadInputError(f"The {what} {text!r} is not a time.", hint="Give unix seconds (1970..2200) or an ISO time such as 2026-11-30T01:28:00.")
-        return t
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise BadInputError(
-            f"Cannot read the {what} {text!r}.", hint="Give unix seconds or an ISO time such as 2026-11-30T01:28:00."
-        ) from None
-    if dt.tzinfo is None:
-        from datetime import UTC
-
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
-
-
-def parse_window(text: str, what: str = "baseline window") -> Window:
-    """'START,END' (unix seconds or ISO times) -> a Window."""
-    parts = [p for p in text.split(",") if p.strip()]
-    if len(parts) != 2:
-        raise BadInputError(f"Cannot read the {what} {text!r}.", hint="Write START,END, e.g. 1796002127,1796002132.")
-    start, end = parse_time(parts[0], what), parse_time(parts[1], what)
-    if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
-        raise BadInputError(f"The {what} must end after it starts: {text!r}.", hint="Write START,END with START first.")
-    return Window(start, end)
 
 
 def build_report_data(

@@ -21,7 +21,7 @@ from gpulens.plan.calibration import Measurement, Rejected
 from gpulens.plan.models import ModelSpec
 from gpulens.runs.registry import list_runs
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 DATA_WAIT_RATIO_MAX = 0.2  # a step that waited longer than this share for its batch is input-bound
 WARMUP_STEPS = 3  # the first steps of a job, and the first after its batch size changes

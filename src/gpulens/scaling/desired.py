@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpulens.errors import BadInputError
-from gpulens.gpu.metrics import GPU_UP
 from gpulens.scaling.hpa import ScalePolicy, Stabilizer, hpa_recommendation
 from gpulens.scaling.signals import (
     RequestLog,
@@ -20,7 +19,8 @@ from gpulens.scaling.signals import (
     signals_at,
 )
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
+from gpulens.vocab.gpu import GPU_UP
 
 DEFAULT_WINDOW_SECONDS = 60.0  # the recording rule's default too (4 scrapes at 15 s)
 DEFAULT_STEP_SECONDS = 5.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from gpulens.scaling.hpa import ScalePolicy
 from gpulens.scaling.signals import DEFAULT_CONCURRENCY_PER_REPLICA
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 RECOMMENDED_RULE = "gpulens:desired_replicas:recommended"
 DESIRED_RULE = "gpulens:desired_replicas"

@@ -20,7 +20,7 @@ import bisect
 from dataclasses import dataclass
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 DEFAULT_CONCURRENCY_PER_REPLICA = 4.0
 DEFAULT_KV_CACHE_USAGE_PER_REPLICA = 0.8

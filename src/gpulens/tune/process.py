@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.training.monitor import ENV_RUN, ENV_STORE
 from gpulens.workload.training.records import StepRecord, record_from_dict
 

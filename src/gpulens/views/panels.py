@@ -2,7 +2,7 @@
 which headline numbers each panel shows.
 
 The dashboard, the Grafana export and the reports all read these definitions, so the three views
-always show the same things under the same names (those of `workload/names.py` and `gpu/metrics.py`).
+always show the same things under the same names (those of `vocab/names.py` and `vocab/gpu.py`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpulens.gpu import metrics as gm
-from gpulens.workload import names as wn
+from gpulens.vocab import gpu as gm
+from gpulens.vocab import names as wn
 
 Workload = Literal["training", "inference", "gpu"]
 Scope = Literal["training", "inference", "gpu", "host"]

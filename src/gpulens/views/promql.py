@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 
 from gpulens.views.panels import SeriesSpec, StatSpec
-from gpulens.workload.names import HISTOGRAM_BUCKETS
+from gpulens.vocab.names import HISTOGRAM_BUCKETS
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 

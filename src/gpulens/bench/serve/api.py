@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpulens.bench.serve.runner import LoadSpec, Progress, check_reachable, run_processes, run_worker
-from gpulens.bench.serve.slo import Slo
 from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO
 from gpulens.bench.serve.summary import LoadResult, summarize
 from gpulens.errors import BadInputError
+from gpulens.vocab.slo import Slo
 
 
 def run_load(

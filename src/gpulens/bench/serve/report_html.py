@@ -12,9 +12,9 @@ from pathlib import Path
 
 from gpulens.bench.serve.api import SweepResult
 from gpulens.bench.serve.runner import LoadSpec
-from gpulens.bench.serve.slo import Slo
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
+from gpulens.vocab.slo import Slo
 
 _CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"

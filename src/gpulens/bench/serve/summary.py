@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from gpulens.bench.serve.client import RequestRecord
 from gpulens.bench.serve.runner import CANCELLED_ERROR, DIST_NAMES, LoadSpec, WorkerResult
-from gpulens.bench.serve.slo import Slo
 from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO, STATUSES, Distribution, LoadSummary
+from gpulens.vocab.slo import Slo
 
 # Sends later than this against the schedule mean the client, not the server, set the pace.
 CLIENT_LAG_P99_SECONDS = 0.010

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gpulens.bench.serve.client import RequestRecord
-from gpulens.bench.serve.slo import Slo
+from gpulens.vocab.slo import Slo
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 METRICS = ("ttft", "tpot", "itl", "e2el")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.importers import ImportContext, register_importer
 from gpulens.workload.inference.records import request_from_dict, write_request
 

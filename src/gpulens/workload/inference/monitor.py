@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from gpulens.errors import MonitorUsageError
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.records import RequestRecord, write_request
 
 RequestStatus = Literal["ok", "error", "timeout", "rejected"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulens.store import Event, Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 
 # The data keys this record owns; anything else a source recorded rides along in `extra`.
 _OWN = ("arrival", "start", "first_token", "end", "status", "output_tokens", "prompt_tokens", "tpot_s",

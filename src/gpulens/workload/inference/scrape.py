@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gpulens.errors import BadInputError, GpulensError
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.engines import ENGINES, EngineMap
 from gpulens.workload.inference.histogram import Buckets
 

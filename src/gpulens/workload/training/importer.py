@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.importers import ImportContext, event_time, register_importer
 from gpulens.workload.training.records import record_from_dict, write_step
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from gpulens.errors import MonitorUsageError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH, Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.training import device as dev
 from gpulens.workload.training.distributed import detect_rank
 from gpulens.workload.training.writer import StepWriter

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpulens.errors import StoreError
 from gpulens.store import Store
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.training import device as dev
 from gpulens.workload.training.records import StepRecord, step_series_values
 

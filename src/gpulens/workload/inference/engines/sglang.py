@@ -6,7 +6,7 @@ counter, one aborted while running also finishes through the output path and is 
 can hold a few aborted requests; the two counters cannot be told apart further). A retraction
 (a running request sent back to the queue for want of KV cache) is SGLang's preemption."""
 
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.engines.base import Counter, EngineMap, Gauge, Histogram, Outcomes
 
 SGLANG = EngineMap(

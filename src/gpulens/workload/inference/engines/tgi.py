@@ -2,7 +2,7 @@
 `tgi_request_failure{err="overloaded"}` is a request refused because the queue was full: a
 rejection, not an error."""
 
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.engines.base import EngineMap, Gauge, Histogram, Outcomes
 
 TGI = EngineMap(

@@ -6,7 +6,7 @@ exists for decoupled models with `histogram_latencies` on. With the TensorRT-LLM
 `nv_trt_llm_*` gauges give in-flight requests and KV-cache block use (its queue and batch
 size come from Triton's own pending count and inference/execution counters)."""
 
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.engines.base import EngineMap, Gauge, Histogram, Outcomes, Ratio
 
 _REQUESTS = ("nv_inference_request_success", "nv_inference_request_failure")

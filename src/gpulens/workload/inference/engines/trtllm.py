@@ -4,7 +4,7 @@ detected). `request_success_total{finished_reason}`: stop / length are ok, cance
 timeout a timeout. The gauges and token counters appear in TRT-LLM 1.2+; Triton's TensorRT-LLM
 backend (`nv_trt_llm_*`) is read by the Triton map."""
 
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.engines.base import Counter, EngineMap, Gauge, Histogram, Outcomes
 
 TRTLLM = EngineMap(

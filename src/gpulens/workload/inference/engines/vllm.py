@@ -2,7 +2,7 @@
 `request_success_total{finished_reason}` counts every finished request: stop and length are ok,
 abort is aborted (the client went away or the server cancelled it), error is error."""
 
-from gpulens.workload import names as N
+from gpulens.vocab import names as N
 from gpulens.workload.inference.engines.base import Counter, EngineMap, Gauge, Histogram, Outcomes, Ratio
 
 VLLM = EngineMap(

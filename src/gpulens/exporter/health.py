@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.export.readings import LatestReadings
+from gpulens.exporter.readings import LatestReadings
 
 NOTIFICATIONS_FAILED = "gpulens_notifications_failed"  # exposed as ..._total (a counter)
 STORE_WRITE_FAILING = "gpulens_store_write_failing"

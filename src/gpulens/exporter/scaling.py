@@ -14,7 +14,7 @@ from gpulens.scaling import ScalePolicy, ServiceScaler, Targets
 from gpulens.scaling.desired import DEFAULT_WINDOW_SECONDS
 from gpulens.scaling.signals import request_log
 from gpulens.store import Store
-from gpulens.workload import names as wn
+from gpulens.vocab import names as wn
 
 DESIRED_REPLICAS = "gpulens_desired_replicas"
 

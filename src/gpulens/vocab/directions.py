@@ -42,7 +42,7 @@ class MetricInfo:
         return self.direction != UNKNOWN
 
 
-# Exact names: series (gpulens.workload.names, gpu metrics) and run samples (bench train/serve).
+# Exact names: series (gpulens.vocab.names, gpu metrics) and run samples (bench train/serve).
 _EXACT: dict[str, tuple[Direction, str]] = {
     # training series
     "train_step_seconds": (LOWER, "s"),

@@ -22,10 +22,16 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.export.health import HealthCollector
-from gpulens.export.readings import LatestReadings
-from gpulens.export.scaling import ScalingCollector
-from gpulens.gpu.metrics import (
+from gpulens.exporter.health import HealthCollector
+from gpulens.exporter.readings import LatestReadings
+from gpulens.exporter.scaling import ScalingCollector
+from gpulens.gpu.metrics import MIG_METRICS, gpu_labels, sample_values
+from gpulens.gpu.types import GpuSample
+from gpulens.k8s.attribution import POD_LABELS
+from gpulens.store import Store
+from gpulens.store.types import SeriesKey
+from gpulens.vocab import names as wn
+from gpulens.vocab.gpu import (
     DCGM_HELP,
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_METRICS,
@@ -35,15 +41,7 @@ from gpulens.gpu.metrics import (
     GPU_XID_LAST,
     GPU_XID_TOTAL,
     METRICS_BY_NAME,
-    MIG_METRICS,
-    gpu_labels,
-    sample_values,
 )
-from gpulens.gpu.types import GpuSample
-from gpulens.k8s.attribution import POD_LABELS
-from gpulens.store import Store
-from gpulens.store.types import SeriesKey
-from gpulens.workload import names as wn
 
 MetricNames = Literal["gpulens", "dcgm"]
 
@@ -357,7 +355,7 @@ def make_registry(
 def serve_metrics(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
     """Serve /metrics on host:port in a daemon thread. Returns the server (call .shutdown() to stop)."""
     from gpulens.errors import PortInUseError
-    from gpulens.export.exposition import start_metrics_server
+    from gpulens.exporter.exposition import start_metrics_server
 
     try:
         return start_metrics_server(registry, host, port)
