@@ -76,7 +76,7 @@ def env_diff_command(
     """
     from gpulens.errors import BadInputError
     from gpulens.runs import diff
-    from gpulens.runs.fingerprint import load_fingerprint
+    from gpulens.runs.registry import load_fingerprint
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")

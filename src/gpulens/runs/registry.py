@@ -13,10 +13,12 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from gpulens.errors import BadInputError
 from gpulens.runs.diff import Change, diff
+from gpulens.runs.fingerprint import FINGERPRINT_KEYS, fingerprint_dict
 from gpulens.store import Store
 from gpulens.store import runs as repo
 
@@ -83,8 +85,6 @@ def save_run(
     if not kind or not name:
         raise BadInputError("A run needs a kind and a name.", hint="E.g. kind='bench-train', name='gpt-small'.")
     if fingerprint is None:
-        from gpulens.runs.fingerprint import fingerprint_dict
-
         fingerprint = fingerprint_dict()
     clean = _clean_samples(samples)
     dumps = lambda o: json.dumps(o, sort_keys=True, default=_json_default)  # noqa: E731
@@ -220,3 +220,36 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, set | frozenset):
         return sorted(o)
     return str(o)
+
+
+def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, Any]]:
+    """A fingerprint from what a user typed: "current" (this machine now), a JSON file written by
+    `gpulens env --format json`, or a run id in the store. Returns (a label, the fingerprint)."""
+    if ref == "current":
+        return "this machine now", fingerprint_dict()
+    p = Path(ref)
+    if p.is_file():
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadInputError(f"{ref} is not a fingerprint JSON file ({e}).", hint="Write one with `gpulens env --format json > env.json`.") from None
+        if not isinstance(data, dict):
+            raise BadInputError(f"{ref} holds JSON but not a fingerprint object.", hint="Write one with `gpulens env --format json > env.json`.")
+        missing = [k for k in FINGERPRINT_KEYS if k not in data]
+        if missing:
+            raise BadInputError(
+                f"{ref} is JSON but not a gpulens fingerprint: it has no {', '.join(missing)}.",
+                hint="Write one with `gpulens env --format json > env.json`.",
+            )
+        return str(p), data
+    r = ref.lstrip("#")
+    if r.isdigit():
+        if store_path is None or not Path(store_path).exists():
+            raise BadInputError(f"There is no store at {store_path} to look up run #{r} in.", hint="Point --store at your gpulens store.")
+        with Store(store_path) as st:
+            run = get_run(st, int(r), with_samples=False)
+        return run.label, run.fingerprint
+    raise BadInputError(
+        f"{ref!r} is neither a file, a run id nor 'current'.",
+        hint="Give a JSON file from `gpulens env --format json`, a run id from `gpulens runs list`, or 'current'.",
+    )
