@@ -14,8 +14,8 @@ from testlib import which_or_skip
 
 from gpulens import promql as P
 from gpulens.alerts.baseline import Baseline, robust_stats
-from gpulens.alerts.expr import band_selectors, parse_expr, to_promql
 from gpulens.alerts.export import RuleGroup, export_prometheus
+from gpulens.alerts.expr import band_selectors, parse_expr, to_promql
 from gpulens.alerts.rules import load_rules
 from gpulens.errors import BadInputError
 from gpulens.export.grafana import grafana_dashboard
