@@ -12,17 +12,19 @@ The subset is what the built-in packs need and what Prometheus can run unchanged
     events          count_events_over_time(kind[5m])                     (gpulens only: store events)
 
 Using the same language on both sides is what lets `gpulens alerts export` hand Prometheus the rules
-the agent evaluates.
+the agent evaluates. String literals and durations are read and written by gpulens.promql, so a
+rule's label values mean the same here and on Prometheus.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpulens import promql as P
 from gpulens.errors import BadInputError
+from gpulens.promql import duration_seconds
 
 RANGE_FUNCTIONS = {
     "increase", "rate", "delta", "avg_over_time", "max_over_time", "min_over_time",
@@ -45,10 +47,8 @@ class ExprError(BadInputError):
 
 # ------------------------------------------------------------------ AST
 @dataclass(frozen=True)
-class Matcher:
-    label: str
-    op: str  # = != =~ !~
-    value: str
+class Matcher(P.Matcher):
+    """A label matcher (= != =~ !~) that can also test a series' labels locally."""
 
     def matches(self, labels: dict[str, str]) -> bool:
         v = labels.get(self.label, "")
@@ -58,10 +58,6 @@ class Matcher:
             return v != self.value
         hit = re.fullmatch(self.value, v) is not None
         return hit if self.op == "=~" else not hit
-
-    def promql(self) -> str:
-        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"')
-        return f'{self.label}{self.op}"{escaped}"'
 
 
 @dataclass(frozen=True)
@@ -151,25 +147,6 @@ _TOKEN = re.compile(
     )""",
     re.X,
 )
-_DUR_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_DUR_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration_seconds(text: str) -> float:
-    return sum(float(n) * _DUR_SECONDS[u] for n, u in _DUR_PART.findall(text))
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds -> a Prometheus duration ('90s' -> '1m30s', 0.5 -> '500ms')."""
-    ms = round(seconds * 1000)
-    if ms <= 0:
-        return "0s"
-    out = ""
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
-        n, ms = divmod(ms, size)
-        if n:
-            out += f"{n}{unit}"
-    return out
 
 
 @dataclass
@@ -365,8 +342,11 @@ class _Parser:
                 if op not in ("=", "!=", "=~", "!~"):
                     raise self.fail("expected =, !=, =~ or !~ after a label name")
                 self.take()
-                raw = self.take(kind="string").text
-                value = re.sub(r"\\(.)", r"\1", raw[1:-1])
+                raw = self.take(kind="string")
+                try:
+                    value = P.unquote(raw.text)
+                except BadInputError as e:
+                    raise ExprError(f"{e.message[:-1]} at column {raw.col}", raw.col) from None
                 if op in ("=~", "!~"):
                     try:
                         re.compile(value)
@@ -402,29 +382,18 @@ def parse_expr(text: str) -> ParsedExpr:
 
 # ------------------------------------------------------------------ PromQL rendering
 def to_promql(node: Node) -> str:
-    """PromQL for a node. `increase` keeps the local meaning (a counter that appears inside the
-    window counts from zero), which plain PromQL `increase` would miss on a new series."""
+    """PromQL for a node, written by gpulens.promql. `increase` keeps the local meaning (a counter
+    that appears inside the window counts from zero), which plain PromQL `increase` would miss on a
+    new series."""
     if isinstance(node, Number):
-        v = node.value
-        if math.isnan(v):
-            return "NaN"
-        return repr(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)
+        return P.number(node.value)
     if isinstance(node, Selector):
-        s = node.name
-        if node.matchers:
-            s += "{" + ", ".join(m.promql() for m in node.matchers) + "}"
-        if node.range_seconds is not None:
-            s += f"[{format_duration(node.range_seconds)}]"
-        return s
+        s = P.selector(node.name, extra=node.matchers)
+        return s if node.range_seconds is None else P.ranged(s, node.range_seconds)
     if isinstance(node, Neg):
         return f"-{_paren(node.expr)}"
     if isinstance(node, Aggregate):
-        mod = ""
-        if node.by is not None:
-            mod = f" by ({', '.join(node.by)})"
-        elif node.without is not None:
-            mod = f" without ({', '.join(node.without)})"
-        return f"{node.op}{mod} ({to_promql(node.expr)})"
+        return P.aggregate(node.op, to_promql(node.expr), by=node.by, without=node.without)
     if isinstance(node, Call):
         if node.func in BAND_FUNCTIONS or node.func in EVENT_FUNCTIONS:
             raise BadInputError(f"{node.func} has no PromQL form; export it with learned constants.")
@@ -438,9 +407,10 @@ def to_promql(node: Node) -> str:
             # A series that appeared inside the window counts from zero: its value. PromQL's
             # increase() of such a series is 0 once it has two samples, so it must not mask the
             # new-series branch (`or` keeps the left side's label sets): take it out first.
-            new = f"({inst} unless {inst} offset {format_duration(sel.range_seconds)})"
-            return f"((increase({to_promql(sel)}) unless {new}) or {new})"
-        return f"{node.func}({', '.join(to_promql(a) for a in node.args)})"
+            new = P.paren(f"{inst} unless {inst} offset {P.duration(sel.range_seconds)}")
+            kept = P.paren(f"{P.increase(inst, sel.range_seconds)} unless {new}")
+            return P.paren(f"{kept} or {new}")
+        return P.call(node.func, *(to_promql(a) for a in node.args))
     if isinstance(node, Binary):
         return f"{_paren(node.left)} {node.op} {_paren(node.right)}"
     raise TypeError(node)
@@ -450,29 +420,29 @@ def _histogram_promql(node: Call) -> str | None:
     """A per-event series over a window, as Prometheus sees it: the histogram the agent exports
     (docs/metrics.md). The store keeps every event, so a rule evaluated by gpulens reads the events;
     exported, the same rule reads the buckets, as exact as their bounds. Per series, as in the store
-    (histogram_quantile keeps every label but `le`)."""
+    (histogram_quantile keeps every label but `le`: no sum)."""
     from gpulens.vocab.names import HISTOGRAM_BUCKETS
 
     sel = node.args[-1] if node.args else None
     if not isinstance(sel, Selector) or sel.range_seconds is None or sel.name not in HISTOGRAM_BUCKETS:
         return None
-    window = format_duration(sel.range_seconds)
+    w, m = sel.range_seconds, sel.matchers
 
     def part(suffix: str) -> str:
-        return to_promql(Selector(sel.name + suffix, sel.matchers, None)) + f"[{window}]"
+        return P.selector(sel.name + suffix, extra=m)
 
     if node.func == "quantile_over_time":
-        return f"histogram_quantile({to_promql(node.args[0])}, rate({part('_bucket')}))"
+        return P.histogram_quantile(to_promql(node.args[0]), sel.name, w, by=None, extra=m)
     if node.func == "max_over_time":  # the upper bound of the highest bucket an event fell in
-        return f"histogram_quantile(1, rate({part('_bucket')}))"
+        return P.histogram_quantile(1, sel.name, w, by=None, extra=m)
     if node.func == "min_over_time":
-        return f"histogram_quantile(0, rate({part('_bucket')}))"
+        return P.histogram_quantile(0, sel.name, w, by=None, extra=m)
     if node.func == "avg_over_time":
-        return f"(rate({part('_sum')}) / rate({part('_count')}))"
+        return P.paren(P.histogram_mean(sel.name, w, extra=m))
     if node.func == "count_over_time":
-        return f"increase({part('_count')})"
+        return P.increase(part("_count"), w)
     if node.func == "sum_over_time":
-        return f"increase({part('_sum')})"
+        return P.increase(part("_sum"), w)
     return None
 
 

@@ -75,20 +75,22 @@ def alerts_export_command(
         gpulens alerts export --format prometheus --out gpulens-rules.yml
         promtool check rules gpulens-rules.yml
     """
-    from gpulens.alerts.export import export_prometheus
+    from gpulens.alerts.export import RuleGroup, export_prometheus
     from gpulens.alerts.rules import load_rules
     from gpulens.errors import BadInputError
+    from gpulens.scaling.promql import recording_rules
 
     if fmt != "prometheus":
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format prometheus.")
     rs = load_rules(rules)
     if store is None and DEFAULT_STORE_PATH.exists():
         store = DEFAULT_STORE_PATH
+    scaling = (RuleGroup("gpulens-scaling", recording_rules()),)  # the scaling signal, next to the alerts
     if store is not None:
         with open_existing_store(store, "learned baselines") as st:
-            res = export_prometheus(rs, st)
+            res = export_prometheus(rs, st, extra_groups=scaling)
     else:
-        res = export_prometheus(rs)
+        res = export_prometheus(rs, extra_groups=scaling)
     if out is None:
         typer.echo(res.text, nl=False)
         return

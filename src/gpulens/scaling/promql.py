@@ -13,6 +13,7 @@ The window must hold at least two scrapes (four is safer): the default 1 m suits
 
 from __future__ import annotations
 
+from gpulens import promql as P
 from gpulens.scaling.hpa import ScalePolicy
 from gpulens.scaling.signals import DEFAULT_CONCURRENCY_PER_REPLICA
 from gpulens.vocab import names as N
@@ -22,25 +23,23 @@ DESIRED_RULE = "gpulens:desired_replicas"
 DEFAULT_RULE_WINDOW_SECONDS = 60.0
 
 
-def _seconds(x: float) -> str:
-    return f"{round(x * 1000)}ms" if x < 1 or x != int(x) else f"{int(x)}s"
-
-
 def recording_rules(*, window_seconds: float = DEFAULT_RULE_WINDOW_SECONDS,
                     concurrency_per_replica: float = DEFAULT_CONCURRENCY_PER_REPLICA,
                     policy: ScalePolicy | None = None) -> list[dict]:
+    """The two recording rules (dicts for a Prometheus rule group), written by gpulens.promql."""
     policy = policy or ScalePolicy()
-    w, target, tol = _seconds(window_seconds), f"{concurrency_per_replica:g}", f"{policy.tolerance_ratio:g}"
+    target, tol = f"{concurrency_per_replica:g}", f"{policy.tolerance_ratio:g}"
     lat = N.INFER_LATENCY_SECONDS
-    in_flight = f"sum by (service) (rate({lat}_sum[{w}]))"
-    current = f"count by (service) (count by (service, host) ({lat}_count))"
-    recommended = (
-        f"clamp_max(clamp_min((ceil({in_flight} / {target}) and on (service) "
-        f"(abs({in_flight} / ({target} * {current}) - 1) > {tol})) or on (service) {current}, "
-        f"{policy.min_replicas}), {policy.max_replicas})"
-    )
+    in_flight = P.aggregate("sum", P.rate(P.selector(lat + "_sum"), window_seconds), by=("service",))
+    hosts = P.aggregate("count", P.selector(lat + "_count"), by=("service", "host"))
+    current = P.aggregate("count", hosts, by=("service",))
+    usage = P.ratio(in_flight, P.paren(f"{target} * {current}"))
+    outside = P.paren(f"{P.call('abs', f'{usage} - 1')} > {tol}")  # usage beyond the tolerance
+    scaled = P.paren(f"{P.call('ceil', P.ratio(in_flight, target))} and on (service) {outside}")
+    bounded = P.call("clamp_min", f"{scaled} or on (service) {current}", P.number(policy.min_replicas))
+    recommended = P.call("clamp_max", bounded, P.number(policy.max_replicas))
     labels = {"gpulens_signal": "concurrency", "target_per_replica": target}
     return [
         {"record": RECOMMENDED_RULE, "expr": recommended, "labels": labels},
-        {"record": DESIRED_RULE, "expr": f"max_over_time({RECOMMENDED_RULE}[{_seconds(policy.stabilization_seconds)}])"},
+        {"record": DESIRED_RULE, "expr": P.over_time("max", P.selector(RECOMMENDED_RULE), policy.stabilization_seconds)},
     ]

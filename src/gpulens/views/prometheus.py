@@ -1,6 +1,7 @@
 """A Reader over a Prometheus server's HTTP API: the dashboard for a fleet of `gpulens agent`s.
 
-The panels ask the same questions as over a local store; the answers are PromQL (gpulens.views.promql).
+The panels ask the same questions as over a local store; the answers are PromQL (gpulens.views.promql,
+written by gpulens.promql).
 What Prometheus cannot know is said, not invented: it keeps no events (XIDs, cold starts) and no
 per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store.
 """
@@ -15,6 +16,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from gpulens import promql as P
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
 from gpulens.stats import quantile
 from gpulens.views.answers import AlertRow, Band, EventRow, Line
@@ -32,8 +34,9 @@ class PrometheusUnavailableError(GpulensError):
     exit_code = EXIT_UNAVAILABLE
 
 
-def _duration(seconds: float) -> str:
-    return f"{max(1, int(math.ceil(seconds * 1000)))}ms"
+def _window(seconds: float) -> float:
+    """A query's window in seconds, at least the millisecond PromQL durations resolve."""
+    return max(seconds, 0.001)
 
 
 class PrometheusReader:
@@ -112,45 +115,49 @@ class PrometheusReader:
 
     def has_data(self, metric: str, match: Mapping[str, str], start: float, end: float) -> bool:
         name = metric + "_count" if is_histogram(metric) else metric
-        return bool(self._instant(f"count_over_time({selector(name, match)}[{_duration(end - start)}])", end))
+        return bool(self._instant(P.over_time("count", selector(name, match), _window(end - start)), end))
 
     def line(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
         if is_histogram(metric):  # the mean per event in each step's window
-            window = _duration(max((end - start) / max(points, 1) * 4, 60.0))
+            window = _window(max((end - start) / max(points, 1) * 4, 60.0))
             return self._lines(self._range(histogram_mean_expr(metric, match, window), start, end, points))
         return self._lines(self._range(selector(metric, match), start, end, points))
 
     def quantile(self, metric: str, match: Mapping[str, str], q: float, start: float, end: float, points: int) -> list[Line]:
         # Buckets a quarter as many as points, like the store reader's percentiles.
         n = max(1, points // 4)
-        window = _duration((end - start) / n)
+        window = _window((end - start) / n)
         if is_histogram(metric):
             return self._lines(self._range(histogram_quantile_expr(q, metric, match, window), start, end, n))
-        return self._lines(self._range(f"quantile_over_time({q}, {selector(metric, match)}[{window}])", start, end, n))
+        return self._lines(self._range(P.over_time("quantile", selector(metric, match), window, q), start, end, n))
 
     def rate(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
-        window = _duration(max((end - start) / max(points, 1) * 4, 60.0))
-        return self._lines(self._range(f"rate({selector(metric, match)}[{window}])", start, end, points))
+        window = _window(max((end - start) / max(points, 1) * 4, 60.0))
+        return self._lines(self._range(P.rate(selector(metric, match), window), start, end, points))
 
     def events_per_second(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
         # Prometheus sees no single events: `metric` is the counter of them (SeriesSpec.counter).
-        window = _duration(max((end - start) / max(points, 1) * 4, 60.0))
-        return self._lines(self._range(f"sum(rate({selector(metric, match)}[{window}]))", start, end, points))
+        window = _window(max((end - start) / max(points, 1) * 4, 60.0))
+        return self._lines(self._range(P.aggregate("sum", P.rate(selector(metric, match), window)), start, end, points))
 
     def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
         if is_histogram(metric):
             return self._histogram_aggregate(metric, match, agg, start, end)
-        sel = f"{selector(metric, match)}[{_duration(end - start)}]"
+        sel, window = selector(metric, match), _window(end - start)
         if agg in QUANTILE_OF_AGG:
             # Every raw sample in the window, merged across series: percentiles are never averaged.
-            vals = [float(v[1]) for r in self._instant(sel, end) for v in r.get("values", [])]
+            vals = [float(v[1]) for r in self._instant(P.ranged(sel, window), end) for v in r.get("values", [])]
             return quantile(vals, QUANTILE_OF_AGG[agg])
+
+        def total(fn: str, outer: str = "sum") -> str:
+            return P.aggregate(outer, P.over_time(fn, sel, window))
+
         expr = {
-            "count": f"sum(count_over_time({sel}))",
-            "sum": f"sum(sum_over_time({sel}))",
-            "max": f"max(max_over_time({sel}))",
-            "min": f"min(min_over_time({sel}))",
-            "mean": f"sum(sum_over_time({sel})) / sum(count_over_time({sel}))",
+            "count": total("count"),
+            "sum": total("sum"),
+            "max": total("max", "max"),
+            "min": total("min", "min"),
+            "mean": P.ratio(total("sum"), total("count")),
         }.get(agg)
         if expr is None:
             raise ValueError(f"unknown aggregate {agg!r}")
@@ -161,13 +168,13 @@ class PrometheusReader:
         return v if math.isfinite(v) else None
 
     def _histogram_aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
-        window = _duration(end - start)
-        count = f"sum(increase({selector(metric + '_count', match)}[{window}]))"
-        total = f"sum(increase({selector(metric + '_sum', match)}[{window}]))"
+        window = _window(end - start)
+        count = P.aggregate("sum", P.increase(selector(metric + "_count", match), window))
+        total = P.aggregate("sum", P.increase(selector(metric + "_sum", match), window))
         if agg in QUANTILE_OF_AGG:
             expr = histogram_quantile_expr(QUANTILE_OF_AGG[agg], metric, match, window, fn="increase")
         else:
-            expr = {"count": count, "sum": total, "mean": f"{total} / {count}"}.get(agg)
+            expr = {"count": count, "sum": total, "mean": P.ratio(total, count)}.get(agg)
             if expr is None:
                 return None  # a histogram keeps no min or max
         res = self._instant(expr, end)
