@@ -31,7 +31,7 @@ import yaml
 
 from gpulens.alerts.baseline import BandSpec
 from gpulens.alerts.expr import ExprError, ParsedExpr, parse_expr
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, read_text_file
 from gpulens.units import parse_duration
 
 PACKS = ("gpu_health", "training", "inference")
@@ -256,12 +256,8 @@ def load_rules(rules_file: str | Path | None = None, *, packs: tuple[str, ...] =
         rs = parse_rules(pack_text(p), f"packs/{p}.yaml", pack=p, base=rs)
     if rules_file is not None:
         path = Path(rules_file)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise BadInputError(f"Cannot read the rule file {path}: {e.strerror}.", hint="Check the --rules path.") from None
-        except UnicodeDecodeError:
-            raise BadInputError(f"The rule file {path} is not UTF-8 text.", hint="Give a YAML rules file (see docs/alerts.md).") from None
+        text = read_text_file(path, "the rule file", hint="Check the --rules path.",
+                              text_hint="Give a YAML rules file (see docs/alerts.md).")
         rs = parse_rules(text, str(path), pack="custom", base=rs)
     return rs
 

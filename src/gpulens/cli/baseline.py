@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from gpulens.cli.common import STORE_HELP, console, open_existing_store
+from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
 
 baseline_app = typer.Typer(
@@ -31,10 +31,6 @@ def _labels(items: list[str] | None) -> dict[str, str]:
             raise BadInputError(f"Cannot read --label {item!r}.", hint="Write KEY=VALUE, e.g. --label job=llama.")
         out[key.strip()] = value.strip()
     return out
-
-
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "–"
 
 
 @baseline_app.command("show")
@@ -79,7 +75,7 @@ def baseline_show_command(
         return
     for r in rows:
         labels = ",".join(f'{k}="{v}"' for k, v in sorted(r["labels"].items()))
-        state = r["state"] if r["state"] != "learning" else f"learning until {_when(r['ready_at'])}"
+        state = r["state"] if r["state"] != "learning" else f"learning until {local_time(r['ready_at'])}"
         console.print(f"[bold]{escape(r['series'])}[/]" + escape(f"{{{labels}}}  {state}"), highlight=False)
         if r["median"] is not None:
             band = f"{r['band_low']:.4g} – {r['band_high']:.4g}" if r["band_low"] is not None else "–"

@@ -4,16 +4,16 @@ statistical comparison that gates a regression."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import typer
 from rich.markup import escape
 
-from gpulens.cli.common import STORE_HELP, console, open_existing_store
+from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 
+_MINUTES = "%Y-%m-%d %H:%M"  # runs are shown to the minute (alerts and baselines to the second)
 _NO_RUNS_HINT = "Record one with `gpulens bench train`, or point --store at your store."
 
 runs_app = typer.Typer(help="Stored runs (training jobs, load tests, benchmarks) and what changed between them.", no_args_is_help=True)
@@ -24,10 +24,6 @@ def _check_format(fmt: str) -> None:
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
-
-
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "–"
 
 
 @runs_app.command("list")
@@ -66,7 +62,7 @@ def runs_list_command(
         if r.baseline:
             verdict = (verdict + " baseline").strip()
         summ = _headline(r.summary)
-        t.add_row(str(r.id), escape(r.kind), escape(r.name), _when(r.ended or r.created), verdict, str(changed[r.id] or ""), escape(summ))
+        t.add_row(str(r.id), escape(r.kind), escape(r.name), local_time(r.ended or r.created, _MINUTES), verdict, str(changed[r.id] or ""), escape(summ))
     print_table(console, t)
 
 
@@ -102,7 +98,7 @@ def runs_show_command(
         d["changes"] = [{"section": c.section, "key": c.change.key, "old": c.change.old, "new": c.change.new} for c in changes]
         typer.echo(json.dumps(d, indent=2))
         return
-    console.print(f"[bold]{escape(r.label)}[/]  " + escape(f"{_when(r.started)} → {_when(r.ended)}  verdict: {r.verdict or '–'}"))
+    console.print(f"[bold]{escape(r.label)}[/]  " + escape(f"{local_time(r.started, _MINUTES)} → {local_time(r.ended, _MINUTES)}  verdict: {r.verdict or '–'}"))
     for title, d in (("config", r.config), ("summary", r.summary)):
         console.print(f"[bold]{title}[/]: " + escape(json.dumps(d, default=str)), highlight=False, soft_wrap=True)
     if isinstance(r.summary.get("mfu_ratio"), int | float):
@@ -147,7 +143,7 @@ def note_command(
     labels = {k: v for k, v in ((TRAIN_JOB_LABEL, job), ("service", service)) if v}
     with Store(store) as st:
         t = add_note(st, text, labels=labels)
-    console.print(escape(f"noted at {_when(t)}: {text.strip()}"), highlight=False)
+    console.print(escape(f"noted at {local_time(t, _MINUTES)}: {text.strip()}"), highlight=False)
 
 
 def _parse_threshold(text: str) -> float:

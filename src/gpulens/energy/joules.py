@@ -43,7 +43,10 @@ def _interp(t: Sequence[float], v: Sequence[float], at: float) -> float:
 
 
 def _clip(t: Sequence[float], v: Sequence[float], start: float, end: float) -> tuple[list[float], list[float]]:
-    """The samples strictly inside (start, end), with interpolated points at both ends added."""
+    """The samples strictly inside (start, end), with interpolated points at both ends added;
+    nothing when fewer than two readings cover the span."""
+    if len(t) < 2:
+        return [], []
     lo, hi = max(start, t[0]), min(end, t[-1])
     if hi <= lo:
         return [], []
@@ -55,8 +58,6 @@ def _clip(t: Sequence[float], v: Sequence[float], start: float, end: float) -> t
 
 def counter_joules(t: Sequence[float], joules_total: Sequence[float], start: float, end: float) -> SpanEnergy | None:
     """Energy from cumulative counter readings (`t` ascending). None when no two readings cover the span."""
-    if len(t) < 2:
-        return None
     ts, vs = _clip(t, joules_total, start, end)
     if len(ts) < 2:
         return None
@@ -66,8 +67,6 @@ def counter_joules(t: Sequence[float], joules_total: Sequence[float], start: flo
 
 def power_joules(t: Sequence[float], watts: Sequence[float], start: float, end: float) -> SpanEnergy | None:
     """Energy by the trapezoid rule over power readings (`t` ascending)."""
-    if len(t) < 2:
-        return None
     ts, vs = _clip(t, watts, start, end)
     if len(ts) < 2:
         return None

@@ -5,8 +5,9 @@ import goes on with the next one."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample
 from gpulens.units import MAX_ABS_VALUE, MAX_TIME_SECONDS, MIN_TIME_SECONDS
@@ -115,37 +116,45 @@ def _check(name: str, kind: str, v: Any) -> Any:
     return v
 
 
-def processes(v: Any) -> list[GpuProcess] | None:
+_T = TypeVar("_T")
+
+
+def _nested(v: Any, name: str, entry: str, build: Callable[[dict[str, Any]], _T]) -> list[_T] | None:
+    """A nested list of objects (None stays None), each built as it is read: the first fault on a
+    line is the one named."""
     if v is None:
         return None
     if not isinstance(v, list):
-        raise BadLine(f"processes is {_show(v)}, not a list")
+        raise BadLine(f"{name} is {_show(v)}, not a list")
     out = []
-    for p in v:
-        if not isinstance(p, dict):
-            raise BadLine(f"a process is {_show(p)}, not an object")
-        used = p.get("used_memory_bytes", p.get("used_bytes"))
-        out.append(GpuProcess(pid=integer(p.get("pid"), "pid") or 0, name=text(p.get("name", ""), "process name"),
-                              used_memory_bytes=None if used is None else integer(used, "process memory")))
+    for e in v:
+        if not isinstance(e, dict):
+            raise BadLine(f"{entry} is {_show(e)}, not an object")
+        out.append(build(e))
     return out
+
+
+def _process(p: dict[str, Any]) -> GpuProcess:
+    used = p.get("used_memory_bytes", p.get("used_bytes"))
+    return GpuProcess(pid=integer(p.get("pid"), "pid") or 0, name=text(p.get("name", ""), "process name"),
+                      used_memory_bytes=None if used is None else integer(used, "process memory"))
+
+
+def _mig_instance(m: dict[str, Any]) -> MigInstanceSample:
+    kw = {name: _check(name, kind, m[name]) for name, kind in _MIG_KINDS.items() if name in m}
+    for required in ("gpu_instance_id", "compute_instance_id", "profile", "uuid"):
+        if kw.get(required) is None:
+            raise BadLine(f"a MIG instance has no {required}")
+    return MigInstanceSample(**kw)
+
+
+def processes(v: Any) -> list[GpuProcess] | None:
+    return _nested(v, "processes", "a process", _process)
 
 
 def mig_instances(v: Any) -> list[MigInstanceSample] | None:
     """A recording's MIG GPU instances, every field checked against its type."""
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise BadLine(f"mig_instances is {_show(v)}, not a list")
-    out = []
-    for m in v:
-        if not isinstance(m, dict):
-            raise BadLine(f"a MIG instance is {_show(m)}, not an object")
-        kw = {name: _check(name, kind, m[name]) for name, kind in _MIG_KINDS.items() if name in m}
-        for required in ("gpu_instance_id", "compute_instance_id", "profile", "uuid"):
-            if kw.get(required) is None:
-                raise BadLine(f"a MIG instance has no {required}")
-        out.append(MigInstanceSample(**kw))
-    return out
+    return _nested(v, "mig_instances", "a MIG instance", _mig_instance)
 
 
 def errors_map(v: Any) -> dict[str, str]:

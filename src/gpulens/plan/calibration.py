@@ -21,13 +21,14 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.mfu import MFU_IMPOSSIBLE
-from gpulens.plan.catalog import GpuSpec, find_gpu
+from gpulens.plan.catalog import GpuSpec, find_gpu, user_config_file
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
 from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
@@ -38,11 +39,7 @@ _PRIOR_WEIGHT = 0.15
 
 
 def calibration_path() -> Path:
-    env = os.environ.get("GPULENS_CALIBRATION")
-    if env:
-        return Path(env).expanduser()
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "gpulens" / "calibration.json"
+    return user_config_file("GPULENS_CALIBRATION", "calibration.json")
 
 
 @dataclass
@@ -425,6 +422,18 @@ _FIGURES = (("train_step", _train_rows_err), ("peak_memory", _mem_err), ("decode
             ("prefill", _infer_rows(_prefill_err)), ("matmul_rate", _rate_err))
 
 
+def _held_out(ok: list[Measurement], gpu: GpuSpec, base: Efficiency) -> Iterator[tuple[Measurement, Efficiency]]:
+    """Each measurement with the factors fitted on all the others: the defaults when the others
+    give nothing to fit, or nothing a fit accepts."""
+    for i, held in enumerate(ok):
+        others = ok[:i] + ok[i + 1:]
+        try:
+            eff = fit(others, gpu, base).efficiency if others else base
+        except BadInputError:
+            eff = base
+        yield held, eff
+
+
 def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> LeaveOneOut:
     """Predict each successful measurement from a fit of the others (the defaults when the others
     give nothing to fit), and the same measurement from the defaults."""
@@ -432,12 +441,7 @@ def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficienc
     ok = [m for m in measurements if m.status == "ok"]
     held_errs: list[float] = []
     default_errs: list[float] = []
-    for i, held in enumerate(ok):
-        others = ok[:i] + ok[i + 1:]
-        try:
-            eff = fit(others, gpu, base).efficiency if others else base
-        except BadInputError:
-            eff = base
+    for held, eff in _held_out(ok, gpu, base):
         for _, fn in _FIGURES:
             held_errs += [abs(e) for e in fn([held], gpu, eff)]
             default_errs += [abs(e) for e in fn([held], gpu, base)]
@@ -463,12 +467,7 @@ def leave_one_out_by_figure(measurements: list[Measurement], gpu: GpuSpec,
     base = base or Efficiency()
     ok = [m for m in measurements if m.status == "ok"]
     groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
-    for i, held in enumerate(ok):
-        others = ok[:i] + ok[i + 1:]
-        try:
-            eff = fit(others, gpu, base).efficiency if others else base
-        except BadInputError:
-            eff = base
+    for held, eff in _held_out(ok, gpu, base):
         for figure, fn in _FIGURE_FNS.items():
             got, dflt = fn([held], gpu, eff), fn([held], gpu, base)
             if got:

@@ -184,13 +184,19 @@ def builtin_gpus() -> tuple[GpuSpec, ...]:
 # ---------------------------------------------------------------- user config (cards + prices)
 
 
-def config_path() -> Path:
-    """Where the user's planner config lives (`$GPULENS_PLAN_CONFIG` overrides)."""
-    env = os.environ.get("GPULENS_PLAN_CONFIG")
+def user_config_file(env_var: str, file_name: str) -> Path:
+    """The file `$env_var` names, else `file_name` in the user's gpulens folder
+    (`$XDG_CONFIG_HOME/gpulens`, else `~/.config/gpulens`): one place for the planner's own files."""
+    env = os.environ.get(env_var)
     if env:
         return Path(env).expanduser()
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "gpulens" / "plan.yaml"
+    return base / "gpulens" / file_name
+
+
+def config_path() -> Path:
+    """Where the user's planner config lives (`$GPULENS_PLAN_CONFIG` overrides)."""
+    return user_config_file("GPULENS_PLAN_CONFIG", "plan.yaml")
 
 
 @dataclass(frozen=True)

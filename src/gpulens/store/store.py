@@ -38,6 +38,7 @@ from gpulens.store.types import (
     SeriesKey,
     StoredSeries,
     canonical_labels,
+    with_labels,
 )
 from gpulens.units import MAX_ABS_VALUE, MAX_TIME_SECONDS, MIN_TIME_SECONDS
 
@@ -338,11 +339,7 @@ class Store:
                 rows = conn.execute(
                     "SELECT name, labels FROM series WHERE name = ? ORDER BY labels", (name,)
                 ).fetchall()
-        keys = [SeriesKey(n, json.loads(lj)) for n, lj in rows]
-        if labels:
-            want = {k: str(v) for k, v in labels.items()}
-            keys = [k for k in keys if all(k.labels.get(a) == b for a, b in want.items())]
-        return keys
+        return with_labels([SeriesKey(n, json.loads(lj)) for n, lj in rows], labels)
 
     def metric_names(self) -> list[str]:
         with self._guard("read") as conn:
@@ -529,11 +526,7 @@ class Store:
             args.append(int(limit))
         with self._guard("read") as conn:
             rows = conn.execute(sql, args).fetchall()
-        out = [Event(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4])) for r in rows]
-        if labels:
-            want = {k: str(v) for k, v in labels.items()}
-            out = [e for e in out if all(e.labels.get(a) == b for a, b in want.items())]
-        return out
+        return with_labels([Event(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4])) for r in rows], labels)
 
     def event_kinds(self) -> list[str]:
         with self._guard("read") as conn:

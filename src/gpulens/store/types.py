@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 Resolution = Literal["raw", "1m", "1h"]
 
@@ -104,3 +105,15 @@ class SampleSummary:
     total: float
     minimum: float | None
     maximum: float | None
+
+
+_Labelled = TypeVar("_Labelled", SeriesKey, Event)
+
+
+def with_labels(items: list[_Labelled], labels: Mapping[str, str] | None) -> list[_Labelled]:
+    """The items whose labels include every one of `labels` (values compared as text, the way
+    they are stored); all of them when `labels` is empty."""
+    if not labels:
+        return items
+    want = {k: str(v) for k, v in labels.items()}
+    return [x for x in items if all(x.labels.get(a) == b for a, b in want.items())]

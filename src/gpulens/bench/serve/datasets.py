@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, read_text_file
 
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
           "bing": "assistant", "assistant": "assistant", "model": "assistant", "system": "system"}
@@ -44,12 +44,7 @@ class Dataset:
 
 def load_dataset(path: str | Path) -> Dataset:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise BadInputError(f"Cannot read the dataset {p}: {e.strerror}.", hint="Give --dataset PATH of a readable file.") from None
-    except UnicodeDecodeError:
-        raise BadInputError(f"The dataset {p} is not UTF-8 text.", hint=FORMAT_HINT) from None
+    text = read_text_file(p, "the dataset", hint="Give --dataset PATH of a readable file.", text_hint=FORMAT_HINT)
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:

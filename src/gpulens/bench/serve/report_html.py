@@ -46,6 +46,14 @@ def _figure(name: str, caption: str, data: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
+def _axes(ax, title: str, xlabel: str, ylabel: str) -> None:
+    """Every chart's axes look alike: labelled, titled at the left, on a light grid."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.grid(alpha=0.3)
+
+
 def _distributions(plt, load: LoadResult) -> list[str]:
     recs = [r for r in load.records if r.status == "ok"]
     series = [("ttft", "TTFT", [r.ttft for r in recs if r.ttft is not None]),
@@ -58,14 +66,23 @@ def _distributions(plt, load: LoadResult) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 2.6))
         try:
             ax.hist([v * 1e3 for v in values], bins=min(60, max(10, len(values) // 5)), color="#2f6fdf")
-            ax.set_xlabel("ms")
-            ax.set_ylabel("requests" if name != "itl" else "gaps")
-            ax.set_title(f"{title} ({len(values)} values)", fontsize=10, loc="left")
-            ax.grid(alpha=0.3)
+            _axes(ax, f"{title} ({len(values)} values)", "ms", "requests" if name != "itl" else "gaps")
             out.append(_figure(f"{name}_distribution", f"{title}: distribution", _png(fig)))
         finally:
             plt.close(fig)
     return out
+
+
+def _scatter(plt, pts: list[tuple[float, float]], *, marker: str, ms: int, color: str,
+             axes: tuple[str, str, str], name: str, caption: str) -> list[str]:
+    """One point per request on a wide, short figure; `axes` is (title, x label, y label)."""
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    try:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, ms=ms, color=color)
+        _axes(ax, *axes)
+        return [_figure(name, caption, _png(fig))]
+    finally:
+        plt.close(fig)
 
 
 def _ttft_by_prompt(plt, load: LoadResult) -> list[str]:
@@ -74,32 +91,18 @@ def _ttft_by_prompt(plt, load: LoadResult) -> list[str]:
            if r.status == "ok" and r.input_tokens is not None and r.ttft is not None]
     if len({x for x, _ in pts}) < 2:
         return []
-    fig, ax = plt.subplots(figsize=(7, 2.6))
-    try:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=3, color="#7a52c7")
-        ax.set_xlabel("prompt tokens")
-        ax.set_ylabel("TTFT ms")
-        ax.set_title("TTFT against prompt length", fontsize=10, loc="left")
-        ax.grid(alpha=0.3)
-        return [_figure("ttft_by_prompt_tokens", "TTFT against the prompt's length in tokens", _png(fig))]
-    finally:
-        plt.close(fig)
+    return _scatter(plt, pts, marker="o", ms=3, color="#7a52c7",
+                    axes=("TTFT against prompt length", "prompt tokens", "TTFT ms"),
+                    name="ttft_by_prompt_tokens", caption="TTFT against the prompt's length in tokens")
 
 
 def _send_lag(plt, load: LoadResult) -> list[str]:
     pts = [(r.intended, (r.sent - r.intended) * 1e3) for r in load.records if r.sent is not None]
     if not pts:
         return []
-    fig, ax = plt.subplots(figsize=(7, 2.6))
-    try:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2, color="#e07a1f")
-        ax.set_xlabel("s from the start")
-        ax.set_ylabel("ms late")
-        ax.set_title("send lag: actual send − intended send", fontsize=10, loc="left")
-        ax.grid(alpha=0.3)
-        return [_figure("send_lag", "send lag over the run", _png(fig))]
-    finally:
-        plt.close(fig)
+    return _scatter(plt, pts, marker=".", ms=2, color="#e07a1f",
+                    axes=("send lag: actual send − intended send", "s from the start", "ms late"),
+                    name="send_lag", caption="send lag over the run")
 
 
 def _sweep_curve(plt, sweep: SweepResult) -> list[str]:
@@ -113,11 +116,8 @@ def _sweep_curve(plt, sweep: SweepResult) -> list[str]:
             ts = [getattr(p.result.summary.ttft, stat) * 1e3 if p.result.summary.ttft else None for p in probes]
             if any(t is not None for t in ts):
                 ax.plot(xs, ts, "s--", color=color, alpha=0.6, label=f"TTFT {stat}")
-        ax.set_xlabel("offered req/s" if sweep.mode == "open" else "users")
-        ax.set_ylabel("ms")
-        ax.set_title("latency against load", fontsize=10, loc="left")
+        _axes(ax, "latency against load", "offered req/s" if sweep.mode == "open" else "users", "ms")
         ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
         ax2.plot(xs, [p.result.summary.achieved_rate for p in probes], "o-", label="achieved req/s")
         ax2.plot(xs, [p.result.summary.goodput or 0 for p in probes], "s-", label="goodput req/s")
         ax2.set_xlabel(ax.get_xlabel())
