@@ -33,6 +33,7 @@ from gpulens.alerts.baseline import BandSpec
 from gpulens.alerts.expr import ExprError, ParsedExpr, parse_expr
 from gpulens.errors import BadInputError, read_text_file
 from gpulens.units import parse_duration
+from gpulens.vocab.gpu import GPU_UP, GPU_XID_TOTAL
 
 PACKS = ("gpu_health", "training", "inference")
 SEVERITIES = ("critical", "warning", "info", "xid")
@@ -207,7 +208,7 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
         raise RuleFileError(path, at("enabled"), "enabled", "must be true or false")
     expr_text = raw.get("expr")
     if not isinstance(expr_text, str):
-        raise RuleFileError(path, at("expr"), "expr", "is missing (an expression such as gpu_up == 0)")
+        raise RuleFileError(path, at("expr"), "expr", f"is missing (an expression such as {GPU_UP} == 0)")
     try:
         expr = parse_expr(expr_text)
     except ExprError as e:
@@ -224,8 +225,8 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
     severity = raw.get("severity", "warning")
     if severity not in SEVERITIES:
         raise RuleFileError(path, at("severity"), "severity", f"must be one of {', '.join(SEVERITIES)}, not {severity!r}")
-    if severity == "xid" and "gpu_xid_errors_total" not in expr.metrics:
-        raise RuleFileError(path, at("severity"), "severity", "'xid' takes severity from the XID catalog and needs gpu_xid_errors_total in expr")
+    if severity == "xid" and GPU_XID_TOTAL not in expr.metrics:
+        raise RuleFileError(path, at("severity"), "severity", f"'xid' takes severity from the XID catalog and needs {GPU_XID_TOTAL} in expr")
     summary = str(raw.get("summary") or name)
     advice = str(raw.get("advice") or "")
     _check_template(summary, path, at("summary"), "summary")

@@ -11,13 +11,14 @@ from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.vocab.names import TRAIN_STEP_SECONDS
 
 baseline_app = typer.Typer(
     help="Learned baselines of the series that learned alert rules watch (step time, latency, queue depth...).",
     no_args_is_help=True,
 )
 
-METRIC_HELP = "Only this series name, e.g. train_step_seconds. Default: all."
+METRIC_HELP = f"Only this series name, e.g. {TRAIN_STEP_SECONDS}. Default: all."
 LABEL_HELP = "Only series with this label value, KEY=VALUE (repeatable), e.g. --label job=llama."
 
 

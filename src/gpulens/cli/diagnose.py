@@ -11,7 +11,7 @@ import typer
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import BadInputError, StorageFullError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
-from gpulens.vocab.names import TRAIN_JOB_LABEL
+from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
 
 FORMATS = ("text", "json")
 
@@ -76,7 +76,7 @@ def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:
 def _check_selection(st: Any, job: str | None, service: str | None) -> None:
     """A --job or --service that the store does not hold is a typo more often than a healthy job."""
     if job:
-        jobs = sorted({k.labels.get(TRAIN_JOB_LABEL, "") for k in st.series("train_step_seconds")})
+        jobs = sorted({k.labels.get(TRAIN_JOB_LABEL, "") for k in st.series(TRAIN_STEP_SECONDS)})
         if job not in jobs:
             have = ", ".join(jobs) if jobs else "none"
             raise BadInputError(f"The store {st.path} has no training steps of job {job!r} (jobs there: {have}).", hint="Check the spelling, or leave out --job to see every job.")

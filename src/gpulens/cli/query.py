@@ -12,10 +12,11 @@ from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console
 from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 
 
 def query_command(
-    metric: str = typer.Argument(..., help="Metric name, e.g. gpu_utilization_ratio. `gpulens query --list` lists them."),
+    metric: str = typer.Argument(..., help=f"Metric name, e.g. {GPU_UTILIZATION_RATIO}. `gpulens query --list` lists them."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     since: str = typer.Option(None, "--since", help="How far back from the newest sample, e.g. 15m, 2h, 7d. Default: everything."),
     label: list[str] = typer.Option([], "--label", "-l", help="Keep series with this label, e.g. gpu=0. Repeatable."),

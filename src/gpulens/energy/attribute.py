@@ -21,10 +21,11 @@ from typing import Any
 from gpulens.diagnose.gpu_workloads import GpuRef, Occupant, occupants
 from gpulens.energy.joules import SpanEnergy, counter_joules, power_joules
 from gpulens.store import Event, Store
+from gpulens.vocab import gpu as G
 from gpulens.vocab import names as N
 
-ENERGY_COUNTER = "gpu_energy_joules_total"
-POWER = "gpu_power_watts"
+ENERGY_COUNTER = G.GPU_ENERGY_JOULES_TOTAL
+POWER = G.GPU_POWER_WATTS
 EDGE_MARGIN_SECONDS = 60.0  # far more than a sample interval
 
 

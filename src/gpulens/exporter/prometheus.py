@@ -33,6 +33,7 @@ from gpulens.store.types import SeriesKey
 from gpulens.vocab import names as wn
 from gpulens.vocab.gpu import (
     DCGM_HELP,
+    DCGM_XID_ERRORS,
     GPU_CLOCK_EVENT_ACTIVE,
     GPU_METRICS,
     GPU_PROCESS_COUNT,
@@ -178,7 +179,7 @@ class GpuCollector:
                         continue
                     for name, scale in ((m.dcgm_name, m.dcgm_scale), *m.dcgm_aliases):
                         add(name, f"{m.help} (dcgm-exporter name and unit)", m.is_counter, lv, float(v) * scale)
-                add("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error (dcgm-exporter name)", False, lv,
+                add(DCGM_XID_ERRORS, "Value of the last XID error (dcgm-exporter name)", False, lv,
                     float(xid_last.get(s.gpu, 0)))
             for mig in s.mig_instances or ():
                 # a MIG instance is its own entity: the GPU's labels plus GPU_I_ID / GPU_I_PROFILE

@@ -35,6 +35,7 @@ H200_LIKE = dict(
     memory_clock_max_hz=3201e6,
     power_limit_watts=700.0,
 )
+_H200_FACTS = {k: v for k, v in H200_LIKE.items() if k != "name"}  # the GpuInfo fields, by keyword
 FAKE_DRIVER_VERSION = "580.159.04"  # the probed H200's driver
 _RESERVED_BYTES = 536_870_912  # what an H200's driver and firmware hold back (0.5 GiB)
 
@@ -63,12 +64,7 @@ class FakeBackend:
                 index=i,
                 uuid=f"GPU-fake-{seed:04d}-{i:04d}",
                 name=model,
-                memory_total_bytes=H200_LIKE["memory_total_bytes"],  # type: ignore[arg-type]
-                temperature_slowdown_celsius=H200_LIKE["temperature_slowdown_celsius"],  # type: ignore[arg-type]
-                temperature_shutdown_celsius=H200_LIKE["temperature_shutdown_celsius"],  # type: ignore[arg-type]
-                sm_clock_max_hz=H200_LIKE["sm_clock_max_hz"],  # type: ignore[arg-type]
-                memory_clock_max_hz=H200_LIKE["memory_clock_max_hz"],  # type: ignore[arg-type]
-                power_limit_watts=H200_LIKE["power_limit_watts"],  # type: ignore[arg-type]
+                **_H200_FACTS,  # type: ignore[arg-type]
                 pci_bus_id=f"00000000:{i + 1:02x}:00.0",
                 minor_number=i,
                 driver_version=FAKE_DRIVER_VERSION,

@@ -17,15 +17,16 @@ import pynvml
 
 from gpulens.errors import BackendUnavailableError
 from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample, XidEvent
+from gpulens.vocab import gpu_fields as F
 
 log = logging.getLogger(__name__)
 
 _GPM_METRICS = {
-    "graphics_active_ratio": pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
-    "sm_active_ratio": pynvml.NVML_GPM_METRIC_SM_UTIL,
-    "sm_occupancy_ratio": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
-    "tensor_active_ratio": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-    "dram_active_ratio": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    F.GRAPHICS_ACTIVE_RATIO: pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+    F.SM_ACTIVE_RATIO: pynvml.NVML_GPM_METRIC_SM_UTIL,
+    F.SM_OCCUPANCY_RATIO: pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    F.TENSOR_ACTIVE_RATIO: pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    F.DRAM_ACTIVE_RATIO: pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
 }
 
 
@@ -33,7 +34,7 @@ _GPM_METRICS = {
 # throughput counters (KiB) are asked for all links at once (scope UINT_MAX, as DCGM does).
 _ALL_LINKS = 0xFFFFFFFF
 _FIELD_VALUES = {
-    "memory_temperature_celsius": (pynvml.NVML_FI_DEV_MEMORY_TEMP, 0),
+    F.MEMORY_TEMPERATURE_CELSIUS: (pynvml.NVML_FI_DEV_MEMORY_TEMP, 0),
     "nvlink_tx_kib": (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
     "nvlink_rx_kib": (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS),
 }
@@ -270,7 +271,7 @@ class NvmlBackend:
             memory_free_bytes=mem.free if mem else None,
             memory_reserved_bytes=getattr(mem, "reserved", None) if mem else None,
             memory_total_bytes=mem.total if mem else None,
-            memory_temperature_celsius=fv["memory_temperature_celsius"],
+            memory_temperature_celsius=fv[F.MEMORY_TEMPERATURE_CELSIUS],
             temperature_celsius=q(i, "temperature", pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
             temperature_slowdown_celsius=info.temperature_slowdown_celsius,
             temperature_shutdown_celsius=info.temperature_shutdown_celsius,
@@ -282,7 +283,7 @@ class NvmlBackend:
             sm_clock_max_hz=info.sm_clock_max_hz,
             memory_clock_max_hz=info.memory_clock_max_hz,
             clock_event_mask=q(i, "clock_event_reasons", self._clock_reasons_fn, h),
-            performance_state=q(i, "performance_state", pynvml.nvmlDeviceGetPerformanceState, h),
+            performance_state=q(i, F.PERFORMANCE_STATE, pynvml.nvmlDeviceGetPerformanceState, h),
             pcie_tx_bytes_per_second=tx * 1024.0 if tx is not None else None,
             pcie_rx_bytes_per_second=rx * 1024.0 if rx is not None else None,
             pcie_replay_total=q(i, "pcie_replay_counter", pynvml.nvmlDeviceGetPcieReplayCounter, h),
@@ -293,7 +294,7 @@ class NvmlBackend:
             remapped_rows_failure=bool(remap[3]) if remap else None,
             **ecc,
         )
-        mig = q(i, "mig_mode", pynvml.nvmlDeviceGetMigMode, h)
+        mig = q(i, F.MIG_MODE, pynvml.nvmlDeviceGetMigMode, h)
         s.mig_mode = bool(mig[0]) if mig else None
         if s.mig_mode:
             s.mig_instances = self._mig_instances(i, h)
@@ -447,7 +448,7 @@ def nvml_smi_versions() -> dict[str, Any]:
                 except pynvml.NVMLError:
                     pass
             try:
-                g["mig_mode"] = pynvml.nvmlDeviceGetMigMode(h)[0]
+                g[F.MIG_MODE] = pynvml.nvmlDeviceGetMigMode(h)[0]
             except pynvml.NVMLError:
                 pass
             gpus.append(g)

@@ -32,6 +32,7 @@ from gpulens.gpu.trace_fields import (
 )
 from gpulens.gpu.trace_fields import processes as tf_processes
 from gpulens.gpu.types import GpuInfo, GpuSample, XidEvent
+from gpulens.vocab import gpu_fields as F
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +91,12 @@ def _probe_info(folder: Path) -> GpuInfo | None:
             "index": 0,
             "uuid": val("uuid") or "GPU-replay-0",
             "name": val("name") or "replayed GPU",
-            "memory_total_bytes": mem.get("total"),
-            "temperature_slowdown_celsius": number(val("temp_threshold_slowdown"), "temp_threshold_slowdown"),
-            "temperature_shutdown_celsius": number(val("temp_threshold_shutdown"), "temp_threshold_shutdown"),
-            "sm_clock_max_hz": (number(val("max_clock_sm"), "max_clock_sm") or 0) * 1e6 or None,
-            "memory_clock_max_hz": (number(val("max_clock_mem"), "max_clock_mem") or 0) * 1e6 or None,
-            "power_limit_watts": limit_mw / 1000 if number(limit_mw, "power_limit_mw") else None,
+            F.MEMORY_TOTAL_BYTES: mem.get("total"),
+            F.TEMPERATURE_SLOWDOWN_CELSIUS: number(val("temp_threshold_slowdown"), "temp_threshold_slowdown"),
+            F.TEMPERATURE_SHUTDOWN_CELSIUS: number(val("temp_threshold_shutdown"), "temp_threshold_shutdown"),
+            F.SM_CLOCK_MAX_HZ: (number(val("max_clock_sm"), "max_clock_sm") or 0) * 1e6 or None,
+            F.MEMORY_CLOCK_MAX_HZ: (number(val("max_clock_mem"), "max_clock_mem") or 0) * 1e6 or None,
+            F.POWER_LIMIT_WATTS: limit_mw / 1000 if number(limit_mw, "power_limit_mw") else None,
             "pci_bus_id": pci.get("busId") or pci.get("busIdLegacy"),
         }, 0)
     except (BadLine, AttributeError, TypeError):

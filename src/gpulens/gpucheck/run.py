@@ -21,9 +21,10 @@ from typing import Any
 from gpulens.gpu.types import GpuSample
 from gpulens.gpucheck.compare import Pairs, judge
 from gpulens.gpucheck.smi import NO_SMI_COUNTERPART, NvidiaSmi
+from gpulens.vocab import gpu_fields as F
+from gpulens.vocab.gpu_fields import GPM_FIELDS
 
 NO_DRIVER = "No NVIDIA driver answers here (NVML did not start): there is no GPU to check. Run `make gpu-check` on a machine with an NVIDIA GPU."
-GPM_FIELDS = ("graphics_active_ratio", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "dram_active_ratio")
 
 
 def numeric_sample_fields() -> list[str]:
@@ -101,7 +102,7 @@ def gpm_check(samples: list[GpuSample], model_names: dict[int, str]) -> dict[str
         for f, vals in present.items():
             info[f] = {"present": len(vals), "min": min(vals) if vals else None, "max": max(vals) if vals else None,
                        "in_range": all(0.0 <= v <= 1.0 for v in vals)}
-        busy = present["graphics_active_ratio"] or present["sm_active_ratio"]
+        busy = present[F.GRAPHICS_ACTIVE_RATIO] or present[F.SM_ACTIVE_RATIO]
         info["busy_under_load"] = bool(busy) and max(busy) > 0.2
         info["ok"] = all(i["in_range"] for i in (info[f] for f in GPM_FIELDS)) and (not any(present.values()) or info["busy_under_load"])
         out[str(gpu)] = info

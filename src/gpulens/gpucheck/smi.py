@@ -8,6 +8,8 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens.vocab import gpu_fields as F
+
 MiB = 1024 * 1024
 NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
 
@@ -48,50 +50,50 @@ def _hex(text: str) -> float:
 
 
 SMI_FIELDS: tuple[SmiField, ...] = (
-    SmiField("utilization_gpu_ratio", "utilization.gpu", _num(0.01), abs_tol=0.15, instant=True),
-    SmiField("utilization_memory_copy_ratio", "utilization.memory", _num(0.01), abs_tol=0.15, instant=True),
-    SmiField("utilization_encoder_ratio", "utilization.encoder", _num(0.01), abs_tol=0.05, instant=True),
-    SmiField("utilization_decoder_ratio", "utilization.decoder", _num(0.01), abs_tol=0.05, instant=True),
-    SmiField("memory_used_bytes", "memory.used", _num(MiB), abs_tol=256 * MiB, instant=True),
-    SmiField("memory_free_bytes", "memory.free", _num(MiB), abs_tol=256 * MiB, instant=True),
-    SmiField("memory_reserved_bytes", "memory.reserved", _num(MiB), abs_tol=2 * MiB),
-    SmiField("memory_total_bytes", "memory.total", _num(MiB), abs_tol=2 * MiB),
-    SmiField("temperature_celsius", "temperature.gpu", _num(), abs_tol=3, instant=True),
-    SmiField("memory_temperature_celsius", "temperature.memory", _num(), abs_tol=3, instant=True),
-    SmiField("power_watts", "power.draw", _num(), abs_tol=30, rel_tol=0.15, instant=True),
-    SmiField("power_limit_watts", "enforced.power.limit", _num(), abs_tol=1),
-    SmiField("sm_clock_hz", "clocks.sm", _num(1e6), abs_tol=150e6, instant=True),
-    SmiField("memory_clock_hz", "clocks.mem", _num(1e6), abs_tol=150e6, instant=True),
-    SmiField("sm_clock_max_hz", "clocks.max.sm", _num(1e6), abs_tol=1e6),
-    SmiField("memory_clock_max_hz", "clocks.max.mem", _num(1e6), abs_tol=1e6),
-    SmiField("clock_event_mask", "clocks_event_reasons.active", _hex, instant=True),
-    SmiField("performance_state", "pstate", _pstate, instant=True),
-    SmiField("pcie_replay_total", "pcie.link.replay_counter", _num()),
-    SmiField("ecc_corrected_volatile_total", "ecc.errors.corrected.volatile.total", _num()),
-    SmiField("ecc_uncorrected_volatile_total", "ecc.errors.uncorrected.volatile.total", _num()),
-    SmiField("ecc_corrected_aggregate_total", "ecc.errors.corrected.aggregate.total", _num()),
-    SmiField("ecc_uncorrected_aggregate_total", "ecc.errors.uncorrected.aggregate.total", _num()),
-    SmiField("remapped_rows_correctable", "remapped_rows.correctable", _num()),
-    SmiField("remapped_rows_uncorrectable", "remapped_rows.uncorrectable", _num()),
-    SmiField("remapped_rows_pending", "remapped_rows.pending", _yes_no),
-    SmiField("remapped_rows_failure", "remapped_rows.failure", _yes_no),
-    SmiField("mig_mode", "mig.mode.current", _yes_no),
+    SmiField(F.UTILIZATION_GPU_RATIO, "utilization.gpu", _num(0.01), abs_tol=0.15, instant=True),
+    SmiField(F.UTILIZATION_MEMORY_COPY_RATIO, "utilization.memory", _num(0.01), abs_tol=0.15, instant=True),
+    SmiField(F.UTILIZATION_ENCODER_RATIO, "utilization.encoder", _num(0.01), abs_tol=0.05, instant=True),
+    SmiField(F.UTILIZATION_DECODER_RATIO, "utilization.decoder", _num(0.01), abs_tol=0.05, instant=True),
+    SmiField(F.MEMORY_USED_BYTES, "memory.used", _num(MiB), abs_tol=256 * MiB, instant=True),
+    SmiField(F.MEMORY_FREE_BYTES, "memory.free", _num(MiB), abs_tol=256 * MiB, instant=True),
+    SmiField(F.MEMORY_RESERVED_BYTES, "memory.reserved", _num(MiB), abs_tol=2 * MiB),
+    SmiField(F.MEMORY_TOTAL_BYTES, "memory.total", _num(MiB), abs_tol=2 * MiB),
+    SmiField(F.TEMPERATURE_CELSIUS, "temperature.gpu", _num(), abs_tol=3, instant=True),
+    SmiField(F.MEMORY_TEMPERATURE_CELSIUS, "temperature.memory", _num(), abs_tol=3, instant=True),
+    SmiField(F.POWER_WATTS, "power.draw", _num(), abs_tol=30, rel_tol=0.15, instant=True),
+    SmiField(F.POWER_LIMIT_WATTS, "enforced.power.limit", _num(), abs_tol=1),
+    SmiField(F.SM_CLOCK_HZ, "clocks.sm", _num(1e6), abs_tol=150e6, instant=True),
+    SmiField(F.MEMORY_CLOCK_HZ, "clocks.mem", _num(1e6), abs_tol=150e6, instant=True),
+    SmiField(F.SM_CLOCK_MAX_HZ, "clocks.max.sm", _num(1e6), abs_tol=1e6),
+    SmiField(F.MEMORY_CLOCK_MAX_HZ, "clocks.max.mem", _num(1e6), abs_tol=1e6),
+    SmiField(F.CLOCK_EVENT_MASK, "clocks_event_reasons.active", _hex, instant=True),
+    SmiField(F.PERFORMANCE_STATE, "pstate", _pstate, instant=True),
+    SmiField(F.PCIE_REPLAY_TOTAL, "pcie.link.replay_counter", _num()),
+    SmiField(F.ECC_CORRECTED_VOLATILE_TOTAL, "ecc.errors.corrected.volatile.total", _num()),
+    SmiField(F.ECC_UNCORRECTED_VOLATILE_TOTAL, "ecc.errors.uncorrected.volatile.total", _num()),
+    SmiField(F.ECC_CORRECTED_AGGREGATE_TOTAL, "ecc.errors.corrected.aggregate.total", _num()),
+    SmiField(F.ECC_UNCORRECTED_AGGREGATE_TOTAL, "ecc.errors.uncorrected.aggregate.total", _num()),
+    SmiField(F.REMAPPED_ROWS_CORRECTABLE, "remapped_rows.correctable", _num()),
+    SmiField(F.REMAPPED_ROWS_UNCORRECTABLE, "remapped_rows.uncorrectable", _num()),
+    SmiField(F.REMAPPED_ROWS_PENDING, "remapped_rows.pending", _yes_no),
+    SmiField(F.REMAPPED_ROWS_FAILURE, "remapped_rows.failure", _yes_no),
+    SmiField(F.MIG_MODE, "mig.mode.current", _yes_no),
 )
 
 # GpuSample fields nvidia-smi --query-gpu has no counterpart for, and how the check covers them instead.
 NO_SMI_COUNTERPART: dict[str, str] = {
-    "temperature_slowdown_celsius": "a threshold (nvidia-smi -q shows it, --query-gpu does not): read once, reported",
-    "temperature_shutdown_celsius": "a threshold (nvidia-smi -q shows it, --query-gpu does not): read once, reported",
-    "energy_joules": "a counter: checked to rise by about the power drawn over the run",
-    "pcie_tx_bytes_per_second": "no --query-gpu field: checked to be present and non-negative",
-    "pcie_rx_bytes_per_second": "no --query-gpu field: checked to be present and non-negative",
-    "nvlink_bytes_total": "no --query-gpu field: checked to be a non-decreasing counter where present",
-    "graphics_active_ratio": "GPM: checked in 0..1, and busy under load",
-    "sm_active_ratio": "GPM: checked in 0..1, and busy under load",
-    "sm_occupancy_ratio": "GPM: checked in 0..1",
-    "tensor_active_ratio": "GPM: checked in 0..1",
-    "dram_active_ratio": "GPM: checked in 0..1",
-    "compute_process_count": "checked against the check's own CUDA process being listed",
+    F.TEMPERATURE_SLOWDOWN_CELSIUS: "a threshold (nvidia-smi -q shows it, --query-gpu does not): read once, reported",
+    F.TEMPERATURE_SHUTDOWN_CELSIUS: "a threshold (nvidia-smi -q shows it, --query-gpu does not): read once, reported",
+    F.ENERGY_JOULES: "a counter: checked to rise by about the power drawn over the run",
+    F.PCIE_TX_BYTES_PER_SECOND: "no --query-gpu field: checked to be present and non-negative",
+    F.PCIE_RX_BYTES_PER_SECOND: "no --query-gpu field: checked to be present and non-negative",
+    F.NVLINK_BYTES_TOTAL: "no --query-gpu field: checked to be a non-decreasing counter where present",
+    F.GRAPHICS_ACTIVE_RATIO: "GPM: checked in 0..1, and busy under load",
+    F.SM_ACTIVE_RATIO: "GPM: checked in 0..1, and busy under load",
+    F.SM_OCCUPANCY_RATIO: "GPM: checked in 0..1",
+    F.TENSOR_ACTIVE_RATIO: "GPM: checked in 0..1",
+    F.DRAM_ACTIVE_RATIO: "GPM: checked in 0..1",
+    F.COMPUTE_PROCESS_COUNT: "checked against the check's own CUDA process being listed",
 }
 
 

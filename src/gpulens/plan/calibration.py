@@ -36,6 +36,8 @@ from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, train
 
 # weak pull toward the defaults, so that a factor no run constrains stays sensible
 _PRIOR_WEIGHT = 0.15
+# The figure a calibration fits for training step time: its own word, not the store's `train_step` event.
+FIGURE_TRAIN_STEP = "train_step"
 
 
 def calibration_path() -> Path:
@@ -418,7 +420,7 @@ def _infer_rows(fn: Any) -> Any:
     return lambda ms, gpu, eff: fn([m for m in ms if m.kind == "infer"], gpu, eff)
 
 
-_FIGURES = (("train_step", _train_rows_err), ("peak_memory", _mem_err), ("decode_tpot", _infer_rows(_decode_err)),
+_FIGURES = ((FIGURE_TRAIN_STEP, _train_rows_err), ("peak_memory", _mem_err), ("decode_tpot", _infer_rows(_decode_err)),
             ("prefill", _infer_rows(_prefill_err)), ("matmul_rate", _rate_err))
 
 
@@ -449,11 +451,11 @@ def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficienc
     return LeaveOneOut(len(ok), sum(held_errs) / n, sum(default_errs) / n)
 
 
-_FIGURE_FNS = {"train_step": _train_rows_err, "peak_memory": _mem_err, "decode_tpot": _decode_err, "prefill": _prefill_err}
+_FIGURE_FNS = {FIGURE_TRAIN_STEP: _train_rows_err, "peak_memory": _mem_err, "decode_tpot": _decode_err, "prefill": _prefill_err}
 
 
 def _scope(figure: str, m: Measurement) -> str:
-    if figure == "train_step":
+    if figure == FIGURE_TRAIN_STEP:
         return "train"
     if figure == "peak_memory":
         return m.kind
@@ -490,7 +492,7 @@ def drop_unhelpful(eff: Efficiency, checks: list[FigureCheck], base: Efficiency 
     for c in checks:
         if c.used:
             continue
-        if c.figure == "train_step":
+        if c.figure == FIGURE_TRAIN_STEP:
             eff = replace(eff, **{k: getattr(base, k) for k in _TRAIN_FACTORS})
         elif c.figure == "peak_memory":
             eff = replace(eff, **{k: getattr(base, k) for k in _MEMORY_FACTORS})

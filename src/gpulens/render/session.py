@@ -10,13 +10,15 @@ from rich.table import Table
 
 from gpulens.store import Store
 from gpulens.units import format_bytes, format_seconds
+from gpulens.vocab import gpu as G
+from gpulens.vocab import names as N
 
 SEVERITY_COLOUR = {"critical": "red", "warning": "yellow", "info": "cyan"}
 GPU_FIGURES = (
-    ("gpu_utilization_ratio", "GPU utilization (mean / max)", lambda v: f"{v * 100:.0f} %"),
-    ("gpu_power_watts", "power (mean / max)", lambda v: f"{v:.0f} W"),
-    ("gpu_temperature_celsius", "temperature (mean / max)", lambda v: f"{v:.0f} °C"),
-    ("gpu_memory_used_bytes", "memory used (mean / max)", format_bytes),
+    (G.GPU_UTILIZATION_RATIO, "GPU utilization (mean / max)", lambda v: f"{v * 100:.0f} %"),
+    (G.GPU_POWER_WATTS, "power (mean / max)", lambda v: f"{v:.0f} W"),
+    (G.GPU_TEMPERATURE_CELSIUS, "temperature (mean / max)", lambda v: f"{v:.0f} °C"),
+    (G.GPU_MEMORY_USED_BYTES, "memory used (mean / max)", format_bytes),
 )
 
 
@@ -33,7 +35,7 @@ def print_session_summary(console: Console, store_path: Path, title: str = "the 
                 if d.value:
                     table.add_row(label, f"{fmt(sum(d.value) / len(d.value))} / {fmt(max(d.value))}")
         kinds = {k: len(st.events(k)) for k in st.event_kinds()}
-        workload = {k: n for k, n in kinds.items() if k in ("train_step", "request", "cold_start")}
+        workload = {k: n for k, n in kinds.items() if k in (N.EV_TRAIN_STEP, N.EV_REQUEST, N.EV_COLD_START)}
         if workload:
             table.add_row("workload records", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(workload.items())))
         if kinds.get("alert"):

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
+from gpulens.vocab import gpu_fields as F
+
 # Packages whose versions change performance or numerics.
 TRACKED_PACKAGES = (
     "torch",
@@ -141,7 +143,7 @@ def take_fingerprint(
             name=g.get("name"),
             uuid=g.get("uuid"),
             vbios=g.get("vbios"),
-            mig_mode=g.get("mig_mode"),
+            mig_mode=g.get(F.MIG_MODE),
         )
         for i, g in enumerate(nvml_versions.get("gpus", []) or [])
     ]

@@ -28,6 +28,7 @@ from gpulens.views.panels import (
     selection_label,
 )
 from gpulens.views.readers import Reader
+from gpulens.vocab import names as N
 
 # The time-range picker's choices; the API accepts any duration.
 RANGE_CHOICES = ("15m", "1h", "6h", "24h", "7d")
@@ -35,6 +36,8 @@ DEFAULT_RANGE = "15m"
 MAX_RANGE_SECONDS = 400 * 86400
 DEFAULT_POINTS = 600
 MAX_POINTS = 4000
+# The event kinds /api/events returns when none is asked for.
+DEFAULT_EVENT_KINDS = ("xid", N.EV_COLD_START, N.EV_TRAIN_OOM)
 
 
 @dataclass

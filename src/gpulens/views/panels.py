@@ -155,7 +155,7 @@ TRAINING = PanelSpec(
                 SeriesSpec(wn.TRAIN_MEMORY_ALLOCATED_BYTES, "allocated"),
                 SeriesSpec(wn.TRAIN_MEMORY_PEAK_BYTES, "peak"),
                 SeriesSpec(wn.TRAIN_MEMORY_RESERVED_BYTES, "reserved"),
-                SeriesSpec("gpu_memory_total_bytes", "GPU capacity", workload="gpu"),
+                SeriesSpec(gm.GPU_MEMORY_TOTAL_BYTES, "GPU capacity", workload="gpu"),
             ),
             "The allocator's view against the GPU's capacity: peak close to capacity means the next batch may not fit.",
         ),
@@ -237,8 +237,8 @@ INFERENCE = PanelSpec(
             (
                 SeriesSpec(wn.INFER_MEMORY_ALLOCATED_BYTES, "allocated"),
                 SeriesSpec(wn.INFER_MEMORY_RESERVED_BYTES, "reserved"),
-                SeriesSpec("gpu_memory_used_bytes", "GPU used", workload="gpu"),
-                SeriesSpec("gpu_memory_total_bytes", "GPU capacity", workload="gpu"),
+                SeriesSpec(gm.GPU_MEMORY_USED_BYTES, "GPU used", workload="gpu"),
+                SeriesSpec(gm.GPU_MEMORY_TOTAL_BYTES, "GPU capacity", workload="gpu"),
             ),
             "Headroom is the gap to capacity: the KV cache and batch growth need it under load.",
         ),
@@ -265,7 +265,7 @@ INFERENCE = PanelSpec(
 GPU = PanelSpec(
     id="gpu",
     title="GPU health",
-    feeds=("gpu_utilization_ratio", "gpu_temperature_celsius", "gpu_power_watts"),
+    feeds=(gm.GPU_UTILIZATION_RATIO, gm.GPU_TEMPERATURE_CELSIUS, gm.GPU_POWER_WATTS),
     empty_hint=(
         "No GPU telemetry in this range. Run `gpulens agent` on the GPU machine (it samples NVML), "
         "or `gpulens replay` to import a recorded trace."
@@ -276,9 +276,9 @@ GPU = PanelSpec(
             "Utilization",
             "ratio",
             (
-                SeriesSpec("gpu_utilization_ratio", "GPU busy"),
-                SeriesSpec("gpu_sm_active_ratio", "SM active"),
-                SeriesSpec("gpu_tensor_active_ratio", "tensor active"),
+                SeriesSpec(gm.GPU_UTILIZATION_RATIO, "GPU busy"),
+                SeriesSpec(gm.GPU_SM_ACTIVE_RATIO, "SM active"),
+                SeriesSpec(gm.GPU_TENSOR_ACTIVE_RATIO, "tensor active"),
             ),
             "'GPU busy' only says a kernel ran; SM and tensor activity say how much of the GPU worked.",
         ),
@@ -287,24 +287,24 @@ GPU = PanelSpec(
             "Temperature",
             "celsius",
             (
-                SeriesSpec("gpu_temperature_celsius", "temperature"),
-                SeriesSpec("gpu_temperature_slowdown_celsius", "slowdown at"),
+                SeriesSpec(gm.GPU_TEMPERATURE_CELSIUS, "temperature"),
+                SeriesSpec(gm.GPU_TEMPERATURE_SLOWDOWN_CELSIUS, "slowdown at"),
             ),
         ),
         ChartSpec(
             "gpu_power",
             "Power against its limit",
             "watts",
-            (SeriesSpec("gpu_power_watts", "power"), SeriesSpec("gpu_power_limit_watts", "limit")),
+            (SeriesSpec(gm.GPU_POWER_WATTS, "power"), SeriesSpec(gm.GPU_POWER_LIMIT_WATTS, "limit")),
         ),
         ChartSpec(
             "gpu_clocks",
             "Clocks",
             "hertz",
             (
-                SeriesSpec("gpu_sm_clock_hertz", "SM clock"),
-                SeriesSpec("gpu_sm_clock_max_hertz", "SM clock max"),
-                SeriesSpec("gpu_memory_clock_hertz", "memory clock"),
+                SeriesSpec(gm.GPU_SM_CLOCK_HERTZ, "SM clock"),
+                SeriesSpec(gm.GPU_SM_CLOCK_MAX_HERTZ, "SM clock max"),
+                SeriesSpec(gm.GPU_MEMORY_CLOCK_HERTZ, "memory clock"),
             ),
         ),
         ChartSpec(
@@ -318,7 +318,7 @@ GPU = PanelSpec(
             "gpu_memory",
             "GPU memory",
             "bytes",
-            (SeriesSpec("gpu_memory_used_bytes", "used"), SeriesSpec("gpu_memory_total_bytes", "capacity")),
+            (SeriesSpec(gm.GPU_MEMORY_USED_BYTES, "used"), SeriesSpec(gm.GPU_MEMORY_TOTAL_BYTES, "capacity")),
         ),
         ChartSpec(
             "gpu_process_memory",
@@ -334,19 +334,19 @@ GPU = PanelSpec(
             "count",
             (
                 SeriesSpec(gm.GPU_XID_TOTAL, "XID"),
-                SeriesSpec("gpu_ecc_uncorrected_volatile_total", "ECC uncorrected"),
-                SeriesSpec("gpu_ecc_corrected_volatile_total", "ECC corrected"),
-                SeriesSpec("gpu_remapped_rows_pending", "row remap pending"),
+                SeriesSpec(gm.GPU_ECC_UNCORRECTED_VOLATILE_TOTAL, "ECC uncorrected"),
+                SeriesSpec(gm.GPU_ECC_CORRECTED_VOLATILE_TOTAL, "ECC corrected"),
+                SeriesSpec(gm.GPU_REMAPPED_ROWS_PENDING, "row remap pending"),
             ),
             empty="No XID or ECC errors recorded in this range.",
         ),
     ),
     stats=(
-        StatSpec("util_mean", "utilization mean", "gpu_utilization_ratio", "mean", "ratio"),
-        StatSpec("temperature_max", "temperature max", "gpu_temperature_celsius", "max", "celsius"),
-        StatSpec("power_max", "power max", "gpu_power_watts", "max", "watts"),
-        StatSpec("power_limit", "power limit", "gpu_power_limit_watts", "max", "watts"),
-        StatSpec("memory_max", "memory used max", "gpu_memory_used_bytes", "max", "bytes"),
+        StatSpec("util_mean", "utilization mean", gm.GPU_UTILIZATION_RATIO, "mean", "ratio"),
+        StatSpec("temperature_max", "temperature max", gm.GPU_TEMPERATURE_CELSIUS, "max", "celsius"),
+        StatSpec("power_max", "power max", gm.GPU_POWER_WATTS, "max", "watts"),
+        StatSpec("power_limit", "power limit", gm.GPU_POWER_LIMIT_WATTS, "max", "watts"),
+        StatSpec("memory_max", "memory used max", gm.GPU_MEMORY_USED_BYTES, "max", "bytes"),
         StatSpec("xid_events", "XID errors", "xid", "event_count", "count"),
     ),
 )

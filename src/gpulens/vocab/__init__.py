@@ -2,6 +2,7 @@
 
 - `names`: workload series and event names, label names, histogram buckets
 - `gpu`: GPU series names, their `GpuSample` fields and dcgm-exporter's names for them
+- `gpu_fields`: the `GpuSample` attributes that carry a reading, by name
 - `xid`: NVIDIA's XID catalog (meaning, action, severity)
 - `directions`: which way is better for each metric, and its unit
 - `slo`: the latency-objective grammar (`p99_latency<=500ms`)

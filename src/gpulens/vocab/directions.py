@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpulens.errors import BadInputError
+from gpulens.vocab import names as N
 
 Direction = Literal["lower_is_better", "higher_is_better", "unknown"]
 HIGHER: Direction = "higher_is_better"
@@ -45,32 +46,32 @@ class MetricInfo:
 # Exact names: series (gpulens.vocab.names, gpu metrics) and run samples (bench train/serve).
 _EXACT: dict[str, tuple[Direction, str]] = {
     # training series
-    "train_step_seconds": (LOWER, "s"),
-    "train_data_wait_seconds": (LOWER, "s"),
-    "train_compute_seconds": (LOWER, "s"),
-    "train_comm_wait_seconds": (LOWER, "s"),
-    "train_checkpoint_seconds": (LOWER, "s"),
-    "train_eval_seconds": (LOWER, "s"),
-    "train_data_wait_ratio": (LOWER, "ratio"),
-    "train_comm_wait_ratio": (LOWER, "ratio"),
-    "train_samples_per_second": (HIGHER, "1/s"),
-    "train_tokens_per_second": (HIGHER, "1/s"),
-    "train_mfu_ratio": (HIGHER, "ratio"),
-    "train_loss": (LOWER, ""),
+    N.TRAIN_STEP_SECONDS: (LOWER, "s"),
+    N.TRAIN_DATA_WAIT_SECONDS: (LOWER, "s"),
+    N.TRAIN_COMPUTE_SECONDS: (LOWER, "s"),
+    N.TRAIN_COMM_WAIT_SECONDS: (LOWER, "s"),
+    N.TRAIN_CHECKPOINT_SECONDS: (LOWER, "s"),
+    N.TRAIN_EVAL_SECONDS: (LOWER, "s"),
+    N.TRAIN_DATA_WAIT_RATIO: (LOWER, "ratio"),
+    N.TRAIN_COMM_WAIT_RATIO: (LOWER, "ratio"),
+    N.TRAIN_SAMPLES_PER_SECOND: (HIGHER, "1/s"),
+    N.TRAIN_TOKENS_PER_SECOND: (HIGHER, "1/s"),
+    N.TRAIN_MFU_RATIO: (HIGHER, "ratio"),
+    N.TRAIN_LOSS: (LOWER, ""),
     # inference series
-    "infer_request_latency_seconds": (LOWER, "s"),
-    "infer_service_seconds": (LOWER, "s"),
-    "infer_queue_wait_seconds": (LOWER, "s"),
-    "infer_ttft_seconds": (LOWER, "s"),
-    "infer_tpot_seconds": (LOWER, "s"),
-    "infer_itl_seconds": (LOWER, "s"),
-    "infer_queue_depth": (LOWER, ""),
-    "infer_cold_start_seconds": (LOWER, "s"),
-    "infer_kv_cache_usage_ratio": (LOWER, "ratio"),
-    "infer_prefill_seconds": (LOWER, "s"),
-    "infer_decode_seconds": (LOWER, "s"),
-    "infer_prefix_cache_hit_ratio": (HIGHER, "ratio"),
-    "infer_preemptions_total": (LOWER, ""),
+    N.INFER_LATENCY_SECONDS: (LOWER, "s"),
+    N.INFER_SERVICE_SECONDS: (LOWER, "s"),
+    N.INFER_QUEUE_WAIT_SECONDS: (LOWER, "s"),
+    N.INFER_TTFT_SECONDS: (LOWER, "s"),
+    N.INFER_TPOT_SECONDS: (LOWER, "s"),
+    N.INFER_ITL_SECONDS: (LOWER, "s"),
+    N.INFER_QUEUE_DEPTH: (LOWER, ""),
+    N.INFER_COLD_START_SECONDS: (LOWER, "s"),
+    N.INFER_KV_CACHE_USAGE_RATIO: (LOWER, "ratio"),
+    N.INFER_PREFILL_SECONDS: (LOWER, "s"),
+    N.INFER_DECODE_SECONDS: (LOWER, "s"),
+    N.INFER_PREFIX_CACHE_HIT_RATIO: (HIGHER, "ratio"),
+    N.INFER_PREEMPTIONS_TOTAL: (LOWER, ""),
     # run samples
     "step_seconds": (LOWER, "s"),
     "tokens_per_second": (HIGHER, "1/s"),

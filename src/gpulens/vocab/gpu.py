@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gpulens.vocab import gpu_fields as F
+
 MetricType = Literal["gauge", "counter"]
 
 
@@ -29,51 +31,96 @@ class GpuMetric:
 
 MiB = 1024 * 1024
 
+# Series names of the table below (the name in upper case), for code that reads one series.
+GPU_UTILIZATION_RATIO = "gpu_utilization_ratio"
+GPU_MEMORY_COPY_UTILIZATION_RATIO = "gpu_memory_copy_utilization_ratio"
+GPU_ENCODER_UTILIZATION_RATIO = "gpu_encoder_utilization_ratio"
+GPU_DECODER_UTILIZATION_RATIO = "gpu_decoder_utilization_ratio"
+GPU_MEMORY_USED_BYTES = "gpu_memory_used_bytes"
+GPU_MEMORY_FREE_BYTES = "gpu_memory_free_bytes"
+GPU_MEMORY_RESERVED_BYTES = "gpu_memory_reserved_bytes"
+GPU_MEMORY_TOTAL_BYTES = "gpu_memory_total_bytes"
+GPU_TEMPERATURE_CELSIUS = "gpu_temperature_celsius"
+GPU_MEMORY_TEMPERATURE_CELSIUS = "gpu_memory_temperature_celsius"
+GPU_TEMPERATURE_SLOWDOWN_CELSIUS = "gpu_temperature_slowdown_celsius"
+GPU_TEMPERATURE_SHUTDOWN_CELSIUS = "gpu_temperature_shutdown_celsius"
+GPU_POWER_WATTS = "gpu_power_watts"
+GPU_POWER_LIMIT_WATTS = "gpu_power_limit_watts"
+GPU_ENERGY_JOULES_TOTAL = "gpu_energy_joules_total"
+GPU_SM_CLOCK_HERTZ = "gpu_sm_clock_hertz"
+GPU_MEMORY_CLOCK_HERTZ = "gpu_memory_clock_hertz"
+GPU_SM_CLOCK_MAX_HERTZ = "gpu_sm_clock_max_hertz"
+GPU_MEMORY_CLOCK_MAX_HERTZ = "gpu_memory_clock_max_hertz"
+GPU_CLOCK_EVENT_REASONS = "gpu_clock_event_reasons"
+GPU_PERFORMANCE_STATE = "gpu_performance_state"
+GPU_PCIE_TX_BYTES_PER_SECOND = "gpu_pcie_tx_bytes_per_second"
+GPU_PCIE_RX_BYTES_PER_SECOND = "gpu_pcie_rx_bytes_per_second"
+GPU_PCIE_REPLAY_TOTAL = "gpu_pcie_replay_total"
+GPU_NVLINK_BYTES_TOTAL = "gpu_nvlink_bytes_total"
+GPU_ECC_CORRECTED_VOLATILE_TOTAL = "gpu_ecc_corrected_volatile_total"
+GPU_ECC_UNCORRECTED_VOLATILE_TOTAL = "gpu_ecc_uncorrected_volatile_total"
+GPU_ECC_CORRECTED_AGGREGATE_TOTAL = "gpu_ecc_corrected_aggregate_total"
+GPU_ECC_UNCORRECTED_AGGREGATE_TOTAL = "gpu_ecc_uncorrected_aggregate_total"
+GPU_REMAPPED_ROWS_CORRECTABLE_TOTAL = "gpu_remapped_rows_correctable_total"
+GPU_REMAPPED_ROWS_UNCORRECTABLE_TOTAL = "gpu_remapped_rows_uncorrectable_total"
+GPU_REMAPPED_ROWS_PENDING = "gpu_remapped_rows_pending"
+GPU_REMAPPED_ROWS_FAILURE = "gpu_remapped_rows_failure"
+GPU_MIG_MODE = "gpu_mig_mode"
+GPU_GRAPHICS_ACTIVE_RATIO = "gpu_graphics_active_ratio"
+GPU_SM_ACTIVE_RATIO = "gpu_sm_active_ratio"
+GPU_SM_OCCUPANCY_RATIO = "gpu_sm_occupancy_ratio"
+GPU_TENSOR_ACTIVE_RATIO = "gpu_tensor_active_ratio"
+GPU_DRAM_ACTIVE_RATIO = "gpu_dram_active_ratio"
+
 GPU_METRICS: tuple[GpuMetric, ...] = (
-    GpuMetric("gpu_utilization_ratio", "utilization_gpu_ratio", "Fraction of time a kernel ran (NVML utilization.gpu).", dcgm_name="DCGM_FI_DEV_GPU_UTIL", dcgm_scale=100),
-    GpuMetric("gpu_memory_copy_utilization_ratio", "utilization_memory_copy_ratio", "Fraction of time device memory was read or written (NVML utilization.memory).", dcgm_name="DCGM_FI_DEV_MEM_COPY_UTIL", dcgm_scale=100),
-    GpuMetric("gpu_encoder_utilization_ratio", "utilization_encoder_ratio", "Fraction of time the video encoder was busy.", dcgm_name="DCGM_FI_DEV_ENC_UTIL", dcgm_scale=100),
-    GpuMetric("gpu_decoder_utilization_ratio", "utilization_decoder_ratio", "Fraction of time the video decoder was busy.", dcgm_name="DCGM_FI_DEV_DEC_UTIL", dcgm_scale=100),
-    GpuMetric("gpu_memory_used_bytes", "memory_used_bytes", "Device memory in use.", dcgm_name="DCGM_FI_DEV_FB_USED", dcgm_scale=1 / MiB),
-    GpuMetric("gpu_memory_free_bytes", "memory_free_bytes", "Device memory free.", dcgm_name="DCGM_FI_DEV_FB_FREE", dcgm_scale=1 / MiB),
-    GpuMetric("gpu_memory_reserved_bytes", "memory_reserved_bytes", "Device memory the driver and firmware reserve.", dcgm_name="DCGM_FI_DEV_FB_RESERVED", dcgm_scale=1 / MiB),
-    GpuMetric("gpu_memory_total_bytes", "memory_total_bytes", "Device memory in total.", dcgm_name="DCGM_FI_DEV_FB_TOTAL", dcgm_scale=1 / MiB),
-    GpuMetric("gpu_temperature_celsius", "temperature_celsius", "GPU core temperature.", dcgm_name="DCGM_FI_DEV_GPU_TEMP"),
-    GpuMetric("gpu_memory_temperature_celsius", "memory_temperature_celsius", "Device memory (HBM) temperature.", dcgm_name="DCGM_FI_DEV_MEMORY_TEMP"),
-    GpuMetric("gpu_temperature_slowdown_celsius", "temperature_slowdown_celsius", "Temperature at which the GPU slows its clocks.", dcgm_name="DCGM_FI_DEV_SLOWDOWN_TEMP"),
-    GpuMetric("gpu_temperature_shutdown_celsius", "temperature_shutdown_celsius", "Temperature at which the GPU shuts down.", dcgm_name="DCGM_FI_DEV_SHUTDOWN_TEMP"),
-    GpuMetric("gpu_power_watts", "power_watts", "Power draw.", dcgm_name="DCGM_FI_DEV_POWER_USAGE"),
-    GpuMetric("gpu_power_limit_watts", "power_limit_watts", "Enforced power limit.", dcgm_name="DCGM_FI_DEV_POWER_MGMT_LIMIT"),
-    GpuMetric("gpu_energy_joules_total", "energy_joules", "Energy used since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_scale=1000),
-    GpuMetric("gpu_sm_clock_hertz", "sm_clock_hz", "SM clock.", dcgm_name="DCGM_FI_DEV_SM_CLOCK", dcgm_scale=1e-6),
-    GpuMetric("gpu_memory_clock_hertz", "memory_clock_hz", "Memory clock.", dcgm_name="DCGM_FI_DEV_MEM_CLOCK", dcgm_scale=1e-6),
-    GpuMetric("gpu_sm_clock_max_hertz", "sm_clock_max_hz", "Highest SM clock.", dcgm_name="DCGM_FI_DEV_MAX_SM_CLOCK", dcgm_scale=1e-6),
-    GpuMetric("gpu_memory_clock_max_hertz", "memory_clock_max_hz", "Highest memory clock.", dcgm_name="DCGM_FI_DEV_MAX_MEM_CLOCK", dcgm_scale=1e-6),
-    GpuMetric("gpu_clock_event_reasons", "clock_event_mask", "Bitmask of active clock-event (throttle) reasons, NVML encoding.", dcgm_name="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
-    GpuMetric("gpu_performance_state", "performance_state", "Performance state (0 = P0, fastest).", dcgm_name="DCGM_FI_DEV_PSTATE"),
-    GpuMetric("gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", "PCIe transmit throughput.", dcgm_name="DCGM_FI_DEV_PCIE_TX_THROUGHPUT", dcgm_scale=1 / 1024,
+    GpuMetric(GPU_UTILIZATION_RATIO, F.UTILIZATION_GPU_RATIO, "Fraction of time a kernel ran (NVML utilization.gpu).", dcgm_name="DCGM_FI_DEV_GPU_UTIL", dcgm_scale=100),
+    GpuMetric(GPU_MEMORY_COPY_UTILIZATION_RATIO, F.UTILIZATION_MEMORY_COPY_RATIO, "Fraction of time device memory was read or written (NVML utilization.memory).", dcgm_name="DCGM_FI_DEV_MEM_COPY_UTIL", dcgm_scale=100),
+    GpuMetric(GPU_ENCODER_UTILIZATION_RATIO, F.UTILIZATION_ENCODER_RATIO, "Fraction of time the video encoder was busy.", dcgm_name="DCGM_FI_DEV_ENC_UTIL", dcgm_scale=100),
+    GpuMetric(GPU_DECODER_UTILIZATION_RATIO, F.UTILIZATION_DECODER_RATIO, "Fraction of time the video decoder was busy.", dcgm_name="DCGM_FI_DEV_DEC_UTIL", dcgm_scale=100),
+    GpuMetric(GPU_MEMORY_USED_BYTES, F.MEMORY_USED_BYTES, "Device memory in use.", dcgm_name="DCGM_FI_DEV_FB_USED", dcgm_scale=1 / MiB),
+    GpuMetric(GPU_MEMORY_FREE_BYTES, F.MEMORY_FREE_BYTES, "Device memory free.", dcgm_name="DCGM_FI_DEV_FB_FREE", dcgm_scale=1 / MiB),
+    GpuMetric(GPU_MEMORY_RESERVED_BYTES, F.MEMORY_RESERVED_BYTES, "Device memory the driver and firmware reserve.", dcgm_name="DCGM_FI_DEV_FB_RESERVED", dcgm_scale=1 / MiB),
+    GpuMetric(GPU_MEMORY_TOTAL_BYTES, F.MEMORY_TOTAL_BYTES, "Device memory in total.", dcgm_name="DCGM_FI_DEV_FB_TOTAL", dcgm_scale=1 / MiB),
+    GpuMetric(GPU_TEMPERATURE_CELSIUS, F.TEMPERATURE_CELSIUS, "GPU core temperature.", dcgm_name="DCGM_FI_DEV_GPU_TEMP"),
+    GpuMetric(GPU_MEMORY_TEMPERATURE_CELSIUS, F.MEMORY_TEMPERATURE_CELSIUS, "Device memory (HBM) temperature.", dcgm_name="DCGM_FI_DEV_MEMORY_TEMP"),
+    GpuMetric(GPU_TEMPERATURE_SLOWDOWN_CELSIUS, F.TEMPERATURE_SLOWDOWN_CELSIUS, "Temperature at which the GPU slows its clocks.", dcgm_name="DCGM_FI_DEV_SLOWDOWN_TEMP"),
+    GpuMetric(GPU_TEMPERATURE_SHUTDOWN_CELSIUS, F.TEMPERATURE_SHUTDOWN_CELSIUS, "Temperature at which the GPU shuts down.", dcgm_name="DCGM_FI_DEV_SHUTDOWN_TEMP"),
+    GpuMetric(GPU_POWER_WATTS, F.POWER_WATTS, "Power draw.", dcgm_name="DCGM_FI_DEV_POWER_USAGE"),
+    GpuMetric(GPU_POWER_LIMIT_WATTS, F.POWER_LIMIT_WATTS, "Enforced power limit.", dcgm_name="DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    GpuMetric(GPU_ENERGY_JOULES_TOTAL, F.ENERGY_JOULES, "Energy used since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_scale=1000),
+    GpuMetric(GPU_SM_CLOCK_HERTZ, F.SM_CLOCK_HZ, "SM clock.", dcgm_name="DCGM_FI_DEV_SM_CLOCK", dcgm_scale=1e-6),
+    GpuMetric(GPU_MEMORY_CLOCK_HERTZ, F.MEMORY_CLOCK_HZ, "Memory clock.", dcgm_name="DCGM_FI_DEV_MEM_CLOCK", dcgm_scale=1e-6),
+    GpuMetric(GPU_SM_CLOCK_MAX_HERTZ, F.SM_CLOCK_MAX_HZ, "Highest SM clock.", dcgm_name="DCGM_FI_DEV_MAX_SM_CLOCK", dcgm_scale=1e-6),
+    GpuMetric(GPU_MEMORY_CLOCK_MAX_HERTZ, F.MEMORY_CLOCK_MAX_HZ, "Highest memory clock.", dcgm_name="DCGM_FI_DEV_MAX_MEM_CLOCK", dcgm_scale=1e-6),
+    GpuMetric(GPU_CLOCK_EVENT_REASONS, F.CLOCK_EVENT_MASK, "Bitmask of active clock-event (throttle) reasons, NVML encoding.", dcgm_name="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    GpuMetric(GPU_PERFORMANCE_STATE, F.PERFORMANCE_STATE, "Performance state (0 = P0, fastest).", dcgm_name="DCGM_FI_DEV_PSTATE"),
+    GpuMetric(GPU_PCIE_TX_BYTES_PER_SECOND, F.PCIE_TX_BYTES_PER_SECOND, "PCIe transmit throughput.", dcgm_name="DCGM_FI_DEV_PCIE_TX_THROUGHPUT", dcgm_scale=1 / 1024,
               dcgm_aliases=(("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0),)),
-    GpuMetric("gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", "PCIe receive throughput.", dcgm_name="DCGM_FI_DEV_PCIE_RX_THROUGHPUT", dcgm_scale=1 / 1024,
+    GpuMetric(GPU_PCIE_RX_BYTES_PER_SECOND, F.PCIE_RX_BYTES_PER_SECOND, "PCIe receive throughput.", dcgm_name="DCGM_FI_DEV_PCIE_RX_THROUGHPUT", dcgm_scale=1 / 1024,
               dcgm_aliases=(("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0),)),
-    GpuMetric("gpu_pcie_replay_total", "pcie_replay_total", "PCIe retries since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
-    GpuMetric("gpu_nvlink_bytes_total", "nvlink_bytes_total", "NVLink data bytes sent and received over all links since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),
-    GpuMetric("gpu_ecc_corrected_volatile_total", "ecc_corrected_volatile_total", "Corrected (single-bit) ECC errors since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
-    GpuMetric("gpu_ecc_uncorrected_volatile_total", "ecc_uncorrected_volatile_total", "Uncorrected (double-bit) ECC errors since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
-    GpuMetric("gpu_ecc_corrected_aggregate_total", "ecc_corrected_aggregate_total", "Corrected ECC errors over the GPU's life.", "counter", dcgm_name="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
-    GpuMetric("gpu_ecc_uncorrected_aggregate_total", "ecc_uncorrected_aggregate_total", "Uncorrected ECC errors over the GPU's life.", "counter", dcgm_name="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
-    GpuMetric("gpu_remapped_rows_correctable_total", "remapped_rows_correctable", "Rows remapped for correctable errors.", "counter", dcgm_name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
-    GpuMetric("gpu_remapped_rows_uncorrectable_total", "remapped_rows_uncorrectable", "Rows remapped for uncorrectable errors.", "counter", dcgm_name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
-    GpuMetric("gpu_remapped_rows_pending", "remapped_rows_pending", "1 when a row remapping waits for a GPU reset.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_PENDING"),
-    GpuMetric("gpu_remapped_rows_failure", "remapped_rows_failure", "1 when a row remapping failed.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_FAILURE"),
-    GpuMetric("gpu_mig_mode", "mig_mode", "1 when MIG (multi-instance GPU) mode is enabled.", dcgm_name=None),
-    GpuMetric("gpu_graphics_active_ratio", "graphics_active_ratio", "Fraction of time the graphics or compute engine was active (GPM).", dcgm_name="DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
-    GpuMetric("gpu_sm_active_ratio", "sm_active_ratio", "Fraction of time at least one warp was active on an SM (GPM).", dcgm_name="DCGM_FI_PROF_SM_ACTIVE"),
-    GpuMetric("gpu_sm_occupancy_ratio", "sm_occupancy_ratio", "Resident warps over the maximum (GPM).", dcgm_name="DCGM_FI_PROF_SM_OCCUPANCY"),
-    GpuMetric("gpu_tensor_active_ratio", "tensor_active_ratio", "Fraction of cycles a tensor pipe was active (GPM).", dcgm_name="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
-    GpuMetric("gpu_dram_active_ratio", "dram_active_ratio", "Fraction of cycles device memory was busy (GPM).", dcgm_name="DCGM_FI_PROF_DRAM_ACTIVE"),
+    GpuMetric(GPU_PCIE_REPLAY_TOTAL, F.PCIE_REPLAY_TOTAL, "PCIe retries since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+    GpuMetric(GPU_NVLINK_BYTES_TOTAL, F.NVLINK_BYTES_TOTAL, "NVLink data bytes sent and received over all links since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),
+    GpuMetric(GPU_ECC_CORRECTED_VOLATILE_TOTAL, F.ECC_CORRECTED_VOLATILE_TOTAL, "Corrected (single-bit) ECC errors since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    GpuMetric(GPU_ECC_UNCORRECTED_VOLATILE_TOTAL, F.ECC_UNCORRECTED_VOLATILE_TOTAL, "Uncorrected (double-bit) ECC errors since the driver loaded.", "counter", dcgm_name="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    GpuMetric(GPU_ECC_CORRECTED_AGGREGATE_TOTAL, F.ECC_CORRECTED_AGGREGATE_TOTAL, "Corrected ECC errors over the GPU's life.", "counter", dcgm_name="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+    GpuMetric(GPU_ECC_UNCORRECTED_AGGREGATE_TOTAL, F.ECC_UNCORRECTED_AGGREGATE_TOTAL, "Uncorrected ECC errors over the GPU's life.", "counter", dcgm_name="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    GpuMetric(GPU_REMAPPED_ROWS_CORRECTABLE_TOTAL, F.REMAPPED_ROWS_CORRECTABLE, "Rows remapped for correctable errors.", "counter", dcgm_name="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+    GpuMetric(GPU_REMAPPED_ROWS_UNCORRECTABLE_TOTAL, F.REMAPPED_ROWS_UNCORRECTABLE, "Rows remapped for uncorrectable errors.", "counter", dcgm_name="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+    GpuMetric(GPU_REMAPPED_ROWS_PENDING, F.REMAPPED_ROWS_PENDING, "1 when a row remapping waits for a GPU reset.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_PENDING"),
+    GpuMetric(GPU_REMAPPED_ROWS_FAILURE, F.REMAPPED_ROWS_FAILURE, "1 when a row remapping failed.", dcgm_name="DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    GpuMetric(GPU_MIG_MODE, F.MIG_MODE, "1 when MIG (multi-instance GPU) mode is enabled.", dcgm_name=None),
+    GpuMetric(GPU_GRAPHICS_ACTIVE_RATIO, F.GRAPHICS_ACTIVE_RATIO, "Fraction of time the graphics or compute engine was active (GPM).", dcgm_name="DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+    GpuMetric(GPU_SM_ACTIVE_RATIO, F.SM_ACTIVE_RATIO, "Fraction of time at least one warp was active on an SM (GPM).", dcgm_name="DCGM_FI_PROF_SM_ACTIVE"),
+    GpuMetric(GPU_SM_OCCUPANCY_RATIO, F.SM_OCCUPANCY_RATIO, "Resident warps over the maximum (GPM).", dcgm_name="DCGM_FI_PROF_SM_OCCUPANCY"),
+    GpuMetric(GPU_TENSOR_ACTIVE_RATIO, F.TENSOR_ACTIVE_RATIO, "Fraction of cycles a tensor pipe was active (GPM).", dcgm_name="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
+    GpuMetric(GPU_DRAM_ACTIVE_RATIO, F.DRAM_ACTIVE_RATIO, "Fraction of cycles device memory was busy (GPM).", dcgm_name="DCGM_FI_PROF_DRAM_ACTIVE"),
 )
 
 METRICS_BY_NAME: dict[str, GpuMetric] = {m.name: m for m in GPU_METRICS}
+METRICS_BY_FIELD: dict[str, GpuMetric] = {m.field: m for m in GPU_METRICS}
+
+# dcgm-exporter's name of the last XID code (no GpuSample field: the exporter writes it from XID events)
+DCGM_XID_ERRORS = "DCGM_FI_DEV_XID_ERRORS"
 
 # dcgm-exporter's help text for the fields of its default-counters.csv, word for word, so that
 # `--metric-names dcgm` reads as dcgm-exporter does (other DCGM names get gpulens's help).
@@ -89,7 +136,7 @@ DCGM_HELP: dict[str, str] = {
     "DCGM_FI_DEV_MEM_COPY_UTIL": "Memory utilization (in %).",
     "DCGM_FI_DEV_ENC_UTIL": "Encoder utilization (in %).",
     "DCGM_FI_DEV_DEC_UTIL": "Decoder utilization (in %).",
-    "DCGM_FI_DEV_XID_ERRORS": "Value of the last XID error encountered.",
+    DCGM_XID_ERRORS: "Value of the last XID error encountered.",
     "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
     "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
     "DCGM_FI_DEV_FB_RESERVED": "Framebuffer memory reserved (in MiB).",

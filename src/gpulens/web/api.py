@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from gpulens.errors import BadInputError, GpulensError
 from gpulens.views.data import (
+    DEFAULT_EVENT_KINDS,
     RANGE_CHOICES,
     Selection,
     Window,
@@ -24,9 +25,11 @@ from gpulens.views.data import (
 )
 from gpulens.views.panels import PANELS
 from gpulens.views.readers import Reader
+from gpulens.vocab import names as N
+from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 
 MAX_EVENTS = 1000
-EVENT_WORKLOAD = {"xid": "gpu", "cold_start": "inference", "train_oom": "training", "train_nan_loss": "training"}
+EVENT_WORKLOAD = {"xid": "gpu", N.EV_COLD_START: "inference", N.EV_TRAIN_OOM: "training", N.EV_TRAIN_NAN: "training"}
 
 
 def _finite(obj: Any) -> Any:
@@ -138,7 +141,7 @@ def series(request: Request) -> Response:
     reader = _reader(request)
     metric = request.query_params.get("metric")
     if not metric:
-        raise BadInputError("Name the metric: metric=gpu_utilization_ratio.", hint="GET /api/meta lists the panels' metrics.")
+        raise BadInputError(f"Name the metric: metric={GPU_UTILIZATION_RATIO}.", hint="GET /api/meta lists the panels' metrics.")
     w = window_of(request, reader)
     sel = selection_of(request)
     match = {k: v for k, v in vars(sel).items() if v}
@@ -184,9 +187,9 @@ def alerts(request: Request) -> Response:
 def events(request: Request) -> Response:
     reader = _reader(request)
     w = window_of(request, reader)
-    kinds = tuple(k for k in request.query_params.getlist("kind") if k) or ("xid", "cold_start", "train_oom")
+    kinds = tuple(k for k in request.query_params.getlist("kind") if k) or DEFAULT_EVENT_KINDS
     if len(kinds) > 20:
-        raise BadInputError("Ask for at most 20 event kinds at once.", hint="e.g. kind=xid&kind=cold_start")
+        raise BadInputError("Ask for at most 20 event kinds at once.", hint=f"e.g. kind=xid&kind={N.EV_COLD_START}")
     sel = selection_of(request)
     rows = []
     if reader.supports_events:

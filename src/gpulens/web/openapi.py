@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulens.views.data import DEFAULT_POINTS, DEFAULT_RANGE, MAX_POINTS
+from gpulens.views.data import DEFAULT_EVENT_KINDS, DEFAULT_POINTS, DEFAULT_RANGE, MAX_POINTS
 from gpulens.views.panels import PANELS
+from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 
 
 def _param(name: str, schema: dict[str, Any], description: str, *, where: str = "query", required: bool = False) -> dict[str, Any]:
@@ -147,7 +148,7 @@ SPEC: dict[str, Any] = {
         ),
         "/api/series": _get(
             "Any one metric's series (every label set), downsampled to `points` buckets (mean, min, max per bucket).",
-            [_param("metric", {"type": "string", "example": "gpu_utilization_ratio"}, "Metric name", required=True),
+            [_param("metric", {"type": "string", "example": GPU_UTILIZATION_RATIO}, "Metric name", required=True),
              *WINDOW, *SELECTION, POINTS],
             {
                 "type": "object", "required": ["metric", "window", "series"],
@@ -182,7 +183,7 @@ SPEC: dict[str, Any] = {
         "/api/events": _get(
             "Discrete events (XID errors, cold starts, OOMs...) in the window, oldest first, at most 1000.",
             [*WINDOW, *SELECTION,
-             _param("kind", {"type": "array", "items": {"type": "string"}, "maxItems": 20}, "Event kinds (repeat); default xid, cold_start, train_oom")],
+             _param("kind", {"type": "array", "items": {"type": "string"}, "maxItems": 20}, f"Event kinds (repeat); default {', '.join(DEFAULT_EVENT_KINDS)}")],
             {
                 "type": "object", "required": ["supported", "events", "window"],
                 "properties": {"supported": {"type": "boolean"}, "window": WINDOW_OUT, "events": {"type": "array", "items": {

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
+from gpulens.vocab.names import EV_REQUEST
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MOONCAKE_BLOCK_TOKENS = 512  # the block size of mooncake's published traces' hash_ids
@@ -98,7 +99,7 @@ def _from_store(path: Path, service: str | None) -> list[tuple[float, int | None
     from gpulens.store import Store
 
     with Store(path) as s:
-        events = s.events("request", labels={"service": service} if service else None)
+        events = s.events(EV_REQUEST, labels={"service": service} if service else None)
     return [row for e in events if (row := _request_row(e.data)) is not None]
 
 
@@ -116,7 +117,7 @@ def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]],
                 raise BadInputError(f"Line {n} of the recording {path} is not JSON.", hint=SOURCE_HINT) from None
             if not isinstance(d, dict):
                 continue
-            if d.get("kind") == "request":
+            if d.get("kind") == EV_REQUEST:
                 fmt = fmt or "trace"
                 row = _request_row(d)
             elif "timestamp" in d and ("input_length" in d or "output_length" in d):
