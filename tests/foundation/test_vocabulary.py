@@ -41,12 +41,7 @@ SRC = Path(gpulens.__file__).resolve().parent
 # Being edited on other branches; the integrator empties this list.
 PENDING = frozenset({
     "diagnose/",
-    "alerts/expr.py",
-    "alerts/export.py",
-    "views/promql.py",
     "views/prometheus.py",
-    "scaling/promql.py",
-    "export/grafana.py",
     "workload/training/trackers.py",
     "workload/training/monitor.py",
     "workload/inference/monitor.py",

@@ -37,9 +37,10 @@ from gpulens.alerts.expr import (
 from gpulens.alerts.rules import Rule, RuleSet
 from gpulens.promql import duration, regex_any
 from gpulens.store import Store
+from gpulens.vocab.gpu import GPU_XID_TOTAL
 from gpulens.vocab.xid import UNKNOWN_XID_SEVERITY, XID_CATALOG
 
-XID_METRIC = "gpu_xid_errors_total"
+XID_METRIC = GPU_XID_TOTAL
 
 
 @dataclass(frozen=True)

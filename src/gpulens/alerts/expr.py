@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from gpulens import promql as P
 from gpulens.errors import BadInputError
 from gpulens.promql import duration_seconds
+from gpulens.vocab.names import EV_TRAIN_NAN
 
 RANGE_FUNCTIONS = {
     "increase", "rate", "delta", "avg_over_time", "max_over_time", "min_over_time",
@@ -323,7 +324,7 @@ class _Parser:
                 raise self.fail(f"{func} takes a metric and optionally a quantile between 0 and 1, e.g. {func}(m, 0.95)", tok)
         elif func in EVENT_FUNCTIONS:
             if len(args) != 1 or not is_range(args[0]):
-                raise self.fail(f"{func} takes an event kind with a range, e.g. {func}(train_nan_loss[5m])", tok)
+                raise self.fail(f"{func} takes an event kind with a range, e.g. {func}({EV_TRAIN_NAN}[5m])", tok)
             sel = args[0]
             assert isinstance(sel, Selector)
             self.metrics.discard(sel.name)

@@ -20,6 +20,8 @@ from gpulens.views.panels import (
     selection_label,
 )
 from gpulens.views.promql import series_expr, stat_expr
+from gpulens.vocab import names as N
+from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_PROCESS_MEMORY, GPU_UP
 
 DS = "${DS_PROMETHEUS}"
 DEFAULT_UID = "gpulens-overview"
@@ -36,10 +38,10 @@ GRAFANA_UNITS = {
 }
 VARIABLES = {
     # variable -> (metric that carries the label, help)
-    "host": ("gpu_up", "Host"),
-    "gpu": ("gpu_up", "GPU"),
-    "job": ("train_step_seconds_count", "Training job"),  # a histogram: its _count series carries the labels
-    "service": ("infer_request_latency_seconds_count", "Inference service"),
+    "host": (GPU_UP, "Host"),
+    "gpu": (GPU_UP, "GPU"),
+    "job": (f"{N.TRAIN_STEP_SECONDS}_count", "Training job"),  # a histogram: its _count series carries the labels
+    "service": (f"{N.INFER_LATENCY_SECONDS}_count", "Inference service"),
 }
 
 
@@ -54,8 +56,8 @@ def _legend(s: SeriesSpec, panel: PanelSpec) -> str:
     owner = LEGEND_OWNER[s.workload or panel.id]
     whose = f"{legend_name(owner)} {{{{{owner}}}}}"
     return {
-        "gpu_clock_event_active": f"{{{{reason}}}} ({whose})",
-        "gpu_process_memory_bytes": f"{{{{process}}}} (pid {{{{pid}}}}, {whose})",
+        GPU_CLOCK_EVENT_ACTIVE: f"{{{{reason}}}} ({whose})",
+        GPU_PROCESS_MEMORY: f"{{{{process}}}} (pid {{{{pid}}}}, {whose})",
     }.get(s.metric, f"{s.label} ({whose})")
 
 
