@@ -15,7 +15,6 @@ from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.training import TrainingMonitor
 
-
 WAIT_S, COMPUTE_S, COMM_S, CKPT_S = 0.125, 0.25, 0.0625, 0.5  # binary fractions: the sums are exact
 
 
