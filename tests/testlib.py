@@ -62,3 +62,20 @@ def wait_http(url: str, proc, timeout: float = 30.0, log=None) -> None:  # noqa:
         except OSError:
             time.sleep(0.2)
     raise AssertionError(f"{url} did not come up{tail()}")
+
+
+def wait_until(predicate, timeout_s: float, what: str, *, poll_s: float = 0.02):  # noqa: ANN001, ANN201
+    """Poll `predicate` until it returns something truthy (returned); fail naming `what` at the deadline.
+
+    For a test that waits for something to happen (a thread, a server, a file); a test that needs
+    time to pass drives a `gpulens.clock.FakeClock` instead."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)

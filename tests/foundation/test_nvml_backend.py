@@ -4,10 +4,10 @@ library on this machine (no driver: a clear error). Runs on a real GPU too, mark
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from nvml_standin import ProbeNvml
+from testlib import wait_until
 
 from gpulens import BackendUnavailableError
 from gpulens.gpu import nvidia_driver_present
@@ -125,11 +125,8 @@ def test_xid_events_come_from_the_event_thread(nvml):
     be = NvmlBackend(clock=lambda: 7.0)
     try:
         nvml.xids.put((1, 79))
-        deadline = time.time() + 5
-        events = []
-        while not events and time.time() < deadline:
-            events = be.drain_xid_events()
-            time.sleep(0.02)
+        events: list = []
+        wait_until(lambda: events.extend(be.drain_xid_events()) or events, 5, "the XID event thread to report")
         assert [(e.gpu, e.xid, e.t) for e in events] == [(1, 79, 7.0)]
         assert events[0].uuid.endswith("1")
     finally:

@@ -1,16 +1,18 @@
-"""InferenceMonitor (exact values with an injected clock) and the ASGI middleware in a real
-Starlette app served by uvicorn on loopback, driven by gpulens's own load tester."""
+"""InferenceMonitor and the ASGI middleware in a real Starlette app: exact values on a FakeClock that
+the handlers advance (the app called over ASGI in-process), and the same app served by uvicorn on
+loopback, driven by gpulens's own load tester on the real clock."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
-import time
 
 import pytest
+from testlib import wait_until
 
 from gpulens.bench.serve import LoadSpec, Target, run_load
+from gpulens.clock import FakeClock
 from gpulens.errors import MonitorUsageError
 from gpulens.store import Store
 from gpulens.vocab import names as N
@@ -58,22 +60,27 @@ def test_monitor_records_each_request_exactly(store):
     mon.close()
 
 
-def _starlette_app(monitor: InferenceMonitor):
+GENERATE_S, FIRST_TOKEN_S, TOKEN_GAP_S = 0.02, 0.03, 0.01  # the handlers' work, on the real server
+
+
+def _starlette_app(monitor: InferenceMonitor, pause=asyncio.sleep, scale: float = 1.0):
+    """The test app; `pause(seconds)` is the handlers' work (a real sleep, or a FakeClock's advance),
+    each of its durations × `scale`."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.routing import Route
 
     async def generate(request):
-        await asyncio.sleep(0.02)
+        await pause(GENERATE_S * scale)
         request.state.gpulens.set(batch_size=4, output_tokens=7)
         return JSONResponse({"text": "done"})
 
     async def stream(request):
         async def tokens():
-            await asyncio.sleep(0.03)
+            await pause(FIRST_TOKEN_S * scale)
             for i in range(5):
                 if i:
-                    await asyncio.sleep(0.01)
+                    await pause(TOKEN_GAP_S * scale)
                 yield f"data: {json.dumps({'choices': [{'text': f't{i}'}]})}\n\n"
             yield "data: [DONE]\n\n"
 
@@ -94,6 +101,69 @@ def _starlette_app(monitor: InferenceMonitor):
     return app
 
 
+async def _asgi_call(app, method: str, path: str) -> list[dict]:
+    """One request straight into the ASGI app (no socket): the messages it sent back."""
+    sent: list[dict] = []
+    done = asyncio.Event()
+    received = False
+
+    async def receive():
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await done.wait()  # a streaming response listens for the client going away
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": [(b"host", b"test")],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+    try:
+        await app(scope, receive, send)
+    finally:
+        done.set()
+    return sent
+
+
+def test_middleware_times_each_request_exactly_on_the_monitors_clock(store):
+    """The handlers' work advances a FakeClock (binary fractions, so every sum is exact)."""
+    clock = FakeClock()
+    monitor = InferenceMonitor(store, service="api", model="tiny", host="h", clock=clock, flush_interval_seconds=None)
+
+    async def advance(seconds: float) -> None:
+        clock.advance(seconds)
+
+    scale = 12.5  # 20, 30, 10 ms -> 0.25, 0.375, 0.125 s
+    app = _starlette_app(monitor, pause=advance, scale=scale)
+
+    async def drive() -> None:
+        for _ in range(3):
+            assert (await _asgi_call(app, "GET", "/v1/generate"))[0]["status"] == 200
+        for _ in range(2):
+            await _asgi_call(app, "POST", "/v1/completions")
+        with pytest.raises(RuntimeError, match="model crashed"):
+            await _asgi_call(app, "GET", "/v1/fail")
+        assert (await _asgi_call(app, "GET", "/v1/busy"))[0]["status"] == 503
+        await _asgi_call(app, "GET", "/health")
+
+    asyncio.run(drive())
+    monitor.flush()
+    first, gap = FIRST_TOKEN_S * scale, TOKEN_GAP_S * scale
+    assert _vals(store, N.INFER_LATENCY_SECONDS) == [GENERATE_S * scale] * 3 + [first + 4 * gap] * 2
+    assert _vals(store, N.INFER_TTFT_SECONDS) == [first] * 2  # streamed: each chunk is a token
+    assert _vals(store, N.INFER_ITL_SECONDS) == [gap] * 2
+    assert _vals(store, N.INFER_OUTPUT_TOKENS) == [7] * 3 + [5] * 2
+    assert _vals(store, N.INFER_BATCH_SIZE) == [4] * 3
+    totals = {s.key.labels["status"]: s.value[-1] for s in store.query(N.INFER_REQUESTS_TOTAL, {"service": "api"})}
+    assert totals == {"ok": 5, "error": 1, "rejected": 1}  # /health is outside the measured paths
+    ends = [e.data["end"] for e in store.events(N.EV_REQUEST, labels={"service": "api"})]
+    assert ends[-1] == clock.time() and len(ends) == 7
+    monitor.close()
+
+
 @pytest.fixture
 def served_app(store, port):
     import uvicorn
@@ -102,9 +172,8 @@ def served_app(store, port):
     server = uvicorn.Server(uvicorn.Config(_starlette_app(monitor), host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: server.started or not thread.is_alive(), 10, "uvicorn to start")
+    assert server.started, "uvicorn stopped before it started"
     yield f"http://127.0.0.1:{port}", monitor
     server.should_exit = True
     thread.join(timeout=5)
@@ -127,14 +196,15 @@ def test_middleware_in_a_real_starlette_app(served_app, store):
     totals = {s.key.labels["status"]: s.value[-1] for s in store.query(N.INFER_REQUESTS_TOTAL, {"service": "api"})}
     assert totals == {"ok": 25, "error": 3, "rejected": 2}  # /health is outside the measured paths
     assert len(store.events(N.EV_REQUEST, labels={"service": "api"})) == 30
+    # The exact values are the FakeClock test's; on the real clock a handler's work is a lower bound
+    # (a loaded machine only adds time), and the client's TTFT agrees with the server's.
     lat = sorted(_vals(store, N.INFER_LATENCY_SECONDS))
     assert len(lat) == 25
-    assert 0.019 < lat[len(lat) // 3] < 0.05  # the 20 ms handler, measured inside the server
+    assert lat[len(lat) // 3] > GENERATE_S - 0.001  # the 20 ms handler, measured inside the server
     assert _vals(store, N.INFER_BATCH_SIZE).count(4) == 20
-    # streamed: first chunk after 30 ms, then 4 gaps of 10 ms (client and server agree)
     ttft = _vals(store, N.INFER_TTFT_SECONDS)
-    assert len(ttft) == 5 and all(0.028 < v < 0.06 for v in ttft)
-    assert all(0.009 < v < 0.02 for v in _vals(store, N.INFER_ITL_SECONDS))
+    assert len(ttft) == 5 and all(v > FIRST_TOKEN_S - 0.002 for v in ttft)
+    assert all(v > TOKEN_GAP_S - 0.001 for v in _vals(store, N.INFER_ITL_SECONDS))
     assert _vals(store, N.INFER_OUTPUT_TOKENS)[-5:] == [5] * 5
     assert streamed.ttft.p50 == pytest.approx(sorted(ttft)[2], abs=0.01)
     assert _vals(store, N.INFER_IN_FLIGHT)[-1] == 0

@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from testlib import wait_until
 
 from gpulens.errors import GpulensError
 from gpulens.vocab import names as N
@@ -154,13 +155,11 @@ def test_percentiles_come_from_buckets_between_scrapes(metrics_server, store):
 
 
 def test_background_scraping_follows_the_endpoint(metrics_server, shared_data, store):
-    import time
 
     metrics_server.text = (shared_data / "engine-metrics" / "tgi.txt").read_text()
     thread, stop = EngineScraper(metrics_server.url, store, service="bg", host="h").start(interval_seconds=0.05)
-    deadline = time.monotonic() + 5
-    while len(store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})[0].value) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: (q := store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})) and len(q[0].value) >= 3, 5,
+               "three background scrapes")
     stop.set()
     thread.join(timeout=2)
     assert len(store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})[0].value) >= 3

@@ -11,11 +11,10 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pytest
-from testlib import free_port
+from testlib import free_port, wait_until
 from tracelib import sample_rows
 
 from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
@@ -24,11 +23,7 @@ from gpulens.store import Store
 
 
 def _wait(cond, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
+    wait_until(cond, timeout, "the node to get there")
 
 
 def _limit_pages(store: Store, pages: int | None) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from testlib import wait_until
 
 KILLS = int(os.environ.get("GPULENS_KILLS", "1"))
 FULL = os.environ.get("GPULENS_RELIABILITY_FULL") == "1"  # `make reliability`: every signal
@@ -34,18 +35,16 @@ def _gpu_up_rows(conn: sqlite3.Connection) -> int:
 
 
 def _wait_rows(db, at_least: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def written() -> bool:
         try:
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
             n = _gpu_up_rows(conn)
             conn.close()
-            if n >= at_least:
-                return
+            return n >= at_least
         except sqlite3.Error:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the agent wrote nothing in time")
+            return False
+
+    wait_until(written, timeout, f"the agent to write {at_least} gpu_up rows", poll_s=0.1)
 
 
 def test_kill9_agent_loses_at_most_its_flush_interval(tmp_path):
@@ -94,9 +93,8 @@ def test_an_interrupted_replay_rerun_stores_each_sample_once(tmp_path, how):
     db = tmp_path / "s.db"
     p = subprocess.Popen([*CLI, "replay", str(rec), "--store", str(db)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     wal = db.with_name(db.name + "-wal")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (wal.exists() and wal.stat().st_size > 2_000_000):
-        time.sleep(0.02)  # batches are being written
+    wait_until(lambda: (wal.exists() and wal.stat().st_size > 2_000_000) or p.poll() is not None, 60,
+               "the import to write 2 MB of batches")
     assert p.poll() is None, "the import ended before it could be interrupted"
     p.send_signal(how)
     p.wait(30)

@@ -9,9 +9,9 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
+from testlib import wait_until
 
 from gpulens.errors import StoreError
 from gpulens.pipeline.node import NodeConfig, build_node
@@ -131,9 +131,7 @@ def test_two_agents_on_one_store(tmp_path):
     first = subprocess.Popen([*cli, "--duration", "60s"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         lock = db.with_name(db.name + ".lock")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
-            time.sleep(0.1)
+        wait_until(lambda: lock.exists() and lock.read_text().strip(), 30, "the first agent to take the store's lock")
         second = subprocess.run([*cli, "--duration", "1s"], capture_output=True, text=True, env=env, timeout=60)
         assert second.returncode == 2, second.stderr
         assert f"pid {first.pid}" in second.stderr and "Traceback" not in second.stderr
@@ -147,9 +145,7 @@ def test_a_killed_agent_leaves_no_stale_lock(tmp_path):
     code = f"from gpulens.store.writer_lock import WriterLock; WriterLock({str(db)!r}).acquire(); import time; time.sleep(60)"
     p = subprocess.Popen([sys.executable, "-c", code])
     lock = db.with_name(db.name + ".lock")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (lock.exists() and lock.read_text().strip()):
-        time.sleep(0.05)
+    wait_until(lambda: lock.exists() and lock.read_text().strip(), 30, "the child to take the store's lock")
     p.kill()
     p.wait()
     node = build_node(NodeConfig(backend="fake:1", store_path=db, alerts=None, single_writer=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpulens.clock import FakeClock
 from gpulens.diagnose import DiagnoseScope, diagnose
 from gpulens.diagnose.colocation import find_colocations, latency_stats
 from gpulens.gpu.fake import FakeBackend
@@ -216,13 +217,14 @@ def test_real_monitors_in_two_processes_are_matched_to_the_gpu_process_list(tmp_
                 with mon.step(samples=1):
                     pass
             mon.close()
-            fake = FakeBackend(1, clock=time.time)
+            clock = FakeClock(start=time.time())  # GPU samples from now on, 50 ms apart, without waiting
+            fake = FakeBackend(1, clock=clock)
             fake.add_process(0, os.getpid(), "python train.py", 40 * GiB)
             fake.add_process(0, server.pid, "python serve.py", 20 * GiB)
             writer = SampleWriter(store, host="node1")
             for _ in range(3):
                 writer.write_samples(fake.sample())
-                time.sleep(0.05)
+                clock.advance(0.05)
             store.flush()
             found = [f for f in diagnose(store) if f.kind == "colocation"]
     finally:

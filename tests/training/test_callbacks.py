@@ -89,11 +89,11 @@ def test_hf_trainer_callback_records_steps_loss_and_saves(tmp_path) -> None:
         assert [e.data["step"] for e in steps if e.data["checkpoint_s"] > 0] == [2, 5]
 
 
-EVAL_SLEEP_S = 0.4  # a validation this slow cannot hide in a tiny model's data wait or checkpoint
+EVAL_S, SAVE_S = 0.5, 0.25  # on a FakeClock, the only time that passes: each phase's value is exact
 
 
 def test_lightning_validation_is_its_own_phase_not_data_wait(tmp_path) -> None:
-    import time
+    from gpulens.clock import FakeClock
 
     torch = pytest.importorskip("torch")
     L = pytest.importorskip("lightning.pytorch")
@@ -109,7 +109,7 @@ def test_lightning_validation_is_its_own_phase_not_data_wait(tmp_path) -> None:
             return torch.nn.functional.mse_loss(self.net(x), y)
 
         def validation_step(self, batch, batch_idx):
-            time.sleep(EVAL_SLEEP_S)
+            clock.advance(EVAL_S)
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -117,33 +117,40 @@ def test_lightning_validation_is_its_own_phase_not_data_wait(tmp_path) -> None:
     data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=8)
     db = tmp_path / "v.db"
+    clock = FakeClock()
     # validation after batches 4 and 8 (the sanity check before fit is not an evaluation of the run)
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, val_check_interval=4, limit_val_batches=1, num_sanity_val_steps=1,
-                        default_root_dir=tmp_path, callbacks=[GpulensCallback(job="lit-val", store=db, flush_interval_seconds=0.1)])
+                        default_root_dir=tmp_path, callbacks=[GpulensCallback(job="lit-val", store=db, flush_interval_seconds=0.1, clock=clock)])
     trainer.fit(Tiny(), loader, loader)
     with Store(db) as st:
         evals = st.events(N.EV_TRAIN_EVAL)
         assert [e.data["after_step"] for e in evals] == [3, 7]
-        assert all(e.data["seconds"] >= EVAL_SLEEP_S for e in evals)
-        assert st.query(N.TRAIN_EVAL_SECONDS, {"train_job": "lit-val"})[0].value == [e.data["seconds"] for e in evals]
+        # the sanity check's validation batch advanced the clock too, before fit: it is not an evaluation
+        assert [e.data["seconds"] for e in evals] == [EVAL_S, EVAL_S] and clock.elapsed == 3 * EVAL_S
+        assert st.query(N.TRAIN_EVAL_SECONDS, {"train_job": "lit-val"})[0].value == [EVAL_S, EVAL_S]
         steps = st.events(N.EV_TRAIN_STEP)
         # the batch after the mid-epoch validation waited for its data, not for the validation
-        assert steps[4].data["data_wait_s"] < EVAL_SLEEP_S
-        assert all(e.data["step_s"] < EVAL_SLEEP_S for e in steps)
+        assert steps[4].data["data_wait_s"] == 0.0
+        assert all(e.data["step_s"] == 0.0 for e in steps)
 
 
 def test_hf_evaluation_and_save_are_separate_phases(tmp_path) -> None:
-    import time
+    from gpulens.clock import FakeClock
 
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     from gpulens.workload.training.hf import GpulensTrainerCallback
 
-    class SlowEval(transformers.TrainerCallback):
+    clock = FakeClock()
+
+    class SlowEvalAndSave(transformers.TrainerCallback):  # listed before gpulens's: its hooks run first
         def on_prediction_step(self, args, state, control, **kwargs):
-            time.sleep(EVAL_SLEEP_S)  # one eval batch
+            clock.advance(EVAL_S)  # one eval batch
+
+        def on_save(self, args, state, control, **kwargs):
+            clock.advance(SAVE_S)  # the save that just ended took SAVE_S
 
     model = _tiny_llama()
     ids = torch.randint(0, 128, (32, 16))
@@ -152,15 +159,14 @@ def test_hf_evaluation_and_save_are_separate_phases(tmp_path) -> None:
                                           eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4, save_strategy="steps",
                                           save_steps=3, report_to=[], use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
     db = tmp_path / "hfe.db"
-    cb = GpulensTrainerCallback(job="hf-eval", store=db, flush_interval_seconds=0.1)
+    cb = GpulensTrainerCallback(job="hf-eval", store=db, flush_interval_seconds=0.1, clock=clock)
     # the evaluation runs after on_step_end, between the step and the save (and the next batch)
-    transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=train[:4], callbacks=[cb, SlowEval()]).train()
+    transformers.Trainer(model=model, args=args, train_dataset=train, eval_dataset=train[:4], callbacks=[SlowEvalAndSave(), cb]).train()
     with Store(db) as st:
         evals = st.events(N.EV_TRAIN_EVAL)
         assert [e.data["after_step"] for e in evals] == [2, 5]
-        assert all(e.data["seconds"] >= EVAL_SLEEP_S for e in evals)
+        assert [e.data["seconds"] for e in evals] == [EVAL_S, EVAL_S]
         steps = st.events(N.EV_TRAIN_STEP)
-        assert [e.data["step"] for e in steps if e.data["checkpoint_s"] > 0] == [2, 5]
         # the save is timed from the evaluation's end, the next batch's wait from the save's end
-        assert all(e.data["checkpoint_s"] < EVAL_SLEEP_S for e in steps)
-        assert steps[3].data["data_wait_s"] < EVAL_SLEEP_S
+        assert [e.data["checkpoint_s"] for e in steps] == [0.0, 0.0, SAVE_S, 0.0, 0.0, SAVE_S]
+        assert steps[3].data["data_wait_s"] == 0.0

@@ -9,29 +9,35 @@ import time
 
 import pytest
 
+from gpulens.clock import SYSTEM_CLOCK, FakeClock
 from gpulens.errors import MonitorUsageError, StoreError
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.training import TrainingMonitor
 
+WAIT_S, COMPUTE_S, COMM_S, CKPT_S = 0.125, 0.25, 0.0625, 0.5  # binary fractions: the sums are exact
 
-def _loader(n: int, wait_s: float):
+
+def _loader(n: int, wait_s: float, clock: FakeClock):
     for i in range(n):
-        time.sleep(wait_s)
+        clock.advance(wait_s)  # the batch takes wait_s to arrive
         yield i
 
 
 def test_step_records_its_parts_with_labels_and_pid(store: Store) -> None:
-    mon = TrainingMonitor(job="unit", store=store, flops_per_token=1e6, peak_flops=1e12, flush_interval_seconds=0.05, host="h1")
-    for i in mon.data(_loader(12, 0.004)):
+    t0 = 1_700_000_000.0
+    clock = FakeClock(start=t0)
+    mon = TrainingMonitor(job="unit", store=store, flops_per_token=1e6, peak_flops=1e12, flush_interval_seconds=0.05, host="h1",
+                          clock=clock)
+    for i in mon.data(_loader(12, WAIT_S, clock)):
         with mon.step(samples=4, tokens=256) as s:
-            time.sleep(0.002)
+            clock.advance(COMPUTE_S)
             with mon.comm():
-                time.sleep(0.003)
+                clock.advance(COMM_S)
             s.loss = 2.0 - 0.1 * i
         if i == 5:
             with mon.checkpoint():
-                time.sleep(0.03)
+                clock.advance(CKPT_S)
     mon.close()
 
     steps = store.events(N.EV_TRAIN_STEP)
@@ -39,20 +45,36 @@ def test_step_records_its_parts_with_labels_and_pid(store: Store) -> None:
     assert all(e.labels == {"train_job": "unit", "rank": "0", "host": "h1"} for e in steps)
     d = steps[3].data
     assert d["pid"] > 0 and d["rank"] == 0 and d["step"] == 3
-    assert d["data_wait_s"] >= 0.004 and d["comm_wait_s"] >= 0.003 and d["compute_s"] >= 0.002
-    assert d["step_s"] == pytest.approx(d["data_wait_s"] + d["compute_s"] + d["comm_wait_s"] + d["checkpoint_s"], rel=1e-6)
-    assert d["t_end"] - d["t_start"] == pytest.approx(d["step_s"], abs=2e-3)
+    assert (d["data_wait_s"], d["comm_wait_s"], d["compute_s"], d["checkpoint_s"]) == (WAIT_S, COMM_S, COMPUTE_S, 0.0)
+    assert d["step_s"] == WAIT_S + COMPUTE_S + COMM_S
+    assert d["t_end"] - d["t_start"] == d["step_s"]
+    # timestamps are the clock's wall time: step 0 begins with the wait for its batch, at the monitor's start
+    step_0 = WAIT_S + COMPUTE_S + COMM_S
+    assert (steps[0].data["t_start"], steps[0].data["t_end"]) == (t0, t0 + step_0)
+    assert steps[-1].data["t_end"] == t0 + 12 * step_0 + CKPT_S == clock.time()
     assert d["loss"] == pytest.approx(1.7)
     # The checkpoint is charged to the step it followed, and only to that one.
     ck = [e.data["checkpoint_s"] for e in steps]
-    assert ck[5] >= 0.03 and sum(ck) == pytest.approx(ck[5])
+    assert ck == [0.0] * 5 + [CKPT_S] + [0.0] * 6
+    assert steps[5].data["step_s"] == step_0 + CKPT_S
     # MFU = tokens/s × FLOPs per token ÷ peak
-    assert d["mfu"] == pytest.approx(256 / d["step_s"] * 1e6 / 1e12, rel=1e-6)
+    assert d["mfu"] == pytest.approx(256 / step_0 * 1e6 / 1e12, rel=1e-12)
     names = set(store.metric_names())
     for name in (N.TRAIN_STEP_SECONDS, N.TRAIN_DATA_WAIT_SECONDS, N.TRAIN_COMM_WAIT_RATIO, N.TRAIN_TOKENS_PER_SECOND, N.TRAIN_MFU_RATIO, N.TRAIN_LOSS, N.TRAIN_CHECKPOINT_SECONDS):
         assert name in names
     start = store.events(N.EV_TRAIN_START)
     assert len(start) == 1 and start[0].data["pid"] == d["pid"] and start[0].data["world_size"] == 1
+    assert start[0].t == t0
+
+
+def test_the_default_clock_is_the_real_one(store: Store) -> None:
+    with TrainingMonitor(job="real", store=store) as mon:
+        assert mon.clock is SYSTEM_CLOCK
+        before = time.time()
+        with mon.step():
+            pass
+    d = store.events(N.EV_TRAIN_STEP)[0].data
+    assert before - 1 < d["t_start"] <= d["t_end"] < time.time() + 1 and d["step_s"] >= 0
 
 
 def test_torch_loss_tensor_is_read_lazily(store: Store) -> None:
@@ -73,16 +95,18 @@ def test_torch_loss_tensor_is_read_lazily(store: Store) -> None:
 
 
 def test_nan_loss_and_outlier_step_become_events(store: Store) -> None:
-    with TrainingMonitor(job="bad", store=store, flush_interval_seconds=0.05, warmup_steps=2) as mon:
+    clock = FakeClock()
+    with TrainingMonitor(job="bad", store=store, flush_interval_seconds=0.05, warmup_steps=2, clock=clock) as mon:
         for i in range(30):
             with mon.step(samples=1) as s:
-                time.sleep(0.1 if i == 20 else 0.003)
+                clock.advance(0.5 if i == 20 else 0.015625)
                 s.loss = float("nan") if i == 12 else 1.0
     nan = store.events(N.EV_TRAIN_NAN)
     assert [e.data["step"] for e in nan] == [12]
     out = store.events(N.EV_TRAIN_STEP_OUTLIER)
     assert [e.data["step"] for e in out] == [20]
-    assert out[0].data["ratio"] > 3 and out[0].data["cause"] == "compute"
+    assert (out[0].data["step_s"], out[0].data["baseline_s"], out[0].data["ratio"]) == (0.5, 0.015625, 32.0)
+    assert out[0].data["cause"] == "compute"
 
 
 def test_oom_is_recorded_at_once_and_reraised(store_path) -> None:
@@ -225,11 +249,13 @@ def test_mfu_peak_comes_from_the_catalog(store: Store) -> None:
     if peak is None:
         pytest.skip("the planner's GPU catalog is not available")
     assert peak == pytest.approx(989e12, rel=0.01)  # dense bf16, vendor datasheet
-    with TrainingMonitor(job="cat", store=store, flops_per_token=6e9, gpu_name="NVIDIA H200") as mon:
+    clock = FakeClock()
+    with TrainingMonitor(job="cat", store=store, flops_per_token=6e9, gpu_name="NVIDIA H200", clock=clock) as mon:
         with mon.step(tokens=8192):
-            time.sleep(0.01)
+            clock.advance(0.25)
     d = store.events(N.EV_TRAIN_STEP)[0].data
-    assert d["mfu"] == pytest.approx(8192 / d["step_s"] * 6e9 / peak, rel=1e-6)
+    assert d["step_s"] == 0.25
+    assert d["mfu"] == pytest.approx(8192 / 0.25 * 6e9 / peak, rel=1e-12)
     with TrainingMonitor(job="u", store=store, flops_per_token=1.0, gpu_name="no such gpu") as unknown:
         assert unknown.peak_flops is None
 

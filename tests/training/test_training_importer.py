@@ -4,10 +4,10 @@ gpulens's own records (the monitor's events written out as JSON lines)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
+from gpulens.clock import FakeClock
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.importers import ImportContext, import_event, load_builtin_importers
@@ -34,13 +34,14 @@ def test_h200_steps_become_series(replayed_store, h200_trace) -> None:
 
 def test_gpulens_own_records_round_trip(tmp_path) -> None:
     src, dst = Store(tmp_path / "a.db"), Store(tmp_path / "b.db")
-    with TrainingMonitor(job="own", store=src, host="n7", rank=2, world_size=4) as mon:
+    clock = FakeClock()
+    with TrainingMonitor(job="own", store=src, host="n7", rank=2, world_size=4, clock=clock) as mon:
         for i in mon.data(range(5)):
             with mon.step(samples=4, tokens=64) as s:
-                time.sleep(0.002)
+                clock.advance(0.125)
                 s.loss = 1.0 / (i + 1)
         with mon.checkpoint():
-            time.sleep(0.01)
+            clock.advance(0.5)
     lines = [{"kind": e.kind, **e.labels, **e.data, **({"t": e.t} if e.kind != N.EV_TRAIN_STEP else {})} for e in src.events()]
     load_builtin_importers()
     ctx = ImportContext(job="ignored", host="ignored")
@@ -49,6 +50,7 @@ def test_gpulens_own_records_round_trip(tmp_path) -> None:
     dst.flush()
     a, b = src.events(N.EV_TRAIN_STEP), dst.events(N.EV_TRAIN_STEP)
     assert [e.data for e in a] == [e.data for e in b]
+    assert [e.data["step_s"] for e in b] == [0.125] * 4 + [0.625]  # the checkpoint is charged to the last step
     assert b[0].labels == {"train_job": "own", "rank": "2", "host": "n7"}
     assert dst.events(N.EV_TRAIN_START)[0].data["world_size"] == 4
     for name in (N.TRAIN_STEP_SECONDS, N.TRAIN_LOSS, N.TRAIN_CHECKPOINT_SECONDS):

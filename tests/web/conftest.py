@@ -4,14 +4,13 @@ chromium driven by Playwright (never a browser that Playwright downloads)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from testlib import which_or_skip
+from testlib import wait_until, which_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -44,11 +43,9 @@ def run_dashboard(app) -> Iterator[RunningDashboard]:
     server = uvicorn.Server(uvicorn_config(app))  # the limits `gpulens dashboard` runs with
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the dashboard server did not start")
-        time.sleep(0.02)
+    wait_until(lambda: server.started or not thread.is_alive(), 15, "the dashboard server to start")
+    if not server.started:
+        raise RuntimeError("the dashboard server stopped before it started")
     try:
         yield RunningDashboard(f"http://127.0.0.1:{port}", port)
     finally:

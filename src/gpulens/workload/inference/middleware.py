@@ -7,7 +7,8 @@ request. Pure ASGI, so it needs neither framework installed and sees streamed bo
 Status: 2xx/3xx ok; 429 and 503 rejected (load shedding); 408 and 504 timeout; other 4xx/5xx and
 exceptions error. For a streamed response (a body sent in several chunks) each non-empty chunk
 counts as a token unless the handler counts tokens itself through `request_handle(scope)`
-(Starlette: `request.state.gpulens`).
+(Starlette: `request.state.gpulens`). Chunk times come from the monitor's clock (inject a
+`FakeClock` there), so they line up with the request's arrival and end.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class InferenceMiddleware:
         h = self.monitor.start_request()
         scope.setdefault("state", {})[STATE_KEY] = h
         code = 500
-        clock = self.monitor.clock
+        clock = self.monitor.clock.time
         chunks = 0
         first_chunk = last_chunk = None
         gaps = 0.0

@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gpulens.clock import Clock, as_clock
 from gpulens.errors import MonitorUsageError
 from gpulens.store import Store
 from gpulens.vocab import names as N
@@ -79,7 +79,12 @@ class RequestHandle:
 
 
 class InferenceMonitor:
-    """Records requests, gauges and model loads of one service into a store. Thread-safe."""
+    """Records requests, gauges and model loads of one service into a store. Thread-safe.
+
+    clock: a `gpulens.clock.Clock` (a `FakeClock` in tests) or a bare function returning unix
+    seconds; default the real clock. Request times are its `time()` (they are stored as
+    timestamps, and durations are their differences); a model load is timed on its `monotonic()`.
+    """
 
     def __init__(
         self,
@@ -88,14 +93,14 @@ class InferenceMonitor:
         service: str,
         model: str = "",
         host: str | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] | None = None,
         write_events: bool = True,
         flush_interval_seconds: float | None = 1.0,
     ):
         self._own_store = not isinstance(store, Store)
         self.store = Store(store) if self._own_store else store  # type: ignore[arg-type]
         self.labels = {"service": service, "model": model, "host": host or socket.gethostname()}
-        self.clock = clock
+        self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
         self.write_events = write_events
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -183,9 +188,9 @@ class InferenceMonitor:
     @contextmanager
     def model_load(self, **data: Any) -> Iterator[None]:
         """Time a model load (construction, weights, move to the GPU, warm-up) as a cold start."""
-        t0 = self.clock()
+        t0 = self.clock.monotonic()
         yield
-        self.record_cold_start(self.clock() - t0, **data)
+        self.record_cold_start(self.clock.monotonic() - t0, **data)
 
     @property
     def in_flight(self) -> int:

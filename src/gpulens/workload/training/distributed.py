@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -57,11 +56,11 @@ def timed_collectives(mon: TrainingMonitor) -> Iterator[None]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if not mon.in_step or kwargs.get("async_op"):
                 return fn(*args, **kwargs)
-            t0 = time.perf_counter()
+            t0 = mon.clock.monotonic()
             try:
                 return fn(*args, **kwargs)
             finally:
-                mon.add_comm_wait(time.perf_counter() - t0)
+                mon.add_comm_wait(mon.clock.monotonic() - t0)
 
         return timed
 
@@ -94,13 +93,13 @@ def ddp_comm_hook(mon: TrainingMonitor, process_group: Any = None) -> tuple[Any,
         world = dist.get_world_size(group)
         tensor = bucket.buffer().div_(world)
         st["pending"] += 1
-        st["last_launch"] = time.perf_counter()
+        st["last_launch"] = mon.clock.monotonic()
         fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
         def done(f):  # type: ignore[no-untyped-def]
             st["pending"] -= 1
             if st["pending"] == 0:
-                mon.add_comm_wait(max(0.0, time.perf_counter() - st["last_launch"]))
+                mon.add_comm_wait(max(0.0, mon.clock.monotonic() - st["last_launch"]))
             return f.value()[0]
 
         return fut.then(done)

@@ -15,7 +15,6 @@ out-of-memory error is recorded only with `TrainingMonitor.step()` or the Lightn
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from gpulens.workload.training.monitor import TrainingMonitor
@@ -33,7 +32,8 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument, or a ready
     `monitor=`. tokens_per_sample: sequence length, so tokens/s and MFU can be computed.
     trackers: also log to W&B / MLflow / TensorBoard ("auto": those in `report_to`, set up by the
-    Trainer's own callbacks; or names / Tracker objects; see gpulens.workload.training.trackers)."""
+    Trainer's own callbacks; or names / Tracker objects; see gpulens.workload.training.trackers).
+    Every time it measures comes from the monitor's clock (`clock=`, as for TrainingMonitor)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
                  tokens_per_sample: int | None = None, trackers: Any = None, tracker_every_n_steps: int = 1,
@@ -67,7 +67,7 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         if mon is None:
             return
         if self._last_end is not None:
-            mon.record_data_wait(time.perf_counter() - self._last_end)
+            mon.record_data_wait(mon.clock.monotonic() - self._last_end)
         tokens = self._samples * self._tokens_per_sample if self._samples and self._tokens_per_sample else None
         if mon.in_step:  # the previous batch ended without its end hook: close it rather than fail the job
             mon.end_step()
@@ -78,7 +78,7 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         if mon is None or mon.current_step is None:
             return
         mon.end_step()
-        self._last_end = time.perf_counter()
+        self._last_end = mon.clock.monotonic()
         if self.trackers is not None:
             self.trackers.drain()  # steps the writer has finished (a step or two behind)
 
@@ -91,14 +91,14 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         # An evaluation outside training (trainer.evaluate()) has no step before it: not recorded.
         mon = self.monitor
         if mon is not None and self._last_end is not None and not mon.closed and not mon.in_step:
-            now = time.perf_counter()
+            now = mon.clock.monotonic()
             mon.record_evaluation(now - self._last_end)
             self._last_end = now
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # Called right after the save, which began after the evaluation (if any) that followed the step.
         if self.monitor is not None and self._last_end is not None:
-            now = time.perf_counter()
+            now = self.monitor.clock.monotonic()
             self.monitor.record_checkpoint(now - self._last_end)
             self._last_end = now
 

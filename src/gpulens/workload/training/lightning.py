@@ -13,7 +13,6 @@ before Lightning re-raises it.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from gpulens.workload.training.batch import batch_counts
@@ -35,7 +34,8 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument; or pass a
     ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids.
     trackers: also log to W&B / MLflow / TensorBoard ("auto": the Trainer's loggers and an active
-    W&B or MLflow run; or names / Tracker objects; see gpulens.workload.training.trackers)."""
+    W&B or MLflow run; or names / Tracker objects; see gpulens.workload.training.trackers). Every
+    time it measures comes from the monitor's clock (`clock=`, as for TrainingMonitor)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
                  tokens_per_sample: int | None = None, trackers: Any = None, tracker_every_n_steps: int = 1,
@@ -83,7 +83,7 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         mon = self.monitor
         if mon is None:
             return
-        now = time.perf_counter()
+        now = mon.clock.monotonic()
         if self._last_end is not None:
             mon.record_data_wait(now - self._last_end)
         samples, tokens = batch_counts(batch)
@@ -100,20 +100,20 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         mon.current_step.loss = loss
         mon.end_step()
-        self._last_end = time.perf_counter()
+        self._last_end = mon.clock.monotonic()
         if self.trackers is not None:
             self.trackers.drain()  # steps the writer has finished (a step or two behind)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self.monitor is not None and not trainer.sanity_checking and not self.monitor.closed:
-            self._eval_t0 = time.perf_counter()
+            self._eval_t0 = self.monitor.clock.monotonic()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         mon, t0 = self.monitor, self._eval_t0
         self._eval_t0 = None
         if mon is None or t0 is None or mon.closed:
             return
-        now = time.perf_counter()
+        now = mon.clock.monotonic()
         mon.record_evaluation(now - t0)
         if self._last_end is not None:
             self._last_end = now  # the next batch's wait starts after the validation

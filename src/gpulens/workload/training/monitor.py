@@ -1,7 +1,7 @@
 """TrainingMonitor: times a user's own training loop and writes one record per step to the store.
 
-The loop's thread only reads `time.perf_counter()` and appends a tuple to a queue (about a
-microsecond per hook); a background thread turns the queue into step records, reads CUDA events
+The loop's thread only reads the monitor's clock (`time.perf_counter()` unless a `clock=` is
+injected: a test's `FakeClock`) and appends a tuple to a queue (about a microsecond per hook); a background thread turns the queue into step records, reads CUDA events
 once the GPU has passed them, checks for NaN losses and outlier steps, and writes the store. A
 failing store write is logged and retried there, never raised into the loop.
 
@@ -23,13 +23,13 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpulens.clock import Clock, as_clock
 from gpulens.errors import MonitorUsageError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH, Store
 from gpulens.vocab import names as N
@@ -79,7 +79,10 @@ class TrainingMonitor:
     GPU (0 = never). flush_interval_seconds: how often the background writer commits.
     outlier_factor: a step longer than this × the recent median is flagged. scaler: a GradScaler
     whose scale is recorded with each step. gpu_name: the GPU model whose peak is looked up in the
-    planner's catalog (default: torch's name of the current device).
+    planner's catalog (default: torch's name of the current device). clock: where every duration
+    (`clock.monotonic()`) and timestamp (`clock.time()`, read once and carried forward by the
+    monotonic clock) comes from; default the real clock, a `gpulens.clock.FakeClock` in tests. With
+    CUDA timing the step's GPU time still comes from CUDA events.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class TrainingMonitor:
         scaler: Any = None,
         gpu_name: str | None = None,
         config: dict[str, Any] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
     ):
         if not job or not isinstance(job, str):
             raise MonitorUsageError(f"The job name must be a non-empty string, not {job!r}.", hint="Pass job='my-run'.")
@@ -132,9 +136,10 @@ class TrainingMonitor:
         self._sync_every = sync_every
         self._scaler = scaler
         # Hot-path state, touched only by the loop's thread.
-        self._perf = time.perf_counter
-        self._wall0 = time.time()
-        self._perf0 = time.perf_counter()
+        self.clock = as_clock(clock)
+        self._perf = self.clock.monotonic
+        self._wall0 = self.clock.time()
+        self._perf0 = self._perf()
         self._in_step = False
         self._closed = False
         self._step_index = 0
@@ -181,7 +186,7 @@ class TrainingMonitor:
 
     # ------------------------------------------------------------ clock
     def wall_of(self, perf: float) -> float:
-        """Unix seconds of a perf_counter reading (one clock read per hook instead of two)."""
+        """Unix seconds of a monotonic reading (one clock read per hook instead of two)."""
         return self._wall0 + (perf - self._perf0)
 
     @property
