@@ -23,7 +23,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "cases"
-H200 = HERE.parents[1].parent / "shared" / "data" / "h200-trace"
+_SHARED_H200 = HERE.parents[1].parent / "shared" / "data" / "h200-trace"
+# the real session: ../shared/data beside the clone, else the copy bundled with gpulens (the same files)
+H200 = _SHARED_H200 if _SHARED_H200.is_dir() else HERE.parents[1] / "src" / "gpulens" / "data" / "h200-trace"
 
 T0 = 1796100000.0  # synthetic cases start here (unix seconds, December 2026)
 GB = 1e9
