@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
-from gpulens.store import Store
+from gpulens.vocab import gpu as G
 from gpulens.vocab import names as N
 from gpulens.workload.training.records import StepRecord, record_from_dict
 
@@ -146,15 +147,15 @@ class GpuView:
 _CACHE: dict[tuple, tuple[list[Run], dict[tuple[str, str | None], GpuView]]] = {}
 
 
-def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str, str | None], GpuView]]:
-    """Training runs in scope and the GPU view of each of their hosts (memoized per store state)."""
-    key = (str(store.path), scope.start, scope.end, scope.job, store.data_version())
+def _load(reader: AnalysisReader, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str, str | None], GpuView]]:
+    """Training runs in scope and the GPU view of each of their hosts (memoized per data state)."""
+    key = (reader.cache_key(), scope.start, scope.end, scope.job)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     groups: dict[tuple[str, str, str], list[StepRecord]] = defaultdict(list)
-    for ev in store.events(N.EV_TRAIN_STEP, start=scope.start, end=scope.end, labels=labels):
+    for ev in reader.event_rows(N.EV_TRAIN_STEP, start=scope.start, end=scope.end, match=labels):
         rec = record_from_dict(ev.data)
         if rec is None:
             continue
@@ -162,14 +163,14 @@ def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str
     # Which GPU a rank used (a live monitor says so when it starts; a start may precede the window).
     gpu_of = {
         (e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
-        for e in store.events(N.EV_TRAIN_START, end=scope.end, labels=labels)
+        for e in reader.event_rows(N.EV_TRAIN_START, end=scope.end, match=labels)
         if e.data.get("gpu") is not None
     }
     runs = []
     for key, steps in sorted(groups.items()):
         steps.sort(key=lambda r: r.t_start)
         runs.append(Run(*key, steps, _warm_flags(steps), gpu_of.get(key)))
-    views = {(h, g): _gpu_view(store, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
+    views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
     _CACHE.clear()
     _CACHE[key] = (runs, views)
     return runs, views
@@ -190,15 +191,15 @@ def _warm_flags(steps: Sequence[StepRecord]) -> list[bool]:
     return flags
 
 
-def _gpu_view(store: Store, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
+def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
     """The GPU series of the rank's GPU, or of every GPU on its host when the GPU is unknown."""
     view = GpuView()
     sel = {"host": host}
-    if gpu is not None and store.series("gpu_utilization_ratio", {"host": host, "gpu": gpu}):
+    if gpu is not None and reader.series_labels(G.GPU_UTILIZATION, {"host": host, "gpu": gpu}):
         sel["gpu"] = gpu
 
     def first(name: str, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
-        data = store.query(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
+        data = reader.series_windows(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
         if not data:
             return [], []
         if len(data) == 1:
@@ -206,13 +207,13 @@ def _gpu_view(store: Store, host: str, gpu: str | None, scope: DiagnoseScope) ->
         merged = sorted((t, v) for d in data for t, v in zip(d.t, d.value, strict=True))  # several GPUs: all samples
         return [t for t, _ in merged], [v for _, v in merged]
 
-    view.util_t, view.util_v = first("gpu_utilization_ratio")
-    view.tensor_t, view.tensor_v = first("gpu_tensor_active_ratio")
-    view.mem_used_t, view.mem_used_v = first("gpu_memory_used_bytes")
-    total = store.latest("gpu_memory_total_bytes", sel)
+    view.util_t, view.util_v = first(G.GPU_UTILIZATION)
+    view.tensor_t, view.tensor_v = first(G.GPU_TENSOR_ACTIVE)
+    view.mem_used_t, view.mem_used_v = first(G.GPU_MEMORY_USED)
+    total = reader.latest_values(G.GPU_MEMORY_TOTAL, sel)
     view.mem_total_bytes = max((lv.value for lv in total), default=None)
     for reason in THROTTLE_REASONS:
-        t, v = first("gpu_clock_event_active", {"reason": reason})
+        t, v = first(G.GPU_CLOCK_EVENT_ACTIVE, {"reason": reason})
         if t:
             view.clock[reason] = (t, v)
     return view
@@ -268,10 +269,10 @@ def _analyzer(name: str) -> Callable[[Callable[[Run, GpuView, DiagnoseScope], li
 
     def deco(fn: Callable[[Run, GpuView, DiagnoseScope], list[Finding]]) -> Callable:
         @register_analyzer(name)
-        def run_all(store: Store, scope: DiagnoseScope) -> list[Finding]:
+        def run_all(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
             if not _in_scope(scope):
                 return []
-            runs, views = _load(store, scope)
+            runs, views = _load(reader, scope)
             out: list[Finding] = []
             for run in runs:
                 out.extend(fn(run, views.get((run.host, run.gpu), GpuView()), scope))
@@ -482,13 +483,13 @@ def memory_pressure(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Findi
 
 
 @register_analyzer("oom")
-def oom(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def oom(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """Every out-of-memory error the monitor recorded, with the allocator's numbers."""
     if not _in_scope(scope):
         return []
     labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     out = []
-    for e in store.events(N.EV_TRAIN_OOM, start=scope.start, end=scope.end, labels=labels):
+    for e in reader.event_rows(N.EV_TRAIN_OOM, start=scope.start, end=scope.end, match=labels):
         d = e.data
         keys = ("requested_bytes", "allocated_bytes", "reserved_bytes", "largest_free_block_bytes", "device_free_bytes", "step", "pid", "message")
         ev = {k: Q.bytes_(d[k]) if k.endswith("_bytes") and isinstance(d[k], int | float) else d[k]
@@ -503,15 +504,15 @@ def oom(store: Store, scope: DiagnoseScope) -> list[Finding]:
 
 # ------------------------------------------------------------------ loss
 @register_analyzer("nan_loss")
-def nan_loss(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def nan_loss(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """A NaN or infinite loss: recorded by the monitor as an event, or seen in imported steps."""
     if not _in_scope(scope):
         return []
     labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     hits: dict[tuple[str, str, str], list[tuple[float, int | None]]] = defaultdict(list)
-    for e in store.events(N.EV_TRAIN_NAN, start=scope.start, end=scope.end, labels=labels):
+    for e in reader.event_rows(N.EV_TRAIN_NAN, start=scope.start, end=scope.end, match=labels):
         hits[(e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", ""))].append((e.t, e.data.get("step")))
-    runs, _ = _load(store, scope)
+    runs, _ = _load(reader, scope)
     for run in runs:
         key = (run.job, run.rank, run.host)
         if key in hits:
@@ -530,12 +531,12 @@ def nan_loss(store: Store, scope: DiagnoseScope) -> list[Finding]:
 
 # ------------------------------------------------------------------ ranks and regressions
 @register_analyzer("straggler")
-def straggler(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def straggler(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """One rank computes much slower than the others (median busy step time ≥ 1.25 × the others'),
     so every synchronization waits for it."""
     if not _in_scope(scope):
         return []
-    runs, _ = _load(store, scope)
+    runs, _ = _load(reader, scope)
     by_job: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_job[r.job].append(r)

@@ -111,3 +111,21 @@ GPU_PROCESS_MEMORY = "gpu_process_memory_bytes"  # {pid, process}
 GPU_PROCESS_COUNT = "gpu_compute_processes"
 GPU_XID_TOTAL = "gpu_xid_errors_total"  # {xid=...} counter
 GPU_XID_LAST = "gpu_xid_last_code"  # DCGM_FI_DEV_XID_ERRORS carries the last XID code
+
+# Series of the table above that analyzers read by name (diagnose, energy): one constant each.
+GPU_UTILIZATION = "gpu_utilization_ratio"
+GPU_TENSOR_ACTIVE = "gpu_tensor_active_ratio"
+GPU_MEMORY_USED = "gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL = "gpu_memory_total_bytes"
+GPU_TEMPERATURE = "gpu_temperature_celsius"
+GPU_TEMPERATURE_SLOWDOWN = "gpu_temperature_slowdown_celsius"
+GPU_TEMPERATURE_SHUTDOWN = "gpu_temperature_shutdown_celsius"
+GPU_POWER = "gpu_power_watts"
+GPU_ENERGY_TOTAL = "gpu_energy_joules_total"
+GPU_SM_CLOCK = "gpu_sm_clock_hertz"
+GPU_SM_CLOCK_MAX = "gpu_sm_clock_max_hertz"
+GPU_ECC_UNCORRECTED_VOLATILE = "gpu_ecc_uncorrected_volatile_total"
+GPU_REMAPPED_ROWS_UNCORRECTABLE = "gpu_remapped_rows_uncorrectable_total"
+GPU_REMAPPED_ROWS_PENDING = "gpu_remapped_rows_pending"
+GPU_REMAPPED_ROWS_FAILURE = "gpu_remapped_rows_failure"
+GPU_MIG_MODE = "gpu_mig_mode"

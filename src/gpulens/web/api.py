@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gpulens.errors import BadInputError, GpulensError
+from gpulens.reader import PanelReader as Reader
 from gpulens.views.data import (
     RANGE_CHOICES,
     Selection,
@@ -23,7 +24,6 @@ from gpulens.views.data import (
     resolve_window,
 )
 from gpulens.views.panels import PANELS
-from gpulens.views.readers import Reader
 
 MAX_EVENTS = 1000
 EVENT_WORKLOAD = {"xid": "gpu", "cold_start": "inference", "train_oom": "training", "train_nan_loss": "training"}
@@ -170,8 +170,9 @@ def findings(request: Request) -> Response:
             }
         )
     sel = selection_of(request)
-    res = find(reader.store, w.start, w.end, sel.job, sel.service)  # type: ignore[attr-defined]
-    return json_response({"available": res.available, "note": res.note, "findings": res.findings, "window": _window_dict(w)})
+    res = find(reader, w.start, w.end, sel.job, sel.service)  # type: ignore[arg-type]
+    found = [f.to_dict() for f in res.findings]
+    return json_response({"available": res.available, "note": res.note, "findings": found, "window": _window_dict(w)})
 
 
 def alerts(request: Request) -> Response:
