@@ -209,7 +209,7 @@ def test_the_cli_shows_health_first_and_carries_it_in_json(store, store_path, ca
     assert out.index("gpu_xid") < out.index("input_bound")
     with Store(store_path, readonly=True) as st:
         listed = dashboard_findings(st, T0, T0 + 60, None, None).findings
-    assert listed[0]["kind"] == "gpu_xid" and listed[0]["evidence"]["workloads"]
+    assert listed[0].kind == "gpu_xid" and listed[0].evidence["workloads"]  # typed findings, JSON only at the edge
 
 
 def test_a_short_fault_in_a_long_store_is_found_through_the_roll_ups(store):

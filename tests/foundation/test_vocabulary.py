@@ -40,11 +40,8 @@ SRC = Path(gpulens.__file__).resolve().parent
 
 # Being edited on other branches; the integrator empties this list.
 PENDING = frozenset({
-    "diagnose/",
     "views/prometheus.py",
     "workload/training/trackers.py",
-    "workload/training/monitor.py",
-    "workload/inference/monitor.py",
     "tune/",
     "errors.py",
     "units.py",

@@ -74,8 +74,8 @@ def test_same_requests_same_p99_in_diagnosis_dashboard_and_report(tmp_path):
     the latencies (which, for these 20 requests, is not what nearest-rank gives)."""
     from gpulens.diagnose import DiagnoseScope, diagnose
     from gpulens.diagnose.inference import set_slos
+    from gpulens.reader import StoreReader
     from gpulens.report.build import build_report_data
-    from gpulens.views.readers import StoreReader
 
     db = tmp_path / "s.db"
     latencies = [0.1 + 0.01 * i for i in range(19)] + [2.0]

@@ -155,7 +155,8 @@ def test_live_series_raises_and_resolves_an_alert_in_the_rule_engine(store, tmp_
     """The guard as an alert: the agent writes the co-location series, gpulens's own rule engine
     evaluates the rule shipped beside it."""
     from gpulens.alerts.runtime import AlertRuntime
-    from gpulens.diagnose.colocation import ALERT_RULE_YAML, COLOCATION_SERIES, update_colocation_series
+    from gpulens.diagnose.colocation import ALERT_RULE_YAML, COLOCATION_SERIES
+    from gpulens.pipeline.sinks import write_colocation_series
 
     rules = tmp_path / "coloc.yaml"
     rules.write_text(ALERT_RULE_YAML)
@@ -175,7 +176,7 @@ def test_live_series_raises_and_resolves_an_alert_in_the_rule_engine(store, tmp_
         w.write_samples(fake.sample())
         store.flush()
         if i % 5 == 0:
-            update_colocation_series(store, clock.t, window_seconds=10)
+            write_colocation_series(store, clock.t, window_seconds=10)
             firing.append([a.state for a in rt.evaluate(clock.t) if a.rule == "GpuTrainingServingColocated"])
         clock.t += 1
     rt.close()

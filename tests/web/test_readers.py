@@ -6,15 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpulens.store import Store
-from gpulens.views.data import Selection, Window, build_panel
-from gpulens.views.readers import (
+from gpulens.reader.store import (
     LONG_WINDOW_SECONDS,
     SAMPLES_PER_QUANTILE_BUCKET,
     StoreReader,
     counter_rate,
     quantile_buckets,
 )
+from gpulens.store import Store
+from gpulens.views.data import Selection, Window, build_panel
+from gpulens.views.readers import store_reader
 
 T0 = 1_700_000_000.0
 LABELS = {"gpu": "0", "host": "h"}
@@ -98,7 +99,7 @@ def test_learned_baseline_band_is_drawn(tmp_path):
         sid = s.series_id("gpu_temperature_celsius", LABELS)
         stats = baseline.robust_stats([50.0 + (i % 5) for i in range(120)])
         baseline.save_baseline(s, baseline.Baseline(sid, "gpu_temperature_celsius", LABELS, "ready", T0 - 86400, 86400, stats=stats))
-    with StoreReader(db) as r:
+    with store_reader(db) as r:  # the views' store reader: bands from gpulens.alerts
         panel = build_panel(r, "gpu", Window(T0, T0 + 120), Selection(), 100)
     temp = next(c for c in panel.charts if c.id == "gpu_temperature")
     assert temp.band is not None and temp.band["low"] < 52 < temp.band["high"]

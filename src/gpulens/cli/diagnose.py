@@ -41,6 +41,7 @@ def diagnose_command(
     latency_bound_low_utilization, memory_headroom, error_rate, timeouts, cold_start.
     """
     from gpulens.diagnose import DiagnoseScope, diagnose
+    from gpulens.reader import StoreReader
     from gpulens.store import Store
 
     if fmt not in FORMATS:
@@ -50,7 +51,7 @@ def diagnose_command(
     with Store(store, readonly=True) as st:
         try:
             _check_selection(st, job, service)
-            findings = diagnose(st, DiagnoseScope(job=job, service=service))
+            findings = diagnose(StoreReader(st), DiagnoseScope(job=job, service=service))
         except StorageFullError:
             raise
         except StoreError as e:  # the store turns SQLite's errors into these

@@ -24,11 +24,12 @@ def energy_command(
     integrated where the counter is missing, and said so), on the GPU each ran on."""
     from gpulens.energy import workload_energy
     from gpulens.errors import BadInputError
+    from gpulens.reader import StoreReader
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")
     with open_existing_store(store, "workloads to measure") as st:
-        rows = workload_energy(st, job=job, service=service)
+        rows = workload_energy(StoreReader(st), job=job, service=service)
     if not rows and (job or service):
         which = " or ".join(filter(None, [job and f"job {job!r}", service and f"service {service!r}"]))
         raise BadInputError(f"The store {store} has no records of {which}.", hint="Leave out --job/--service to list every workload.")

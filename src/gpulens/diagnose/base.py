@@ -1,4 +1,5 @@
-"""Findings: what `gpulens diagnose` reports. Analyzers are pure functions of a store's data."""
+"""Findings: what `gpulens diagnose` reports. Analyzers are pure functions of what a Reader answers
+(gpulens.reader.AnalysisReader: a node's store today, a fleet's Prometheus later); they never write."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from gpulens.reader import AnalysisReader, analysis_reader
 from gpulens.store import Store
 
 Workload = Literal["training", "inference", "gpu"]
@@ -45,7 +47,7 @@ class DiagnoseScope:
     service: str | None = None
 
 
-Analyzer = Callable[[Store, DiagnoseScope], list[Finding]]
+Analyzer = Callable[[AnalysisReader, DiagnoseScope], list[Finding]]
 _ANALYZERS: list[tuple[str, Analyzer, int]] = []
 # Findings are listed by their analyzer's order, then oldest first: GPU faults (order 0) and GPU
 # conditions (1) come before the workload findings, which they may explain.
@@ -69,8 +71,9 @@ ANALYZER_MODULES = (
 )
 
 
-def diagnose(store: Store, scope: DiagnoseScope | None = None) -> list[Finding]:
-    """Every registered analyzer over the store: GPU health first, then the rest, each oldest first."""
+def diagnose(source: AnalysisReader | Store, scope: DiagnoseScope | None = None) -> list[Finding]:
+    """Every registered analyzer over the source (a Reader, or a Store, read through its StoreReader):
+    GPU health first, then the rest, each oldest first."""
     import importlib
     import importlib.util
 
@@ -78,7 +81,8 @@ def diagnose(store: Store, scope: DiagnoseScope | None = None) -> list[Finding]:
         if importlib.util.find_spec(mod) is not None:
             importlib.import_module(mod)
     scope = scope or DiagnoseScope()
+    reader = analysis_reader(source)
     ranked: list[tuple[int, Finding]] = []
     for _name, fn, order in _ANALYZERS:
-        ranked.extend((order, f) for f in fn(store, scope))
+        ranked.extend((order, f) for f in fn(reader, scope))
     return [f for _, f in sorted(ranked, key=lambda of: (of[0], of[1].start, of[1].kind))]

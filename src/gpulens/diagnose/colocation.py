@@ -18,10 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.reader import AnalysisReader, EventRow, analysis_reader
 from gpulens.stats import percentile
-from gpulens.store import Event, Store
+from gpulens.store import Store
+from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
-from gpulens.vocab.gpu import GPU_PROCESS_MEMORY
+from gpulens.vocab.gpu import GPU_MIG_MODE, GPU_PROCESS_MEMORY
 from gpulens.workload.inference.records import request_from_event
 
 TRAINING_EVENT_KINDS = (N.EV_TRAIN_START, N.EV_TRAIN_STEP)
@@ -29,9 +31,8 @@ SERVING_EVENT_KINDS = (N.EV_INFER_START, N.EV_REQUEST, N.EV_COLD_START)
 # Serving processes recognised by name when no gpulens monitor runs inside them.
 SERVING_PROCESS_NAMES = ("vllm", "tritonserver", "text-generation", "sglang", "trtllm", "lmdeploy", "ollama")
 MPS_SERVER_NAME = "nvidia-cuda-mps-server"
-# 1 when the GPU is in MIG mode (nvmlDeviceGetMigMode). The process listing does not say which MIG
-# instance a process runs in, so with MIG on the pair may well be isolated: reported as info.
-GPU_MIG_MODE = "gpu_mig_mode"
+# GPU_MIG_MODE is 1 when the GPU is in MIG mode (nvmlDeviceGetMigMode). The process listing does not
+# say which MIG instance a process runs in, so with MIG on the pair may well be isolated: reported as info.
 # A training job holds the CPU (imports, model build, data loader workers) for tens of seconds
 # before its first CUDA allocation puts it in the GPU listing. Without a `train_start` event to say
 # when it launched, serving requests in this window before it appeared are left out of "alone".
@@ -39,7 +40,8 @@ STARTUP_GUARD_SECONDS = 20.0
 MIN_REQUESTS = 5  # per window, for a percentile worth reporting
 
 # For alerts: 1 while a training and a serving process share a GPU, 0 once they no longer do.
-# Labels: gpu, uuid, host, training_pid, serving_pid. Written by `update_colocation_series`.
+# Labels: gpu, uuid, host, training_pid, serving_pid. `colocation_marks` says what to write; the
+# pipeline's co-location watch (gpulens.pipeline.sinks) writes it.
 COLOCATION_SERIES = "gpu_training_serving_colocated"
 ALERT_RULE_YAML = """\
 pack: colocation
@@ -105,7 +107,7 @@ class Colocation:
     interference: Interference | None
 
 
-def event_pid(e: Event) -> int | None:
+def event_pid(e: EventRow) -> int | None:
     """The process id an event names (in its data or labels), if any."""
     v = e.data.get("pid", e.labels.get("pid"))
     try:
@@ -118,18 +120,18 @@ def latency_stats(values: list[float]) -> LatencyStats:
     return LatencyStats(len(values), percentile(values, 50), percentile(values, 95), percentile(values, 99))
 
 
-def _roles(store: Store, scope: DiagnoseScope) -> tuple[dict[int, ProcessInfo], dict[int, list[Event]], dict[int, list[Event]]]:
+def _roles(reader: AnalysisReader, scope: DiagnoseScope) -> tuple[dict[int, ProcessInfo], dict[int, list[EventRow]], dict[int, list[EventRow]]]:
     """pid -> role from monitor events; also each pid's training steps and serving requests."""
     roles: dict[int, ProcessInfo] = {}
-    steps: dict[int, list[Event]] = defaultdict(list)
-    requests: dict[int, list[Event]] = defaultdict(list)
+    steps: dict[int, list[EventRow]] = defaultdict(list)
+    requests: dict[int, list[EventRow]] = defaultdict(list)
     for role, kinds, sel in (("training", TRAINING_EVENT_KINDS, scope.job), ("serving", SERVING_EVENT_KINDS, scope.service)):
         key = N.TRAIN_JOB_LABEL if role == "training" else "service"
         for kind in kinds:
             # A job that started before the window still runs in it: start events are read from
             # the beginning (they are few); steps and requests only inside the window.
             since = None if kind in (N.EV_TRAIN_START, N.EV_INFER_START) else scope.start
-            for e in store.events(kind, start=since, end=scope.end):
+            for e in reader.event_rows(kind, start=since, end=scope.end):
                 pid = event_pid(e)
                 if pid is None or (sel and e.labels.get(key, sel) != sel):
                     continue
@@ -143,11 +145,11 @@ def _roles(store: Store, scope: DiagnoseScope) -> tuple[dict[int, ProcessInfo], 
     return roles, steps, requests
 
 
-def _presence(store: Store, scope: DiagnoseScope) -> dict[tuple[str, str, str], dict[int, tuple[str, list[float]]]]:
+def _presence(reader: AnalysisReader, scope: DiagnoseScope) -> dict[tuple[str, str, str], dict[int, tuple[str, list[float]]]]:
     """(host, gpu, uuid) -> pid -> (process name, sample times) from the GPU process listing."""
     out: dict[tuple[str, str, str], dict[int, tuple[str, list[float]]]] = defaultdict(dict)
-    for sd in store.query(GPU_PROCESS_MEMORY, start=scope.start, end=scope.end):
-        lab = sd.key.labels
+    for sd in reader.series_windows(GPU_PROCESS_MEMORY, start=scope.start, end=scope.end):
+        lab = sd.labels
         try:
             pid = int(lab.get("pid", ""))
         except ValueError:
@@ -157,7 +159,7 @@ def _presence(store: Store, scope: DiagnoseScope) -> dict[tuple[str, str, str], 
     return out
 
 
-def _span(e: Event) -> tuple[float, float] | None:
+def _span(e: EventRow) -> tuple[float, float] | None:
     d = e.data
     end = d.get("t_end", d.get("end", e.t))
     start = d.get("t_start", d.get("start"))
@@ -186,7 +188,7 @@ def _cold_start_ids(reqs: list[tuple[float, float, float | None, int]]) -> set[i
 
 
 def interference(
-    steps: list[Event], requests: list[Event], training_seen: tuple[float, float], launch_t: float | None, cold_events: list[Event]
+    steps: list[EventRow], requests: list[EventRow], training_seen: tuple[float, float], launch_t: float | None, cold_events: list[EventRow]
 ) -> Interference | None:
     spans = [s for s in (_span(e) for e in steps) if s]
     reqs = []
@@ -243,14 +245,15 @@ def interference(
     )
 
 
-def find_colocations(store: Store, scope: DiagnoseScope | None = None) -> list[Colocation]:
+def find_colocations(source: AnalysisReader | Store, scope: DiagnoseScope | None = None) -> list[Colocation]:
     """Every (training, serving) process pair seen together on one GPU."""
+    reader = analysis_reader(source)
     scope = scope or DiagnoseScope()
-    roles, steps, requests = _roles(store, scope)
+    roles, steps, requests = _roles(reader, scope)
     out: list[Colocation] = []
-    for (host, gpu, uuid), procs in sorted(_presence(store, scope).items()):
+    for (host, gpu, uuid), procs in sorted(_presence(reader, scope).items()):
         mps = any(MPS_SERVER_NAME in name for name, _ in procs.values())
-        mig = any(lv.value == 1 for lv in store.latest(GPU_MIG_MODE, {"gpu": gpu, "host": host}))
+        mig = any(lv.value == 1 for lv in reader.latest_values(GPU_MIG_MODE, {"gpu": gpu, "host": host}))
         found: dict[str, list[ProcessInfo]] = {"training": [], "serving": []}
         for pid, (name, _t) in sorted(procs.items()):
             info = roles.get(pid)
@@ -267,8 +270,8 @@ def find_colocations(store: Store, scope: DiagnoseScope | None = None) -> list[C
                 if hi < lo:
                     continue  # on this GPU one after the other, never together
                 together = len({round(t, 1) for t in t_tr} & {round(t, 1) for t in t_sv})
-                launch = [e.t for e in store.events(N.EV_TRAIN_START, start=scope.start, end=scope.end) if event_pid(e) == tr.pid]
-                cold = [e for e in store.events(N.EV_COLD_START, start=scope.start, end=scope.end) if event_pid(e) == sv.pid]
+                launch = [e.t for e in reader.event_rows(N.EV_TRAIN_START, start=scope.start, end=scope.end) if event_pid(e) == tr.pid]
+                cold = [e for e in reader.event_rows(N.EV_COLD_START, start=scope.start, end=scope.end) if event_pid(e) == sv.pid]
                 inter = interference(steps.get(tr.pid, []), requests.get(sv.pid, []), (t_tr[0], t_tr[-1]), min(launch) if launch else None, cold)
                 out.append(Colocation(gpu, host, uuid, tr, sv, lo, hi, together, mps, mig, inter))
     return out
@@ -301,9 +304,9 @@ ADVICE = [
 
 
 @register_analyzer("colocation")
-def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def analyze(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     findings = []
-    for c in find_colocations(store, scope):
+    for c in find_colocations(reader, scope):
         where = f"GPU {c.gpu}" + (f" on {c.host}" if c.host else "")
         summary = f"A {_who(c.training)} and a {_who(c.serving)} share {where} without isolation"
         if c.mig_mode:
@@ -335,7 +338,7 @@ def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
             "seconds_together": round(c.together_end - c.together_start, 1),
             "listing_samples_together": c.samples_together,
             "mps_server_running": c.mps_server,
-            "mig_mode": c.mig_mode,
+            F.MIG_MODE: c.mig_mode,
         }
         if i is not None:
             evidence["service_time_alone"] = _fmt(i.alone)
@@ -364,21 +367,29 @@ def analyze(store: Store, scope: DiagnoseScope) -> list[Finding]:
     return findings
 
 
-def update_colocation_series(store: Store, now: float, window_seconds: float = 60.0) -> list[Colocation]:
-    """For a live agent, every few seconds: look at the last `window_seconds` and write
-    COLOCATION_SERIES = 1 at `now` for each pair sharing a GPU, and 0 for a pair that was 1 and no
-    longer shares it (so the alert resolves). Returns the pairs found."""
+@dataclass(frozen=True)
+class ColocationMark:
+    """One sample of COLOCATION_SERIES to write at `now`."""
+
+    labels: dict[str, str]
+    value: float  # 1 while the pair shares the GPU, 0 for a pair that was 1 and no longer does
+
+
+def colocation_marks(source: AnalysisReader | Store, now: float, window_seconds: float = 60.0) -> list[ColocationMark]:
+    """For a live agent, every few seconds: over the last `window_seconds`, 1 for each pair sharing a
+    GPU without isolation and 0 for a pair marked 1 before that no longer shares it (so the alert
+    resolves). Only reads: the caller writes the marks."""
+    reader = analysis_reader(source)
     found = [
-        c for c in find_colocations(store, DiagnoseScope(start=now - window_seconds, end=now))
+        c for c in find_colocations(reader, DiagnoseScope(start=now - window_seconds, end=now))
         if c.together_end >= now - window_seconds and not c.maybe_isolated
     ]
-    current = set()
-    for c in found:
-        labels = {"gpu": c.gpu, "uuid": c.uuid, "host": c.host, "training_pid": str(c.training.pid), "serving_pid": str(c.serving.pid)}
-        store.write(COLOCATION_SERIES, labels, now, 1.0)
-        current.add(tuple(sorted(labels.items())))
-    for lv in store.latest(COLOCATION_SERIES):
-        if lv.value > 0 and tuple(sorted(lv.key.labels.items())) not in current:
-            store.write(COLOCATION_SERIES, lv.key.labels, now, 0.0)
-    store.flush()
-    return found
+    marks = [
+        ColocationMark({"gpu": c.gpu, "uuid": c.uuid, "host": c.host, "training_pid": str(c.training.pid), "serving_pid": str(c.serving.pid)}, 1.0)
+        for c in found
+    ]
+    current = {tuple(sorted(m.labels.items())) for m in marks}
+    for lv in reader.latest_values(COLOCATION_SERIES):
+        if lv.value > 0 and tuple(sorted(lv.labels.items())) not in current:
+            marks.append(ColocationMark(dict(lv.labels), 0.0))
+    return marks

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulens.diagnose.colocation import event_pid, percentile
-from gpulens.store import Event, Store
+from gpulens.reader import AnalysisReader, EventRow, analysis_reader
+from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP
 
@@ -88,12 +89,12 @@ class WorkloadImpact:
     sentence: str = ""
 
 
-def _occupants_by_identity(store: Store, start: float | None, end: float | None) -> list[Occupant]:
+def _occupants_by_identity(reader: AnalysisReader, start: float | None, end: float | None) -> list[Occupant]:
     found: dict[tuple, Occupant] = {}
     # Start events are few and may precede the window; steps and requests (many) make the time span.
     for kind, role in ((N.EV_TRAIN_START, "training"), (N.EV_TRAIN_STEP, "training"), (N.EV_INFER_START, "serving"), (N.EV_REQUEST, "serving")):
         since = None if kind in (N.EV_TRAIN_START, N.EV_INFER_START) else start
-        for e in store.events(kind, start=since, end=end):
+        for e in reader.event_rows(kind, start=since, end=end):
             if role == "training":
                 labels = {N.TRAIN_JOB_LABEL: e.labels.get(N.TRAIN_JOB_LABEL, ""), "rank": e.labels.get("rank", str(e.data.get("rank", 0))), "host": e.labels.get("host", "")}
             else:
@@ -111,26 +112,27 @@ def _occupants_by_identity(store: Store, start: float | None, end: float | None)
     return list(found.values())
 
 
-def occupants(store: Store, start: float | None = None, end: float | None = None) -> dict[GpuRef, list[Occupant]]:
+def occupants(source: AnalysisReader | Store, start: float | None = None, end: float | None = None) -> dict[GpuRef, list[Occupant]]:
     """Every training rank and service with records in [start, end] (or started before `end`), by
     the GPU it ran on; those gpulens cannot place are left out."""
+    reader = analysis_reader(source)
     gpus_of_host: dict[str, set[str]] = defaultdict(set)
-    for k in store.series(GPU_UP):
-        gpus_of_host[k.labels.get("host", "")].add(k.labels.get("gpu", ""))
+    for k in reader.series_labels(GPU_UP):
+        gpus_of_host[k.get("host", "")].add(k.get("gpu", ""))
     pid_gpu: dict[tuple[str, int], set[str]] = defaultdict(set)
-    for k in store.series(GPU_PROCESS_MEMORY):
+    for k in reader.series_labels(GPU_PROCESS_MEMORY):
         try:
-            pid_gpu[(k.labels.get("host", ""), int(k.labels.get("pid", "")))].add(k.labels.get("gpu", ""))
+            pid_gpu[(k.get("host", ""), int(k.get("pid", "")))].add(k.get("gpu", ""))
         except ValueError:
             continue
     out: dict[GpuRef, list[Occupant]] = defaultdict(list)
-    for occ in _occupants_by_identity(store, start, end):
+    for occ in _occupants_by_identity(reader, start, end):
         host = occ.labels.get("host", "")
         listed = sorted({g for pid in occ.pids for g in pid_gpu.get((host, pid), ())})
         if listed:
             gpus, occ.identified_by = listed, "its pid in the GPU process list"
         elif occ.cuda_gpu is not None:
-            gpus, occ.identified_by = [occ.cuda_gpu], "its train_start event"
+            gpus, occ.identified_by = [occ.cuda_gpu], f"its {N.EV_TRAIN_START} event"
         elif len(gpus_of_host.get(host, ())) == 1:
             gpus, occ.identified_by = sorted(gpus_of_host[host]), "the only GPU of its host"
         else:
@@ -140,11 +142,11 @@ def occupants(store: Store, start: float | None = None, end: float | None = None
     return dict(out)
 
 
-def occupants_around(store: Store, start: float, end: float) -> dict[GpuRef, list[Occupant]]:
+def occupants_around(reader: AnalysisReader, start: float, end: float) -> dict[GpuRef, list[Occupant]]:
     """`occupants` with the records that can matter for faults in [start, end]: a week-long store
     holds millions of requests, and only those near a fault are read."""
     margin = JOIN_SLACK_SECONDS + REFERENCE_SECONDS
-    return occupants(store, start - margin, end + margin)
+    return occupants(reader, start - margin, end + margin)
 
 
 def _median(xs: list[float]) -> float | None:
@@ -155,7 +157,7 @@ def _change(before: float | None, during: float | None) -> float | None:
     return None if before is None or during is None or before <= 0 else during / before - 1.0
 
 
-def _latency(e: Event) -> float | None:
+def _latency(e: EventRow) -> float | None:
     d = e.data
     end = d.get("end", e.t)
     begin = d.get("intended", d.get("arrival", d.get("start")))
@@ -164,8 +166,8 @@ def _latency(e: Event) -> float | None:
     return float(end) - float(begin)
 
 
-def training_impact(store: Store, occ: Occupant, start: float, end: float, what: str, point: bool) -> WorkloadImpact:
-    steps = store.events(N.EV_TRAIN_STEP, start=start - REFERENCE_SECONDS, end=end + REFERENCE_SECONDS, labels=occ.labels)
+def training_impact(reader: AnalysisReader, occ: Occupant, start: float, end: float, what: str, point: bool) -> WorkloadImpact:
+    steps = reader.event_rows(N.EV_TRAIN_STEP, start=start - REFERENCE_SECONDS, end=end + REFERENCE_SECONDS, match=occ.labels)
     before = [e for e in steps if e.t < start]
     after = [e for e in steps if e.t >= start and (point or e.t <= end)]
     dur = [float(e.data["step_s"]) for e in before if isinstance(e.data.get("step_s"), int | float)]
@@ -195,9 +197,9 @@ def training_impact(store: Store, occ: Occupant, start: float, end: float, what:
     return imp
 
 
-def serving_impact(store: Store, occ: Occupant, start: float, end: float, what: str, point: bool) -> WorkloadImpact:
+def serving_impact(reader: AnalysisReader, occ: Occupant, start: float, end: float, what: str, point: bool) -> WorkloadImpact:
     hi = end + REFERENCE_SECONDS if point else end
-    reqs = store.events(N.EV_REQUEST, start=start - REFERENCE_SECONDS, end=hi, labels=occ.labels)
+    reqs = reader.event_rows(N.EV_REQUEST, start=start - REFERENCE_SECONDS, end=hi, match=occ.labels)
     if occ.pids:  # a service name may be shared by replicas on other GPUs of the host
         reqs = [e for e in reqs if event_pid(e) is None or event_pid(e) in occ.pids]
     before = [e for e in reqs if e.t < start]
@@ -231,7 +233,7 @@ def serving_impact(store: Store, occ: Occupant, start: float, end: float, what: 
     return imp
 
 
-def impacts(store: Store, placed: dict[GpuRef, list[Occupant]], ref: GpuRef, start: float, end: float, what: str, *, point: bool) -> list[WorkloadImpact]:
+def impacts(reader: AnalysisReader, placed: dict[GpuRef, list[Occupant]], ref: GpuRef, start: float, end: float, what: str, *, point: bool) -> list[WorkloadImpact]:
     """What each workload on `ref` around [start, end] did. `point`: the fault is an event (an XID,
     an ECC error) whose effect shows after it, not a condition that lasts over [start, end]."""
     out = []
@@ -239,7 +241,7 @@ def impacts(store: Store, placed: dict[GpuRef, list[Occupant]], ref: GpuRef, sta
         if not occ.overlaps(start, end):
             continue
         fn = training_impact if occ.role == "training" else serving_impact
-        out.append(fn(store, occ, start, end, what, point))
+        out.append(fn(reader, occ, start, end, what, point))
     return out
 
 

@@ -26,7 +26,10 @@ from gpulens.diagnose.gpu_workloads import (
     occupants_around,
     workload_labels,
 )
-from gpulens.store import SeriesData, Store
+from gpulens.reader import AnalysisReader, SeriesWindow, analysis_reader
+from gpulens.store import Store
+from gpulens.vocab import gpu as G
+from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_UP
 from gpulens.vocab.xid import xid_info
@@ -106,14 +109,14 @@ def _ref(labels: dict[str, str]) -> GpuRef:
     return GpuRef(labels.get("host", ""), labels.get("gpu", ""))
 
 
-Finder = Callable[[SeriesData, float], tuple[float, float] | None]
+Finder = Callable[[SeriesWindow, float], tuple[float, float] | None]
 
 
-def _series(store: Store, name: str, scope: DiagnoseScope, find: Finder, extra: dict[str, str] | None = None) -> list[SeriesData]:
+def _series(reader: AnalysisReader, name: str, scope: DiagnoseScope, find: Finder, extra: dict[str, str] | None = None) -> list[SeriesWindow]:
     """Raw samples of each series `name` over the part of the scope where `find` says a problem
     may be: found first on a downsampled read (min and max per bucket), so that a week of healthy
     samples on a dashboard refresh is a few aggregate queries, not millions of rows."""
-    rng = store.time_range(name)
+    rng = reader.time_range(name)
     if rng is None:
         return []
     lo = rng[0] if scope.start is None else max(scope.start, rng[0])
@@ -121,17 +124,17 @@ def _series(store: Store, name: str, scope: DiagnoseScope, find: Finder, extra: 
     if hi < lo:
         return []
     out = []
-    for coarse in store.query(name, extra, start=lo, end=hi, max_points=COARSE_POINTS):
+    for coarse in reader.series_windows(name, extra, start=lo, end=hi, max_points=COARSE_POINTS):
         where = find(coarse, hi) if coarse.t else None
         if where is not None:
-            out.extend(d for d in store.query(name, coarse.key.labels, start=where[0], end=where[1]) if d.t and d.key == coarse.key)
+            out.extend(d for d in reader.series_windows(name, coarse.labels, start=where[0], end=where[1]) if d.t and d.identity == coarse.identity)
     return out
 
 
-def _threshold(on_for: Callable[[SeriesData], Callable[[float], bool] | None]) -> Finder:
+def _threshold(on_for: Callable[[SeriesWindow], Callable[[float], bool] | None]) -> Finder:
     """From the first to the end of the last bucket whose min or max meets the series' condition."""
 
-    def find(d: SeriesData, hi: float) -> tuple[float, float] | None:
+    def find(d: SeriesWindow, hi: float) -> tuple[float, float] | None:
         on = on_for(d)
         if on is None:
             return None
@@ -152,15 +155,15 @@ def _lost(gpu_up: float) -> bool:
     return gpu_up < 0.5
 
 
-def _each(on: Callable[[float], bool]) -> Callable[[SeriesData], Callable[[float], bool]]:
+def _each(on: Callable[[float], bool]) -> Callable[[SeriesWindow], Callable[[float], bool]]:
     return lambda _d: on
 
 
-def _changed(d: SeriesData, hi: float) -> tuple[float, float] | None:
+def _changed(d: SeriesWindow, hi: float) -> tuple[float, float] | None:
     return (d.t[0], hi) if min(d.value_min) != max(d.value_max) else None
 
 
-def _stretches(d: SeriesData, on: Callable[[float], bool]) -> list[tuple[int, int, float]]:
+def _stretches(d: SeriesWindow, on: Callable[[float], bool]) -> list[tuple[int, int, float]]:
     """(first, last index, seconds) of runs of samples where `on` holds. A run lasts until the next
     sample (NVML reports the period just ended), bridged over gaps of up to 3 sampling intervals."""
     if not d.t:
@@ -180,16 +183,16 @@ def _stretches(d: SeriesData, on: Callable[[float], bool]) -> list[tuple[int, in
     return out
 
 
-def _latest_value(store: Store, name: str, ref: GpuRef) -> float | None:
-    vals = store.latest(name, {"host": ref.host, "gpu": ref.gpu})
+def _latest_value(reader: AnalysisReader, name: str, ref: GpuRef) -> float | None:
+    vals = reader.latest_values(name, {"host": ref.host, "gpu": ref.gpu})
     return vals[0].value if vals else None
 
 
 # ------------------------------------------------------------------ faults
-def xid_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+def xid_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
     """XIDs grouped by GPU and code: one finding each, from the first to the last occurrence."""
     groups: dict[tuple[GpuRef, int], list[Any]] = {}
-    for e in store.events(XID_EVENT, start=scope.start, end=scope.end):
+    for e in reader.event_rows(XID_EVENT, start=scope.start, end=scope.end):
         try:
             code = int(e.data.get("xid", e.labels.get("xid")))
         except (TypeError, ValueError):
@@ -209,55 +212,55 @@ def xid_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
     return out
 
 
-def ecc_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+def ecc_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
     """An increase of the volatile uncorrectable ECC counter inside the window (a counter that
     drops was reset by a driver reload: counting starts again from its new value)."""
     out = []
-    for d in _series(store, "gpu_ecc_uncorrected_volatile_total", scope, _changed):
+    for d in _series(reader, G.GPU_ECC_UNCORRECTED_VOLATILE_TOTAL, scope, _changed):
         rises = [(t, b - a) for t, a, b in zip(d.t[1:], d.value, d.value[1:], strict=False) if b > a]
         if not rises:
             continue
-        ref, n = _ref(d.key.labels), int(sum(x for _, x in rises))
+        ref, n = _ref(d.labels), int(sum(x for _, x in rises))
         out.append(HealthEvent(
-            "gpu_ecc_uncorrectable", ref, d.key.labels.get("uuid", ""), rises[0][0], rises[-1][0], "critical", True,
+            "gpu_ecc_uncorrectable", ref, d.labels.get("uuid", ""), rises[0][0], rises[-1][0], "critical", True,
             f"{n} uncorrectable ECC error{'s' if n != 1 else ''} on {ref} (first at {_when(rises[0][0])}): data in GPU memory was corrupted, "
             "and what ran on it since may have computed with it.", f"ECC errors hit {ref}",
-            {"ecc_uncorrected_increase": n, "ecc_uncorrected_volatile_total": int(d.value[-1])},
+            {"ecc_uncorrected_increase": n, F.ECC_UNCORRECTED_VOLATILE_TOTAL: int(d.value[-1])},
             ADVICE_HARDWARE,
         ))
     return out
 
 
-def remap_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+def remap_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
     """Row remapping failure (critical: the memory cannot be repaired) or pending (a reset applies it)."""
     out = []
     for name, kind, sev, text, advice in (
-        ("gpu_remapped_rows_failure", "gpu_row_remap_failure", "critical",
+        (G.GPU_REMAPPED_ROWS_FAILURE, "gpu_row_remap_failure", "critical",
          "row remapping failed: a memory bank has no spare rows left, so this GPU's memory can no longer be repaired in the field", ADVICE_HARDWARE),
-        ("gpu_remapped_rows_pending", "gpu_row_remap_pending", "warning",
+        (G.GPU_REMAPPED_ROWS_PENDING, "gpu_row_remap_pending", "warning",
          "a row remapping waits for a GPU reset; until then the bad rows stay in use",
          ["Drain the GPU and reset it (nvidia-smi -r -i GPU) to apply the remapping.", "After the reset, check that no remapping failure is reported (nvidia-smi -q -d ROW_REMAPPER)."]),
     ):
-        for d in _series(store, name, scope, _threshold(_each(_flag_set))):
+        for d in _series(reader, name, scope, _threshold(_each(_flag_set))):
             for a, _b, secs in _stretches(d, _flag_set):
-                ref = _ref(d.key.labels)
-                rows = _latest_value(store, "gpu_remapped_rows_uncorrectable", ref)
+                ref = _ref(d.labels)
+                rows = _latest_value(reader, G.GPU_REMAPPED_ROWS_UNCORRECTABLE_TOTAL, ref)
                 out.append(HealthEvent(
-                    kind, ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, True,
+                    kind, ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, True,
                     f"On {ref} {text} (since {_when(d.t[a])}).", f"{ref} reported a row remapping {'failure' if sev == 'critical' else 'pending'}",
-                    {"flag_seconds": Q.seconds(round(secs, 1)), "remapped_rows_uncorrectable": None if rows is None else int(rows)}, advice,
+                    {"flag_seconds": Q.seconds(round(secs, 1)), F.REMAPPED_ROWS_UNCORRECTABLE: None if rows is None else int(rows)}, advice,
                 ))
     return out
 
 
-def lost_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+def lost_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
     out = []
-    for d in _series(store, GPU_UP, scope, _threshold(_each(_lost))):
+    for d in _series(reader, GPU_UP, scope, _threshold(_each(_lost))):
         for a, b, secs in _stretches(d, _lost):
-            ref = _ref(d.key.labels)
+            ref = _ref(d.labels)
             still = b == len(d.t) - 1
             out.append(HealthEvent(
-                "gpu_lost", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "critical", True,
+                "gpu_lost", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "critical", True,
                 f"{ref} stopped answering at {_when(d.t[a])} (GPU is lost){' and had not come back at the last sample' if still else f' for {secs:.0f} s'}.",
                 f"{ref} was lost", {"lost_seconds": Q.seconds(round(secs, 1)), "lost_at_last_sample": still},
                 ["Drain and reboot the node; look for XID 79 (fallen off the bus) in the kernel log (dmesg).", *ADVICE_HARDWARE[1:],
@@ -267,33 +270,34 @@ def lost_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
 
 
 # ------------------------------------------------------------------ conditions
-def _sm_clock(store: Store, ref: GpuRef, scope: DiagnoseScope, t0: float, t1: float, active: set[float]) -> tuple[float | None, float | None, float | None]:
+def _sm_clock(reader: AnalysisReader, ref: GpuRef, scope: DiagnoseScope, t0: float, t1: float, active: set[float]) -> tuple[float | None, float | None, float | None]:
     """Median SM clock in the minute before the cut (samples without the reason), median and lowest
     during it. Without samples before, the GPU's highest SM clock is the reference."""
     lo = t0 - REFERENCE_SECONDS if scope.start is None else max(scope.start, t0 - REFERENCE_SECONDS)
-    data = store.query("gpu_sm_clock_hertz", {"host": ref.host, "gpu": ref.gpu}, start=lo, end=t1)
+    data = reader.series_windows(G.GPU_SM_CLOCK_HERTZ, {"host": ref.host, "gpu": ref.gpu}, start=lo, end=t1)
     if not data:
         return None, None, None
     d = data[0]
     before = [v for t, v in zip(d.t, d.value, strict=True) if t < t0 and round(t, 3) not in active]
     during = [v for t, v in zip(d.t, d.value, strict=True) if t0 <= t <= t1]
-    ref_hz = statistics.median(before) if before else _latest_value(store, "gpu_sm_clock_max_hertz", ref)
+    ref_hz = statistics.median(before) if before else _latest_value(reader, G.GPU_SM_CLOCK_MAX_HERTZ, ref)
     if not during:
         return ref_hz, None, None
     return ref_hz, statistics.median(during), min(during)
 
 
-def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MIN_CONDITION_SECONDS) -> list[HealthEvent]:
+def clock_cut_events(source: AnalysisReader | Store, scope: DiagnoseScope, min_seconds: float = MIN_CONDITION_SECONDS) -> list[HealthEvent]:
     """Stretches where a clock-event reason that cuts the clocks was active, with how deep the SM clock fell."""
+    reader = analysis_reader(source)
     out = []
     for reason, cause in CLOCK_CUT_REASONS.items():
-        for d in _series(store, GPU_CLOCK_EVENT_ACTIVE, scope, _threshold(_each(_flag_set)), {"reason": reason}):
+        for d in _series(reader, GPU_CLOCK_EVENT_ACTIVE, scope, _threshold(_each(_flag_set)), {"reason": reason}):
             active = {round(t, 3) for t, v in zip(d.t, d.value, strict=True) if v >= 1}
             for a, b, secs in _stretches(d, _flag_set):
                 if secs < min_seconds:
                     continue
-                ref = _ref(d.key.labels)
-                before_hz, during_hz, lowest_hz = _sm_clock(store, ref, scope, d.t[a], d.t[b], active)
+                ref = _ref(d.labels)
+                before_hz, during_hz, lowest_hz = _sm_clock(reader, ref, scope, d.t[a], d.t[b], active)
                 drop = None if not before_hz or during_hz is None else 1.0 - during_hz / before_hz
                 sev = "warning"
                 if reason == "sw_power_cap" and (drop is None or drop < POWER_CAP_DEEP_DROP_RATIO):
@@ -303,7 +307,7 @@ def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MI
                 if reason == "hw_slowdown":
                     advice = [*ADVICE_THERMAL[:1], *ADVICE_POWER_BRAKE[:1], *ADVICE_THERMAL[2:]]
                 out.append(HealthEvent(
-                    "gpu_clock_cut", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, False,
+                    "gpu_clock_cut", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, False,
                     f"The clocks of {ref} were cut for {reason} for {secs:.0f} s from {_when(d.t[a])}: {cause}{depth}.",
                     f"the clocks of {ref} were cut for {reason}",
                     {"reason": reason, "cut_seconds": Q.seconds(round(secs, 1)), "sm_clock_before_hz": Q.hertz(before_hz), "sm_clock_during_hz": Q.hertz(during_hz),
@@ -313,57 +317,57 @@ def clock_cut_events(store: Store, scope: DiagnoseScope, min_seconds: float = MI
     return out
 
 
-def temperature_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+def temperature_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
     """Temperature within 5 °C of the GPU's slowdown threshold (or above it)."""
     out = []
-    slowdown_of = {_ref(lv.key.labels): lv.value for lv in store.latest("gpu_temperature_slowdown_celsius")}
+    slowdown_of = {_ref(lv.labels): lv.value for lv in reader.latest_values(G.GPU_TEMPERATURE_SLOWDOWN_CELSIUS)}
 
-    def hot(d: SeriesData) -> Callable[[float], bool] | None:
-        s = slowdown_of.get(_ref(d.key.labels))  # none reported: nothing to be near
+    def hot(d: SeriesWindow) -> Callable[[float], bool] | None:
+        s = slowdown_of.get(_ref(d.labels))  # none reported: nothing to be near
         return None if s is None else lambda v: v >= s - TEMPERATURE_MARGIN_CELSIUS
 
-    for d in _series(store, "gpu_temperature_celsius", scope, _threshold(hot)):
-        ref = _ref(d.key.labels)
+    for d in _series(reader, G.GPU_TEMPERATURE_CELSIUS, scope, _threshold(hot)):
+        ref = _ref(d.labels)
         slowdown = slowdown_of[ref]
         for a, b, secs in _stretches(d, lambda v, s=slowdown: v >= s - TEMPERATURE_MARGIN_CELSIUS):
             if secs < MIN_CONDITION_SECONDS:
                 continue
             peak = max(d.value[a : b + 1])
-            shutdown = _latest_value(store, "gpu_temperature_shutdown_celsius", ref)
+            shutdown = _latest_value(reader, G.GPU_TEMPERATURE_SHUTDOWN_CELSIUS, ref)
             where = "above" if peak >= slowdown else "within 5 °C of"
             out.append(HealthEvent(
-                "gpu_temperature_high", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
+                "gpu_temperature_high", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
                 f"{ref} reached {peak:.0f} °C for {secs:.0f} s from {_when(d.t[a])}, {where} its slowdown temperature ({slowdown:.0f} °C)"
                 + (f"; it shuts down at {shutdown:.0f} °C." if shutdown else "."),
                 f"{ref} ran at {peak:.0f} °C",
-                {"temperature_max_celsius": Q.celsius(peak), "temperature_slowdown_celsius": Q.celsius(slowdown), "temperature_shutdown_celsius": Q.celsius(shutdown),
+                {"temperature_max_celsius": Q.celsius(peak), F.TEMPERATURE_SLOWDOWN_CELSIUS: Q.celsius(slowdown), F.TEMPERATURE_SHUTDOWN_CELSIUS: Q.celsius(shutdown),
                  "hot_seconds": Q.seconds(round(secs, 1))},
                 list(ADVICE_THERMAL),
             ))
     return out
 
 
-def memory_events(store: Store, scope: DiagnoseScope) -> list[HealthEvent]:
+def memory_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
     """Device memory in use above 95 % of the GPU's memory (the GPU's view: every process counts)."""
     out = []
-    total_of = {_ref(lv.key.labels): lv.value for lv in store.latest("gpu_memory_total_bytes")}
+    total_of = {_ref(lv.labels): lv.value for lv in reader.latest_values(G.GPU_MEMORY_TOTAL_BYTES)}
 
-    def full(d: SeriesData) -> Callable[[float], bool] | None:
-        tot = total_of.get(_ref(d.key.labels))
+    def full(d: SeriesWindow) -> Callable[[float], bool] | None:
+        tot = total_of.get(_ref(d.labels))
         return None if not tot else lambda v: v / tot > MEMORY_FULL_RATIO
 
-    for d in _series(store, "gpu_memory_used_bytes", scope, _threshold(full)):
-        ref = _ref(d.key.labels)
+    for d in _series(reader, G.GPU_MEMORY_USED_BYTES, scope, _threshold(full)):
+        ref = _ref(d.labels)
         total = total_of[ref]
         for a, b, secs in _stretches(d, lambda v, tot=total: v / tot > MEMORY_FULL_RATIO):
             if secs < MIN_CONDITION_SECONDS:
                 continue
             peak = max(d.value[a : b + 1])
             out.append(HealthEvent(
-                "gpu_memory_full", ref, d.key.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
+                "gpu_memory_full", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
                 f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {_when(d.t[a])}: the next allocation on it may fail.",
                 f"the memory of {ref} was {peak / total:.0%} full",
-                {"memory_used_max_bytes": Q.bytes_(int(peak)), "memory_total_bytes": Q.bytes_(int(total)), "memory_used_max_ratio": Q.ratio(round(peak / total, 3)),
+                {"memory_used_max_bytes": Q.bytes_(int(peak)), F.MEMORY_TOTAL_BYTES: Q.bytes_(int(total)), "memory_used_max_ratio": Q.ratio(round(peak / total, 3)),
                  "full_seconds": Q.seconds(round(secs, 1))},
                 list(ADVICE_MEMORY),
             ))
@@ -385,13 +389,13 @@ def _selected(scope: DiagnoseScope, occs: list[Occupant]) -> bool:
     )
 
 
-def to_findings(store: Store, scope: DiagnoseScope, events: list[HealthEvent]) -> list[Finding]:
+def to_findings(reader: AnalysisReader, scope: DiagnoseScope, events: list[HealthEvent]) -> list[Finding]:
     if not events:
         return []
-    placed = occupants_around(store, min(h.start for h in events), max(h.end for h in events))
+    placed = occupants_around(reader, min(h.start for h in events), max(h.end for h in events))
     out = []
     for h in events:
-        imps: list[WorkloadImpact] = impacts(store, placed, h.ref, h.start, h.end, h.what, point=h.point)
+        imps: list[WorkloadImpact] = impacts(reader, placed, h.ref, h.start, h.end, h.what, point=h.point)
         on_gpu = [o for o in placed.get(h.ref, []) if o.overlaps(h.start, h.end)]
         if not _selected(scope, on_gpu):
             continue
@@ -408,12 +412,12 @@ def to_findings(store: Store, scope: DiagnoseScope, events: list[HealthEvent]) -
 
 
 @register_analyzer("gpu_faults", order=FAULT_ORDER)
-def gpu_faults(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def gpu_faults(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """XIDs, uncorrectable ECC errors, row remapping and lost GPUs: the hardware needs attention."""
-    return to_findings(store, scope, [h for det in FAULT_DETECTORS for h in det(store, scope)])
+    return to_findings(reader, scope, [h for det in FAULT_DETECTORS for h in det(reader, scope)])
 
 
 @register_analyzer("gpu_conditions", order=CONDITION_ORDER)
-def gpu_conditions(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def gpu_conditions(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """Clock cuts, heat and full memory: the GPU runs, but slower or close to failing allocations."""
-    return to_findings(store, scope, [h for det in CONDITION_DETECTORS for h in det(store, scope)])
+    return to_findings(reader, scope, [h for det in CONDITION_DETECTORS for h in det(reader, scope)])

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
 from gpulens.store import Store
+from gpulens.vocab import gpu as G
 from gpulens.vocab import names as N
 from gpulens.workload.inference.records import RequestRecord, request_from_event
 
@@ -99,10 +101,10 @@ def _pct(values: list[float], p: float) -> float:
     return float("nan") if v is None else v
 
 
-def windows(store: Store, scope: DiagnoseScope) -> list[Window]:
+def windows(reader: AnalysisReader, scope: DiagnoseScope) -> list[Window]:
     labels = {"service": scope.service} if scope.service else None
     by_service: dict[str, list[tuple[RequestRecord, dict[str, str]]]] = {}
-    for e in store.events(N.EV_REQUEST, start=scope.start, end=scope.end, labels=labels):
+    for e in reader.event_rows(N.EV_REQUEST, start=scope.start, end=scope.end, match=labels):
         rec = request_from_event(e)
         if rec is not None:
             by_service.setdefault(e.labels.get("service", ""), []).append((rec, e.labels))
@@ -132,10 +134,10 @@ def _busy_intervals(requests: list[RequestRecord]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in merged]
 
 
-def _gpu_values(store: Store, name: str, start: float, end: float, host: str | None) -> list[tuple[float, float]]:
-    series = store.query(name, {"host": host} if host else None, start=start, end=end)
+def _gpu_values(reader: AnalysisReader, name: str, start: float, end: float, host: str | None) -> list[tuple[float, float]]:
+    series = reader.series_windows(name, {"host": host} if host else None, start=start, end=end)
     if not series and host:
-        series = store.query(name, None, start=start, end=end)
+        series = reader.series_windows(name, None, start=start, end=end)
     return [(t, v) for s in series for t, v in zip(s.t, s.value, strict=True)]
 
 
@@ -159,7 +161,7 @@ class WindowStats:
     gpu_util_busy: float | None  # mean GPU utilization while a request was in service
 
 
-def window_stats(store: Store, w: Window) -> WindowStats:
+def window_stats(reader: AnalysisReader, w: Window) -> WindowStats:
     statuses: dict[str, int] = {}
     lat, svc, que, ttft, tpot = [], [], [], [], []
     for r in w.requests:
@@ -176,7 +178,7 @@ def window_stats(store: Store, w: Window) -> WindowStats:
     busy = _busy_intervals(w.requests)
     span = max(w.end - w.start, 1e-9)
     busy_ratio = sum(b - a for a, b in busy) / span
-    util = [v for t, v in _gpu_values(store, "gpu_utilization_ratio", w.start, w.end, w.labels.get("host"))
+    util = [v for t, v in _gpu_values(reader, G.GPU_UTILIZATION_RATIO, w.start, w.end, w.labels.get("host"))
             if _inside(t, busy)]
     return WindowStats(len(w.requests), statuses, lat, svc, que, ttft, tpot, busy_ratio,
                        statistics.fmean(util) if util else None)
@@ -193,10 +195,10 @@ def _ms(v: float) -> str:
 
 
 @register_analyzer("inference_latency_bound_low_utilization")
-def latency_bound_low_utilization(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def latency_bound_low_utilization(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     out = []
-    for w in windows(store, scope):
-        st = window_stats(store, w)
+    for w in windows(reader, scope):
+        st = window_stats(reader, w)
         if st.n < MIN_REQUESTS or st.gpu_util_busy is None or not st.latency:
             continue
         if st.busy_ratio < BUSY_RATIO_MIN or st.gpu_util_busy >= LOW_GPU_UTILIZATION:
@@ -260,11 +262,11 @@ def _queued_runs(w: Window) -> list[list[RequestRecord]]:
 
 
 @register_analyzer("inference_queueing")
-def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def queueing(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """Latency driven by queue wait, found per QUEUE_BUCKET_SECONDS of request ends; adjacent
     flagged buckets become one finding."""
     out = []
-    for w in windows(store, scope):
+    for w in windows(reader, scope):
         for reqs in _queued_runs(w):
             lat = [r.latency_seconds for r in reqs]
             que = [r.queue_wait_seconds for r in reqs]
@@ -285,10 +287,10 @@ def queueing(store: Store, scope: DiagnoseScope) -> list[Finding]:
 
 
 @register_analyzer("inference_errors_and_timeouts")
-def errors_and_timeouts(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def errors_and_timeouts(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     out = []
-    for w in windows(store, scope):
-        st = window_stats(store, w)
+    for w in windows(reader, scope):
+        st = window_stats(reader, w)
         errors = st.statuses.get("error", 0) + st.statuses.get("rejected", 0)
         ratio = errors / st.n
         if errors and ratio >= ERROR_RATIO_WARN:
@@ -308,8 +310,8 @@ def errors_and_timeouts(store: Store, scope: DiagnoseScope) -> list[Finding]:
     return out
 
 
-def configured_slos(store: Store, service: str) -> list[str]:
-    raw = store.get_meta(SLO_META_KEY)
+def configured_slos(reader: AnalysisReader, service: str) -> list[str]:
+    raw = reader.setting(SLO_META_KEY)
     if not raw:
         return []
     try:
@@ -324,7 +326,8 @@ def configured_slos(store: Store, service: str) -> list[str]:
 
 
 def set_slos(store: Store, slos: list[str], service: str = "*") -> None:
-    """Record the latency objectives that `slo_violation` checks (validated first)."""
+    """Record the latency objectives that `slo_violation` checks (validated first). A writer, apart
+    from the analyzers: `gpulens diagnose --slo` calls it before its read-only pass."""
     from gpulens.vocab.slo import parse_slos
 
     parse_slos(slos)
@@ -337,15 +340,15 @@ def set_slos(store: Store, slos: list[str], service: str = "*") -> None:
 
 
 @register_analyzer("inference_slo_violation")
-def slo_violation(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def slo_violation(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     from gpulens.vocab.slo import parse_slos
 
     out = []
-    for w in windows(store, scope):
-        texts = configured_slos(store, w.service)
+    for w in windows(reader, scope):
+        texts = configured_slos(reader, w.service)
         if not texts:
             continue
-        st = window_stats(store, w)
+        st = window_stats(reader, w)
         values = {"latency": st.latency, "ttft": st.ttft, "tpot": st.tpot}
         missed = []
         for s in parse_slos(texts):
@@ -375,22 +378,22 @@ def slo_violation(store: Store, scope: DiagnoseScope) -> list[Finding]:
 
 
 @register_analyzer("inference_memory_headroom")
-def memory_headroom(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def memory_headroom(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     out = []
     sel = {"service": scope.service} if scope.service else None
-    for s in store.query(N.INFER_KV_CACHE_USAGE_RATIO, sel, start=scope.start, end=scope.end):
+    for s in reader.series_windows(N.INFER_KV_CACHE_USAGE_RATIO, sel, start=scope.start, end=scope.end):
         high = [(t, v) for t, v in zip(s.t, s.value, strict=True) if v >= MEMORY_HEADROOM_RATIO]
         if high:
-            w = Window(s.key.labels.get("service", ""), dict(s.key.labels))
+            w = Window(s.labels.get("service", ""), dict(s.labels))
             out.append(_finding(
                 "memory_headroom", w, high[0][0], high[-1][0], "warning",
                 f"The KV cache was {max(v for _, v in high):.0%} full: new requests wait for cache space or "
                 "preempt others, and a longer context or larger batch will not fit.",
                 {"kv_cache_usage_max_ratio": Q.ratio(max(v for _, v in high)), "samples_above_threshold": len(high)},
                 ADVICE_MEMORY))
-    for w in windows(store, scope):
-        used = _gpu_values(store, "gpu_memory_used_bytes", w.start, w.end, w.labels.get("host"))
-        total = _gpu_values(store, "gpu_memory_total_bytes", w.start, w.end, w.labels.get("host"))
+    for w in windows(reader, scope):
+        used = _gpu_values(reader, G.GPU_MEMORY_USED_BYTES, w.start, w.end, w.labels.get("host"))
+        total = _gpu_values(reader, G.GPU_MEMORY_TOTAL_BYTES, w.start, w.end, w.labels.get("host"))
         if not used or not total:
             continue
         cap = max(v for _, v in total)
@@ -400,16 +403,16 @@ def memory_headroom(store: Store, scope: DiagnoseScope) -> list[Finding]:
                 "memory_headroom", w, w.start, w.end, "warning",
                 f"GPU memory reached {peak / cap:.0%} of the card while serving: little headroom for longer "
                 "contexts or larger batches.",
-                {"gpu_memory_used_max_bytes": Q.bytes_(peak), "gpu_memory_total_bytes": Q.bytes_(cap), "used_ratio": Q.ratio(peak / cap)},
+                {"gpu_memory_used_max_bytes": Q.bytes_(peak), G.GPU_MEMORY_TOTAL_BYTES: Q.bytes_(cap), "used_ratio": Q.ratio(peak / cap)},
                 ADVICE_MEMORY))
     return out
 
 
 @register_analyzer("inference_cold_start")
-def cold_start(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def cold_start(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     out = []
     sel = {"service": scope.service} if scope.service else None
-    for e in store.events(N.EV_COLD_START, start=scope.start, end=scope.end, labels=sel):
+    for e in reader.event_rows(N.EV_COLD_START, start=scope.start, end=scope.end, match=sel):
         seconds = e.data.get("seconds")
         if not isinstance(seconds, int | float):
             continue
@@ -419,7 +422,7 @@ def cold_start(store: Store, scope: DiagnoseScope) -> list[Finding]:
             evidence["parameters"] = e.data["params"]
         # Requests in the first WINDOW_GAP_SECONDS after the load that were slow compared with the rest
         # of their window: the warm-up that follows a load (kernel selection, allocator growth).
-        after = store.events(N.EV_REQUEST, start=e.t, end=e.t + 600, labels={"service": w.service} if w.service else None)
+        after = reader.event_rows(N.EV_REQUEST, start=e.t, end=e.t + 600, match={"service": w.service} if w.service else None)
         if len(after) >= MIN_REQUESTS:
             recs = [r for r in (request_from_event(a) for a in after) if r is not None]
             lat = [r.latency_seconds for r in recs]
@@ -431,7 +434,7 @@ def cold_start(store: Store, scope: DiagnoseScope) -> list[Finding]:
         summary = f"Loading the model took {float(seconds):.1f} s before it could serve"
         summary += (f"; the first {evidence['slow_requests_after_load']} requests after it were still over 3× "
                     "slower than usual." if "slow_requests_after_load" in evidence else ".")
-        out.append(_finding("cold_start", w, e.t - float(seconds), e.t,
+        out.append(_finding(N.EV_COLD_START, w, e.t - float(seconds), e.t,
                             "warning" if seconds >= COLD_START_WARN_SECONDS or "slow_requests_after_load" in evidence else "info",
                             summary, evidence, ADVICE_COLD_START))
     return out

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
-from gpulens.store import Store
+from gpulens.vocab import gpu as G
+from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
 from gpulens.workload.training.records import StepRecord, record_from_dict
 
@@ -146,15 +148,15 @@ class GpuView:
 _CACHE: dict[tuple, tuple[list[Run], dict[tuple[str, str | None], GpuView]]] = {}
 
 
-def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str, str | None], GpuView]]:
-    """Training runs in scope and the GPU view of each of their hosts (memoized per store state)."""
-    key = (str(store.path), scope.start, scope.end, scope.job, store.data_version())
+def _load(reader: AnalysisReader, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str, str | None], GpuView]]:
+    """Training runs in scope and the GPU view of each of their hosts (memoized per data state)."""
+    key = (reader.cache_key(), scope.start, scope.end, scope.job)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     groups: dict[tuple[str, str, str], list[StepRecord]] = defaultdict(list)
-    for ev in store.events(N.EV_TRAIN_STEP, start=scope.start, end=scope.end, labels=labels):
+    for ev in reader.event_rows(N.EV_TRAIN_STEP, start=scope.start, end=scope.end, match=labels):
         rec = record_from_dict(ev.data)
         if rec is None:
             continue
@@ -162,14 +164,14 @@ def _load(store: Store, scope: DiagnoseScope) -> tuple[list[Run], dict[tuple[str
     # Which GPU a rank used (a live monitor says so when it starts; a start may precede the window).
     gpu_of = {
         (e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
-        for e in store.events(N.EV_TRAIN_START, end=scope.end, labels=labels)
+        for e in reader.event_rows(N.EV_TRAIN_START, end=scope.end, match=labels)
         if e.data.get("gpu") is not None
     }
     runs = []
     for key, steps in sorted(groups.items()):
         steps.sort(key=lambda r: r.t_start)
         runs.append(Run(*key, steps, _warm_flags(steps), gpu_of.get(key)))
-    views = {(h, g): _gpu_view(store, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
+    views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
     _CACHE.clear()
     _CACHE[key] = (runs, views)
     return runs, views
@@ -190,15 +192,15 @@ def _warm_flags(steps: Sequence[StepRecord]) -> list[bool]:
     return flags
 
 
-def _gpu_view(store: Store, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
+def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
     """The GPU series of the rank's GPU, or of every GPU on its host when the GPU is unknown."""
     view = GpuView()
     sel = {"host": host}
-    if gpu is not None and store.series("gpu_utilization_ratio", {"host": host, "gpu": gpu}):
+    if gpu is not None and reader.series_labels(G.GPU_UTILIZATION_RATIO, {"host": host, "gpu": gpu}):
         sel["gpu"] = gpu
 
     def first(name: str, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
-        data = store.query(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
+        data = reader.series_windows(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
         if not data:
             return [], []
         if len(data) == 1:
@@ -206,13 +208,13 @@ def _gpu_view(store: Store, host: str, gpu: str | None, scope: DiagnoseScope) ->
         merged = sorted((t, v) for d in data for t, v in zip(d.t, d.value, strict=True))  # several GPUs: all samples
         return [t for t, _ in merged], [v for _, v in merged]
 
-    view.util_t, view.util_v = first("gpu_utilization_ratio")
-    view.tensor_t, view.tensor_v = first("gpu_tensor_active_ratio")
-    view.mem_used_t, view.mem_used_v = first("gpu_memory_used_bytes")
-    total = store.latest("gpu_memory_total_bytes", sel)
+    view.util_t, view.util_v = first(G.GPU_UTILIZATION_RATIO)
+    view.tensor_t, view.tensor_v = first(G.GPU_TENSOR_ACTIVE_RATIO)
+    view.mem_used_t, view.mem_used_v = first(G.GPU_MEMORY_USED_BYTES)
+    total = reader.latest_values(G.GPU_MEMORY_TOTAL_BYTES, sel)
     view.mem_total_bytes = max((lv.value for lv in total), default=None)
     for reason in THROTTLE_REASONS:
-        t, v = first("gpu_clock_event_active", {"reason": reason})
+        t, v = first(G.GPU_CLOCK_EVENT_ACTIVE, {"reason": reason})
         if t:
             view.clock[reason] = (t, v)
     return view
@@ -268,10 +270,10 @@ def _analyzer(name: str) -> Callable[[Callable[[Run, GpuView, DiagnoseScope], li
 
     def deco(fn: Callable[[Run, GpuView, DiagnoseScope], list[Finding]]) -> Callable:
         @register_analyzer(name)
-        def run_all(store: Store, scope: DiagnoseScope) -> list[Finding]:
+        def run_all(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
             if not _in_scope(scope):
                 return []
-            runs, views = _load(store, scope)
+            runs, views = _load(reader, scope)
             out: list[Finding] = []
             for run in runs:
                 out.extend(fn(run, views.get((run.host, run.gpu), GpuView()), scope))
@@ -322,7 +324,7 @@ def input_bound(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding]:
             "median_step_seconds": Q.seconds(_r(med, 4)),
             "baseline_busy_step_seconds": Q.seconds(_r(base, 4)),
             "step_time_vs_busy_baseline": Q.factor(_r(med / base, 2) if base else None),
-            "gpu_utilization_ratio": Q.ratio(_r(util)),
+            G.GPU_UTILIZATION_RATIO: Q.ratio(_r(util)),
         }
         sev = "critical" if share >= 0.5 else "warning"
         summary = (
@@ -339,7 +341,7 @@ def comm_bound(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding]:
     out = []
     for a, b, share, med in _wait_segments(run, view, "comm_wait_s", COMM_WAIT_SHARE):
         seg = run.steps[a : b + 1]
-        ev = {"steps": len(seg), "comm_wait_share": Q.ratio(_r(share)), "median_step_seconds": Q.seconds(_r(med, 4)), "gpu_utilization_ratio": Q.ratio(_r(_util_over(view, seg)))}
+        ev = {"steps": len(seg), "comm_wait_share": Q.ratio(_r(share)), "median_step_seconds": Q.seconds(_r(med, 4)), G.GPU_UTILIZATION_RATIO: Q.ratio(_r(_util_over(view, seg)))}
         summary = f"Communication-bound: for {len(seg)} steps rank {run.rank} waited on the other ranks {share:.0%} of the step time."
         out.append(_finding("comm_bound", run, a, b, "critical" if share >= 0.5 else "warning", summary, ev, ADVICE_COMM))
     return out
@@ -368,7 +370,7 @@ def checkpoint_stall(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Find
             "baseline_busy_step_seconds": Q.seconds(_r(base, 4)),
             "steps_since_previous_checkpoint": (i - idx[n - 1]) if n else None,
             "checkpoint_time_share": Q.ratio(_r(total_ckpt / span) if span > 0 else None),
-            "gpu_utilization_ratio": Q.ratio(_r(util)),
+            G.GPU_UTILIZATION_RATIO: Q.ratio(_r(util)),
         }
         sev = "warning" if ev["checkpoint_time_share"] and ev["checkpoint_time_share"] >= 0.05 else "info"
         summary = f"Checkpoint stall: saving a checkpoint stopped training for {ck:.2f} s (about {ck / base:.0f} steps of work)." if base else f"Checkpoint stall: saving a checkpoint stopped training for {ck:.2f} s."
@@ -422,8 +424,8 @@ def underutilized(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Finding
         best = [s.tokens / s.duration_seconds for s, w in zip(run.steps, run.warm, strict=True) if w and s.tokens and s.duration_seconds > 0]
         ev = {
             "steps": len(seg),
-            "gpu_utilization_ratio": Q.ratio(_r(u)),
-            "tensor_active_ratio": Q.ratio(_r(tensor, 4)),
+            G.GPU_UTILIZATION_RATIO: Q.ratio(_r(u)),
+            F.TENSOR_ACTIVE_RATIO: Q.ratio(_r(tensor, 4)),
             "batch_size": statistics.median(samples) if samples else None,
             "largest_batch_size_in_run": max((s.samples or 0 for s in run.steps), default=None) or None,
             "tokens_per_second": Q.per_second(_r(statistics.median(tps), 0) if tps else None),
@@ -482,13 +484,13 @@ def memory_pressure(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Findi
 
 
 @register_analyzer("oom")
-def oom(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def oom(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """Every out-of-memory error the monitor recorded, with the allocator's numbers."""
     if not _in_scope(scope):
         return []
     labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     out = []
-    for e in store.events(N.EV_TRAIN_OOM, start=scope.start, end=scope.end, labels=labels):
+    for e in reader.event_rows(N.EV_TRAIN_OOM, start=scope.start, end=scope.end, match=labels):
         d = e.data
         keys = ("requested_bytes", "allocated_bytes", "reserved_bytes", "largest_free_block_bytes", "device_free_bytes", "step", "pid", "message")
         ev = {k: Q.bytes_(d[k]) if k.endswith("_bytes") and isinstance(d[k], int | float) else d[k]
@@ -503,15 +505,15 @@ def oom(store: Store, scope: DiagnoseScope) -> list[Finding]:
 
 # ------------------------------------------------------------------ loss
 @register_analyzer("nan_loss")
-def nan_loss(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def nan_loss(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """A NaN or infinite loss: recorded by the monitor as an event, or seen in imported steps."""
     if not _in_scope(scope):
         return []
     labels = {N.TRAIN_JOB_LABEL: scope.job} if scope.job else None
     hits: dict[tuple[str, str, str], list[tuple[float, int | None]]] = defaultdict(list)
-    for e in store.events(N.EV_TRAIN_NAN, start=scope.start, end=scope.end, labels=labels):
+    for e in reader.event_rows(N.EV_TRAIN_NAN, start=scope.start, end=scope.end, match=labels):
         hits[(e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", ""))].append((e.t, e.data.get("step")))
-    runs, _ = _load(store, scope)
+    runs, _ = _load(reader, scope)
     for run in runs:
         key = (run.job, run.rank, run.host)
         if key in hits:
@@ -530,12 +532,12 @@ def nan_loss(store: Store, scope: DiagnoseScope) -> list[Finding]:
 
 # ------------------------------------------------------------------ ranks and regressions
 @register_analyzer("straggler")
-def straggler(store: Store, scope: DiagnoseScope) -> list[Finding]:
+def straggler(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
     """One rank computes much slower than the others (median busy step time ≥ 1.25 × the others'),
     so every synchronization waits for it."""
     if not _in_scope(scope):
         return []
-    runs, _ = _load(store, scope)
+    runs, _ = _load(reader, scope)
     by_job: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_job[r.job].append(r)
@@ -579,7 +581,7 @@ def step_time_regression(run: Run, view: GpuView, scope: DiagnoseScope) -> list[
         for a, b in _segments(flags, REGRESSION_MIN_STEPS, max_gap=1):
             seg = [run.steps[i] for i in idx[a : b + 1]]
             med = statistics.median(s.busy_seconds for s in seg)
-            ev = {"steps": len(seg), "busy_step_seconds": Q.seconds(_r(med, 4)), "baseline_busy_step_seconds": Q.seconds(_r(base, 4)), "ratio": Q.factor(_r(med / base, 2)), "batch_size": batch, "gpu_utilization_ratio": Q.ratio(_r(_util_over(view, seg)))}
+            ev = {"steps": len(seg), "busy_step_seconds": Q.seconds(_r(med, 4)), "baseline_busy_step_seconds": Q.seconds(_r(base, 4)), "ratio": Q.factor(_r(med / base, 2)), "batch_size": batch, G.GPU_UTILIZATION_RATIO: Q.ratio(_r(_util_over(view, seg)))}
             summary = f"Step-time regression: {len(seg)} steps took {med / base:.1f}× the job's baseline ({med:.3g} s against {base:.3g} s) with no data, communication or checkpoint wait to explain it."
             out.append(Finding("step_time_regression", "training", seg[0].t_start, seg[-1].t_end, "warning", summary, ev, list(ADVICE_REGRESSION), run.labels))  # type: ignore[arg-type]
     return out

@@ -20,7 +20,8 @@ from typing import Any
 
 from gpulens.diagnose.gpu_workloads import GpuRef, Occupant, occupants
 from gpulens.energy.joules import SpanEnergy, counter_joules, power_joules
-from gpulens.store import Event, Store
+from gpulens.reader import AnalysisReader, EventRow, analysis_reader
+from gpulens.store import Store
 from gpulens.vocab import gpu as G
 from gpulens.vocab import names as N
 
@@ -62,7 +63,7 @@ def _num(x: object) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
-def _training_span(events: list[Event]) -> tuple[float, float, int, int] | None:
+def _training_span(events: list[EventRow]) -> tuple[float, float, int, int] | None:
     starts, ends, tokens, samples = [], [], 0, 0
     for e in events:
         d = e.data
@@ -78,7 +79,7 @@ def _training_span(events: list[Event]) -> tuple[float, float, int, int] | None:
     return (min(starts), max(ends), tokens, samples) if starts else None
 
 
-def _serving_span(events: list[Event]) -> tuple[float, float, int] | None:
+def _serving_span(events: list[EventRow]) -> tuple[float, float, int] | None:
     starts, ends, tokens = [], [], 0
     for e in events:
         d = e.data
@@ -90,23 +91,22 @@ def _serving_span(events: list[Event]) -> tuple[float, float, int] | None:
     return (min(starts), max(ends), tokens) if starts else None
 
 
-def _gpu_energy(store: Store, gpu: GpuRef, start: float, end: float) -> SpanEnergy | None:
+def _gpu_energy(reader: AnalysisReader, gpu: GpuRef, start: float, end: float) -> SpanEnergy | None:
     for name, integrate in ((ENERGY_COUNTER, counter_joules), (POWER, power_joules)):
-        for s in store.stored_series(name):
-            if s.labels.get("gpu") != gpu.gpu or s.labels.get("host", "") != gpu.host:
+        # A margin either side, so both ends of the span interpolate between real readings.
+        for s in reader.series_windows(name, {"gpu": gpu.gpu}, start=start - EDGE_MARGIN_SECONDS, end=end + EDGE_MARGIN_SECONDS):
+            if s.labels.get("host", "") != gpu.host:
                 continue
-            # A margin either side, so both ends of the span interpolate between real readings.
-            cols = store.window_columns([s.id], start - EDGE_MARGIN_SECONDS, end + EDGE_MARGIN_SECONDS)
-            got = integrate(cols.t, cols.value, start, end)
+            got = integrate(s.t, s.value, start, end)
             if got is not None:
                 return got
     return None
 
 
-def _row(store: Store, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy | None:
+def _row(reader: AnalysisReader, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy | None:
     labels = occ.labels
     if occ.role == "training":
-        steps = store.events(N.EV_TRAIN_STEP, labels=labels)
+        steps = reader.event_rows(N.EV_TRAIN_STEP, match=labels)
         span = _training_span(steps)
         if span is None:
             return None
@@ -114,14 +114,14 @@ def _row(store: Store, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy | None:
         row = WorkloadEnergy("training", labels.get(N.TRAIN_JOB_LABEL, ""), gpu.gpu, gpu.host, start, end, end - start,
                              tokens=tokens, samples=samples or None, rank=labels.get("rank"), steps=len(steps))
     else:
-        reqs = store.events(N.EV_REQUEST, labels=labels)
+        reqs = reader.event_rows(N.EV_REQUEST, match=labels)
         sspan = _serving_span(reqs)
         if sspan is None:
             return None
         start, end, tokens = sspan
         row = WorkloadEnergy("serving", labels.get("service", ""), gpu.gpu, gpu.host, start, end, end - start,
                              tokens=tokens, requests=len(reqs))
-    got = _gpu_energy(store, gpu, start, end)
+    got = _gpu_energy(reader, gpu, start, end)
     if got is None:
         row.note = "no GPU energy or power readings cover this span"
         return row
@@ -137,11 +137,12 @@ def _row(store: Store, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy | None:
     return row
 
 
-def workload_energy(store: Store, *, job: str | None = None, service: str | None = None) -> list[WorkloadEnergy]:
-    """Energy of every training rank and service the store holds (or only `job` / `service`), by GPU."""
+def workload_energy(source: AnalysisReader | Store, *, job: str | None = None, service: str | None = None) -> list[WorkloadEnergy]:
+    """Energy of every training rank and service the source holds (or only `job` / `service`), by GPU."""
+    reader = analysis_reader(source)
     rows: list[WorkloadEnergy] = []
-    for gpu, occs in sorted(occupants(store).items(), key=lambda kv: (kv[0].host, kv[0].gpu)):
-        on_gpu = [r for r in (_row(store, gpu, o) for o in occs) if r is not None]
+    for gpu, occs in sorted(occupants(reader).items(), key=lambda kv: (kv[0].host, kv[0].gpu)):
+        on_gpu = [r for r in (_row(reader, gpu, o) for o in occs) if r is not None]
         for r in on_gpu:
             others = [o for o in on_gpu if o is not r and o.start < r.end and r.start < o.end]
             if others:

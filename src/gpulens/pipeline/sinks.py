@@ -172,9 +172,20 @@ class ColocationWatch(_Every):
     def on_tick(self, now: float) -> None:
         if not self.due(now):
             return
-        from gpulens.diagnose.colocation import update_colocation_series
+        write_colocation_series(self.store, now)
 
-        update_colocation_series(self.store, now)
+
+def write_colocation_series(store: Store, now: float, window_seconds: float = 60.0) -> int:
+    """Write the co-location marks (gpulens.diagnose.colocation.colocation_marks) at `now` and flush:
+    the analysis only reads, the watch writes. Returns how many marks were written."""
+    from gpulens.diagnose.colocation import COLOCATION_SERIES, colocation_marks
+    from gpulens.reader import StoreReader
+
+    marks = colocation_marks(StoreReader(store), now, window_seconds)
+    for m in marks:
+        store.write(COLOCATION_SERIES, m.labels, now, m.value)
+    store.flush()
+    return len(marks)
 
 
 class ScrapeSink(_Every):

@@ -7,13 +7,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpulens.diagnose import Finding
 from gpulens.errors import BadInputError
-from gpulens.views.answers import AlertRow
+from gpulens.reader import AlertRow, StoreReader
 from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
 from gpulens.views.format import format_value
 from gpulens.views.integrations import findings as find_all
 from gpulens.views.panels import PANELS
-from gpulens.views.readers import StoreReader
+from gpulens.views.readers import store_reader
 from gpulens.vocab.directions import Direction, direction_of
 
 # Charts are drawn about this many points wide: enough for a printed page.
@@ -68,7 +69,7 @@ class ReportData:
     window: Window
     selection: Selection
     panels: list[PanelOut]
-    findings: list[dict]
+    findings: list[Finding]
     findings_note: str
     alerts: list[AlertRow]
     baseline_window: Window | None = None
@@ -86,7 +87,7 @@ def build_report_data(
     baseline: Window | None = None,
 ) -> ReportData:
     """Everything a report shows, read from a store. The window defaults to all of the store's data."""
-    reader = StoreReader(store_path)
+    reader = store_reader(store_path)
     try:
         rng = reader.data_range()
         if rng is None:
@@ -103,7 +104,7 @@ def build_report_data(
                 f"The store has no inference data for service {service!r}.",
                 hint=f"Services in it: {', '.join(reader.label_values()['service']) or 'none'}.",
             )
-        res = find_all(reader.store, window.start, window.end, job, service)
+        res = find_all(reader, window.start, window.end, job, service)
         data = ReportData(
             title=_title(job, service),
             source=str(store_path),

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpulens.diagnose import Finding
+from gpulens.diagnose.evidence import format_value
 from gpulens.report.build import ReportData
 from gpulens.report.plots import chart_png
 from gpulens.views.data import ChartOut
@@ -37,10 +39,9 @@ def _selection_text(data: ReportData) -> str:
     return ", ".join(parts) or "everything in the store"
 
 
-def _evidence_text(finding: dict) -> str:
-    """The evidence as the terminal shows it (`evidence_text`, formatted from the values' units)."""
-    text = finding.get("evidence_text") or {k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in finding.get("evidence", {}).items()}
-    return " · ".join(f"{k.replace('_', ' ')}: {v}" for k, v in text.items())
+def _evidence_text(finding: Finding) -> str:
+    """The evidence as the terminal shows it (formatted from the values' units)."""
+    return " · ".join(f"{k.replace('_', ' ')}: {format_value(v)}" for k, v in finding.evidence.items())
 
 
 def render_html(data: ReportData) -> str:
@@ -64,12 +65,12 @@ def render_html(data: ReportData) -> str:
     if not data.findings:
         h.append(f"<p class='muted'>{_e(data.findings_note or 'No findings in this window.')}</p>")
     for f in data.findings:
-        h.append(f"<div class='finding' data-kind='{_e(f['kind'])}'><p><span class='sev {_e(f['severity'])}'>{_e(f['severity'])}</span> "
-                 f"<b>{_e(f['kind'])}</b> ({_e(f['workload'])}, {_e(_t(f['start']))} – {_e(_t(f['end']))}): {_e(f['summary'])}</p>")
-        if f.get("evidence"):
+        h.append(f"<div class='finding' data-kind='{_e(f.kind)}'><p><span class='sev {_e(f.severity)}'>{_e(f.severity)}</span> "
+                 f"<b>{_e(f.kind)}</b> ({_e(f.workload)}, {_e(_t(f.start))} – {_e(_t(f.end))}): {_e(f.summary)}</p>")
+        if f.evidence:
             h.append(f"<p class='muted'>{_e(_evidence_text(f))}</p>")
-        if f.get("advice"):
-            h.append("<ol>" + "".join(f"<li>{_e(a)}</li>" for a in f["advice"]) + "</ol>")
+        if f.advice:
+            h.append("<ol>" + "".join(f"<li>{_e(a)}</li>" for a in f.advice) + "</ol>")
         h.append("</div>")
     h.append("<h2>Comparison with the baseline</h2>")
     if data.baseline_window is None:
@@ -145,10 +146,10 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
     if not data.findings:
         m += [f"_{_md(data.findings_note or 'No findings in this window.')}_", ""]
     for f in data.findings:
-        m.append(f"- **{_md(f['severity'])} · {_md(f['kind'])}** ({_md(f['workload'])}, {_t(f['start'])} – {_t(f['end'])}): {_md(f['summary'])}")
-        if f.get("evidence"):
+        m.append(f"- **{_md(f.severity)} · {_md(f.kind)}** ({_md(f.workload)}, {_t(f.start)} – {_t(f.end)}): {_md(f.summary)}")
+        if f.evidence:
             m.append(f"  - evidence: {_md(_evidence_text(f))}")
-        for i, a in enumerate(f.get("advice") or [], 1):
+        for i, a in enumerate(f.advice, 1):
             m.append(f"  {i}. {_md(a)}")
     m += ["", "## Comparison with the baseline", ""]
     if data.baseline_window is None:

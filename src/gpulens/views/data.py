@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.errors import BadInputError
+from gpulens.reader import Band, Line
+from gpulens.reader import PanelReader as Reader
 from gpulens.units import parse_duration
-from gpulens.views.answers import Band, Line
 from gpulens.views.format import format_value
 from gpulens.views.panels import (
     LEGEND_LABELS,
@@ -27,7 +28,6 @@ from gpulens.views.panels import (
     legend_name,
     selection_label,
 )
-from gpulens.views.readers import Reader
 from gpulens.vocab import names as N
 
 # The time-range picker's choices; the API accepts any duration.

@@ -1,4 +1,4 @@
-"""What the dashboard shows from other features: diagnosis findings, alert history, baseline bands.
+"""What the dashboard shows from other features: diagnosis findings and baseline bands.
 
 Each feature may be absent (not installed yet, or a store written by an older gpulens): then the
 dashboard shows nothing for it rather than failing, and says why.
@@ -10,31 +10,33 @@ import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpulens.reader import AnalysisReader, Band
 from gpulens.store import Store
-from gpulens.views.answers import AlertRow, Band
+
+if TYPE_CHECKING:
+    from gpulens.diagnose import Finding
 
 log = logging.getLogger(__name__)
-
-ALERT_EVENT_KIND = "alert"
 
 
 @dataclass
 class FindingsResult:
-    findings: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     available: bool = True
     note: str = ""
 
 
-def findings(store: Store, start: float, end: float, job: str | None, service: str | None) -> FindingsResult:
-    """Every diagnosis finding in [start, end] for the selected job / service, advice included."""
+def findings(source: AnalysisReader | Store, start: float, end: float, job: str | None, service: str | None) -> FindingsResult:
+    """Every diagnosis finding in [start, end] for the selected job / service, advice included
+    (typed: the surfaces turn them into JSON or text)."""
     try:
         from gpulens.diagnose import DiagnoseScope, diagnose
     except ImportError:  # pragma: no cover - diagnose is part of the core package
         return FindingsResult(available=False, note="The diagnosis module is not installed.")
     try:
-        found = diagnose(store, DiagnoseScope(start=start, end=end, job=job or None, service=service or None))
+        found = diagnose(source, DiagnoseScope(start=start, end=end, job=job or None, service=service or None))
     except Exception as e:  # an analyzer's bug must not take the dashboard down
         log.exception("diagnosis failed")
         return FindingsResult(available=False, note=f"The diagnosis failed: {type(e).__name__}: {e}")
@@ -43,7 +45,7 @@ def findings(store: Store, start: float, end: float, job: str | None, service: s
         # Keep the findings that overlap the range (analyzers may ignore the scope's window).
         if f.end < start or f.start > end:
             continue
-        out.append(f.to_dict())
+        out.append(f)
     return FindingsResult(out)
 
 
@@ -52,35 +54,6 @@ def _optional(module: str) -> Any | None:
         return importlib.import_module(module)
     except ImportError:
         return None
-
-
-def _alert_row(obj: Any) -> AlertRow | None:
-    d = obj if isinstance(obj, Mapping) else getattr(obj, "__dict__", None) or {}
-    if hasattr(obj, "to_dict"):
-        d = obj.to_dict()
-    t = d.get("t") or d.get("time") or d.get("started") or d.get("start") or d.get("fired_at")
-    if not isinstance(t, int | float):
-        return None
-    labels = d.get("labels") or {}
-    return AlertRow(
-        t=float(t),
-        name=str(d.get("name") or d.get("rule") or d.get("alertname") or "alert"),
-        state=str(d.get("state") or d.get("status") or "firing"),
-        severity=str(d.get("severity") or labels.get("severity") or "warning"),
-        summary=str(d.get("summary") or d.get("message") or d.get("description") or ""),
-        labels={str(k): str(v) for k, v in labels.items()},
-    )
-
-
-def alert_history(store: Store, start: float, end: float) -> list[AlertRow]:
-    """Alerts that fired or resolved in [start, end]. The alert engine (gpulens.alerts) records each
-    transition as an `alert` event, which is read here without touching its tables."""
-    rows = []
-    for e in store.events(ALERT_EVENT_KIND, start=start, end=end, limit=1000):
-        r = _alert_row({"t": e.t, **e.data, "labels": {**e.labels, **(e.data.get("labels") or {})}})
-        if r:
-            rows.append(r)
-    return rows
 
 
 def baseline_band(store: Store, metric: str, match: Mapping[str, str], t: float) -> Band | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpulens.reader import selection_label as selection_label  # re-exported: panels name their selection
 from gpulens.vocab import gpu as gm
 from gpulens.vocab import names as wn
 
@@ -29,12 +30,7 @@ SELECTION_KEYS: dict[Scope, tuple[str, ...]] = {
     "gpu": ("gpu", "host"),
     "host": ("host",),  # events of other kinds
 }
-# The series label each selection key filters on (the rest are the label of the same name).
-SELECTION_LABEL = {"job": wn.TRAIN_JOB_LABEL}
-
-
-def selection_label(key: str) -> str:
-    return SELECTION_LABEL.get(key, key)
+# The series label each selection key filters on: gpulens.reader.selection_label (the readers ask it too).
 # Labels that tell apart several series drawn in one chart, in the order they are named.
 LEGEND_LABELS = ("reason", "status", "xid", "gpu", wn.TRAIN_JOB_LABEL, "rank", "service", "model", "process", "pid", "host")
 # The label a legend always names, even when one series has it: whose GPU, job or service a line is

@@ -3,7 +3,8 @@
 The panels ask the same questions as over a local store; the answers are PromQL (gpulens.views.promql,
 written by gpulens.promql).
 What Prometheus cannot know is said, not invented: it keeps no events (XIDs, cold starts) and no
-per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store.
+per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store
+for now: the analysis questions (gpulens.reader.AnalysisReader) answer with one sentence saying so.
 """
 
 from __future__ import annotations
@@ -13,16 +14,24 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from gpulens import promql as P
 from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
+from gpulens.reader import (
+    QUANTILE_OF_AGG,
+    AlertRow,
+    Band,
+    CannotAnswerError,
+    EventRow,
+    LatestValue,
+    Line,
+    SeriesWindow,
+    selection_label,
+)
 from gpulens.stats import quantile
-from gpulens.views.answers import AlertRow, Band, EventRow, Line
-from gpulens.views.panels import selection_label
 from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, is_histogram, selector
-from gpulens.views.readers import QUANTILE_OF_AGG
 
 SELECTION_LABELS = ("gpu", "job", "service", "host")
 TIMEOUT_SECONDS = 10.0
@@ -206,3 +215,36 @@ class PrometheusReader:
 
     def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None:
         return None
+
+    # ------------------------------------------------------------ analysis questions (not yet)
+    def _cannot_analyze(self) -> CannotAnswerError:
+        return CannotAnswerError(
+            f"Diagnosis cannot read {self.description} yet: it reads a node's own store.",
+            hint="Run `gpulens diagnose --store PATH` on the node.",
+        )
+
+    def cache_key(self) -> Hashable:
+        raise self._cannot_analyze()
+
+    def time_range(self, metric: str | None = None) -> tuple[float, float] | None:
+        raise self._cannot_analyze()
+
+    def series_labels(self, metric: str, match: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+        raise self._cannot_analyze()
+
+    def series_windows(
+        self, metric: str, match: Mapping[str, str] | None = None, *, start: float | None = None,
+        end: float | None = None, max_points: int | None = None,
+    ) -> list[SeriesWindow]:
+        raise self._cannot_analyze()
+
+    def latest_values(self, metric: str, match: Mapping[str, str] | None = None) -> list[LatestValue]:
+        raise self._cannot_analyze()
+
+    def event_rows(
+        self, kind: str, *, start: float | None = None, end: float | None = None, match: Mapping[str, str] | None = None,
+    ) -> list[EventRow]:
+        raise self._cannot_analyze()
+
+    def setting(self, key: str) -> str | None:
+        raise self._cannot_analyze()

@@ -158,3 +158,4 @@ GPU_PROCESS_MEMORY = "gpu_process_memory_bytes"  # {pid, process}
 GPU_PROCESS_COUNT = "gpu_compute_processes"
 GPU_XID_TOTAL = "gpu_xid_errors_total"  # {xid=...} counter
 GPU_XID_LAST = "gpu_xid_last_code"  # DCGM_FI_DEV_XID_ERRORS carries the last XID code
+

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gpulens.errors import BadInputError, GpulensError
+from gpulens.reader import PanelReader as Reader
 from gpulens.views.data import (
     DEFAULT_EVENT_KINDS,
     RANGE_CHOICES,
@@ -24,7 +25,6 @@ from gpulens.views.data import (
     resolve_window,
 )
 from gpulens.views.panels import PANELS
-from gpulens.views.readers import Reader
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 
@@ -173,8 +173,9 @@ def findings(request: Request) -> Response:
             }
         )
     sel = selection_of(request)
-    res = find(reader.store, w.start, w.end, sel.job, sel.service)  # type: ignore[attr-defined]
-    return json_response({"available": res.available, "note": res.note, "findings": res.findings, "window": _window_dict(w)})
+    res = find(reader, w.start, w.end, sel.job, sel.service)  # type: ignore[arg-type]
+    found = [f.to_dict() for f in res.findings]
+    return json_response({"available": res.available, "note": res.note, "findings": found, "window": _window_dict(w)})
 
 
 def alerts(request: Request) -> Response:

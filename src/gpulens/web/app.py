@@ -44,9 +44,9 @@ def make_reader(store_path: str | Path | None = None, prometheus_url: str | None
         from gpulens.views.prometheus import PrometheusReader
 
         return PrometheusReader(prometheus_url)
-    from gpulens.views.readers import StoreReader
+    from gpulens.views.readers import store_reader
 
-    return StoreReader(store_path)  # type: ignore[arg-type]
+    return store_reader(store_path)  # type: ignore[arg-type]
 
 
 def create_app(

@@ -57,10 +57,16 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         self._samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
         # The Trainer's reporting callbacks come first, so their runs exist by now; they log on the main process only.
         if self._trackers_spec is not None and self.trackers is None and state.is_world_process_zero:
-            from gpulens.workload.training.trackers import TrackerBridge, hf_trackers, make_trackers
+            from gpulens.workload.training.trackers import (
+                TrackerBridge,
+                cli_findings,
+                hf_trackers,
+                make_trackers,
+            )
 
             found = hf_trackers(args) if self._trackers_spec == "auto" else []
-            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every)
+            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every,
+                                          findings=cli_findings)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         mon = self.monitor

@@ -62,10 +62,16 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
             self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
             self._time_saves(trainer, self.monitor)
         if self._trackers_spec is not None and self.trackers is None and trainer.global_rank == 0:  # loggers log on rank 0
-            from gpulens.workload.training.trackers import TrackerBridge, lightning_trackers, make_trackers
+            from gpulens.workload.training.trackers import (
+                TrackerBridge,
+                cli_findings,
+                lightning_trackers,
+                make_trackers,
+            )
 
             found = lightning_trackers(trainer) if self._trackers_spec == "auto" else []
-            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every)
+            self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every,
+                                          findings=cli_findings)
 
     def _time_saves(self, trainer: Any, mon: TrainingMonitor) -> None:
         original = trainer.save_checkpoint

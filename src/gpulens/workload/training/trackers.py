@@ -15,16 +15,23 @@ Steps are collected in the monitor's writer thread and handed to the tracker fro
 thread (`TrackerBridge.drain()`, called by the callbacks), because trackers keep per-thread state
 (MLflow's active run) and must never slow or break the training loop: a tracker that fails is
 logged once and left out.
+
+The findings come through a callback (`FindingsSource`) that whoever builds the bridge passes: the
+diagnosis sits layers above the monitors, so the framework callbacks ask it as a user would, by
+running `gpulens diagnose --format json` in a child process (`cli_findings`), unless given another.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpulens.errors import MonitorUsageError
@@ -40,6 +47,30 @@ STEP_KEY = "gpulens_step"  # W&B's x axis for gpulens's rows (outside the `gpule
 GPU_SERIES = ("gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts")
 FRESH_SECONDS = 120.0  # GPU readings older than this are not the run's present
 FINDING_COLUMNS = ("kind", "severity", "workload", "summary", "advice")
+FINDINGS_TIMEOUT_SECONDS = 300.0  # the diagnosis of a long run's store, once, at the end of training
+
+# The job's findings as JSON-ready dicts (`Finding.to_dict()`, as `gpulens diagnose --format json`
+# writes them); None or an exception: none to log.
+FindingsSource = Callable[["TrainingMonitor"], Sequence[Mapping[str, Any]] | None]
+
+
+def cli_findings(monitor: TrainingMonitor) -> list[dict[str, Any]]:
+    """The monitor's job's findings from `gpulens diagnose --format json` over its store, in a child
+    process (this Python, this gpulens), after the monitor has flushed."""
+    path = Path(str(monitor.store.path))
+    if not path.is_file():
+        raise MonitorUsageError(f"The monitor's store {path} is not a file the diagnosis can open.")
+    cmd = [sys.executable, "-m", "gpulens", "diagnose", "--store", str(path), "--format", "json"]
+    if monitor.job:
+        cmd += ["--job", monitor.job]
+    here = str(Path(__file__).resolve().parents[3])  # the directory gpulens is imported from
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=FINDINGS_TIMEOUT_SECONDS, env=env, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise MonitorUsageError(f"gpulens diagnose failed: {last}")
+    found = json.loads(done.stdout)
+    return found if isinstance(found, list) else []
 
 
 class Tracker(Protocol):
@@ -219,16 +250,18 @@ def hf_trackers(args: Any) -> list[Tracker]:
 
 class TrackerBridge:
     """Hands a monitor's steps, this host's GPU readings and the job's findings to trackers.
-    `every_n_steps`: log one step in n (the breakdown of the others is still in the store)."""
+    `every_n_steps`: log one step in n (the breakdown of the others is still in the store).
+    `findings`: where the job's findings come from at the end (None: no findings are logged)."""
 
     def __init__(self, monitor: TrainingMonitor, trackers: Sequence[Tracker], *, every_n_steps: int = 1,
-                 gpu_every_seconds: float = 30.0):
+                 gpu_every_seconds: float = 30.0, findings: FindingsSource | None = None):
         if every_n_steps < 1:
             raise MonitorUsageError(f"every_n_steps must be at least 1, not {every_n_steps}.")
         self.monitor = monitor
         self.trackers = list(trackers)
         self.every_n_steps = every_n_steps
         self.gpu_every_seconds = gpu_every_seconds
+        self.findings_source = findings
         self._pending: deque[StepRecord] = deque()
         self._gpu_due = 0.0
         self._last_step = 0
@@ -283,10 +316,11 @@ class TrackerBridge:
         return out
 
     def _findings(self) -> list[dict[str, Any]] | None:
-        from gpulens.diagnose import DiagnoseScope, diagnose
-
+        if self.findings_source is None:
+            return None
         try:
-            return [f.to_dict() for f in diagnose(self.monitor.store, DiagnoseScope(job=self.monitor.job))]
+            found = self.findings_source(self.monitor)
+            return None if found is None else [dict(f) for f in found]
         except Exception as e:
             log.warning("gpulens: no findings for the tracker (%s)", e)
             return None
