@@ -56,8 +56,8 @@ def test_prometheus_reader_says_it_cannot_be_diagnosed_yet():
 
 
 def test_the_tracker_bridge_logs_the_findings_its_callback_gives(tmp_path):
+    from gpulens.integrations.trackers import TrackerBridge
     from gpulens.workload.training.monitor import TrainingMonitor
-    from gpulens.workload.training.trackers import TrackerBridge
 
     logged: list[list[dict]] = []
 
@@ -87,7 +87,7 @@ def test_the_tracker_bridge_logs_the_findings_its_callback_gives(tmp_path):
 
 
 def test_the_tracker_bridge_does_not_import_the_diagnosis():
-    import gpulens.workload.training.trackers as trackers
+    import gpulens.integrations.trackers as trackers
 
     tree = ast.parse(Path(trackers.__file__).read_text(encoding="utf-8"))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}

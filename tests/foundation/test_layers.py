@@ -1,11 +1,11 @@
 """The package's layers and import graph (DESIGN.md: no arrow runs back up).
 
-Two rules, on purpose different:
-- cycles count module-level imports only: a function-level import runs when called, after every module
-  has loaded, so it cannot make an import-time cycle (and lazy imports are how optional extras load);
-- layers count every import, lazy ones too: a lazy import back up a layer is still a wrong arrow.
-Lazy cycles are listed in KNOWN_LAZY_CYCLES so that a new one fails here and gets looked at.
-ruff's banned-api (pyproject.toml) says the same near the code; this test is the full contract.
+LAYERS is the one written order of every package and top-level module under src/gpulens, highest
+first. An import may only point to a lower layer; packages that share a layer do not import each
+other. Every import counts, lazy (function-level) ones too: a lazy import back up a layer is still a
+wrong arrow. Only imports under `if TYPE_CHECKING:` are left out (they never run). There is no list of
+known exceptions: a new package must be given a layer here, and a cycle of any kind fails.
+ruff's banned-api (pyproject.toml) says a few of the same things near the code; this test is the contract.
 """
 
 from __future__ import annotations
@@ -21,11 +21,40 @@ import pytest
 
 grimp = pytest.importorskip("grimp", reason="the import-graph checks need grimp (the dev extra)")
 
-# Lazy (function-level) cycles left, each in another engineer's area: runs/ (the run registry and
-# fingerprints). Remove an entry when its cycle goes.
-KNOWN_LAZY_CYCLES = [
-    ["gpulens.runs.fingerprint", "gpulens.runs.registry"],
-]
+# Highest first. Why the cuts fall where they do:
+# - vocab, promql and http_client are the shared words and the two ways out (PromQL text, outbound
+#   HTTP) that every feature uses: below all features, importing none of them;
+# - reader is the seam consumers read through (a store or a Prometheus), above the store it wraps;
+# - the consumers are two layers: alerts / diagnose / runs decide from data; bench, scaling, energy and
+#   evals build on them (a scaling signal from a bench run, energy per job from diagnosis's joins);
+# - exporter (the node's live /metrics) and pipeline (the node: one sampling loop wiring sources to
+#   sinks) sit above the consumers they feed; views is the panel model the surfaces share;
+# - cli, and gpucheck (`python -m gpulens.gpucheck`), are entry points: nothing imports them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli", "gpucheck"),
+    ("web", "report", "export", "tune", "render"),
+    ("views",),
+    ("pipeline",),
+    ("exporter",),
+    ("bench", "scaling", "energy", "evals", "integrations"),
+    ("alerts", "diagnose", "runs"),
+    ("workload", "reader"),
+    ("gpu", "store", "plan", "k8s"),
+    ("promql", "http_client"),
+    ("vocab",),
+    ("units", "stats", "mfu", "data", "clock"),
+    ("errors",),
+)
+# The public facade (gpulens/__init__.py) re-exports from every layer (lazily, by name).
+FACADE = "gpulens"
+SRC = Path(__file__).resolve().parents[2] / "src" / "gpulens"
+
+
+def _top(module: str) -> str:
+    """The top-level part of a module: gpulens.store.store -> store; the package itself -> FACADE."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else FACADE
 
 
 def _module_file(package_dir: Path, module: str) -> Path:
@@ -102,25 +131,80 @@ def _describe(groups: list[list[str]]) -> str:
     return "; ".join(" <-> ".join(g) for g in groups)
 
 
+def test_every_package_and_module_has_one_layer():
+    on_disk = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    on_disk |= {p.stem for p in SRC.glob("*.py") if p.name != "__init__.py"}
+    listed = [name for layer in LAYERS for name in layer]
+    assert len(listed) == len(set(listed)), "a package is listed on two layers"
+    assert sorted(on_disk - set(listed)) == [], "give these a layer in LAYERS (and say why there)"
+    assert sorted(set(listed) - on_disk) == [], "these are in LAYERS but not in src/gpulens"
+
+
+def wrong_imports(package: str, layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Each import between two of `package`'s top-level parts, lazy ones included, that does not point
+    to a strictly lower layer, as 'importer:line -> imported (up|sideways)'. The package's own
+    __init__ (a facade) is left out."""
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
+    layer = {name: i for i, names in enumerate(layers) for name in names}
+    wrong = []
+    for importer in sorted(graph.modules):
+        src = _top(importer)
+        if src == FACADE:
+            continue
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            dst = _top(imported)
+            if dst in (src, FACADE) or layer[dst] > layer[src]:
+                continue
+            lines = sorted(d["line_number"] for d in graph.get_import_details(importer=importer, imported=imported))
+            how = "up" if layer[dst] < layer[src] else "sideways (same layer)"
+            wrong.append(f"{importer}:{lines[0]} -> {imported} ({how})")
+    return wrong
+
+
+def test_no_import_points_up_or_sideways():
+    wrong = wrong_imports("gpulens", LAYERS)
+    assert not wrong, "imports against the layers:\n  " + "\n  ".join(wrong)
+
+
+def test_the_layer_check_names_wrong_imports(tmp_path, monkeypatch):
+    """Not vacuous: in a throwaway package, a lazy import up a layer and one sideways are both named."""
+    pkg = tmp_path / "layerpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "top.py").write_text("import layerpkg.bottom\n")
+    (pkg / "left.py").write_text("import layerpkg.bottom\n")
+    (pkg / "right.py").write_text("import layerpkg.left\n")
+    (pkg / "bottom.py").write_text("def f():\n    import layerpkg.top\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("layerpkg", None)
+    layers = (("top",), ("left", "right"), ("bottom",))
+    assert wrong_imports("layerpkg", layers) == [
+        "layerpkg.bottom:2 -> layerpkg.top (up)",
+        "layerpkg.right:1 -> layerpkg.left (sideways (same layer))",
+    ]
+
+
+def test_no_package_cycle():
+    edges: dict[str, set[str]] = {}
+    for importer, imported in import_edges("gpulens", module_level_only=False).items():
+        a = _top(importer)
+        edges.setdefault(a, set()).update(b for b in map(_top, imported) if b != a)
+    found = cycles(edges)
+    assert not found, f"package cycles: {_describe(found)}"
+
+
 def test_no_module_level_import_cycle():
     found = cycles(import_edges("gpulens", module_level_only=True))
     assert not found, f"module-level import cycles: {_describe(found)}; move the shared type down a layer"
 
 
-def test_lazy_import_cycles_are_only_the_known_ones():
+def test_no_lazy_import_cycle():
     found = cycles(import_edges("gpulens", module_level_only=False))
-    new = [g for g in found if g not in KNOWN_LAZY_CYCLES]
-    assert not new, f"new import cycles through function-level imports: {_describe(new)}"
-    gone = [g for g in KNOWN_LAZY_CYCLES if g not in found]
-    assert not gone, f"these cycles are gone, drop them from KNOWN_LAZY_CYCLES: {_describe(gone)}"
+    assert not found, f"import cycles through function-level imports: {_describe(found)}; cut them, do not list them"
 
 
-def test_layers():
-    """cli on top; web, report and export side by side below it; views below them (all imports)."""
+def test_only_the_seams_import_their_outside_system():
     graph = grimp.build_graph("gpulens", include_external_packages=True, cache_dir=None)
-    layers = ("gpulens.cli", grimp.Layer("gpulens.web", "gpulens.report", "gpulens.export"), "gpulens.views")
-    illegal = graph.find_illegal_dependencies_for_layers(layers=layers)
-    assert not illegal, "imports back up a layer: " + "; ".join(f"{d.importer} -> {d.imported}" for d in illegal)
 
     def importers_outside(target: str, allowed: tuple[str, ...]) -> list[str]:
         """Modules that import `target` or any module inside it, other than those under `allowed`."""
@@ -128,9 +212,8 @@ def test_layers():
         importers = {m for t in targets for m in graph.find_modules_that_directly_import(t)}
         return sorted(m for m in importers if not any(m == a or m.startswith(a + ".") for a in allowed))
 
-    assert importers_outside("gpulens.cli", ("gpulens.cli", "gpulens.__main__")) == []  # python -m gpulens
-    assert importers_outside("gpulens.web", ("gpulens.web", "gpulens.cli")) == []
     assert importers_outside("pynvml", ("gpulens.gpu.nvml",)) == []
+    assert importers_outside("sqlite3", ("gpulens.store",)) == []
 
 
 def test_the_checks_name_a_cycle_and_tell_lazy_from_module_level(tmp_path, monkeypatch):
@@ -168,6 +251,11 @@ def _ruff_layer_codes(path: str, source: str) -> set[str]:
         ("src/gpulens/views/x.py", "from gpulens.export import grafana\n", {"TID253"}),
         ("src/gpulens/views/x.py", "from gpulens.report.build import build_report\n", {"TID253"}),
         ("src/gpulens/cli/x.py", "from gpulens.web.server import serve\n", set()),
+        ("src/gpulens/cli/x.py", "import sqlite3\n", {"TID251"}),  # cli/ruff.toml keeps the seams' bans
+        ("src/gpulens/web/x.py", "from gpulens.cli.main import app\n", {"TID251"}),
+        ("src/gpulens/web/x.py", "import sqlite3\n", {"TID251"}),
+        ("tests/x.py", "import pynvml\n", {"TID251"}),
+        ("tests/x.py", "import sqlite3\nfrom gpulens.cli.main import app\n", set()),
         ("src/gpulens/web/x.py", "from gpulens.views.panels import PANELS\n", set()),
         ("src/gpulens/report/x.py", "from gpulens.views.data import ChartOut\n", set()),
     ],

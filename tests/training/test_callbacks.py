@@ -20,7 +20,7 @@ def _tiny_llama():
 def test_lightning_callback_records_steps_checkpoints_and_oom(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     L = pytest.importorskip("lightning.pytorch")
-    from gpulens.workload.training.lightning import GpulensCallback
+    from gpulens.integrations.lightning import GpulensCallback
 
     class Tiny(L.LightningModule):
         def __init__(self, fail_at: int | None = None):
@@ -67,7 +67,7 @@ def test_hf_trainer_callback_records_steps_loss_and_saves(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from gpulens.workload.training.hf import GpulensTrainerCallback
+    from gpulens.integrations.hf import GpulensTrainerCallback
 
     model = _tiny_llama()
     ids = torch.randint(0, 128, (32, 16))
@@ -97,7 +97,7 @@ def test_lightning_validation_is_its_own_phase_not_data_wait(tmp_path) -> None:
 
     torch = pytest.importorskip("torch")
     L = pytest.importorskip("lightning.pytorch")
-    from gpulens.workload.training.lightning import GpulensCallback
+    from gpulens.integrations.lightning import GpulensCallback
 
     class Tiny(L.LightningModule):
         def __init__(self):
@@ -141,7 +141,7 @@ def test_hf_evaluation_and_save_are_separate_phases(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from gpulens.workload.training.hf import GpulensTrainerCallback
+    from gpulens.integrations.hf import GpulensTrainerCallback
 
     clock = FakeClock()
 

@@ -71,7 +71,7 @@ def test_lightning_wandb_logger_gets_the_step_breakdown_and_findings(tmp_path, m
     pytest.importorskip("wandb")
     from lightning.pytorch.loggers import WandbLogger
 
-    from gpulens.workload.training.lightning import GpulensCallback
+    from gpulens.integrations.lightning import GpulensCallback
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -110,7 +110,7 @@ def test_hf_trainer_reporting_to_mlflow_and_tensorboard_gets_the_steps_and_findi
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     mlflow = pytest.importorskip("mlflow")
-    from gpulens.workload.training.hf import GpulensTrainerCallback
+    from gpulens.integrations.hf import GpulensTrainerCallback
 
     uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -153,7 +153,7 @@ def test_lightning_tensorboard_logger_gets_steps_gpu_readings_and_findings(tmp_p
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from gpulens.workload.training.lightning import GpulensCallback
+    from gpulens.integrations.lightning import GpulensCallback
 
     db = tmp_path / "tb.db"
     with Store(db) as st:  # an agent on this host sampled GPU 0 just now
@@ -182,8 +182,8 @@ def test_a_failing_tracker_is_left_out_and_training_goes_on(tmp_path, monkeypatc
     pytest.importorskip("mlflow")
     import mlflow
 
-    from gpulens.workload.training.lightning import GpulensCallback
-    from gpulens.workload.training.trackers import MlflowTracker
+    from gpulens.integrations.lightning import GpulensCallback
+    from gpulens.integrations.trackers import MlflowTracker
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     client = mlflow.tracking.MlflowClient((tmp_path / "mlruns").as_uri())
@@ -199,7 +199,7 @@ def test_a_failing_tracker_is_left_out_and_training_goes_on(tmp_path, monkeypatc
 
 def test_unknown_or_missing_tracker_is_one_clear_error():
     from gpulens.errors import MonitorUsageError
-    from gpulens.workload.training.trackers import make_trackers
+    from gpulens.integrations.trackers import make_trackers
 
     with pytest.raises(MonitorUsageError, match="Unknown tracker 'neptune'"):
         make_trackers(["neptune"])

@@ -1,5 +1,5 @@
 """Training instrumentation: `TrainingMonitor` for a user's own loop, framework callbacks
-(`gpulens.workload.training.lightning`, `.hf`), communication timing (`.distributed`) and the
+(`gpulens.integrations.lightning`, `.hf`), communication timing (`.distributed`) and the
 importer of recorded `train_step` records (`.importer`)."""
 
 from gpulens.workload.training.distributed import ddp_comm_hook, timed_collectives

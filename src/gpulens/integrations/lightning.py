@@ -1,6 +1,6 @@
 """A PyTorch Lightning callback that feeds a TrainingMonitor.
 
-    from gpulens.workload.training.lightning import GpulensCallback
+    from gpulens.integrations.lightning import GpulensCallback
     trainer = L.Trainer(callbacks=[GpulensCallback(job="llama-ft", store="run.db", flops_per_token=6 * n)])
 
 Per optimizer batch it records the step (forward, backward, optimizer), the wait for the batch
@@ -34,7 +34,7 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument; or pass a
     ready `monitor=`. tokens_per_sample: tokens of one sample when batches are not dicts with input_ids.
     trackers: also log to W&B / MLflow / TensorBoard ("auto": the Trainer's loggers and an active
-    W&B or MLflow run; or names / Tracker objects; see gpulens.workload.training.trackers). Every
+    W&B or MLflow run; or names / Tracker objects; see gpulens.integrations.trackers). Every
     time it measures comes from the monitor's clock (`clock=`, as for TrainingMonitor)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
@@ -62,16 +62,16 @@ class GpulensCallback(_callback_base()):  # type: ignore[misc]
             self.monitor = TrainingMonitor(rank=trainer.global_rank, world_size=trainer.world_size, **self._args)
             self._time_saves(trainer, self.monitor)
         if self._trackers_spec is not None and self.trackers is None and trainer.global_rank == 0:  # loggers log on rank 0
-            from gpulens.workload.training.trackers import (
+            from gpulens.integrations.findings import job_findings
+            from gpulens.integrations.trackers import (
                 TrackerBridge,
-                cli_findings,
                 lightning_trackers,
                 make_trackers,
             )
 
             found = lightning_trackers(trainer) if self._trackers_spec == "auto" else []
             self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every,
-                                          findings=cli_findings)
+                                          findings=job_findings)
 
     def _time_saves(self, trainer: Any, mon: TrainingMonitor) -> None:
         original = trainer.save_checkpoint

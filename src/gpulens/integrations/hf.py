@@ -1,6 +1,6 @@
 """A Hugging Face `Trainer` callback that feeds a TrainingMonitor.
 
-    from gpulens.workload.training.hf import GpulensTrainerCallback
+    from gpulens.integrations.hf import GpulensTrainerCallback
     trainer = Trainer(..., callbacks=[GpulensTrainerCallback(job="llama-ft", store="run.db", tokens_per_sample=1024)])
 
 Per optimizer step (all its gradient-accumulation micro-batches) it records the step time, the
@@ -32,7 +32,7 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
     """job/store/flops_per_token/peak_flops and any other TrainingMonitor argument, or a ready
     `monitor=`. tokens_per_sample: sequence length, so tokens/s and MFU can be computed.
     trackers: also log to W&B / MLflow / TensorBoard ("auto": those in `report_to`, set up by the
-    Trainer's own callbacks; or names / Tracker objects; see gpulens.workload.training.trackers).
+    Trainer's own callbacks; or names / Tracker objects; see gpulens.integrations.trackers).
     Every time it measures comes from the monitor's clock (`clock=`, as for TrainingMonitor)."""
 
     def __init__(self, job: str | None = None, store: Any = None, *, monitor: TrainingMonitor | None = None,
@@ -57,16 +57,16 @@ class GpulensTrainerCallback(_callback_base()):  # type: ignore[misc]
         self._samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
         # The Trainer's reporting callbacks come first, so their runs exist by now; they log on the main process only.
         if self._trackers_spec is not None and self.trackers is None and state.is_world_process_zero:
-            from gpulens.workload.training.trackers import (
+            from gpulens.integrations.findings import job_findings
+            from gpulens.integrations.trackers import (
                 TrackerBridge,
-                cli_findings,
                 hf_trackers,
                 make_trackers,
             )
 
             found = hf_trackers(args) if self._trackers_spec == "auto" else []
             self.trackers = TrackerBridge(self.monitor, make_trackers(self._trackers_spec, found), every_n_steps=self._tracker_every,
-                                          findings=cli_findings)
+                                          findings=job_findings)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         mon = self.monitor

@@ -16,25 +16,23 @@ thread (`TrackerBridge.drain()`, called by the callbacks), because trackers keep
 (MLflow's active run) and must never slow or break the training loop: a tracker that fails is
 logged once and left out.
 
-The findings come through a callback (`FindingsSource`) that whoever builds the bridge passes: the
-diagnosis sits layers above the monitors, so the framework callbacks ask it as a user would, by
-running `gpulens diagnose --format json` in a child process (`cli_findings`), unless given another.
+The findings come through a callback (`FindingsSource`) that whoever builds the bridge passes; the
+framework callbacks pass `integrations.findings.job_findings` (the job's diagnosis over the monitor's
+store, in this process), so the bridge itself never decides anything.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpulens.errors import MonitorUsageError
+from gpulens.vocab import gpu as G
 from gpulens.workload.training.records import StepRecord, step_series_values
 
 if TYPE_CHECKING:
@@ -44,33 +42,13 @@ log = logging.getLogger(__name__)
 
 PREFIX = "gpulens/"
 STEP_KEY = "gpulens_step"  # W&B's x axis for gpulens's rows (outside the `gpulens/*` glob it indexes)
-GPU_SERIES = ("gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_temperature_celsius", "gpu_power_watts")
+GPU_SERIES = (G.GPU_UTILIZATION_RATIO, G.GPU_MEMORY_USED_BYTES, G.GPU_TEMPERATURE_CELSIUS, G.GPU_POWER_WATTS)
 FRESH_SECONDS = 120.0  # GPU readings older than this are not the run's present
 FINDING_COLUMNS = ("kind", "severity", "workload", "summary", "advice")
-FINDINGS_TIMEOUT_SECONDS = 300.0  # the diagnosis of a long run's store, once, at the end of training
 
 # The job's findings as JSON-ready dicts (`Finding.to_dict()`, as `gpulens diagnose --format json`
 # writes them); None or an exception: none to log.
 FindingsSource = Callable[["TrainingMonitor"], Sequence[Mapping[str, Any]] | None]
-
-
-def cli_findings(monitor: TrainingMonitor) -> list[dict[str, Any]]:
-    """The monitor's job's findings from `gpulens diagnose --format json` over its store, in a child
-    process (this Python, this gpulens), after the monitor has flushed."""
-    path = Path(str(monitor.store.path))
-    if not path.is_file():
-        raise MonitorUsageError(f"The monitor's store {path} is not a file the diagnosis can open.")
-    cmd = [sys.executable, "-m", "gpulens", "diagnose", "--store", str(path), "--format", "json"]
-    if monitor.job:
-        cmd += ["--job", monitor.job]
-    here = str(Path(__file__).resolve().parents[3])  # the directory gpulens is imported from
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=FINDINGS_TIMEOUT_SECONDS, env=env, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        raise MonitorUsageError(f"gpulens diagnose failed: {last}")
-    found = json.loads(done.stdout)
-    return found if isinstance(found, list) else []
 
 
 class Tracker(Protocol):
