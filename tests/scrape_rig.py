@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from testlib import free_port
+from testlib import free_port, wait_http
 
 HERE = Path(__file__).parent / "contract"
 XID_FIRING_SECONDS = 60.0
@@ -91,16 +91,7 @@ class ScrapeRig:
         return body["data"]
 
     def _wait_http(self, url: str, proc: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"{what} exited with {proc.returncode}: {self.log(what)}")
-            try:
-                urllib.request.urlopen(url, timeout=1).read()
-                return
-            except OSError:
-                time.sleep(0.2)
-        raise AssertionError(f"{what} did not come up at {url}: {self.log(what)}")
+        wait_http(url, proc, timeout, log=lambda: self.log(what), what=what)
 
     def _xid_poll(self) -> None:
         firing = bool(self.query('ALERTS{alertname="GpuXid", alertstate="firing", xid="79"}'))

@@ -44,38 +44,46 @@ def import_or_skip(module: str, why: str):
         pytest.skip(f"{module} is not installed: {why}")
 
 
-def wait_http(url: str, proc, timeout: float = 30.0, log=None) -> None:  # noqa: ANN001
-    """Poll `url` until it answers; fail at once (with the log's tail) if `proc` exits first."""
+def wait_until(cond, timeout: float = 20.0, what: str = "the condition", *, interval: float = 0.02):  # noqa: ANN001, ANN201
+    """Poll `cond()` until it returns something true, and return that; fail naming `what` after
+    `timeout` seconds. For a test that waits for something to happen (a thread, a server, a file); a
+    test that needs time to pass drives a `gpulens.clock.FakeClock` instead."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if got := cond():
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_http(url: str, proc=None, timeout: float = 30.0, log=None, *, until=None, interval: float = 0.2,  # noqa: ANN001
+              what: str | None = None) -> bytes:
+    """Poll `url` until it answers (and, with `until`, until `until(body)` holds); return the body.
+    Fail at once if `proc` exits first, and on failure add `log`'s tail: a Path, or a function
+    that returns the text (called only then)."""
     import time
     import urllib.request
 
+    name = what or (proc.args[0] if proc is not None else url)
+
     def tail() -> str:
+        if callable(log):
+            return ": " + str(log())[-2000:]
         return (": " + log.read_text()[-2000:]) if log is not None and log.exists() else ""
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode} before {url} came up{tail()}")
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{name} exited with {proc.returncode} before {url} came up{tail()}")
         try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
+            with urllib.request.urlopen(url, timeout=1) as r:
+                body = r.read()
+            if until is None or until(body):
+                return body
         except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up{tail()}")
-
-
-def wait_until(predicate, timeout_s: float, what: str, *, poll_s: float = 0.02):  # noqa: ANN001, ANN201
-    """Poll `predicate` until it returns something truthy (returned); fail naming `what` at the deadline.
-
-    For a test that waits for something to happen (a thread, a server, a file); a test that needs
-    time to pass drives a `gpulens.clock.FakeClock` instead."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(poll_s)
+            pass
+        time.sleep(interval)
+    raise AssertionError(f"{what} did not come up at {url}{tail()}" if what else f"{url} did not come up{tail()}")

@@ -79,3 +79,31 @@ def percentiles_of_counts(buckets: Iterable[tuple[float, int]], ps: Sequence[flo
         hi_v = order_stat(min(k + 1, total - 1))
         out.append(lo_v + (h - k) * (hi_v - lo_v))
     return out
+
+
+def bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """The medians of `resamples` resamples (with replacement, same size) of `values`, drawn from
+    `rng`: the one percentile bootstrap of a median that `compare` and `tune` both use."""
+    return np.median(values[rng.integers(0, values.size, size=(resamples, values.size))], axis=1)
+
+
+def interval95(draws: np.ndarray) -> tuple[float, float]:
+    """The 95 % percentile interval of bootstrap draws (2.5th and 97.5th percentiles, type 7)."""
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def median_ci95(values: np.ndarray, *, seed: int, resamples: int) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the median of `values` (one sample)."""
+    return interval95(bootstrap_medians(values, np.random.default_rng(seed), resamples))
+
+
+def median_ratio_ci95(a: np.ndarray, b: np.ndarray, *, seed: int, resamples: int) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of median(b) / median(a) - 1, the two samples resampled
+    independently from one generator (a first); NaNs when every resample of `a` has median 0."""
+    rng = np.random.default_rng(seed)
+    ma, mb = bootstrap_medians(a, rng, resamples), bootstrap_medians(b, rng, resamples)
+    ok = ma != 0
+    if not ok.any():
+        return (math.nan, math.nan)
+    return interval95(mb[ok] / ma[ok] - 1.0)

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from testlib import free_port
+from testlib import free_port, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -24,19 +22,15 @@ def test_demo_metrics_carry_training_and_inference_series(tmp_path):
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        names: set[str] = set()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
-                names = set(fams)
-                if {"train_step_seconds", "infer_request_latency_seconds", "infer_requests"} <= names:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        assert {"train_step_seconds", "infer_request_latency_seconds", "infer_requests"} <= names, (sorted(names), proc.poll())
+        wanted = {"train_step_seconds", "infer_request_latency_seconds", "infer_requests"}
+
+        def families(body: bytes) -> dict:
+            return {f.name: f for f in text_string_to_metric_families(body.decode())}
+
+        body = wait_http(f"http://127.0.0.1:{port}/metrics", proc, 60, interval=0.5, until=lambda b: wanted <= set(families(b)))
+        fams = families(body)
+        names = set(fams)
+        assert wanted <= names, (sorted(names), proc.poll())
         assert fams["train_step_seconds"].type == "histogram" and fams["infer_requests"].type == "counter"
         steps = {s.labels["train_job"] for s in fams["train_step_seconds"].samples}
         assert steps == {"h200-demo"}

@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from testlib import free_port, which_or_skip
+from testlib import free_port, wait_http, which_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -19,17 +19,6 @@ pytestmark = pytest.mark.slow
 def _get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())
-
-
-def _wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up")
 
 
 def test_prometheus_scrapes_replayed_values(tmp_path, h200_trace):
@@ -50,8 +39,8 @@ def test_prometheus_scrapes_replayed_values(tmp_path, h200_trace):
     )
     api = f"http://127.0.0.1:{prom_port}/api/v1"
     try:
-        _wait_http(f"http://127.0.0.1:{agent_port}/metrics")
-        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
+        wait_http(f"http://127.0.0.1:{agent_port}/metrics")
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
         t_start = time.time()
 
         def series(query: str) -> dict[float, float]:

@@ -13,13 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from testlib import free_port, import_or_skip, which_or_skip
+from testlib import free_port, import_or_skip, wait_http, which_or_skip
 
 import_or_skip("helm_python", "rendering the chart needs helm-python-sdk (the dev extra)")
 kubernetes_validate = import_or_skip("kubernetes_validate", "the schemas come with kubernetes-validate (the dev extra)")
@@ -143,19 +141,9 @@ def _run_agent(args: list[str], tmp_path: Path, *, port: int, extra_env: dict | 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
                             env={**os.environ, **(extra_env or {})})
     try:
-        deadline = time.monotonic() + 45  # a loaded CI machine takes seconds to import and start
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                    text = r.read().decode()
-                if "gpu_up{" in text:
-                    return text
-                time.sleep(0.1)
-            except OSError:
-                if proc.poll() is not None:
-                    break
-                time.sleep(0.1)
-        raise AssertionError(f"{cmd} never served /metrics: {proc.communicate()[0]}")
+        # a loaded CI machine takes seconds to import and start
+        return wait_http(f"http://127.0.0.1:{port}/metrics", proc, 45, log=lambda: proc.communicate()[0], interval=0.1,
+                         until=lambda body: b"gpu_up{" in body, what=str(cmd)).decode()
     finally:
         proc.terminate()
         proc.wait(30)

@@ -22,10 +22,6 @@ from gpulens.pipeline import loop as loop_mod
 from gpulens.store import Store
 
 
-def _wait(cond, timeout: float = 20.0) -> None:
-    wait_until(cond, timeout, "the node to get there")
-
-
 def _limit_pages(store: Store, pages: int | None) -> None:
     with store._guard("limit") as conn:
         if pages is None:
@@ -77,16 +73,16 @@ def test_the_agent_survives_a_full_store_and_writes_everything_after(tmp_path, f
     agent = _Agent(tmp_path / "s.db", tmp_path)
     store = agent.node.store
     try:
-        _wait(lambda: agent.ticks() >= 5)
+        wait_until(lambda: agent.ticks() >= 5)
         _limit_pages(store, 0)  # SQLite: "database or disk is full" from the next page on
-        _wait(lambda: agent.node.loop.write_health.failing)
+        wait_until(lambda: agent.node.loop.write_health.failing)
         full_at = agent.ticks()
-        _wait(lambda: agent.ticks() >= full_at + 20)  # still sampling
+        wait_until(lambda: agent.ticks() >= full_at + 20)  # still sampling
         text = _scrape(agent.port)
         assert "gpulens_store_write_failing 1.0" in text and "gpu_up{" in text
         assert ("GpulensStoreWriteFailing", "firing") in _notifications(agent.notes)
         _limit_pages(store, None)  # space is back
-        _wait(lambda: not agent.node.loop.write_health.failing)
+        wait_until(lambda: not agent.node.loop.write_health.failing)
         assert ("GpulensStoreWriteFailing", "resolved") in _notifications(agent.notes)
         assert "gpulens_store_write_failing 0.0" in _scrape(agent.port)
     finally:
@@ -129,7 +125,7 @@ def test_on_a_real_full_disk(tmp_path, fast_retry):
     try:
         agent = _Agent(mnt / "s.db", tmp_path)
         try:
-            _wait(lambda: agent.ticks() >= 5)
+            wait_until(lambda: agent.ticks() >= 5)
             with open(filler, "wb") as f:
                 try:
                     while True:
@@ -137,12 +133,12 @@ def test_on_a_real_full_disk(tmp_path, fast_retry):
                         f.flush()
                 except OSError:
                     pass
-            _wait(lambda: agent.node.loop.write_health.failing, timeout=60)
+            wait_until(lambda: agent.node.loop.write_health.failing, timeout=60)
             full_at = agent.ticks()
-            _wait(lambda: agent.ticks() >= full_at + 20)
+            wait_until(lambda: agent.ticks() >= full_at + 20)
             assert "gpulens_store_write_failing 1.0" in _scrape(agent.port)
             filler.unlink()
-            _wait(lambda: not agent.node.loop.write_health.failing)
+            wait_until(lambda: not agent.node.loop.write_health.failing)
         finally:
             agent.stop()
         with Store(mnt / "s.db") as st:

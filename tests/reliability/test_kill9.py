@@ -44,7 +44,7 @@ def _wait_rows(db, at_least: int, timeout: float = 60.0) -> None:
         except sqlite3.Error:
             return False
 
-    wait_until(written, timeout, f"the agent to write {at_least} gpu_up rows", poll_s=0.1)
+    wait_until(written, timeout, f"the agent to write {at_least} gpu_up rows", interval=0.1)
 
 
 def test_kill9_agent_loses_at_most_its_flush_interval(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testlib import free_port, which_or_skip
+from testlib import free_port, wait_http, which_or_skip
 
 from gpulens.data import bundled_trace
 from gpulens.scaling import ScalePolicy, desired_replicas
@@ -46,18 +46,6 @@ def _serving_part(dst: Path) -> Path:
     return dst
 
 
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{proc.args[0]} exited with {proc.returncode}"
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up")
-
-
 @pytest.mark.slow
 def test_prometheus_and_gpulens_scale_agree_on_the_replayed_overload(tmp_path: Path) -> None:
     prometheus = which_or_skip("prometheus")
@@ -77,12 +65,12 @@ def test_prometheus_and_gpulens_scale_agree_on_the_replayed_overload(tmp_path: P
         prom = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(prom)
-        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom)
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom)
         agent = subprocess.Popen([sys.executable, "-m", "gpulens.cli.main", "agent", "--backend", f"replay:{trace}", "--speed", "1",
                                   "--listen", f"127.0.0.1:{agent_port}", "--store", str(store)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         procs.append(agent)
-        _wait_http(f"http://127.0.0.1:{agent_port}/metrics", agent)
+        wait_http(f"http://127.0.0.1:{agent_port}/metrics", agent)
         start = time.time()
         agent.wait(timeout=180)  # the replay's end (the agent stops there)
         end = time.time()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from testlib import free_port
+from testlib import free_port, wait_http
 
 from gpulens.cli.main import main
 from gpulens.runs import list_runs
@@ -54,21 +54,12 @@ def test_tune_serve_without_server_cmd_only_takes_client_knobs(capsys, tmp_path)
 def test_tune_serve_without_server_cmd_tunes_the_clients_connection_limit(capsys, tmp_path, server_script):
     import shlex
     import subprocess
-    import time
-    import urllib.request
 
     port = free_port()
     server = subprocess.Popen([*shlex.split(server_script), "--port", str(port), "--max-batch", "16", "--load-seconds", "0"],
                               env={**__import__("os").environ, "GPULENS_STORE": str(tmp_path / "server.db")})
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/generate", timeout=1).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the example server did not start"
-                time.sleep(0.1)
+        wait_http(f"http://127.0.0.1:{port}/generate", server, timeout=20, interval=0.1, what="the example server")
         # One connection serializes the requests, so the server never gets to batch them.
         rc = main(["tune", "serve", "--store", str(tmp_path / "tune.db"), "--format", "json",
                    "--url", f"http://127.0.0.1:{port}/generate", "--slo", "p99_latency<=150ms",

@@ -9,14 +9,13 @@ import json
 import re
 import sqlite3
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-from testlib import free_port, which_or_skip
+from testlib import free_port, wait_http, which_or_skip
 
 from gpulens.export.grafana import grafana_dashboard
 from gpulens.views.panels import metrics_used
@@ -96,18 +95,11 @@ def prometheus(replayed_store, tmp_path_factory):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"prometheus did not start: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.2)
+    try:
+        wait_http(url + "/-/ready", proc, 30)
+    except AssertionError as e:
+        proc.kill()
+        pytest.fail(f"prometheus did not start ({e}): {proc.stderr.read().decode()[-2000:]}")
     yield url
     proc.terminate()
     proc.wait(10)

@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
+from testlib import wait_http  # noqa: E402
 
 from gpulens.errors import PortInUseError  # noqa: E402
 from gpulens.web import create_app  # noqa: E402
@@ -133,16 +133,7 @@ def test_cli_serves_on_loopback_and_prints_the_address(replayed_store):
     try:
         assert line.startswith("gpulens dashboard on http://127.0.0.1:"), line + proc.stderr.read()
         url = line.split()[3]
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with urllib.request.urlopen(url + "api/health", timeout=2) as r:
-                    assert r.status == 200
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_http(url + "api/health", proc, 15, interval=0.1)  # answers 2xx: urlopen raises on an error status
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)

@@ -22,6 +22,7 @@ import numpy as np
 from gpulens.errors import BadInputError
 from gpulens.runs import Change, Run, diff, last_known_good, set_verdict
 from gpulens.runs.registry import FINGERPRINT_IGNORE
+from gpulens.stats import median_ratio_ci95
 from gpulens.vocab.directions import HIGHER, UNKNOWN, Direction, MetricInfo, direction_of, lookup
 
 MetricVerdict = Literal["regression", "improvement", "no change", "not enough data", "direction unknown"]
@@ -114,18 +115,6 @@ class Comparison:
         return d
 
 
-def _bootstrap_ci(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, n: int) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval of median(b) / median(a) - 1 (runs resampled independently)."""
-    ma = np.median(a[rng.integers(0, len(a), size=(n, len(a)))], axis=1)
-    mb = np.median(b[rng.integers(0, len(b), size=(n, len(b)))], axis=1)
-    ok = ma != 0
-    ratios = mb[ok] / ma[ok] - 1.0
-    if ratios.size == 0:
-        return (math.nan, math.nan)
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
 def compare_samples(
     metric: str,
     a: list[float],
@@ -166,7 +155,7 @@ def compare_samples(
     if med_a == 0:
         return result("not enough data", "the median of A is 0, so a relative change is undefined.")
     change = med_b / med_a - 1.0  # type: ignore[operator]
-    lo, hi = _bootstrap_ci(xa, xb, np.random.default_rng(seed), resamples)
+    lo, hi = median_ratio_ci95(xa, xb, seed=seed, resamples=resamples)
     if np.ptp(np.concatenate([xa, xb])) == 0:
         p = 1.0  # identical constants: scipy would warn; there is no difference to test
     else:

@@ -13,8 +13,9 @@ from pathlib import Path
 import typer
 
 from gpulens.cli.common import console, console_err, store_option
+from gpulens.cli.options import with_options
+from gpulens.cli.serve_options import ServeOptions
 from gpulens.errors import BadInputError, GateFailedError, GpulensError
-from gpulens.units import parse_duration
 
 bench_app = typer.Typer(
     name="bench",
@@ -75,28 +76,17 @@ against.
 
 
 @bench_app.command("serve", help=SERVE_HELP)
+@with_options(ServeOptions)
 def serve(
-    url: str = typer.Option(..., "--url", help="The endpoint, e.g. http://127.0.0.1:8000/v1/completions."),
-    rate: float = typer.Option(None, "--rate", help="Open loop: requests per second (the sweep's starting point with --sweep)."),
+    opts: ServeOptions,
     concurrency: int = typer.Option(None, "--concurrency", help="Closed loop: this many users, each waiting for its answer."),
     arrival: Arrival = typer.Option(Arrival.constant, "--arrival", help="Open-loop arrival process."),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape for --arrival gamma: 1 = Poisson, <1 burstier."),
     ramp_to: float = typer.Option(None, "--ramp-to", help="Ramp the rate linearly from --rate to this over --duration."),
-    duration: str = typer.Option(None, "--duration", help="How long to send (per probe with --sweep): 30s, 2m. Default 10s; with --replay-arrivals, the whole recording."),
     requests: int = typer.Option(None, "--requests", help="Stop after this many requests (with or instead of --duration)."),
-    timeout: str = typer.Option("30s", "--timeout", help="Per-request timeout; a request past it counts as a timeout."),
-    method: str = typer.Option(None, "--method", help="HTTP method (default GET; POST for completions or with --body)."),
     body: str = typer.Option(None, "--body", help="Request body, or @FILE to read it from a file."),
     header: list[str] = typer.Option([], "--header", "-H", help='Extra header "Name: value" (repeatable).'),
-    model: str = typer.Option("default", "--model", help="Model name sent to an OpenAI-compatible endpoint."),
-    prompt: str = typer.Option("Explain how a GPU schedules warps.", "--prompt", help="Prompt for completions."),
-    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate per completion."),
-    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream completions (needed for TTFT and ITL)."),
     sweep: bool = typer.Option(False, "--sweep", help="Find the highest rate/concurrency meeting every --slo."),
-    slo: list[str] = typer.Option([], "--slo", help='Objective, e.g. "p99_latency<=500ms", "p95_ttft<=200ms", "error_rate<=1%".'),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Sweep: stop bisecting when the bracket is this close (ratio)."),
-    max_probes: int = typer.Option(14, "--max-probes", help="Sweep: at most this many probes."),
-    max_rate: float = typer.Option(None, "--max-rate", help="Sweep (open loop): probe no higher than this many requests/s."),
     max_concurrency: int = typer.Option(None, "--max-concurrency", help="Sweep (closed loop): probe no more users than this."),
     max_error_ratio: float = typer.Option(0.01, "--max-error-ratio", help="Fail (exit 1) when more than this share of requests fail or time out (0.01 = 1 %); an error_rate SLO replaces it."),
     no_fail: bool = typer.Option(False, "--no-fail", help="Report missed SLOs and failures but exit 0 (not 1)."),
@@ -123,46 +113,31 @@ def serve(
     store: Path = store_option(),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the run in the store."),
 ) -> None:
-    from gpulens.bench.serve import (
-        LoadSpec,
-        Target,
-        openai_body,
-        parse_slos,
-        run_load,
-        target_kind_for,
-    )
+    from gpulens.bench.serve import LoadSpec, run_load
     from gpulens.bench.serve import sweep as run_sweep
     from gpulens.bench.serve.traffic import TrafficOptions, plan_traffic
 
-    slos = parse_slos(slo)
+    opts.validate()
+    slos = opts.slos()
     if sweep and not slos:
         raise BadInputError("--sweep needs at least one --slo to sweep against.", hint='E.g. --slo "p99_latency<=500ms".')
-    if sweep and rate is None and concurrency is None:
-        rate = 1.0
-    kind = target_kind_for(url)
-    headers = _headers(header)
-    data = _body(body)
-    if kind != "http" and data is None:
-        data = openai_body(kind, model=model, prompt=prompt, max_tokens=max_tokens, stream=stream)
-        headers.setdefault("Content-Type", "application/json")
-    if duration is None and replay_arrivals is None:
-        duration = "10s"
-    duration_s = parse_duration(duration, what="--duration") if duration else None
+    rate = opts.sweep_rate(concurrency) if sweep else opts.rate
+    target = opts.target(_body(body), _headers(header))
+    duration_s = opts.duration_seconds(replay=replay_arrivals is not None)
     traffic = plan_traffic(
         TrafficOptions(input_tokens=input_tokens, output_tokens=output_tokens, tokenizer=tokenizer, ignore_eos=ignore_eos,
                        dataset=dataset, multi_turn=multi_turn, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups,
                        replay=replay_arrivals, replay_service=replay_service, speed=speed, replay_lengths=replay_lengths,
                        seed=seed),
-        url=url, kind=kind, model=model, stream=stream, prompt=prompt, max_tokens=max_tokens, rate=rate,
-        ramp_to=ramp_to, duration_seconds=duration_s,
+        url=opts.url, kind=target.kind, model=opts.model, stream=opts.stream, prompt=opts.prompt, max_tokens=opts.max_tokens,
+        rate=rate, ramp_to=ramp_to, duration_seconds=duration_s,
         max_requests=requests, sweep=sweep)
     replay = traffic.arrivals
     spec = LoadSpec(
-        target=Target(url=url, method=(method or ("POST" if data is not None else "GET")).upper(), body=data,
-                      headers=headers, kind=kind, stream=stream),
+        target=target,
         rate=rate, concurrency=concurrency, arrival=arrival.value, burstiness=burstiness, ramp_to=ramp_to,
         duration_seconds=None if replay is not None else duration_s,
-        max_requests=None if replay is not None else requests, timeout_seconds=parse_duration(timeout, what="--timeout"),
+        max_requests=None if replay is not None else requests, timeout_seconds=opts.timeout_seconds,
         max_connections=max_connections, seed=seed, workers=workers, verify_tls=not insecure,
         workload=traffic.workload, arrivals=None if replay is None else replay.times_seconds,
     )
@@ -170,9 +145,9 @@ def serve(
     out_json = fmt is Format.json
 
     if sweep:
-        cap = max_concurrency if spec.mode == "closed" else max_rate
+        cap = max_concurrency if spec.mode == "closed" else opts.max_rate
         result = _with_progress(lambda progress_factory, tick: run_sweep(
-            spec, slos, tolerance_ratio=tolerance, max_probes=max_probes, max_value=cap, progress_factory=progress_factory,
+            spec, slos, tolerance_ratio=opts.tolerance_ratio, max_probes=opts.max_probes, max_value=cap, progress_factory=progress_factory,
             on_tick=tick, on_probe=None if out_json else _print_probe, max_error_ratio=max_error_ratio,
             min_goodput_ratio=goodput))
         if csv_path is not None:
@@ -181,7 +156,7 @@ def serve(
             n = write_sweep_csv(result, csv_path)
             console_err.print(f"[dim]wrote {n} probes to {csv_path}[/]")
         if not no_store and result.probes:
-            _save(store, spec, result.probes[-1].result, slo, {"sweep": result.to_dict()})
+            _save(store, spec, result.probes[-1].result, opts.slo, {"sweep": result.to_dict()})
         if report is not None:
             _write_report(report, spec, slos, sweep=result)
         if out_json:
@@ -201,7 +176,7 @@ def serve(
 
         n = write_csv(load, csv_path)
         console_err.print(f"[dim]wrote {n} requests to {csv_path}[/]")
-    run_id = None if no_store else _save(store, spec, load, slo)
+    run_id = None if no_store else _save(store, spec, load, opts.slo)
     if report is not None:
         _write_report(report, spec, slos, load=load)
     s = load.summary
@@ -221,7 +196,7 @@ def serve(
             hint = "The server's TLS certificate is not trusted here: add --insecure for a test server with a self-signed one."
         else:
             hint = "Check the URL, method and body against the server's API."
-        raise _AllFailed(f"Every request to {url} failed: {s.first_error or 'no response'}.",
+        raise _AllFailed(f"Every request to {opts.url} failed: {s.first_error or 'no response'}.",
                          hint=hint + " The results above are kept (CSV and store).")
     if s.failures and not no_fail:
         raise GateFailedError(f"The run failed its gate: {'; '.join(s.failures)}.",

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from gpulens.cli.common import STORE_HELP, console, console_err
-from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.cli.common import console, console_err, store_option
+from gpulens.cli.options import parse_ratio, with_options
+from gpulens.cli.serve_options import ServeOptions
 
 tune_app = typer.Typer(
     help="Run the tuning loop for you: baseline, find the bottleneck, change one thing, re-measure, keep or roll back.",
@@ -126,7 +127,7 @@ def train_command(
     gpu: str = typer.Option(None, "--gpu", help="The GPU type for the planner's check (gpulens plan gpus); needed with --model."),
     seq: int = typer.Option(2048, "--seq", help="Tokens per sequence, for the planner's check."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run every trial without asking (beginner mode asks on a terminal)."),
-    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    store: Path = store_option(),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one HTML file."),
 ) -> None:
@@ -159,7 +160,7 @@ def train_command(
         knobs = proposed_knobs(template)
         notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs))
     spec = TrainTuneSpec(template, knobs, steps=steps, warmup_steps=warmup, block_steps=block, max_runs_per_trial=repeats,
-                         tight_ratio=_ratio(tight, "--tight"), threshold_ratio=_ratio(min_gain, "--min-gain"),
+                         tight_ratio=parse_ratio(tight, "--tight"), threshold_ratio=parse_ratio(min_gain, "--min-gain"),
                          budget_seconds=parse_duration(budget, what="the budget"), name=name, stop_when_clear=beginner, notes=notes,
                          fit=FitCheck(model, gpu, seq=seq) if model else None)
     spec.validate()
@@ -173,29 +174,18 @@ def train_command(
 
 
 @tune_app.command("serve")
+@with_options(ServeOptions)
 def serve_command(
-    url: str = typer.Option(..., "--url", help="The endpoint to load, e.g. http://127.0.0.1:8000/v1/completions."),
-    slo: list[str] = typer.Option(..., "--slo", help='An objective every configuration must meet, e.g. "p99_latency<=2s"; repeat for more.'),
+    opts: ServeOptions,
     knob: list[str] = typer.Option(None, "--knob", help="NAME=V1,V2,...: a server knob ({NAME} in --server-cmd) or a client knob "
                                    "(max_connections, stream), the baseline's value first."),
     server_cmd: str = typer.Option(None, "--server-cmd", help="The command that starts the server, with {NAME} placeholders ({port} is the URL's)."),
     ready_url: str = typer.Option(None, "--ready-url", help="The URL that answers once the server is ready. Default: --url."),
     ready_timeout: str = typer.Option("10m", "--ready-timeout", help="Longest wait for a started server to be ready."),
-    rate: float = typer.Option(5.0, "--rate", help="Requests per second each sweep starts at."),
-    max_rate: float = typer.Option(None, "--max-rate", help="Highest rate a sweep tries."),
-    duration: str = typer.Option("10s", "--duration", help="Length of each probe of a sweep."),
-    tolerance: str = typer.Option("10%", "--tolerance", help="Stop bisecting when the capacity is bracketed this tightly."),
-    max_probes: int = typer.Option(10, "--max-probes", help="Most probes per sweep."),
-    method: str = typer.Option(None, "--method", help="HTTP method (default GET, or POST for an OpenAI-compatible URL)."),
-    model: str = typer.Option("default", "--model", help="Model name sent to an OpenAI-compatible endpoint."),
-    prompt: str = typer.Option("Explain how a GPU schedules warps.", "--prompt", help="Prompt for completions."),
-    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate per completion."),
-    stream: bool = typer.Option(True, "--stream/--no-stream", help="Stream completions (a `stream` knob overrides it)."),
-    timeout: str = typer.Option("30s", "--timeout", help="Per-request timeout."),
     budget: str = typer.Option("20m", "--budget", help="Wall-clock budget for the whole tune."),
     name: str = typer.Option("serve", "--name", help="Run name in the store."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run every trial without asking (beginner mode asks on a terminal)."),
-    store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
+    store: Path = store_option(),
     fmt: str = typer.Option("table", "--format", help="table or json."),
     html: Path = typer.Option(None, "--html", help="Also write the report as one HTML file."),
 ) -> None:
@@ -203,13 +193,15 @@ def serve_command(
 
     With --server-cmd each configuration is started, waited for (its cold start recorded),
     swept with `bench serve --sweep` and stopped; without it only the client's knobs are tuned.
-    Without --knob (beginner mode) gpulens proposes values for the batching limits written in the
-    server command with their value, such as {max_num_seqs=256}, and asks before each trial.
+    The load, SLO and sweep options are `bench serve`'s, with its defaults (a `stream` knob
+    overrides --stream). Without --knob (beginner mode) gpulens proposes values for the batching
+    limits written in the server command with their value, such as {max_num_seqs=256}, and asks
+    before each trial.
 
         gpulens tune serve --url http://127.0.0.1:8000/v1/completions --slo "p99_latency<=2s" --server-cmd "vllm serve my-model --port {port} --max-num-seqs {max_num_seqs}" --knob max_num_seqs=64,128,256
         gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128
     """
-    from gpulens.bench.serve import LoadSpec, Target, openai_body, parse_slos, target_kind_for
+    from gpulens.bench.serve import LoadSpec
     from gpulens.store import Store
     from gpulens.tune.command import CommandTemplate
     from gpulens.tune.knobs import parse_knobs
@@ -217,16 +209,13 @@ def serve_command(
     from gpulens.units import parse_duration
 
     _check_format(fmt)
-    kind = target_kind_for(url)
-    body = openai_body(kind, model=model, prompt=prompt, max_tokens=max_tokens, stream=stream) if kind != "http" else None
-    target = Target(url=url, method=(method or ("POST" if body else "GET")).upper(), body=body,
-                    headers={"Content-Type": "application/json"} if body else {}, kind=kind, stream=stream)
-    load = LoadSpec(target=target, rate=rate, duration_seconds=parse_duration(duration, what="--duration"),
-                    timeout_seconds=parse_duration(timeout, what="--timeout"))
-    spec = ServeTuneSpec(load, parse_slos(slo), parse_knobs(knob or []),
+    opts.validate()
+    load = LoadSpec(target=opts.target(), rate=opts.sweep_rate(), duration_seconds=opts.duration_seconds(),
+                    timeout_seconds=opts.timeout_seconds)
+    spec = ServeTuneSpec(load, opts.slos(), parse_knobs(knob or []),
                          server_command=CommandTemplate.of(server_cmd) if server_cmd else None,
-                         budget_seconds=parse_duration(budget, what="the budget"), max_rate=max_rate,
-                         tolerance_ratio=_ratio(tolerance, "--tolerance"), max_probes=max_probes,
+                         budget_seconds=parse_duration(budget, what="the budget"), max_rate=opts.max_rate,
+                         tolerance_ratio=opts.tolerance_ratio, max_probes=opts.max_probes,
                          ready_timeout_seconds=parse_duration(ready_timeout, what="--ready-timeout"), ready_url=ready_url, name=name,
                          propose=not knob)
     spec.validate()
@@ -237,19 +226,6 @@ def serve_command(
     finally:
         view.close()
     _emit(result, fmt, html)
-
-
-def _ratio(text: str, what: str) -> float:
-    from gpulens.errors import BadInputError
-
-    t = text.strip()
-    try:
-        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise BadInputError(f"Cannot read {what} {text!r}.", hint=f"Give a share such as {what} 5%.") from None
-    if not 0 < v < 1:
-        raise BadInputError(f"{what} {text} is out of range.", hint=f"Give a share between 0% and 100%, e.g. {what} 5%.")
-    return v
 
 
 def register(app: typer.Typer) -> None:

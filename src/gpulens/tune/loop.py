@@ -1,12 +1,17 @@
-"""What both tune loops share: which change to try next, the budget, and the observer that a
-surface (the CLI's live view, a test) plugs in to watch and to approve each trial."""
+"""The one tune loop that `tune train` and `tune serve` drive: baseline → next change → budget →
+measure → keep or roll back, with the skipped changes, the findings and the stop reason written
+once. Each mode brings its own steps (`TuneSteps`: how to measure, judge and record a trial), and a
+surface (the CLI's live view, a test) plugs in an `Observer` to watch and to approve each trial."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from gpulens.diagnose import Finding
+from gpulens.errors import BadInputError
 from gpulens.tune.knobs import Knob
 from gpulens.tune.result import Trial
 from gpulens.tune.stats import Estimate
@@ -83,10 +88,129 @@ class Observer:
         return True
 
 
-def finding_brief(f: dict) -> dict:
+def setting_text(setting: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "the baseline"
+
+
+def finding_brief(f: Finding, after_trial: int | None = None) -> dict[str, Any]:
     """A diagnosis finding as the report shows it: kind, severity, summary, evidence, the first fixes."""
-    out = {k: f.get(k) for k in ("kind", "severity", "summary", "evidence")}
-    out["advice"] = list(f.get("advice") or [])[:3]
-    if "after_trial" in f:
-        out["after_trial"] = f["after_trial"]
+    out: dict[str, Any] = {"kind": f.kind, "severity": f.severity, "summary": f.summary,
+                           "evidence": f.to_dict()["evidence"], "advice": list(f.advice)[:3]}
+    if after_trial is not None:
+        out["after_trial"] = after_trial
     return out
+
+
+class TuneSteps:
+    """What one mode does inside the loop; the loop decides the order, the budget and the verdicts'
+    consequences. Subclasses implement measure, judge, record and findings."""
+
+    rank_by_findings = True  # try the changes that address the latest findings first
+    stop_when_clear = False  # also stop when no change addresses a finding (beginner mode)
+    rerun_hint = "Run it by hand to see why"  # after a baseline that could not be measured
+
+    def __init__(self, budget: Budget, observer: Observer):
+        self.budget, self.obs = budget, observer
+
+    def measure(self, index: int, setting: dict[str, str], change: Change | None) -> Trial:
+        """Run one setting; a trial that broke comes back with verdict "failed" and its reason."""
+        raise NotImplementedError
+
+    def judge(self, best: Trial, trial: Trial) -> bool:
+        """Set the trial's verdict ("kept" or "rolled_back"), reason and speed-up against the best
+        so far; True when it is a regression beyond noise."""
+        raise NotImplementedError
+
+    def record(self, trial: Trial, *, regression: bool = False) -> None:
+        """Save the trial as a run in the store (sets `trial.run_id`)."""
+        raise NotImplementedError
+
+    def findings(self, trial: Trial) -> list[Finding]:
+        """What the diagnosis says about a measured trial."""
+        raise NotImplementedError
+
+    def knobs(self, baseline_findings: list[Finding]) -> list[Knob]:
+        """The knobs to tune, known once the baseline is diagnosed."""
+        raise NotImplementedError
+
+    def why(self, change: Change) -> str:
+        """Why the loop tries this change next (beginner mode asks with it)."""
+        return f"it addresses {change.finding}" if change.finding else "the next knob in the guides' order"
+
+    def declined(self, why: str) -> str:
+        return f"you declined it; {why}"
+
+    def screen(self, change: Change, setting: dict[str, str]) -> str | None:
+        """Why a change is skipped without a trial (the planner predicts it will not fit), or None."""
+        return None
+
+
+@dataclass
+class LoopOutcome:
+    baseline: Trial
+    best: Trial
+    knobs: list[Knob]
+    trials: list[Trial] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # briefs, the baseline's first
+    stop_reason: str = "every knob value was tried"
+
+
+def run_loop(steps: TuneSteps, baseline_setting: dict[str, str]) -> LoopOutcome:
+    """Measure the baseline, then one change at a time from the best so far until the knobs are
+    exhausted, the budget is spent or the user stops it; raises BadInputError when the baseline
+    itself cannot be measured."""
+    baseline = _trial(steps, 0, baseline_setting, None)
+    steps.record(baseline)
+    steps.obs.trial_finished(baseline)
+    if baseline.verdict == "failed":
+        raise BadInputError(f"The baseline could not be measured: {baseline.reason}.",
+                            hint=f"{steps.rerun_hint}: {baseline.command}")
+    findings = steps.findings(baseline)
+    knobs = steps.knobs(findings)
+    out = LoopOutcome(baseline, baseline, knobs, findings=[finding_brief(f) for f in findings])
+    tried = {(k.name, k.baseline) for k in knobs}  # measured already, as the baseline
+    while True:
+        kinds = [f.kind for f in findings] if steps.rank_by_findings else []
+        changes = next_changes(knobs, out.best.knobs, tried, kinds)
+        if not changes:
+            break
+        if steps.stop_when_clear and not any(c.finding for c in changes):
+            out.stop_reason = "no finding is left that a knob addresses" if kinds else "the diagnosis found no bottleneck left"
+            break
+        if (over := steps.budget.stop_reason([t.seconds for t in [baseline, *out.trials]])) is not None:
+            out.stop_reason = over
+            break
+        change = changes[0]
+        tried.add((change.knob.name, change.value))
+        why = steps.why(change)
+        setting = {**out.best.knobs, change.knob.name: change.value}
+        if (skip := steps.screen(change, setting)) is not None:
+            out.skipped.append({"change": change.text, "why": skip})
+            continue
+        if not steps.obs.approve(change, why):
+            out.skipped.append({"change": change.text, "why": steps.declined(why)})
+            continue
+        try:
+            trial = _trial(steps, len(out.trials) + 1, setting, change)
+        except KeyboardInterrupt:  # the user stopped it: report what is done, the running trial left out
+            out.stop_reason = f"you stopped it during {change.text}"
+            break
+        regression = False
+        if trial.verdict == "failed":
+            trial.reason = f"{change.text} failed: {trial.reason}; rolled back to {setting_text(out.best.knobs)}"
+        else:
+            regression = steps.judge(out.best, trial)
+        steps.record(trial, regression=regression)
+        out.trials.append(trial)
+        steps.obs.trial_finished(trial)
+        if trial.verdict == "kept":
+            out.best = trial
+            findings = steps.findings(trial)
+            out.findings += [finding_brief(f, trial.index) for f in findings]
+    return out
+
+
+def _trial(steps: TuneSteps, index: int, setting: dict[str, str], change: Change | None) -> Trial:
+    steps.obs.trial_started(index, dict(setting), change)
+    return steps.measure(index, setting, change)

@@ -21,13 +21,13 @@ from urllib.parse import urlsplit
 
 from gpulens.bench.compare import compare_samples
 from gpulens.bench.serve import LoadSpec, Probe, Slo, SweepResult, TargetUnreachableError, sweep
-from gpulens.diagnose import DiagnoseScope, diagnose
+from gpulens.diagnose import DiagnoseScope, Finding, diagnose
 from gpulens.errors import BadInputError
 from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import CommandTemplate, shell_line
 from gpulens.tune.knobs import SERVING_MEMORY_FINDINGS, Knob, propose_serving
-from gpulens.tune.loop import Budget, Change, Observer, finding_brief, next_changes
+from gpulens.tune.loop import Budget, Change, Observer, TuneSteps, run_loop, setting_text
 from gpulens.tune.result import Trial, TuneResult
 from gpulens.tune.server import start_server
 from gpulens.tune.stats import Estimate
@@ -142,20 +142,45 @@ def _probe_brief(p: Probe) -> dict[str, Any]:
             "p99_latency_seconds": getattr(lat, "p99", None), "achieved_rate": p.result.summary.achieved_rate}
 
 
-class _ServeTuner:
+class _ServeSteps(TuneSteps):
+    rank_by_findings = False  # serve knobs are tried in the order given
+    rerun_hint = "Start it by hand to see why"
+
     def __init__(self, spec: ServeTuneSpec, store: Store, observer: Observer):
-        self.spec, self.store, self.obs = spec, store, observer
-        self.budget = Budget(spec.budget_seconds)
+        super().__init__(Budget(spec.budget_seconds), observer)
+        self.spec, self.store = spec, store
         self.tag = f"tune-{uuid.uuid4().hex[:8]}"
         self.sweeps: dict[int, SweepResult] = {}
         self.windows: dict[int, tuple[float, float]] = {}  # unix seconds of each trial's sweep
+        self.proposing = spec.propose and not spec.knobs
+        self.notes: list[str] = list(spec.notes)
 
-    def findings(self, index: int) -> list[dict]:
+    def baseline_setting(self) -> dict[str, str]:
+        return dict(self.spec.proposable()) if self.proposing else {k.name: k.baseline for k in self.spec.knobs}
+
+    def knobs(self, baseline_findings: list[Finding]) -> list[Knob]:
+        if not self.proposing:
+            return [Knob(k.name, k.values) for k in self.spec.knobs]  # no meaning: tried in the order given
+        # beginner mode: the values follow from the baseline's diagnosis
+        kinds = [f.kind for f in baseline_findings]
+        knobs = [k for n, d in self.baseline_setting().items() if (k := propose_serving(n, d, kinds)) is not None]
+        self.notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs)
+                          + (" (smaller first: the diagnosis found the server short of memory)"
+                             if any(k in SERVING_MEMORY_FINDINGS for k in kinds) else ""))
+        return knobs
+
+    def why(self, change: Change) -> str:
+        return "a larger batch raises the rate a server sustains" if self.proposing else "the next knob value"
+
+    def declined(self, why: str) -> str:
+        return "you declined it"
+
+    def findings(self, trial: Trial) -> list[Finding]:
         """What `diagnose` says about the server during a trial's sweep (from its middleware's records)."""
-        if index not in self.windows:
+        if trial.index not in self.windows:
             return []
-        start, end = self.windows[index]
-        return [f.to_dict() for f in diagnose(self.store, DiagnoseScope(start=start, end=end)) if f.workload == "inference"]
+        start, end = self.windows[trial.index]
+        return [f for f in diagnose(self.store, DiagnoseScope(start=start, end=end)) if f.workload == "inference"]
 
     def server_argv(self, setting: dict[str, str]) -> list[str] | None:
         if self.spec.server_command is None:
@@ -168,7 +193,6 @@ class _ServeTuner:
 
     def measure(self, index: int, setting: dict[str, str], change: Change | None) -> Trial:
         spec = self.spec
-        self.obs.trial_started(index, dict(setting), change)
         t0 = time.monotonic()
         argv = self.server_argv(setting)
         extra: dict[str, Any] = {}
@@ -212,7 +236,8 @@ class _ServeTuner:
                      samples=[sw.best] if sw is not None and sw.best is not None else [], command=line,
                      processes=1 if argv else 0, seconds=time.monotonic() - t0, extra=extra)
 
-    def judge(self, best: Trial, trial: Trial) -> None:
+    def judge(self, best: Trial, trial: Trial) -> bool:
+        """Kept only beyond the sweep's resolution; never a regression (a capacity has no noise model)."""
         cur, new = self.sweeps[best.index], self.sweeps[trial.index]
         if cur.best and new.best:
             trial.speedup = new.best / cur.best
@@ -233,7 +258,8 @@ class _ServeTuner:
         else:
             trial.verdict, why = "rolled_back", (f"its capacity ({new.best:g} req/s) is not beyond the best so far's bracket "
                                                  f"({cur.best:g}–{cur.lowest_failing:g} req/s)")
-        trial.reason = f"{_setting_text(trial.changed)}: {why}" + (f"; {evidence}" if evidence else "") + "."
+        trial.reason = f"{setting_text(trial.changed)}: {why}" + (f"; {evidence}" if evidence else "") + "."
+        return False
 
     def _latency_evidence(self, cur: SweepResult, new: SweepResult, trial: Trial) -> str:
         """Per-request latency at the highest rate both sweeps probed, compared as `compare` does."""
@@ -249,7 +275,7 @@ class _ServeTuner:
                                                  "ci": [cmp.ci95_low_ratio, cmp.ci95_high_ratio], "p_value": cmp.p_value}
         return f"at {rate:g} req/s its latency {cmp.reason.rstrip('.')}"
 
-    def record(self, trial: Trial) -> None:
+    def record(self, trial: Trial, *, regression: bool = False) -> None:
         sw = self.sweeps.get(trial.index)
         best_probe = next((p for p in (sw.probes if sw else []) if p.value == sw.best), None) if sw else None
         trial.run_id = save_run(
@@ -266,79 +292,34 @@ class _ServeTuner:
 
 def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = None) -> TuneResult:
     spec.validate()
-    knobs = [Knob(k.name, k.values) for k in spec.knobs]  # serve knobs are tried in the order given
-    tuner = _ServeTuner(spec, store, observer or Observer())
+    steps = _ServeSteps(spec, store, observer or Observer())
     t0 = time.monotonic()
-    proposing = spec.propose and not knobs
-    base = dict(spec.proposable()) if proposing else {k.name: k.baseline for k in knobs}
-    baseline = tuner.measure(0, base, None)
-    tuner.record(baseline)
-    tuner.obs.trial_finished(baseline)
-    if baseline.verdict == "failed":
-        raise BadInputError(f"The baseline could not be measured: {baseline.reason}.",
-                            hint=f"Start it by hand to see why: {baseline.command}")
-    best, trials, skipped = baseline, [], []
-    findings = tuner.findings(0)
-    notes = list(spec.notes)
-    if proposing:  # beginner mode: the values follow from the baseline's diagnosis
-        kinds = [f["kind"] for f in findings]
-        knobs = [k for n, d in base.items() if (k := propose_serving(n, d, kinds)) is not None]
-        notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs)
-                     + (" (smaller first: the diagnosis found the server short of memory)"
-                        if any(k in SERVING_MEMORY_FINDINGS for k in kinds) else ""))
-    tried = {(k.name, k.baseline) for k in knobs}
-    stop = "every knob value was tried"
-    while True:
-        changes = next_changes(knobs, best.knobs, tried, [])
-        if not changes:
-            break
-        if (over := tuner.budget.stop_reason([t.seconds for t in [baseline, *trials]])) is not None:
-            stop = over
-            break
-        change = changes[0]
-        tried.add((change.knob.name, change.value))
-        if not tuner.obs.approve(change, "a larger batch raises the rate a server sustains" if proposing else "the next knob value"):
-            skipped.append({"change": change.text, "why": "you declined it"})
-            continue
-        try:
-            trial = tuner.measure(len(trials) + 1, {**best.knobs, change.knob.name: change.value}, change)
-        except KeyboardInterrupt:
-            stop = f"you stopped it during {change.text}"
-            break
-        if trial.verdict == "failed":
-            trial.reason = f"{change.text} failed: {trial.reason}; rolled back to {_setting_text(best.knobs)}"
-        else:
-            tuner.judge(best, trial)
-        tuner.record(trial)
-        trials.append(trial)
-        tuner.obs.trial_finished(trial)
-        if trial.verdict == "kept":
-            best = trial
-            findings += [dict(f, after_trial=trial.index) for f in tuner.findings(trial.index)]
+    out = run_loop(steps, steps.baseline_setting())
+    baseline, best, knobs = out.baseline, out.best, out.knobs
     speedup, ci = None, None
     if best is baseline:
         speedup = 1.0
     else:
         probe = Trial(best.index, best.knobs, {}, "kept", "", METRIC, best.estimate)
-        tuner.judge(baseline, probe)
+        steps.judge(baseline, probe)
         speedup, ci = probe.speedup, probe.speedup_ci
 
     def line(t: Trial) -> str:
-        argv = tuner.server_argv(t.knobs)
+        argv = steps.server_argv(t.knobs)
         client = " ".join(_bench_flag(k, v) for k, v in t.knobs.items() if k in CLIENT_KNOBS)
         bench = (f"gpulens bench serve --url {spec.load.target.url} --rate {spec.load.rate:g} --sweep "
                  + " ".join(f"--slo {shell_line([s.text])}" for s in spec.slos) + (f" {client}" if client else ""))
         return (shell_line(argv) + "  # then: " + bench) if argv is not None else bench
 
     result = TuneResult(
-        mode="serve", name=spec.name, metric=METRIC, baseline=baseline, trials=trials, best=best, speedup=speedup,
-        speedup_ci=ci, findings=[finding_brief(f) for f in findings], stop_reason=stop, reproduce_best=line(best), reproduce_baseline=line(baseline),
-        skipped=skipped, notes=notes, seconds=time.monotonic() - t0,
+        mode="serve", name=spec.name, metric=METRIC, baseline=baseline, trials=out.trials, best=best, speedup=speedup,
+        speedup_ci=ci, findings=out.findings, stop_reason=out.stop_reason, reproduce_best=line(best), reproduce_baseline=line(baseline),
+        skipped=out.skipped, notes=steps.notes, seconds=time.monotonic() - t0,
     )
     result.run_id = save_run(store, TUNE_KIND, spec.name, config={
         "mode": "serve", "url": spec.load.target.url, "slos": [s.text for s in spec.slos],
         "server_command": shell_line(spec.server_command.argv) if spec.server_command else None,
-        "knobs": {k.name: list(k.values) for k in knobs}, "tune": tuner.tag}, summary=result.to_dict())
+        "knobs": {k.name: list(k.values) for k in knobs}, "tune": steps.tag}, summary=result.to_dict())
     return result
 
 
@@ -347,6 +328,3 @@ def _bench_flag(name: str, value: str) -> str:
         return "--stream" if _client_value(name, value) else "--no-stream"
     return f"--{name.replace('_', '-')} {value}"
 
-
-def _setting_text(setting: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "the baseline"

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpulens.stats import median_ci95
+
 RESAMPLES = 2000
 
 
@@ -40,7 +42,5 @@ def estimate(values: Sequence[float], *, seed: int = 0, resamples: int = RESAMPL
     med = float(np.median(xs))
     if xs.size == 1:
         return Estimate(1, med, None, None)
-    rng = np.random.default_rng(seed)
-    meds = np.median(xs[rng.integers(0, xs.size, size=(resamples, xs.size))], axis=1)
-    lo, hi = np.percentile(meds, [2.5, 97.5])
-    return Estimate(int(xs.size), med, float(lo), float(hi))
+    lo, hi = median_ci95(xs, seed=seed, resamples=resamples)
+    return Estimate(int(xs.size), med, lo, hi)

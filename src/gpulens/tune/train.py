@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.bench.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD_RATIO, MIN_SAMPLES, compare_samples
-from gpulens.diagnose import DiagnoseScope, diagnose
+from gpulens.diagnose import DiagnoseScope, Finding, diagnose
 from gpulens.errors import BadInputError
 from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import STEPS, CommandTemplate, fill_values, shell_line
 from gpulens.tune.fit import FitCheck
 from gpulens.tune.knobs import Knob, propose
-from gpulens.tune.loop import Budget, Change, Observer, finding_brief, next_changes
+from gpulens.tune.loop import Budget, Change, Observer, TuneSteps, run_loop, setting_text
 from gpulens.tune.process import ProcessRun, run_command
 from gpulens.tune.result import Trial, TuneResult
 from gpulens.tune.stats import Estimate, estimate
@@ -102,26 +102,36 @@ def _metric_of(steps: list[StepRecord]) -> str:
     return "steps_per_second"
 
 
-class _Tuner:
+class _TrainSteps(TuneSteps):
     def __init__(self, spec: TrainTuneSpec, store: Store, observer: Observer):
-        self.spec, self.store, self.obs = spec, store, observer
-        self.budget = Budget(spec.budget_seconds)
+        super().__init__(Budget(spec.budget_seconds), observer)
+        self.spec, self.store = spec, store
+        self.stop_when_clear = spec.stop_when_clear
         self.tag = f"tune-{uuid.uuid4().hex[:8]}"
         self.metric: str | None = None
         self.name = spec.name
         self.stop_when_done = STEPS not in spec.command.placeholders()
         self.notes: list[str] = list(spec.notes)
         self.short_warned = False
+        self.runs: dict[int, list[ProcessRun]] = {}  # each trial's runs of the command
 
     def argv(self, setting: dict[str, str]) -> list[str]:
         return self.spec.command.render(fill_values(self.spec.command, self.spec.knobs, setting, self.spec.steps))
 
-    def measure(self, index: int, setting: dict[str, str], change: Change | None) -> tuple[Trial, list[ProcessRun]]:
+    def knobs(self, baseline_findings: list[Finding]) -> list[Knob]:
+        return self.spec.knobs
+
+    def screen(self, change: Change, setting: dict[str, str]) -> str | None:
+        if self.spec.fit is not None and not (planned := self.spec.fit.check(self.spec.command, self.spec.knobs, setting)).fits:
+            return planned.text
+        return None
+
+    def measure(self, index: int, setting: dict[str, str], change: Change | None) -> Trial:
         spec = self.spec
         argv = self.argv(setting)
-        self.obs.trial_started(index, dict(setting), change)
         t0 = time.monotonic()
         runs: list[ProcessRun] = []
+        self.runs[index] = runs
         samples: list[float] = []
         est = Estimate(0, None, None, None)
         failure = None
@@ -161,20 +171,31 @@ class _Tuner:
             per_run = (time.monotonic() - t0) / len(runs)
             if est.tight(spec.tight_ratio, MIN_SAMPLES) or not self.budget.fits(per_run):
                 break
-        trial = Trial(index=index, knobs=dict(setting), changed={change.knob.name: change.value} if change else {},
-                      verdict="failed" if failure else "baseline", reason=failure or "", metric=self.metric or "steps_per_second",
-                      estimate=est, samples=samples, command=shell_line(argv), finding=change.finding if change else None,
-                      processes=len(runs), seconds=time.monotonic() - t0)
-        return trial, runs
+        return Trial(index=index, knobs=dict(setting), changed={change.knob.name: change.value} if change else {},
+                     verdict="failed" if failure else "baseline", reason=failure or "", metric=self.metric or "steps_per_second",
+                     estimate=est, samples=samples, command=shell_line(argv), finding=change.finding if change else None,
+                     processes=len(runs), seconds=time.monotonic() - t0)
 
-    def findings(self, runs: list[ProcessRun]) -> list[dict]:
-        ok = [r for r in runs if r.steps]
+    def judge(self, best: Trial, trial: Trial) -> bool:
+        cmp = compare_samples(trial.metric, best.samples, trial.samples, threshold_ratio=self.spec.threshold_ratio,
+                              alpha=self.spec.alpha, seed=trial.index)
+        if cmp.change_ratio is not None:
+            trial.speedup = 1 + cmp.change_ratio
+            trial.speedup_ci = (1 + cmp.ci95_low_ratio, 1 + cmp.ci95_high_ratio)  # type: ignore[operator]
+        trial.p_value = cmp.p_value
+        trial.verdict = "kept" if cmp.verdict == "improvement" else "rolled_back"
+        trial.reason = f"{setting_text(trial.changed)} against {setting_text(best.knobs)}: {cmp.reason}"
+        return cmp.verdict == "regression"
+
+    def findings(self, trial: Trial) -> list[Finding]:
+        ok = [r for r in self.runs.get(trial.index, []) if r.steps]
         if not ok:
             return []
         scope = DiagnoseScope(start=min(r.started for r in ok) - 1, end=max(r.ended for r in ok) + 1, job=ok[0].job)
-        return [f.to_dict() for f in diagnose(self.store, scope) if f.workload == "training" and f.kind not in FAILURE_FINDINGS]
+        return [f for f in diagnose(self.store, scope) if f.workload == "training" and f.kind not in FAILURE_FINDINGS]
 
-    def record(self, trial: Trial, runs: list[ProcessRun], *, regression: bool = False) -> None:
+    def record(self, trial: Trial, *, regression: bool = False) -> None:
+        runs = self.runs.get(trial.index, [])
         steps = [s for r in runs for s in r.steps[self.spec.warmup_steps:]]
         trial.run_id = save_run(
             self.store, RUN_KIND, self.name or "train",
@@ -193,79 +214,24 @@ class _Tuner:
 def tune_train(spec: TrainTuneSpec, store: Store, observer: Observer | None = None) -> TuneResult:
     """Run the loop; raises BadInputError when the baseline itself cannot be measured."""
     spec.validate()
-    tuner = _Tuner(spec, store, observer or Observer())
+    steps = _TrainSteps(spec, store, observer or Observer())
     t0 = time.monotonic()
     base_setting = {k.name: k.baseline for k in spec.knobs}
     if spec.fit is not None:
         planned = spec.fit.check(spec.command, spec.knobs, base_setting)
         if not planned.fits:
-            tuner.notes.append(f"baseline: {planned.text}; it runs anyway, as the planner can be wrong")
-    baseline, runs = tuner.measure(0, base_setting, None)
-    tuner.record(baseline, runs)
-    tuner.obs.trial_finished(baseline)
-    if baseline.verdict == "failed":
-        raise BadInputError(f"The baseline could not be measured: {baseline.reason}.",
-                            hint=f"Run it by hand to see why: {baseline.command}")
-    findings = tuner.findings(runs)
-    all_findings = list(findings)
-    best, trials, skipped = baseline, [], []
-    tried = {(k.name, k.baseline) for k in spec.knobs}  # measured already, as the baseline
-    stop = "every knob value was tried"
-    while True:
-        kinds = [f["kind"] for f in findings]
-        changes = next_changes(spec.knobs, best.knobs, tried, kinds)
-        if not changes:
-            break
-        if spec.stop_when_clear and not any(c.finding for c in changes):
-            stop = "no finding is left that a knob addresses" if kinds else "the diagnosis found no bottleneck left"
-            break
-        if (over := tuner.budget.stop_reason([t.seconds for t in [baseline, *trials]])) is not None:
-            stop = over
-            break
-        change = changes[0]
-        tried.add((change.knob.name, change.value))
-        why = f"it addresses {change.finding}" if change.finding else "the next knob in the guides' order"
-        setting = {**best.knobs, change.knob.name: change.value}
-        if spec.fit is not None and not (planned := spec.fit.check(spec.command, spec.knobs, setting)).fits:
-            skipped.append({"change": change.text, "why": planned.text})
-            continue
-        if not tuner.obs.approve(change, why):
-            skipped.append({"change": change.text, "why": f"you declined it; {why}"})
-            continue
-        try:
-            trial, runs = tuner.measure(len(trials) + 1, setting, change)
-        except KeyboardInterrupt:  # the user stopped it: report what is done, the running trial left out
-            stop = f"you stopped it during {change.text}"
-            break
-        regression = False
-        if trial.verdict != "failed":
-            cmp = compare_samples(trial.metric, best.samples, trial.samples, threshold_ratio=spec.threshold_ratio,
-                                  alpha=spec.alpha, seed=trial.index)
-            if cmp.change_ratio is not None:
-                trial.speedup = 1 + cmp.change_ratio
-                trial.speedup_ci = (1 + cmp.ci95_low_ratio, 1 + cmp.ci95_high_ratio)  # type: ignore[operator]
-            trial.p_value = cmp.p_value
-            regression = cmp.verdict == "regression"
-            trial.verdict = "kept" if cmp.verdict == "improvement" else "rolled_back"
-            trial.reason = f"{change.text} against {_setting_text(best.knobs)}: {cmp.reason}"
-        else:
-            trial.reason = f"{change.text} failed: {trial.reason}; rolled back to {_setting_text(best.knobs)}"
-        tuner.record(trial, runs, regression=regression)
-        trials.append(trial)
-        tuner.obs.trial_finished(trial)
-        if trial.verdict == "kept":
-            best = trial
-            findings = tuner.findings(runs)
-            all_findings += [dict(f, after_trial=trial.index) for f in findings]
+            steps.notes.append(f"baseline: {planned.text}; it runs anyway, as the planner can be wrong")
+    out = run_loop(steps, base_setting)
+    baseline, best = out.baseline, out.best
     speedup, ci = _speedup(baseline, best, spec)
     result = TuneResult(
-        mode="train", name=tuner.name or "train", metric=baseline.metric, baseline=baseline, trials=trials, best=best,
-        speedup=speedup, speedup_ci=ci, findings=[finding_brief(f) for f in all_findings], stop_reason=stop,
-        reproduce_best=shell_line(tuner.argv(best.knobs)), reproduce_baseline=shell_line(tuner.argv(baseline.knobs)),
-        skipped=skipped, notes=tuner.notes, seconds=time.monotonic() - t0,
+        mode="train", name=steps.name or "train", metric=baseline.metric, baseline=baseline, trials=out.trials, best=best,
+        speedup=speedup, speedup_ci=ci, findings=out.findings, stop_reason=out.stop_reason,
+        reproduce_best=shell_line(steps.argv(best.knobs)), reproduce_baseline=shell_line(steps.argv(baseline.knobs)),
+        skipped=out.skipped, notes=steps.notes, seconds=time.monotonic() - t0,
     )
     result.run_id = save_run(store, TUNE_KIND, result.name, config={"mode": "train", "command": shell_line(spec.command.argv),
-                             "knobs": {k.name: list(k.values) for k in spec.knobs}, "tune": tuner.tag},
+                             "knobs": {k.name: list(k.values) for k in spec.knobs}, "tune": steps.tag},
                              summary=result.to_dict())
     return result
 
@@ -277,10 +243,6 @@ def _speedup(baseline: Trial, best: Trial, spec: TrainTuneSpec) -> tuple[float |
     if cmp.change_ratio is None:
         return None, None
     return 1 + cmp.change_ratio, (1 + cmp.ci95_low_ratio, 1 + cmp.ci95_high_ratio)  # type: ignore[operator]
-
-
-def _setting_text(setting: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "the baseline"
 
 
 def proposed_knobs(command: CommandTemplate) -> list[Knob]:
