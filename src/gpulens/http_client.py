@@ -116,6 +116,7 @@ class _Guard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conns: list[http.client.HTTPConnection] = []
+        self._socks: list[socket.socket] = []  # kept: urllib drops conn.sock once the headers are read
         self.why: str | None = None
 
     def track(self, conn: http.client.HTTPConnection) -> None:
@@ -124,21 +125,22 @@ class _Guard:
 
     def connected(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
+            if conn.sock is not None:
+                self._socks.append(conn.sock)
             late = self.why is not None
         if late:  # cut while it was connecting: shut it now
-            _shut(conn)
+            _shut(conn.sock)
 
     def cut(self, why: str) -> None:
         with self._lock:
             if self.why is None:
                 self.why = why
-            conns = list(self._conns)
-        for c in conns:
-            _shut(c)
+            socks = [c.sock for c in self._conns] + self._socks
+        for s in socks:
+            _shut(s)
 
 
-def _shut(conn: http.client.HTTPConnection) -> None:
-    sock = conn.sock
+def _shut(sock: socket.socket | None) -> None:
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv/send in the calling thread
@@ -230,27 +232,27 @@ def request(
     start = time.monotonic()
     end = start + deadline_seconds if deadline_seconds is not None else None
     for attempt in range(attempts):
-        limit = timeout_seconds if end is None else min(timeout_seconds, end - time.monotonic())
-        last = attempt + 1 == attempts
+        limit = timeout_seconds if end is None else max(0.001, min(timeout_seconds, end - time.monotonic()))
+        pause = backoff_seconds * 2**attempt
         try:
-            if limit <= 0:
-                raise HttpUnavailableError(url, f"no answer within the deadline of {deadline_seconds:g} s")
             resp = _attempt(method, url, body, dict(headers or {}), limit, max_bytes, over_limit,
                             follow_redirects and method in ("GET", "HEAD"), env_proxy, cancel)
         except HttpUnavailableError as e:
-            if last or (cancel is not None and cancel.is_set()) or not e.retryable:
+            if _last(attempt, attempts, pause, end) or (cancel is not None and cancel.is_set()) or not e.retryable:
                 raise
         else:
-            if last or resp.status not in RETRY_STATUSES:
+            if _last(attempt, attempts, pause, end) or resp.status not in RETRY_STATUSES:
                 return resp
-        pause = backoff_seconds * 2**attempt
-        if end is not None and time.monotonic() + pause >= end:
-            pause = max(0.0, end - time.monotonic())
-        if cancel is not None and cancel.wait(pause):
-            raise HttpUnavailableError(url, "cancelled")
         if cancel is None:
             time.sleep(pause)
+        elif cancel.wait(pause):
+            raise HttpUnavailableError(url, "cancelled")
     raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
+
+
+def _last(attempt: int, attempts: int, pause: float, end: float | None) -> bool:
+    """No attempt left, or the deadline leaves no time for the pause and another one."""
+    return attempt + 1 == attempts or (end is not None and time.monotonic() + pause >= end)
 
 
 def _check_url(url: str) -> None:
@@ -289,11 +291,11 @@ def _attempt(method: str, url: str, body: bytes | None, headers: dict[str, str],
         data, truncated = _read(resp, url, max_bytes, over_limit)
         got = Response(url, status, str(getattr(resp, "reason", "") or ""), {k.lower(): v for k, v in resp.headers.items()},
                        data, time.monotonic() - t0, truncated)
-    except HttpUnavailableError:
-        raise
-    except (OSError, http.client.HTTPException, ValueError) as e:  # every way a transport fails: one mapping, below
-        if guard.why is not None:
+    except (HttpUnavailableError, OSError, http.client.HTTPException, ValueError) as e:  # every way a transport fails
+        if guard.why is not None:  # cut: whatever broke, the deadline or a Cancel is why
             raise HttpUnavailableError(url, guard.why) from None
+        if isinstance(e, HttpUnavailableError):
+            raise
         raise _mapped(url, e, limit) from None
     finally:
         timer.cancel()
