@@ -38,7 +38,7 @@ def parse_duration(text: str | float | int, *, what: str = "duration", allow_zer
     return seconds
 
 
-_SPEED = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*[x×]?\s*$", re.IGNORECASE)
+_SPEED = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*[x×]?\s*$", re.IGNORECASE)
 # The fastest replay a user may ask for: beyond it every recorded gap rounds to nothing anyway.
 MAX_SPEED_FACTOR = 1e9
 
@@ -59,7 +59,7 @@ def parse_speed(text: str | float | int, *, what: str = "--speed", allow_max: bo
                                 hint=f"Write a number such as 1, 2, 10x or 0.5{also}.")
         factor = float(m.group(1))
     if not math.isfinite(factor) or not 0 < factor <= MAX_SPEED_FACTOR:
-        raise BadInputError(f"{what} must be a factor above zero and at most {MAX_SPEED_FACTOR:g}, not {text!r}.",
+        raise BadInputError(f"{what} must be a factor above zero and at most {MAX_SPEED_FACTOR:,.0f}, not {text!r}.",
                             hint="Give a positive number such as 1 (the recorded pace) or 10 (ten times faster).")
     return factor
 
