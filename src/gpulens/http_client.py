@@ -214,7 +214,7 @@ def request(
     retries: int = 0,
     backoff_seconds: float = 0.2,
     deadline_seconds: float | None = None,
-    idempotent: bool | None = None,
+    idempotent: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
     over_limit: OverLimit = "refuse",
     follow_redirects: bool = True,
@@ -227,7 +227,7 @@ def request(
     _check_url(url)
     if not timeout_seconds > 0:
         raise ValueError("timeout_seconds must be above zero")
-    safe = method in ("GET", "HEAD") if idempotent is None else idempotent or method in ("GET", "HEAD")
+    safe = idempotent or method in ("GET", "HEAD")  # a retried POST may act twice: only when the caller says it may
     attempts = 1 + (max(0, retries) if safe else 0)
     start = time.monotonic()
     end = start + deadline_seconds if deadline_seconds is not None else None

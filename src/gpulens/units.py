@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Literal, overload
 
 from gpulens.errors import BadInputError
 
@@ -43,6 +44,10 @@ _SPEED = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*[x×]?\s*$", re.IGNOR
 MAX_SPEED_FACTOR = 1e9
 
 
+@overload
+def parse_speed(text: str | float | int, *, what: str = ..., allow_max: Literal[False] = ...) -> float: ...
+@overload
+def parse_speed(text: str | float | int, *, what: str = ..., allow_max: bool) -> float | None: ...
 def parse_speed(text: str | float | int, *, what: str = "--speed", allow_max: bool = False) -> float | None:
     """'2', '2x', '50.5' -> a positive factor of the recorded pace; 'max' -> None where `allow_max`.
 
