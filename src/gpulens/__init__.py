@@ -23,6 +23,7 @@ from gpulens.errors import (
     PortInUseError,
     StoreError,
     TraceError,
+    UnavailableError,
 )
 
 # The rest of the public API loads on first use (PEP 562), so `import gpulens.runs` in a training
@@ -73,6 +74,7 @@ __all__ = [
     "StoreError",
     "TraceError",
     "TrainingMonitor",
+    "UnavailableError",
     "XidEvent",
     "add_note",
     "save_run",

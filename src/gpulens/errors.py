@@ -1,11 +1,36 @@
 """One exception tree for gpulens. Each error says what went wrong and what to do.
 
-Exit codes (documented in the README):
+Exit codes (documented in the README) follow from where a class sits in the tree; only the classes
+marked below set one, every other class inherits its parent's:
   0  success
   1  a finding the caller asked to gate on (e.g. `gpulens compare` found a regression)
   2  bad input: a wrong argument, an unreadable file, a port in use, a path that cannot be written
   3  an outside system is unavailable (no NVIDIA driver, a server that cannot be reached)
   4  the store's disk is full (nothing the user typed is wrong: free space, or point --store elsewhere)
+
+The tree (classes defined elsewhere name their module):
+
+  GpulensError                                 exit 2 unless a subclass says otherwise
+  ├── BadInputError                            2
+  │   ├── TraceError
+  │   ├── StoreError
+  │   │   └── StorageFullError                 4
+  │   ├── PortInUseError
+  │   ├── UnknownGpuError, UnsupportedPrecisionError   (plan.catalog)
+  │   ├── UnknownModelTypeError                (plan.models)
+  │   ├── CalibrationRefusedError              (plan.calibration)
+  │   ├── RuleFileError                        (alerts.rules)
+  │   └── ExprError                            (alerts.expr)
+  ├── GateFailedError                          1
+  ├── UnavailableError                         3
+  │   ├── BackendUnavailableError
+  │   │   └── WireError                        (k8s.wire)
+  │   ├── HttpUnavailableError                 (http_client: one mapping of every transport failure)
+  │   ├── PrometheusUnavailableError           (views.prometheus)
+  │   ├── ScrapeUnavailableError               (workload.inference.scrape)
+  │   ├── TargetUnreachableError               (bench.serve.runner)
+  │   └── _AllFailed                           (cli.bench: every request of a load run failed)
+  └── MonitorUsageError                        2
 """
 
 from __future__ import annotations
@@ -62,10 +87,15 @@ class GateFailedError(GpulensError):
     exit_code = EXIT_GATE
 
 
-class BackendUnavailableError(GpulensError):
-    """A GPU backend cannot start (no driver, no GPU)."""
+class UnavailableError(GpulensError):
+    """An outside system gpulens needs cannot be reached or does not answer usably (a driver, a
+    server): nothing the user typed is wrong, so retrying later or starting it may help."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+class BackendUnavailableError(UnavailableError):
+    """A GPU backend cannot start (no driver, no GPU)."""
 
 
 class MonitorUsageError(GpulensError):

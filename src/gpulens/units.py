@@ -1,9 +1,10 @@
-"""Parsing of the durations, sizes and addresses a user types."""
+"""Parsing of the durations, speed factors, sizes and addresses a user types."""
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Literal, overload
 
 from gpulens.errors import BadInputError
 
@@ -36,6 +37,36 @@ def parse_duration(text: str | float | int, *, what: str = "duration", allow_zer
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise BadInputError(f"The {what} must be above zero, not {text!r}.", hint="Give a positive value such as 1s.")
     return seconds
+
+
+_SPEED = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*[x×]?\s*$", re.IGNORECASE)
+# The fastest replay a user may ask for: beyond it every recorded gap rounds to nothing anyway.
+MAX_SPEED_FACTOR = 1e9
+
+
+@overload
+def parse_speed(text: str | float | int, *, what: str = ..., allow_max: Literal[False] = ...) -> float: ...
+@overload
+def parse_speed(text: str | float | int, *, what: str = ..., allow_max: bool) -> float | None: ...
+def parse_speed(text: str | float | int, *, what: str = "--speed", allow_max: bool = False) -> float | None:
+    """'2', '2x', '50.5' -> a positive factor of the recorded pace; 'max' -> None where `allow_max`.
+
+    A factor, never a duration: '2m' used to read as 120 (seconds), so it is refused with the reason."""
+    if allow_max and isinstance(text, str) and text.strip().lower() == "max":
+        return None
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        factor = float(text)
+    else:
+        m = _SPEED.match(str(text))
+        if not m:
+            also = " or max" if allow_max else ""
+            raise BadInputError(f"Cannot read {what} {text!r}: it is a factor of the recorded pace, not a duration.",
+                                hint=f"Write a number such as 1, 2, 10x or 0.5{also}.")
+        factor = float(m.group(1))
+    if not math.isfinite(factor) or not 0 < factor <= MAX_SPEED_FACTOR:
+        raise BadInputError(f"{what} must be a factor above zero and at most {MAX_SPEED_FACTOR:,.0f}, not {text!r}.",
+                            hint="Give a positive number such as 1 (the recorded pace) or 10 (ten times faster).")
+    return factor
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -112,7 +112,9 @@ def test_cli_pass_fail_and_json(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "PASS" in out and "20 better, 20 worse" in out
     assert main(["eval", "compare", str(a), str(drop), "--metric", "accuracy", "--format", "json"]) == 1
-    j = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    j = json.loads(captured.out)  # the gate's sentence goes to stderr: stdout stays one JSON document
+    assert "error: The candidate failed the gate on accuracy: regression" in " ".join(captured.err.split())
     assert j["verdict"] == "regression" and j["regressed"] == 150 and j["improved"] == 0
     assert j["baseline"]["mean"] == pytest.approx(base.mean())
     assert j["difference_ci95"][1] < 0

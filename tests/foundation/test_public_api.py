@@ -8,7 +8,7 @@ import gpulens
 PUBLIC = {
     "BackendUnavailableError", "BadInputError", "FakeBackend", "GpuBackend", "GpuInfo", "GpuProcess", "GpuSample",
     "GpulensError", "InferenceMiddleware", "InferenceMonitor", "MonitorUsageError", "PortInUseError", "ReplayBackend", "Store", "StoreError", "TraceError",
-    "TrainingMonitor", "XidEvent", "__version__", "add_note", "save_run", "take_fingerprint",
+    "TrainingMonitor", "UnavailableError", "XidEvent", "__version__", "add_note", "save_run", "take_fingerprint",
 }
 
 

@@ -28,9 +28,12 @@ def two_runs(store_path, step_times):
 def test_compare_exits_1_on_regression_and_shows_rollback(two_runs, capsys):
     db, a, b = two_runs
     assert main(["compare", str(a), str(b), "--store", str(db)]) == 1
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "regression" in out and "batch_size" not in out and "batch: 8 → 16" in out
     assert f"last known-good: #{a}" in out
+    err = " ".join(captured.err.split())  # the gate error's sentence, on stderr only
+    assert err.startswith(f"error: Run #{b} ") and f"regressed against #{a} " in err
 
 
 def test_compare_json_and_threshold(two_runs, capsys):

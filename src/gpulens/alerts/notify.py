@@ -6,10 +6,8 @@ logged, counted (gpulens_notifications_failed_total) and kept in the store for t
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
-import socket
 import threading
 import time
 import urllib.parse
@@ -18,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from gpulens import http_client
 from gpulens.alerts.engine import AlertState
 from gpulens.errors import BadInputError
 
@@ -25,6 +24,8 @@ if TYPE_CHECKING:
     from gpulens.store import Store
 
 log = logging.getLogger("gpulens.alerts")
+# What is read of a receiver's answer (its status is what counts): the rest is not waited for.
+RECEIVER_ANSWER_MAX_BYTES = 64 * 1024
 
 
 class Notifier(Protocol):
@@ -149,7 +150,7 @@ class WebhookNotifier:
         self._busy = False
         self._closing = False
         self._stop = threading.Event()
-        self._conn: http.client.HTTPConnection | None = None
+        self._cancel = http_client.Cancel()  # close() cuts the attempt under way with it
         if store is not None:
             for oid, body in _outbox_pending(store, url):
                 self._q.append((body, oid))
@@ -204,40 +205,13 @@ class WebhookNotifier:
 
     # ------------------------------------------------------------ delivery
     def _post(self, body: bytes) -> None:
-        """One attempt, bounded by `timeout_seconds` overall: a watchdog shuts the socket at the deadline."""
-        parts = urllib.parse.urlsplit(self.url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = cls(parts.hostname, parts.port, timeout=self.timeout_seconds)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        expired = threading.Event()
-
-        def cut() -> None:
-            expired.set()
-            sock = conn.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-        timer = threading.Timer(self.timeout_seconds, cut)
-        timer.daemon = True
-        self._conn = conn
-        timer.start()
-        try:
-            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            resp.read()  # the whole answer (a short one raises IncompleteRead), within the deadline
-            if not 200 <= resp.status < 300:
-                raise DeliveryError(f"the receiver answered {resp.status} {resp.reason}")
-        except Exception as e:
-            if expired.is_set():
-                raise DeliveryError(f"no complete answer within {self.timeout_seconds:g} s") from None
-            raise e
-        finally:
-            timer.cancel()
-            self._conn = None
-            conn.close()
+        """One attempt, bounded by `timeout_seconds` overall (the seam cuts a trickling answer at it);
+        the retries are `_deliver`'s, so that shutdown can cut the backoff short. No proxy: as before."""
+        resp = http_client.post(self.url, body=body, headers={"Content-Type": "application/json"},
+                                timeout_seconds=self.timeout_seconds, max_bytes=RECEIVER_ANSWER_MAX_BYTES,
+                                over_limit="truncate", env_proxy=False, cancel=self._cancel)
+        if not resp.ok:
+            raise DeliveryError(f"the receiver answered {resp.status} {resp.reason}")
 
     def _deliver(self, body: bytes, outbox_id: int | None) -> None:
         for attempt in range(self.retries):
@@ -281,12 +255,7 @@ class WebhookNotifier:
         self._thread.join(self.close_timeout_seconds)
         if self._thread.is_alive():
             self._stop.set()
-            conn = self._conn
-            if conn is not None and conn.sock is not None:
-                try:
-                    conn.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._cancel.set()
             self._thread.join(self.timeout_seconds)
         with self._cond:
             left, self._q = list(self._q), deque()

@@ -60,7 +60,7 @@ def agent_command(
     """
     from gpulens.errors import BadInputError
     from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
-    from gpulens.units import parse_duration, parse_listen
+    from gpulens.units import parse_duration, parse_listen, parse_speed
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration is not None else None
@@ -68,7 +68,7 @@ def agent_command(
         raise BadInputError(f"--metric-names must be gpulens or dcgm, not {metric_names!r}.")
     config = NodeConfig(
         backend=backend,
-        speed=None if speed == "max" else parse_duration(speed, what="--speed"),
+        speed=parse_speed(speed, allow_max=True),
         loop=loop,
         faults=list(fault),
         store_path=store,

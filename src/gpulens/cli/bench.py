@@ -15,7 +15,8 @@ import typer
 from gpulens.cli.common import console, console_err, store_option
 from gpulens.cli.options import with_options
 from gpulens.cli.serve_options import ServeOptions
-from gpulens.errors import BadInputError, GateFailedError, GpulensError
+from gpulens.errors import BadInputError, GateFailedError, UnavailableError
+from gpulens.units import parse_speed
 
 bench_app = typer.Typer(
     name="bench",
@@ -104,7 +105,7 @@ def serve(
     prefix_groups: int = typer.Option(1, "--prefix-groups", help="How many distinct shared prefixes, assigned round-robin."),
     replay_arrivals: str = typer.Option(None, "--replay-arrivals", help="Send at a recording's arrival times: a gpulens store, a trace (events.jsonl) or a mooncake JSONL."),
     replay_service: str = typer.Option(None, "--replay-service", help="With a store: replay this service's requests only."),
-    speed: float = typer.Option(1.0, "--speed", help="Replay this many times as fast as recorded."),
+    speed: str = typer.Option("1", "--speed", help="Replay this many times as fast as recorded (a factor: 2 or 2x)."),
     replay_lengths: bool = typer.Option(False, "--replay-lengths", help="Replay the recording's prompt and output lengths too."),
     goodput: float = typer.Option(None, "--goodput", help="Judge per request: pass when this share of requests meets every --slo (the sweep searches for it)."),
     report: Path = typer.Option(None, "--report", help="Write a self-contained HTML report (charts, SLO verdicts) of the run or sweep to this path."),
@@ -127,7 +128,7 @@ def serve(
     traffic = plan_traffic(
         TrafficOptions(input_tokens=input_tokens, output_tokens=output_tokens, tokenizer=tokenizer, ignore_eos=ignore_eos,
                        dataset=dataset, multi_turn=multi_turn, prefix_tokens=prefix_tokens, prefix_groups=prefix_groups,
-                       replay=replay_arrivals, replay_service=replay_service, speed=speed, replay_lengths=replay_lengths,
+                       replay=replay_arrivals, replay_service=replay_service, speed=parse_speed(speed), replay_lengths=replay_lengths,
                        seed=seed),
         url=opts.url, kind=target.kind, model=opts.model, stream=opts.stream, prompt=opts.prompt, max_tokens=opts.max_tokens,
         rate=rate, ramp_to=ramp_to, duration_seconds=duration_s,
@@ -203,8 +204,8 @@ def serve(
                               hint="The results above are kept (CSV and store); --no-fail reports without failing.")
 
 
-class _AllFailed(GpulensError):
-    exit_code = 3
+class _AllFailed(UnavailableError):
+    """Every request of a load run failed: the target is not serving."""
 
 
 def _headers(items: list[str]) -> dict[str, str]:

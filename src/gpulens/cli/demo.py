@@ -50,11 +50,11 @@ def demo_command(
     from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
     from gpulens.pipeline.ingest import import_trace
     from gpulens.store import Store
-    from gpulens.units import parse_duration, parse_listen
+    from gpulens.units import parse_duration, parse_listen, parse_speed
     from gpulens.workload.importers import ImportContext
 
     duration_s = parse_duration(duration, what="--duration") if duration else None
-    speed_f = parse_duration(speed, what="--speed")
+    speed_f = parse_speed(speed)
     addr = parse_listen(listen)
     if backend is None:
         backend = "nvml" if nvidia_driver_present() else "replay"

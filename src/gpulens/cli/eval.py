@@ -32,7 +32,7 @@ def compare_command(
     """Pass (exit 0) when the candidate is shown to be no worse than the baseline by more than
     --margin: the lower end of the 95 % interval of its improvement is above −margin. Exit 1 on a
     regression or when the examples cannot show it, 2 on bad input."""
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, GateFailedError
     from gpulens.evals import compare_files
     from gpulens.vocab.directions import parse_direction
 
@@ -60,7 +60,7 @@ def compare_command(
         }[r.verdict]
         console.print(("[green]" if r.passed else "[red]") + sentence + "[/]", highlight=False)
     if not r.passed:
-        raise typer.Exit(1)
+        raise GateFailedError(f"The candidate failed the gate on {r.metric}: {r.verdict} (margin {r.margin:g}).")
 
 
 def register(app: typer.Typer) -> None:

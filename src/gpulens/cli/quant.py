@@ -28,7 +28,7 @@ def check_command(
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Exit 0 when the quantized model passes the `eval compare` gate, 1 when it does not, 2 on bad input."""
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, GateFailedError
     from gpulens.evals.quant import quant_check
     from gpulens.evals.quantize import quantizer_for
 
@@ -61,7 +61,7 @@ def check_command(
             console.print(f"  recorded runs #{res.run_ids[0]} (baseline) and #{res.run_ids[1]} ({to})", highlight=False)
         console.print(("[green]PASS" if r.passed else "[red]FAIL") + f": {r.verdict} (margin {r.margin:g})[/]", highlight=False)
     if not r.passed:
-        raise typer.Exit(1)
+        raise GateFailedError(f"The {to} model failed the gate on {metric}: {r.verdict} (margin {r.margin:g}).")
 
 
 def register(app: typer.Typer) -> None:

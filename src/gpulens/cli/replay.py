@@ -34,10 +34,10 @@ def replay_command(
     from gpulens.pipeline import AlertsConfig
     from gpulens.pipeline.ingest import import_trace
     from gpulens.store import Store
-    from gpulens.units import format_seconds, parse_duration
+    from gpulens.units import format_seconds, parse_duration, parse_speed
     from gpulens.workload.importers import ImportContext
 
-    speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
+    speed_f = parse_speed(speed, allow_max=True)
     path = trace or bundled_trace()
     alerts = AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify))
     with Store(store) as st, console_err.status(f"importing {path} …"):

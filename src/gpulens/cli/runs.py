@@ -208,7 +208,11 @@ def compare_command(
     else:
         _render(cmp)
     if cmp.regression:
-        raise typer.Exit(1)
+        from gpulens.errors import GateFailedError
+
+        regressed = ", ".join(m.metric for m in cmp.metrics if m.verdict == "regression")
+        raise GateFailedError(f"Run {cmp.b.label} regressed against {cmp.a.label} on {regressed}.",
+                              hint="The comparison above says by how much and what changed.")
 
 
 def _render(cmp) -> None:  # noqa: ANN001

@@ -24,11 +24,11 @@ def top_command(
 
     from gpulens.cli.agent import install_stop_handlers
     from gpulens.pipeline import Frame, NodeConfig, build_node
-    from gpulens.units import parse_duration
+    from gpulens.units import parse_duration, parse_speed
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration else None
-    speed_f = None if speed == "max" else parse_duration(speed, what="--speed")
+    speed_f = parse_speed(speed, allow_max=True)
     history: dict[int, deque[float]] = {}
     host = __import__("socket").gethostname()
     last_draw = 0.0

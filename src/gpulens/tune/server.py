@@ -7,7 +7,6 @@ start to the first such answer is the configuration's cold start.
 
 from __future__ import annotations
 
-import http.client
 import os
 import signal
 import subprocess
@@ -16,9 +15,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
-from urllib.parse import urlsplit
+
+from gpulens import http_client
+from gpulens.errors import GpulensError
 
 READY_POLL_SECONDS = 0.1
+READY_TIMEOUT_SECONDS = 2.0  # one health check
 STOP_GRACE_SECONDS = 10.0
 
 
@@ -65,17 +67,12 @@ class StartedServer:
 
 
 def _answers(url: str) -> bool:
-    parts = urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname, parts.port, timeout=2.0)
+    """One health check: the status alone (no body read, no redirect followed, no proxy: the server is local)."""
     try:
-        conn.request("GET", parts.path or "/")
-        status = conn.getresponse().status
-    except (OSError, http.client.HTTPException):
+        r = http_client.get(url, timeout_seconds=READY_TIMEOUT_SECONDS, max_bytes=0, follow_redirects=False, env_proxy=False)
+    except GpulensError:  # not up yet (or a URL that never will be: the caller's timeout says so)
         return False
-    finally:
-        conn.close()
-    return status < 500
+    return r.status < 500
 
 
 def start_server(argv: Sequence[str], ready_url: str, *, timeout_seconds: float, env: Mapping[str, str] | None = None) -> StartedServer:

@@ -9,16 +9,14 @@ for now: the analysis questions (gpulens.reader.AnalysisReader) answer with one 
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from gpulens import http_client
 from gpulens import promql as P
-from gpulens.errors import EXIT_UNAVAILABLE, BadInputError, GpulensError
+from gpulens.errors import BadInputError, UnavailableError
 from gpulens.reader import (
     QUANTILE_OF_AGG,
     AlertRow,
@@ -35,12 +33,12 @@ from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, i
 
 SELECTION_LABELS = ("gpu", "job", "service", "host")
 TIMEOUT_SECONDS = 10.0
+# A query's answer at most (a wide range over many series): beyond it the query is refused, not read.
+MAX_ANSWER_BYTES = 256 * 2**20
 
 
-class PrometheusUnavailableError(GpulensError):
+class PrometheusUnavailableError(UnavailableError):
     """The Prometheus server cannot be reached or refused a query."""
-
-    exit_code = EXIT_UNAVAILABLE
 
 
 def _window(seconds: float) -> float:
@@ -65,28 +63,29 @@ class PrometheusReader:
 
     # ------------------------------------------------------------ HTTP
     def _get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
-        url = f"{self.url}{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params, doseq=True)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_seconds) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as e:
+            r = http_client.get(f"{self.url}{path}", params=params, timeout_seconds=self.timeout_seconds, max_bytes=MAX_ANSWER_BYTES)
+        except http_client.HttpUnavailableError as e:
+            raise PrometheusUnavailableError(
+                f"Cannot reach Prometheus at {self.url}: {e.reason}.", hint="Check the --prometheus URL and that the server is up.",
+            ) from None
+        if not r.ok:
             try:
-                msg = json.loads(e.read()).get("error", "")
-            except Exception:
+                msg = str(r.json().get("error", ""))
+            except (ValueError, AttributeError):
                 msg = ""
             raise PrometheusUnavailableError(
-                f"Prometheus at {self.url} refused a query ({e.code}{': ' + msg if msg else ''}).",
+                f"Prometheus at {self.url} refused a query ({r.status}{': ' + msg if msg else ''}).",
                 hint="Check the server's version (2.x or newer) and its logs.",
-            ) from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
+            )
+        try:
+            body = r.json()
+        except ValueError as e:
             raise PrometheusUnavailableError(
-                f"Cannot reach Prometheus at {self.url}: {getattr(e, 'reason', e)}.",
-                hint="Check the --prometheus URL and that the server is up.",
+                f"Cannot reach Prometheus at {self.url}: its answer is not JSON ({e}).", hint="Check the --prometheus URL and that the server is up.",
             ) from None
-        if body.get("status") != "success":
-            raise PrometheusUnavailableError(f"Prometheus at {self.url} answered an error: {body.get('error')}.", hint="Check its logs.")
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise PrometheusUnavailableError(f"Prometheus at {self.url} answered an error: {body.get('error') if isinstance(body, dict) else body}.", hint="Check its logs.")
         return body["data"]
 
     def check(self) -> None:

@@ -28,7 +28,7 @@ from gpulens.bench.serve.http1 import ConnectionPool
 from gpulens.bench.serve.schedule import Arrival, intended_times
 from gpulens.bench.serve.stats import Distribution
 from gpulens.bench.serve.workload import Workload
-from gpulens.errors import BadInputError, GpulensError
+from gpulens.errors import BadInputError, GpulensError, UnavailableError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
 DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot")
@@ -36,10 +36,8 @@ DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot
 CANCELLED_ERROR = "cancelled: the run was stopped while this request was in flight"
 
 
-class TargetUnreachableError(GpulensError):
+class TargetUnreachableError(UnavailableError):
     """The load tester cannot open a connection to the target at all."""
-
-    exit_code = 3
 
 
 @dataclass(frozen=True)

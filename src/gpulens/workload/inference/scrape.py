@@ -15,12 +15,11 @@ import logging
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpulens.errors import BadInputError, GpulensError
+from gpulens import http_client
+from gpulens.errors import BadInputError, GpulensError, UnavailableError
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.inference.engines import ENGINES, EngineMap
@@ -30,10 +29,12 @@ log = logging.getLogger(__name__)
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 Samples = dict[str, list[tuple[dict[str, str], float]]]
+# An engine's /metrics at most (many models and label sets stay far below): beyond it the scrape fails.
+MAX_SCRAPE_BYTES = 64 * 2**20
 
 
-class ScrapeUnavailableError(GpulensError):
-    exit_code = 3
+class ScrapeUnavailableError(UnavailableError):
+    """An engine's metrics endpoint cannot be reached or answers something other than 2xx."""
 
 
 def parse_exposition(text: str) -> Samples:
@@ -84,13 +85,12 @@ class EngineScraper:
 
     def fetch(self) -> str:
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout) as r:  # noqa: S310 (the user's URL)
-                return r.read().decode("utf-8", errors="replace")
-        except urllib.error.HTTPError as e:
-            raise ScrapeUnavailableError(f"{self.url} answered HTTP {e.code}.", hint="Check the metrics path (usually /metrics).") from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise ScrapeUnavailableError(f"Cannot scrape {self.url}: {reason}.", hint="Check that the engine runs and exposes its metrics port.") from None
+            r = http_client.get(self.url, timeout_seconds=self.timeout, max_bytes=MAX_SCRAPE_BYTES)
+        except http_client.HttpUnavailableError as e:
+            raise ScrapeUnavailableError(f"Cannot scrape {self.url}: {e.reason}.", hint="Check that the engine runs and exposes its metrics port.") from None
+        if not r.ok:
+            raise ScrapeUnavailableError(f"{self.url} answered HTTP {r.status}.", hint="Check the metrics path (usually /metrics).")
+        return r.text()
 
     def scrape_once(self, text: str | None = None) -> ScrapeResult:
         t = self.clock()
