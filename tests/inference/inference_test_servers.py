@@ -178,6 +178,12 @@ def answer_time(target: str, arrived: float) -> float:
 
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+_hits: dict[str, int] = {}  # requests seen per path, answered at GET /hits/PATH (a test waits on it, not on time)
+
+
+def _text(body: str) -> bytes:
+    data = body.encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s" % (len(data), data)
 
 
 class TimedProtocol(asyncio.Protocol):
@@ -197,12 +203,19 @@ class TimedProtocol(asyncio.Protocol):
         while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             head, self.buf = self.buf[:end], self.buf[end + 4:]
             target = head.split(b" ", 2)[1].decode("latin-1")
-            self.last_due = due = max(answer_time(target, arrived), self.last_due)
-            loop.call_at(loop.time() + (due - time.perf_counter()), self._answer)
+            path = urlsplit(target).path
+            if path.startswith("/hits/"):
+                body = _text(str(_hits.get(path[len("/hits"):], 0)))
+                self.last_due = due = max(arrived, self.last_due)
+            else:
+                _hits[path] = _hits.get(path, 0) + 1
+                body = _OK
+                self.last_due = due = max(answer_time(target, arrived), self.last_due)
+            loop.call_at(loop.time() + (due - time.perf_counter()), self._answer, body)
 
-    def _answer(self) -> None:
+    def _answer(self, body: bytes) -> None:
         if not self.transport.is_closing():
-            self.transport.write(_OK)
+            self.transport.write(body)
 
 
 async def _serve_timed(port: int) -> None:

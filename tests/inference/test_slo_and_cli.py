@@ -115,12 +115,19 @@ def test_ctrl_c_stops_the_run_and_keeps_what_was_measured(timed_server, tmp_path
     import signal
     import subprocess
     import sys
-    import time
+    import urllib.request
 
-    cmd = [sys.executable, "-m", "gpulens.cli.main", "bench", "serve", "--url", f"{timed_server}/fixed/int?ms=5",
+    from testlib import wait_until
+
+    cmd = [sys.executable, "-m", "gpulens.cli.main", "bench", "serve", "--url", f"{timed_server}/fixed/ctrl-c?ms=5",
            "--rate", "20", "--duration", "60s", "--format", "json", "--store", str(tmp_path / "g.db")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(2.5)  # interpreter start-up, then about a second of load
+
+    def served() -> int:
+        with urllib.request.urlopen(f"{timed_server}/hits/fixed/ctrl-c", timeout=5) as r:
+            return int(r.read())
+
+    wait_until(lambda: served() >= 10 or proc.poll() is not None, 60, "the load to reach the server")  # load, not time
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err.decode()

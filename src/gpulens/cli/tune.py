@@ -82,6 +82,20 @@ class _LiveView:
             self._progress = None
 
 
+def _run(tune, spec, store: Path, *, ask: bool, fmt: str, html: Path | None) -> None:  # noqa: ANN001
+    """Validate, run the loop with a live view over the store, then print or write the result."""
+    from gpulens.store import Store
+
+    spec.validate()
+    view = _LiveView(ask=ask, quiet=fmt == "json")
+    try:
+        with Store(store) as s:
+            result = tune(spec, s, view)
+    finally:
+        view.close()
+    _emit(result, fmt, html)
+
+
 def _emit(result, fmt: str, html: Path | None) -> None:  # noqa: ANN001
     from gpulens.errors import BadInputError
     from gpulens.tune.report import html_report, terminal
@@ -142,7 +156,6 @@ def train_command(
         gpulens tune train -- python train.py --num-workers {workers=0} --batch-size {batch=16}
     """
     from gpulens.errors import BadInputError
-    from gpulens.store import Store
     from gpulens.tune.command import CommandTemplate
     from gpulens.tune.fit import FitCheck
     from gpulens.tune.knobs import parse_knobs
@@ -163,14 +176,7 @@ def train_command(
                          tight_ratio=parse_ratio(tight, "--tight"), threshold_ratio=parse_ratio(min_gain, "--min-gain"),
                          budget_seconds=parse_duration(budget, what="the budget"), name=name, stop_when_clear=beginner, notes=notes,
                          fit=FitCheck(model, gpu, seq=seq) if model else None)
-    spec.validate()
-    view = _LiveView(ask=beginner and _ask(yes, fmt), quiet=fmt == "json")
-    try:
-        with Store(store) as s:
-            result = tune_train(spec, s, view)  # type: ignore[arg-type]
-    finally:
-        view.close()
-    _emit(result, fmt, html)
+    _run(tune_train, spec, store, ask=beginner and _ask(yes, fmt), fmt=fmt, html=html)
 
 
 @tune_app.command("serve")
@@ -202,7 +208,6 @@ def serve_command(
         gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128
     """
     from gpulens.bench.serve import LoadSpec
-    from gpulens.store import Store
     from gpulens.tune.command import CommandTemplate
     from gpulens.tune.knobs import parse_knobs
     from gpulens.tune.serve import ServeTuneSpec, tune_serve
@@ -218,14 +223,7 @@ def serve_command(
                          tolerance_ratio=opts.tolerance_ratio, max_probes=opts.max_probes,
                          ready_timeout_seconds=parse_duration(ready_timeout, what="--ready-timeout"), ready_url=ready_url, name=name,
                          propose=not knob)
-    spec.validate()
-    view = _LiveView(ask=not knob and _ask(yes, fmt), quiet=fmt == "json")
-    try:
-        with Store(store) as s:
-            result = tune_serve(spec, s, view)  # type: ignore[arg-type]
-    finally:
-        view.close()
-    _emit(result, fmt, html)
+    _run(tune_serve, spec, store, ask=not knob and _ask(yes, fmt), fmt=fmt, html=html)
 
 
 def register(app: typer.Typer) -> None:
