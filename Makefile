@@ -71,5 +71,5 @@ clean:
 # On a CPU machine it says so and exits 0. Torch with CUDA: make gpu-check TORCH_SPEC=torch.
 .PHONY: gpu-check
 gpu-check: $(VENV)/.run-stamp
-	$(PIP) '$(TORCH_SPEC)'
+	$(if $(strip $(TORCH_SPEC)),$(PIP) '$(TORCH_SPEC)')
 	$(PY) -m gpulens.gpucheck --out gpu-check.json

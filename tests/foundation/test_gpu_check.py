@@ -188,3 +188,23 @@ def test_the_real_gpu_check(tmp_path):
         pytest.skip("needs an NVIDIA GPU with a driver")
     report = gc.run_check(seconds=10, out=tmp_path / "r.json")
     assert report["status"] == "ok", report["summary"]
+
+
+def test_make_gpu_check_installs_torch_only_when_named():
+    """On a CPU machine `make gpu-check` says so and exits 0: with no TORCH_SPEC it must not run
+    `pip install ''` (which failed with "Invalid requirement" and exit 2)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[2]
+
+    def recipe(*args: str) -> str:
+        return subprocess.run(["make", "-n", "-W", "pyproject.toml", "gpu-check", *args], cwd=root, capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+
+    plain = recipe("TORCH_SPEC=")
+    assert "gpulens.gpucheck --out gpu-check.json" in plain and "''" not in plain
+    assert "'torch==2.13.0'" in recipe("TORCH_SPEC=torch==2.13.0")
