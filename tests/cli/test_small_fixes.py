@@ -103,3 +103,24 @@ def test_env_diff_of_a_real_fingerprint_still_works(tmp_path):
 def test_python_dash_m_gpulens_runs_the_cli():
     r = run_gpulens("--version", entry="python -m")
     assert r.returncode == 0 and r.stdout.startswith("gpulens "), (r.stdout, r.stderr)
+
+
+def test_query_max_points_holds_without_a_window(replayed_store):
+    """`query --max-points N` returned every raw sample when no --since was given (995 rows for 5)."""
+    r = run_gpulens("query", "gpu_power_watts", "--store", str(replayed_store), "--max-points", "5", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (series,) = json.loads(r.stdout)
+    assert 1 <= len(series["points"]) <= 5
+    with Store(replayed_store, readonly=True) as st:
+        (raw,) = st.query("gpu_power_watts")
+    # buckets of raw samples: their means lie within the samples' range and their times within the span
+    assert min(raw.value) <= min(v for _, v in series["points"]) <= max(v for _, v in series["points"]) <= max(raw.value)
+    assert raw.t[0] <= series["points"][0][0] and series["points"][-1][0] <= raw.t[-1]
+
+
+def test_query_table_names_labels_and_what_a_row_is(replayed_store):
+    r = run_gpulens("query", "gpu_power_watts", "--store", str(replayed_store), "--max-points", "5")
+    assert r.returncode == 0, r.stderr
+    assert "{'" not in r.stdout, r.stdout
+    assert "gpu=0" in r.stdout
+    assert "bucket means of raw samples" in " ".join(r.stdout.split()), r.stdout  # a title may wrap

@@ -16,7 +16,7 @@ from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 
 
 def query_command(
-    metric: str = typer.Argument(..., help=f"Metric name, e.g. {GPU_UTILIZATION_RATIO}. `gpulens query --list` lists them."),
+    metric: str = typer.Argument(..., help=f"Metric name, e.g. {GPU_UTILIZATION_RATIO}. A wrong name lists the close ones the store holds."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     since: str = typer.Option(None, "--since", help="How far back from the newest sample, e.g. 15m, 2h, 7d. Default: everything."),
     label: list[str] = typer.Option([], "--label", "-l", help="Keep series with this label, e.g. gpu=0. Repeatable."),
@@ -73,7 +73,9 @@ def query_command(
     from rich.table import Table
 
     for d in data:
-        table = Table(title=escape(f"{d.key.name} {d.key.labels} ({d.resolution}, {len(d)} points)"), title_justify="left")
+        labels = " ".join(f"{k}={v}" for k, v in sorted(d.key.labels.items()))
+        table = Table(title=escape(f"{d.key.name} {labels} ({_resolution_text(d.resolution, max_points)}, {len(d)} points)"),
+                      title_justify="left")
         table.add_column("time (UTC)")
         table.add_column("value", justify="right")
         if d.resolution != "raw" or (max_points is not None):
@@ -85,6 +87,13 @@ def query_command(
                 row += [f"{d.value_min[i]:.6g}", f"{d.value_max[i]:.6g}"]
             table.add_row(*row)
         console.print(table)
+
+
+def _resolution_text(resolution: str, max_points: int | None) -> str:
+    """What each row is: a raw sample, or the mean (min, max) of a bucket read from raw samples or a roll-up."""
+    if resolution == "raw":
+        return "bucket means of raw samples" if max_points else "raw samples"
+    return f"bucket means of the {resolution} roll-up"
 
 
 def _utc(t: float) -> str:

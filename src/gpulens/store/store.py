@@ -406,6 +406,15 @@ class Store:
     ) -> SeriesData:
         lo = -math.inf if start is None else start
         hi = math.inf if end is None else end
+        if max_points and not (math.isfinite(lo) and math.isfinite(hi)):
+            # An open end means "all of it": bucket over the span the series' samples cover, so
+            # `max_points` holds without a window (it was ignored, and every raw sample came back).
+            with self._guard("read") as conn:
+                first, last = conn.execute(
+                    "SELECT min(t), max(t) FROM samples WHERE series_id = ? AND t >= ? AND t <= ?", (sid, lo, hi)
+                ).fetchone()
+            if first is not None:
+                lo, hi = max(lo, float(first)), min(hi, float(last))
         if resolution is None:
             resolution = "raw"
             if max_points and math.isfinite(lo) and math.isfinite(hi):
