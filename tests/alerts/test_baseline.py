@@ -118,3 +118,16 @@ def test_refresh_freeze_and_reset(store):
     bl.update(T0 + 2100)
     (b,) = load_baselines(store)
     assert b.state == "ready" and b.learn_start == T0 + 1800 and b.stats.median == 3.0
+
+
+def test_a_band_of_a_time_never_reaches_below_zero():
+    """`baseline show` printed a latency band of -2.907 – 6.112 s: a time, size, rate or share has no
+    negative values, so the band's low side stops at zero; a loss (no unit) keeps its arithmetic."""
+    from gpulens.alerts.baseline import Baseline, BandSpec, Stats
+
+    wide = Stats(100, 1.6, 1.0, {0.5: 1.6})
+    latency = Baseline(1, "infer_request_latency_seconds", {}, "ready", 0.0, 60.0, stats=wide)
+    lo, hi = latency.band(120.0, False, None, BandSpec()), latency.band(120.0, True, None, BandSpec())
+    assert lo == 0.0 and hi > 1.6
+    loss = Baseline(2, "train_loss", {}, "ready", 0.0, 60.0, stats=wide)
+    assert loss.band(120.0, False, None, BandSpec()) < 0

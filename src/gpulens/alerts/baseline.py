@@ -23,6 +23,7 @@ from gpulens.alerts.source import SeriesRef, StoreSource
 from gpulens.stats import percentiles
 from gpulens.store import Store
 from gpulens.store import baselines as repo
+from gpulens.vocab.directions import lookup
 
 QUANTILES = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
@@ -75,6 +76,9 @@ class Stats:
         return Stats(int(d["samples"]), float(d["median"]), float(d["mad"]), {float(k): float(v) for k, v in d["quantiles"].items()})
 
 
+NON_NEGATIVE_UNITS = frozenset({"s", "bytes", "1/s", "ratio"})  # units of vocab.directions
+
+
 @dataclass
 class Baseline:
     series_id: int
@@ -101,7 +105,15 @@ class Baseline:
         centre = stats.centre(q)
         k = spec.k_at(t - self.learn_start)
         width = max(k * MAD_TO_SIGMA * stats.mad, spec.min_relative_width * abs(centre), spec.min_width)
-        return centre + width if upper else centre - width
+        if upper:
+            return centre + width
+        # A time, a size, a rate or a share is never below zero: a band reaching under it says nothing.
+        return max(0.0, centre - width) if self.never_negative else centre - width
+
+    @property
+    def never_negative(self) -> bool:
+        """Whether the series' unit cannot go below zero (seconds, bytes, per second, a share)."""
+        return lookup(self.name).unit in NON_NEGATIVE_UNITS
 
 
 def robust_stats(values: list[float]) -> Stats:

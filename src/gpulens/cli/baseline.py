@@ -54,6 +54,7 @@ def baseline_show_command(
     now = time.time()
     with open_existing_store(store, "baselines") as st:
         items = load_baselines(st, metric, _labels(label))
+        span = st.time_range()
         if not items and fmt != "json" and (metric is not None or label):
             _say_which_there_are(load_baselines(st), metric, label)
     spec = BandSpec()
@@ -76,12 +77,22 @@ def baseline_show_command(
         return
     for r in rows:
         labels = ",".join(f'{k}="{v}"' for k, v in sorted(r["labels"].items()))
-        state = r["state"] if r["state"] != "learning" else f"learning until {local_time(r['ready_at'])}"
+        state = r["state"] if r["state"] != "learning" else _learning_text(r["ready_at"], span, now)
         console.print(f"[bold]{escape(r['series'])}[/]" + escape(f"{{{labels}}}  {state}"), highlight=False)
         if r["median"] is not None:
             band = f"{r['band_low']:.4g} – {r['band_high']:.4g}" if r["band_low"] is not None else "–"
             tod = f", time-of-day profile for {len(r['profile_hours'])} h" if r["profile_hours"] else ""
             console.print(f"  median {r['median']:.4g}  MAD {r['mad']:.4g}  band {band}  ({r['samples']} samples{tod})", highlight=False)
+
+
+def _learning_text(ready_at: float, span: tuple[float, float] | None, now: float) -> str:
+    """When a learning baseline is ready: a baseline learns over the data's own time, so a replayed
+    store whose data ends before then says so (it is ready only once newer data arrives)."""
+    data_end = span[1] if span else now
+    if ready_at > data_end and data_end < now - 3600:
+        return (f"learning: ready once the data reaches {local_time(ready_at)} (this store's data ends "
+                f"{local_time(data_end)}; `gpulens baseline freeze` uses what there is)")
+    return f"learning until {local_time(ready_at)}"
 
 
 def _say_which_there_are(every, metric: str | None, label: list[str] | None) -> None:  # type: ignore[no-untyped-def]
