@@ -123,7 +123,7 @@ def test_refresh_freeze_and_reset(store):
 def test_a_band_of_a_time_never_reaches_below_zero():
     """`baseline show` printed a latency band of -2.907 – 6.112 s: a time, size, rate or share has no
     negative values, so the band's low side stops at zero; a loss (no unit) keeps its arithmetic."""
-    from gpulens.alerts.baseline import Baseline, BandSpec, Stats
+    from gpulens.alerts.baseline import BandSpec, Baseline, Stats
 
     wide = Stats(100, 1.6, 1.0, {0.5: 1.6})
     latency = Baseline(1, "infer_request_latency_seconds", {}, "ready", 0.0, 60.0, stats=wide)
