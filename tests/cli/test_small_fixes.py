@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 from clirun import run_gpulens
@@ -124,3 +125,25 @@ def test_query_table_names_labels_and_what_a_row_is(replayed_store):
     assert "{'" not in r.stdout, r.stdout
     assert "gpu=0" in r.stdout
     assert "bucket means of raw samples" in " ".join(r.stdout.split()), r.stdout  # a title may wrap
+
+
+def test_baseline_freeze_help_example_selects_a_real_baseline(tmp_path):
+    """`baseline freeze --help` said "Default: all" and then asked which; its `--label job=...`
+    example matched nothing (the label is train_job). The help's example, run, freezes one."""
+    help_text = " ".join(run_gpulens("baseline", "freeze", "--help").stdout.split())
+    assert "Default: all" not in help_text and "--label job=" not in help_text
+    example = re.search(r"gpulens baseline freeze (\S+) --label (\S+)=llama", help_text)
+    assert example, help_text
+    db = tmp_path / "s.db"
+    with Store(db) as st:
+        sid = st.series_id(example.group(1), {example.group(2): "llama", "rank": "0", "host": "h"})
+        ts = 1_800_000_000.0 + np.arange(0, 400, 1.0)
+        st.write_many(zip([sid] * len(ts), ts.tolist(), [1.0] * len(ts), strict=True))
+        st.flush()
+        src = StoreSource(st)
+        src.refresh()
+        bl = Baselines(st, src, BaselineConfig(learn_seconds=300, refresh_seconds=60, history_seconds=300))
+        bl.track(src.series(Selector(example.group(1))))
+        bl.update(ts[-1])
+    r = run_gpulens("baseline", "freeze", example.group(1), "--label", f"{example.group(2)}=llama", "--store", str(db))
+    assert r.returncode == 0 and "Froze 1 baseline" in r.stdout, (r.stdout, r.stderr)

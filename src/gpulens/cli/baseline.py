@@ -11,15 +11,16 @@ from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
-from gpulens.vocab.names import TRAIN_STEP_SECONDS
+from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
 
 baseline_app = typer.Typer(
     help="Learned baselines of the series that learned alert rules watch (step time, latency, queue depth...).",
     no_args_is_help=True,
 )
 
-METRIC_HELP = f"Only this series name, e.g. {TRAIN_STEP_SECONDS}. Default: all."
-LABEL_HELP = "Only series with this label value, KEY=VALUE (repeatable), e.g. --label job=llama."
+METRIC_HELP = f"Only this series name, e.g. {TRAIN_STEP_SECONDS}."
+SHOW_METRIC_HELP = METRIC_HELP + " Default: every one."
+LABEL_HELP = f"Only series with this label value, KEY=VALUE (repeatable), e.g. --label {TRAIN_JOB_LABEL}=llama."
 
 
 def _labels(items: list[str] | None) -> dict[str, str]:
@@ -29,14 +30,14 @@ def _labels(items: list[str] | None) -> dict[str, str]:
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BadInputError(f"Cannot read --label {item!r}.", hint="Write KEY=VALUE, e.g. --label job=llama.")
+            raise BadInputError(f"Cannot read --label {item!r}.", hint=f"Write KEY=VALUE, e.g. --label {TRAIN_JOB_LABEL}=llama.")
         out[key.strip()] = value.strip()
     return out
 
 
 @baseline_app.command("show")
 def baseline_show_command(
-    metric: str = typer.Argument(None, help=METRIC_HELP),
+    metric: str = typer.Argument(None, help=SHOW_METRIC_HELP),
     label: list[str] = typer.Option(None, "--label", help=LABEL_HELP),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -44,7 +45,7 @@ def baseline_show_command(
     """Show each baseline: learning / ready / frozen, median, MAD, and today's band at default width.
 
         gpulens baseline show
-        gpulens baseline show train_step_seconds --label job=llama --format json
+        gpulens baseline show train_step_seconds --label train_job=llama --format json
     """
     from gpulens.alerts.baseline import BandSpec, describe_band, load_baselines
     from gpulens.errors import BadInputError
@@ -119,13 +120,14 @@ def _selection(metric: str | None, label: list[str] | None, all_: bool, verb: st
 def baseline_freeze_command(
     metric: str = typer.Argument(None, help=METRIC_HELP),
     label: list[str] = typer.Option(None, "--label", help=LABEL_HELP),
-    all_: bool = typer.Option(False, "--all", help="Every ready baseline."),
+    all_: bool = typer.Option(False, "--all", help="Every ready baseline (a series name, --label or --all is needed)."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
 ) -> None:
     """Stop refreshing ready baselines: keep the known-good behaviour as the reference (e.g. before a
     slow drift would teach the baseline that slower is normal). A running agent picks it up.
 
-        gpulens baseline freeze train_step_seconds --label job=llama
+        gpulens baseline freeze train_step_seconds --label train_job=llama
+        gpulens baseline freeze --all
     """
     from gpulens.alerts.baseline import freeze_baselines
 
@@ -139,7 +141,7 @@ def baseline_freeze_command(
 def baseline_reset_command(
     metric: str = typer.Argument(None, help=METRIC_HELP),
     label: list[str] = typer.Option(None, "--label", help=LABEL_HELP),
-    all_: bool = typer.Option(False, "--all", help="Every baseline."),
+    all_: bool = typer.Option(False, "--all", help="Every baseline (a series name, --label or --all is needed)."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
 ) -> None:
     """Forget baselines and learn them again from now (after a deliberate change: a new model, more
