@@ -147,3 +147,9 @@ def test_baseline_freeze_help_example_selects_a_real_baseline(tmp_path):
         bl.update(ts[-1])
     r = run_gpulens("baseline", "freeze", example.group(1), "--label", f"{example.group(2)}=llama", "--store", str(db))
     assert r.returncode == 0 and "Froze 1 baseline" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_eval_compare_help_shows_the_jsonl_shape_whole():
+    """The help showed `{"id", ""}`: the `<metric>` placeholder was eaten by the help renderer."""
+    text = " ".join(run_gpulens("eval", "compare", "--help").stdout.split())
+    assert '{"id", ""}' not in text and '{"id": "q1", "acc": 1}' in text

@@ -19,7 +19,7 @@ def _fmt(x: float) -> str:
 
 @eval_app.command("compare")
 def compare_command(
-    baseline: Path = typer.Argument(..., help="The baseline's per-example results: an lm-eval --log_samples file or folder, or a JSONL of {\"id\", \"<metric>\"}."),
+    baseline: Path = typer.Argument(..., help="The baseline's per-example results: an lm-eval --log_samples file or folder, or a JSONL with an id and the metric on each line, e.g. {\"id\": \"q1\", \"acc\": 1}."),
     candidate: Path = typer.Argument(..., help="The candidate's, in the same form."),
     metric: str = typer.Option(..., "--metric", help="The per-example metric, e.g. acc, exact_match, or a field of your JSONL."),
     margin: float = typer.Option(None, "--margin", help="How much worse the candidate may be, in the metric's units. Default for 0-1 scores: 0.01."),
