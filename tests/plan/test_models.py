@@ -16,7 +16,7 @@ PUBLISHED = {
     "llama-3.2-1b": 1_235_814_400,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
-    "qwen2-7b": 7_615_616_512,
+    "qwen2.5-7b": 7_615_616_512,
     "qwen2.5-0.5b": 494_032_768,
     "qwen3-8b": 8_190_735_360,
     "qwen3-30b-a3b": 30_532_122_624,
@@ -107,3 +107,13 @@ def test_unknown_model_suggests_presets():
 
 def test_preset_accepts_hub_repo_names():
     assert load_model("meta-llama/Meta-Llama-3-8B").params == 8_030_261_248
+
+
+def test_a_preset_is_planned_under_the_name_asked_for():
+    """`plan compare --model qwen2.5-7b` (its help's own example) planned and printed `qwen2-7b`: the
+    preset was Qwen2.5-7B's config under the older name. Both names work; each plans as itself."""
+    from gpulens.plan.models import preset
+
+    assert preset("qwen2.5-7b").name == "qwen2.5-7b"
+    assert preset("Qwen/Qwen2.5-7B").name == "qwen2.5-7b"
+    assert preset("qwen2-7b").params == preset("qwen2.5-7b").params  # Qwen2-7B has the same shape
