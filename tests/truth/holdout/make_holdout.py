@@ -287,7 +287,7 @@ def saturation_overload_burst() -> None:
     folder, seed = _case("saturation_overload_burst"), 12
     rng = random.Random(seed)
     board = Board(0, H200, seed=seed)
-    svc = Service("support", 9400, board, slots=8, prefill_s=0.1, tpot_s=0.02, output_tokens=(80, 220), mem_bytes=0.9 * H200.memory_total_bytes - 0.55 * GB,
+    svc = Service("support", 9400, board, slots=8, prefill_s=0.1, tpot_s=0.02, output_tokens=(80, 220), mem_bytes=0.92 * H200.memory_total_bytes - 0.55 * GB,
                   process="vllm")
     burst_from, burst_to, end = 50, 80, 140
     rate = lambda t: 4.5 if T0 + burst_from <= t < T0 + burst_to else 1.2  # noqa: E731  capacity ~2.7 requests/s
@@ -297,7 +297,7 @@ def saturation_overload_burst() -> None:
     assert queued_until < T0 + end - 10, "the plan's queue must drain inside the recording"
     write_recording(folder, [board], end + 1)
     write_events(folder, ev)
-    write_truth(folder, made="Synthetic: a vLLM-style engine 'support' (8 sequences, ~3 s a request, capacity ~2.7 requests/s, 90 % of "
+    write_truth(folder, made="Synthetic: a vLLM-style engine 'support' (8 sequences, ~3 s a request, capacity ~2.7 requests/s, 92 % of "
                 "the GPU pre-allocated) at 1.2 requests/s, with a burst of 4.5 requests/s from +50 s to +80 s; the queue grows and drains "
                 f"by +{queued_until - T0:.0f} s. The GPU is healthy (full clocks, no event); engine_stats shows requests waiting, KV cache "
                 "below 90 %, no preemption. Diagnosed with --slo p99_latency<=8s.", one_incident=True,
@@ -326,15 +326,18 @@ def engine_preallocates_high_load() -> None:
     folder, seed = _case("engine_preallocates_high_load"), 14
     rng = random.Random(seed)
     board = Board(0, H100, seed=seed)
-    svc = Service("gen", 9600, board, slots=20, prefill_s=0.09, tpot_s=0.015, output_tokens=(100, 300),
-                  mem_bytes=0.9 * H100.memory_total_bytes - 0.55 * GB, process="vllm")
-    ev = serve(svc, T0 + 2, T0 + 110, lambda t: 4.0, rng)  # capacity ~6.4 requests/s: 62 % load
-    ev += engine_stats(svc, T0, T0 + 110, rng, kv0=0.1, kv_per_seq=0.045)
+    svc = Service("gen", 9600, board, slots=24, prefill_s=0.09, tpot_s=0.015, output_tokens=(100, 300),
+                  mem_bytes=0.93 * H100.memory_total_bytes - 0.55 * GB, process="vllm")
+    ev = serve(svc, T0 + 2, T0 + 110, lambda t: 4.0, rng)  # capacity ~7.7 requests/s: 52 % load
+    stats = engine_stats(svc, T0, T0 + 110, rng, kv0=0.1, kv_per_seq=0.03)
+    kv, waiting = [x["kv_cache_usage_ratio"] for x in stats], max(x["num_requests_waiting"] for x in stats)
+    assert max(kv) < 0.9 and waiting <= 1, "the plan's engine must stay healthy by its own signals"
+    ev += stats
     write_recording(folder, [board], 111)
     write_events(folder, ev)
-    write_truth(folder, made="Synthetic: a vLLM-style engine 'gen' (process 'vllm', pid 9600) that pre-allocates 90 % of an H100 from "
-                "the start, at 4 requests/s (~62 % of its capacity, GPU ~90 % busy); engine_stats: KV cache 40-80 % used, nothing "
-                "waits, no preemption.", incidents=[], replay_args=["--service", "gen"])
+    write_truth(folder, made="Synthetic: a vLLM-style engine 'gen' (process 'vllm', pid 9600) that pre-allocates 93 % of an H100 from "
+                f"the start, at 4 requests/s (~52 % of its 24-sequence capacity, GPU ~90 % busy); "
+                f"engine_stats: KV cache {min(kv):.0%}-{max(kv):.0%} used, at most {waiting} request waiting, no preemption.", incidents=[], replay_args=["--service", "gen"])
 
 
 def healthy_bursty_serving() -> None:
