@@ -129,3 +129,25 @@ def test_an_impossible_mfu_is_flagged_in_the_list_and_the_run(store_path, capsys
     assert main(["runs", "show", str(rid), "--store", str(store_path)]) == 0
     out = capsys.readouterr().out
     assert "MFU 152%" in out and "impossible" in out and "FLOPs per token" in out
+
+
+def test_compare_shows_the_notes_made_between_the_runs(store_path, step_times, capsys):
+    """`note --help` promises the next comparison shows the change; `compare` said "nothing in
+    configuration or environment" although a note sat between the two runs."""
+    from gpulens.runs import add_note
+
+    rng = np.random.default_rng(6)
+    with Store(store_path) as st:
+        a = save_run(st, "bench-train", "small", {"batch": 8}, {}, {"step_seconds": step_times(rng, 0.2)},
+                     fingerprint={"driver": "1"}, started=1000.0, ended=1100.0)
+        add_note(st, "before the reference", t=900.0)
+        add_note(st, "moved the job to the new rack", t=1500.0)
+        b = save_run(st, "bench-train", "small", {"batch": 8}, {}, {"step_seconds": step_times(rng, 0.2)},
+                     fingerprint={"driver": "1"}, started=2000.0, ended=2100.0)
+    main(["compare", str(a), str(b), "--store", str(store_path)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "moved the job to the new rack" in out and "before the reference" not in out
+    assert "nothing in configuration" not in out
+    main(["compare", str(a), str(b), "--store", str(store_path), "--format", "json"])
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert [n["text"] for n in notes] == ["moved the job to the new rack"]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gpulens.errors import BadInputError
-from gpulens.runs import Change, Run, diff, last_known_good, set_verdict
+from gpulens.runs import Change, Note, Run, diff, last_known_good, notes_between, set_verdict
 from gpulens.runs.registry import FINGERPRINT_IGNORE
 from gpulens.stats import median_ratio_ci95
 from gpulens.vocab.directions import HIGHER, UNKNOWN, Direction, MetricInfo, direction_of, lookup
@@ -91,6 +91,7 @@ class Comparison:
     margin: float = DEFAULT_MARGIN
     config_changes: list[Change] = field(default_factory=list)
     fingerprint_changes: list[Change] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # `gpulens note`s made between the two runs
     last_known_good: RunRef | None = None  # where to roll back to when B regressed
 
     @property
@@ -291,6 +292,8 @@ def compare_runs(
         fingerprint_changes=diff(a.fingerprint, b.fingerprint, ignore=FINGERPRINT_IGNORE),
     )
     if store is not None:
+        first, second = sorted((a, b), key=lambda r: r.created)
+        cmp.notes = notes_between(store, first.ended or first.created, second.started or second.created)
         if record and cmp.verdict not in UNJUDGED:
             set_verdict(store, b.id, "regression" if cmp.regression else "good")
         good = last_known_good(store, b.kind, b.name, before=b.id)

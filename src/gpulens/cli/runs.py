@@ -249,13 +249,15 @@ def _render(cmp) -> None:  # noqa: ANN001
     for m in cmp.metrics:
         if m.verdict in ("not enough data", "direction unknown") or m.test == "non-inferiority":
             console.print(f"[{colour[m.verdict]}]{escape(m.metric)}[/]: {escape(m.reason)}", highlight=False)
-    if cmp.config_changes or cmp.fingerprint_changes:
+    if cmp.config_changes or cmp.fingerprint_changes or cmp.notes:
         console.print("[bold]what changed[/]:")
         for section, changes in (("config", cmp.config_changes), ("environment", cmp.fingerprint_changes)):
             for c in changes:
                 console.print(escape(f"  {section}: {c}"), highlight=False)
+        for n in cmp.notes:
+            console.print(escape(f"  note ({local_time(n.t, _MINUTES)}): {n.text}"), highlight=False)
     else:
-        console.print("[bold]what changed[/]: nothing in configuration or environment.")
+        console.print("[bold]what changed[/]: nothing in configuration or environment, and no `gpulens note` between the runs.")
     v = cmp.verdict
     console.print(f"verdict: [{colour[v]}]{v}[/]")
     if cmp.regression:

@@ -212,6 +212,22 @@ def add_note(store: Store, text: str, t: float | None = None, labels: Mapping[st
     return t
 
 
+@dataclass(frozen=True)
+class Note:
+    """A change someone noted on the timeline (`gpulens note`)."""
+
+    t: float  # unix seconds
+    text: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def notes_between(store: Store, start: float, end: float) -> list[Note]:
+    """The notes made in [start, end], oldest first: what was changed between two runs."""
+    if end < start:
+        start, end = end, start
+    return [Note(e.t, str((e.data or {}).get("text", "")), dict(e.labels)) for e in store.events(EV_NOTE, start=start, end=end)]
+
+
 def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
