@@ -21,7 +21,6 @@ MISSING = {
     "faults_one_of_eight": "waiting ranks get comm_bound and the slow rank a rollback beside the GPU cause; one event, two findings",
     "job_scope_excludes_service": "--job J still lists the inference findings",
     "power_brake_serving": "the SLO miss the brake explains is its own finding",
-    "silent_rank": "a rank that stops stepping while the others go on is not noticed",
     "stale_process_memory": "another process's memory is blamed on the job, and its pid is not named",
     "straggler_dataloader": "ranks waiting for the slow rank each get comm_bound",
     "straggler_thermal_gpu": "the straggler and the waiting ranks are findings of their own beside the thermal slowdown",
