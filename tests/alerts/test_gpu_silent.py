@@ -61,8 +61,8 @@ def test_a_live_fake_agent_pages_on_a_gpu_silent_after_xid_79(tmp_path):
         "    advice: Check the GPU.\n", encoding="utf-8")
     out = tmp_path / "alerts.jsonl"
     cmd = [sys.executable, "-m", "gpulens.cli.main", "agent", "--backend", "fake:2", "--store", str(tmp_path / "s.db"),
-           "--interval", "100ms", "--duration", "3s", "--listen", "off", "--rules", str(rules), "--notify", f"file:{out}",
-           "--fault", "xid:79@0.5s:gpu=1", "--fault", "silent@0.6s:gpu=1"]
+           "--interval", "100ms", "--duration", "6s", "--listen", "off", "--rules", str(rules), "--notify", f"file:{out}",
+           "--fault", "xid:79@2s:gpu=1", "--fault", "silent@2s:gpu=1"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
     assert r.returncode == 0, r.stderr
     alerts = [json.loads(line) for line in out.read_text().splitlines()]
