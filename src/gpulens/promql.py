@@ -217,6 +217,28 @@ def paren(expr: str) -> str:
     return f"({expr})"
 
 
+SET_OPS = ("and", "or", "unless")
+TARGET_UP = "up"  # Prometheus' own series: 1 while a scrape target answers
+TARGET_LABELS = ("instance", "job")  # the labels Prometheus gives every series of a target
+
+
+def set_op(left: str, op: str, right: str, on: Sequence[str] | None = None) -> str:
+    """left and right, left unless on (a, b) right: each side parenthesized."""
+    if op not in SET_OPS:
+        raise BadInputError(f"{op!r} is not a PromQL set operator (use {', '.join(SET_OPS)}).")
+    for label in on or ():
+        if not _LABEL.match(label):
+            raise BadInputError(f"{label!r} is not a PromQL label name.")
+    match = f" on ({', '.join(on)})" if on is not None else ""
+    return f"({left}) {op}{match} ({right})"
+
+
+def target_up(expr: str) -> str:
+    """`expr` kept only where its scrape target answers: a series that vanished because its whole
+    target is down is the target's alert (up == 0), not one alert per series."""
+    return set_op(expr, "and", f"{selector(TARGET_UP)} == 1", on=TARGET_LABELS)
+
+
 def number(v: float) -> str:
     """A number literal: integers without a point, NaN and Inf by name."""
     if math.isnan(v):

@@ -6,7 +6,10 @@ What translates and how:
   codes outside the catalog (Prometheus cannot look the code up at evaluation time);
 - learned rules: one rule per learned series, with the band the store holds now as a constant
   (Prometheus has no baselines); without a store or a ready baseline they are left out;
-- rules on store events (`count_events_over_time`): left out, Prometheus never sees events.
+- rules on store events (`count_events_over_time`): left out, Prometheus never sees events;
+- staleness rules (`last_over_time(m[long]) unless last_over_time(m[short])`, e.g. GpuSilent): joined
+  with `up == 1` on the target's labels, so a series that vanished pages while its target still
+  answers, and a target that is down as a whole is its own alert, not one per series.
 Every rule left out is listed, with why, in the file's header. The file ends with the recording
 rule groups the caller passes: `gpulens alerts export` passes the scaling signal's
 (`gpulens:desired_replicas`, scaling/promql.py; docs/scale.md). They come from the caller because
@@ -31,11 +34,12 @@ from gpulens.alerts.expr import (
     Number,
     Selector,
     band_selectors,
+    is_staleness,
     map_nodes,
     to_promql,
 )
 from gpulens.alerts.rules import Rule, RuleSet
-from gpulens.promql import duration, regex_any
+from gpulens.promql import duration, regex_any, target_up
 from gpulens.store import Store
 from gpulens.vocab.gpu import GPU_XID_TOTAL
 from gpulens.vocab.xid import UNKNOWN_XID_SEVERITY, XID_CATALOG
@@ -144,6 +148,8 @@ def export_prometheus(rules: RuleSet, store: Store | None = None, *, now: float 
                 continue
         elif rule.severity == "xid":
             prom = _xid_rules(rule)
+        elif is_staleness(rule.expr.root):
+            prom = [_prom_rule(rule.name, target_up(to_promql(rule.expr.root)), rule, rule.severity)]
         else:
             prom = [_prom_rule(rule.name, to_promql(rule.expr.root), rule, rule.severity)]
         groups.setdefault(rule.pack, []).extend(prom)

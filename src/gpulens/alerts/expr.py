@@ -479,6 +479,19 @@ def cap_ranges(node: Node, max_seconds: float) -> Node:
     return map_nodes(node, cap)
 
 
+def is_staleness(node: Node) -> bool:
+    """A rule of the form `last_over_time(m[long]) unless last_over_time(m[short])`: series of `m`
+    that had a sample within the long range but none within the short one (they went silent)."""
+    if not (isinstance(node, Binary) and node.op == "unless"):
+        return False
+    sides = (node.left, node.right)
+    if not all(isinstance(c, Call) and c.func == "last_over_time" for c in sides):
+        return False
+    long_sel, short_sel = (c.args[0] for c in sides)  # type: ignore[union-attr]
+    return (isinstance(long_sel, Selector) and isinstance(short_sel, Selector) and long_sel.name == short_sel.name
+            and long_sel.matchers == short_sel.matchers and (long_sel.range_seconds or 0) > (short_sel.range_seconds or 0))
+
+
 def band_selectors(node: Node) -> list[Selector]:
     """The selectors whose baselines an expression reads (arguments of upper_band/lower_band)."""
     return [c.args[0] for c in walk(node, Call) if c.func in BAND_FUNCTIONS]  # type: ignore[attr-defined,misc]

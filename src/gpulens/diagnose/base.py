@@ -68,6 +68,7 @@ ANALYZER_MODULES = (
     "gpulens.diagnose.inference",
     "gpulens.diagnose.colocation",
     "gpulens.diagnose.health",
+    "gpulens.diagnose.silence",
 )
 
 

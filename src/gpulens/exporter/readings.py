@@ -8,6 +8,11 @@ import threading
 from gpulens.gpu.types import GpuInfo, GpuSample
 from gpulens.k8s.attribution import DeviceAttribution
 
+# A GPU absent from this many frames in a row is no longer exported: a GPU that fell off the bus
+# sends nothing, and a reading kept forever would say `gpu_up 1` for it. A few frames, not one,
+# because a replay's frame may hold only the GPUs sampled at that instant.
+STALE_AFTER_FRAMES = 3
+
 
 class LatestReadings:
     """The newest sample of each GPU and the XID counts, shared by the agent loop and the scrapes.
@@ -23,13 +28,21 @@ class LatestReadings:
         self._samples: dict[int, GpuSample] = {}
         self._xids: dict[tuple[int, int], int] = {}
         self._xid_last: dict[int, int] = {}
+        self._missing: dict[int, int] = {}  # GPU -> frames in a row without a sample of it
         self.source_time: float | None = None  # recorded time of the newest sample (replays)
         self.store_write_failing = False  # set by the sampling loop while the store cannot be written
 
     def update(self, samples: list[GpuSample], source_time: float | None = None) -> None:
         with self._lock:
+            seen = {s.gpu for s in samples}
             for s in samples:
                 self._samples[s.gpu] = s
+                self._missing.pop(s.gpu, None)
+            for gpu in [g for g in self._samples if g not in seen]:
+                self._missing[gpu] = self._missing.get(gpu, 0) + 1
+                if self._missing[gpu] >= STALE_AFTER_FRAMES:
+                    del self._samples[gpu]
+                    del self._missing[gpu]
             if source_time is not None:
                 self.source_time = source_time
 

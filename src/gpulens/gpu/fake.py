@@ -8,6 +8,7 @@ Public on purpose: use it for demos and in your own tests, e.g.
     fake.add_ecc(1, uncorrected=1)               # a double-bit error
     fake.throttle(0, "hw_thermal")               # clock-event reason + lower clocks
     fake.lose(1)                                 # NVML_ERROR_GPU_IS_LOST from now on
+    fake.silence(1)                              # no sample at all from now on (fell off the bus)
     fake.unsupported(0, "power_watts")           # NOT_SUPPORTED, as NVML says on some boards
     fake.enable_mig(0, ["3g.71gb", "1g.18gb"])   # MIG mode with these GPU instances
 """
@@ -75,6 +76,7 @@ class FakeBackend:
         self._pinned: list[dict[str, object]] = [{} for _ in range(n)]
         self._unsupported: list[set[str]] = [set() for _ in range(n)]
         self._lost = [False] * n
+        self._silent = [False] * n
         self._throttle = [0] * n
         self._ecc = [{"corrected": 0, "uncorrected": 0} for _ in range(n)]
         self._remap = [{"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False} for _ in range(n)]
@@ -140,6 +142,12 @@ class FakeBackend:
         self._check(gpu)
         self._lost[gpu] = True
 
+    def silence(self, gpu: int) -> None:
+        """From now on the GPU sends nothing: a GPU that fell off the bus (XID 79) is no longer
+        listed, so no sample comes from it, not even `gpu_up == 0`."""
+        self._check(gpu)
+        self._silent[gpu] = True
+
     def add_process(self, gpu: int, pid: int, name: str, used_memory_bytes: int | None) -> None:
         self._check(gpu)
         self._processes[gpu].append(GpuProcess(pid=pid, name=name, used_memory_bytes=used_memory_bytes))
@@ -149,6 +157,7 @@ class FakeBackend:
         self._check(gpu)
         self._throttle[gpu] = 0
         self._lost[gpu] = False
+        self._silent[gpu] = False
         self._unsupported[gpu].clear()
         self._remap[gpu]["pending"] = False
         self._remap[gpu]["failure"] = False
@@ -187,7 +196,7 @@ class FakeBackend:
             action()
         dt = 0.0 if self._last_t is None else max(0.0, now - self._last_t)
         self._last_t = now
-        return [self._sample_one(info, now, dt) for info in self._infos]
+        return [self._sample_one(info, now, dt) for info in self._infos if not self._silent[info.index]]
 
     def _sample_one(self, info: GpuInfo, now: float, dt: float) -> GpuSample:
         i = info.index
@@ -312,7 +321,7 @@ def parse_fake_spec(spec: str) -> int:
 
 FAULT_HELP = (
     "KIND[:ARG]@SECONDS[:gpu=N]; kinds: xid:CODE, ecc:corrected=N|uncorrected=N, throttle:REASON, "
-    "remap-failure, remap-pending, lost, temp:CELSIUS, unsupported:FIELD, mig:PROFILE+PROFILE. "
+    "remap-failure, remap-pending, lost, silent, temp:CELSIUS, unsupported:FIELD, mig:PROFILE+PROFILE. "
     "Example: xid:79@5s:gpu=0"
 )
 
@@ -357,6 +366,8 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
             action = lambda: fake.fail_remapping(gpu, pending=True)  # noqa: E731
         elif kind == "lost":
             action = lambda: fake.lose(gpu)  # noqa: E731
+        elif kind == "silent":
+            action = lambda: fake.silence(gpu)  # noqa: E731
         elif kind == "temp":
             celsius = float(arg)
             action = lambda: fake.set(gpu, temperature_celsius=celsius)  # noqa: E731
