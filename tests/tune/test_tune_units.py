@@ -133,3 +133,32 @@ def test_the_terminal_report_fits_80_columns_without_cutting_a_figure():
     assert max(len(line) for line in text.splitlines()) <= 80
     for figure in ("max_batch=128", "1,600", "1,600 … 3,200", "×32.00", "(26.67…64.00)", "12.5 s", "kept"):
         assert figure in text, figure
+
+
+def test_a_speed_up_without_a_failing_rate_reads_as_a_lower_bound():
+    """`tune serve` printed "speed-up ×4.00" where the best setting met every SLO at every rate
+    offered: its capacity is a lower bound, so is the speed-up, and only against the baseline's
+    failing rate (new best / old lowest failing), not its best."""
+    from types import SimpleNamespace
+
+    from gpulens.tune.report import terminal
+    from gpulens.tune.result import Trial, TuneResult
+    from gpulens.tune.serve import _ServeSteps
+    from gpulens.tune.stats import Estimate
+
+    steps = _ServeSteps.__new__(_ServeSteps)
+    steps.sweeps = {0: SimpleNamespace(best=10.0, lowest_failing=12.0, probes=[]),
+                    1: SimpleNamespace(best=40.0, lowest_failing=None, probes=[])}
+    base = Trial(0, {"max_batch": "1"}, {}, "baseline", "", "requests_per_second", Estimate(1, 10, 10, 12))
+    trial = Trial(1, {"max_batch": "8"}, {"max_batch": "8"}, "kept", "", "requests_per_second", Estimate(1, 40, 40, None))
+    steps.judge(base, trial)
+    assert trial.speedup_at_least and trial.speedup == pytest.approx(40 / 12) and trial.speedup_ci is None
+    result = TuneResult("serve", "serve", "requests_per_second", base, [trial], trial, trial.speedup, None, [],
+                        "every knob value was tried", "b", "a", speedup_at_least=True)
+    from rich.console import Console
+
+    console = Console(width=80, record=True, color_system=None)
+    console.print(terminal(result))
+    text = console.export_text()
+    assert "at least ×3.33" in text and "×4.00" not in text
+    assert result.to_dict()["best"]["speedup_at_least"] is True

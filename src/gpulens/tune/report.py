@@ -30,9 +30,12 @@ def _ci(t: Trial) -> str:
     return f"{_num(e.ci95_low)} … {_num(e.ci95_high) if e.ci95_high is not None else 'none'}"
 
 
-def _speed(x: float | None, ci: tuple[float, float] | None, sep: str = " ") -> str:
+def _speed(x: float | None, ci: tuple[float, float] | None, sep: str = " ", at_least: bool = False) -> str:
+    """A speed-up with its interval; a lower bound (no failing rate found) reads "at least"."""
     if x is None:
-        return "–"
+        return "at least ×1 (no failing rate found: raise --max-rate)" if at_least else "–"
+    if at_least:
+        return f"at least ×{x:.2f}"
     return f"×{x:.2f}" + (f"{sep}({ci[0]:.2f}…{ci[1]:.2f})" if ci else "")
 
 
@@ -48,7 +51,7 @@ def terminal(result: TuneResult) -> Group:
     rows = []
     for tr in [result.baseline, *result.trials]:
         cells = [str(tr.index), _setting(tr.changed) if tr.changed else "baseline", _num(tr.estimate.median), _ci(tr),
-                 _speed(tr.speedup, tr.speedup_ci, sep="\n")]
+                 _speed(tr.speedup, tr.speedup_ci, sep="\n", at_least=tr.speedup_at_least)]
         if serve:
             cold = tr.extra.get("cold_start_seconds")
             cells.append(f"{cold:.1f} s" if cold is not None else "–")
@@ -78,7 +81,7 @@ def terminal(result: TuneResult) -> Group:
             lines.append(Text(f"  {f['kind']}{when}: {f['summary']}"))
     elif result.mode == "train":
         lines.append(Text("The diagnosis found no bottleneck in the baseline.", style="dim"))
-    lines.append(Text(f"Best: {_setting(result.best.knobs)}  speed-up {_speed(result.speedup, result.speedup_ci)} "
+    lines.append(Text(f"Best: {_setting(result.best.knobs)}  speed-up {_speed(result.speedup, result.speedup_ci, at_least=result.speedup_at_least)} "
                       f"against the baseline", style="bold green" if result.best is not result.baseline else "bold"))
     lines.append(Text(f"Stopped because {result.stop_reason}."))
     for s in result.skipped:
@@ -104,7 +107,7 @@ def html_report(result: TuneResult) -> str:
         cold = tr.extra.get("cold_start_seconds")
         cold_cell = f"<td>{f'{cold:.1f} s' if cold is not None else '–'}</td>" if serve else ""
         rows.append(f"<tr class='{e(tr.verdict)}'><td>{tr.index}</td><td>{e(change)}</td><td>{e(_num(tr.estimate.median))}</td>"
-                    f"<td>{e(_ci(tr))}</td><td>{e(_speed(tr.speedup, tr.speedup_ci))}</td>{cold_cell}"
+                    f"<td>{e(_ci(tr))}</td><td>{e(_speed(tr.speedup, tr.speedup_ci, at_least=tr.speedup_at_least))}</td>{cold_cell}"
                     f"<td>{e(tr.verdict.replace('_', ' '))}</td><td>{e(tr.reason)}</td></tr>")
 
     def when(f: dict) -> str:
@@ -122,7 +125,7 @@ def html_report(result: TuneResult) -> str:
 td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}tr.kept{{background:#e6f6e6}}
 tr.failed{{background:#fbe3e3}}tr.rolled_back{{background:#fff6dc}}code{{background:#f3f3f3;padding:.1em .3em}}</style></head>
 <body><h1>gpulens tune {e(result.mode)}: {e(result.name)}</h1>
-<p>Best setting <b>{e(_setting(result.best.knobs))}</b>, speed-up <b>{e(_speed(result.speedup, result.speedup_ci))}</b>
+<p>Best setting <b>{e(_setting(result.best.knobs))}</b>, speed-up <b>{e(_speed(result.speedup, result.speedup_ci, at_least=result.speedup_at_least))}</b>
 against the baseline ({unit}, 95 % interval). Stopped because {e(result.stop_reason)}.</p>
 <h2>Trials</h2><table><tr><th>#</th><th>change</th><th>{unit}</th><th>{interval}</th><th>vs best</th>{"<th>cold start</th>" if serve else ""}<th>verdict</th><th>why</th></tr>
 {''.join(rows)}</table>

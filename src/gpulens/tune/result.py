@@ -25,6 +25,7 @@ class Trial:
     samples: list[float] = field(default_factory=list)
     speedup: float | None = None  # against the best so far when it was tried
     speedup_ci: tuple[float, float] | None = None
+    speedup_at_least: bool = False  # `speedup` is a lower bound (the setting's limit was not reached)
     p_value: float | None = None
     command: str = ""
     run_id: int | None = None
@@ -40,7 +41,7 @@ class Trial:
             "reason": self.reason, "metric": self.metric, self.metric: e.median,
             "ci": [e.ci95_low, e.ci95_high] if e.ci95_low is not None else None, "n": e.n,
             "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
-            "p_value": self.p_value, "command": self.command, "run_id": self.run_id, "finding": self.finding,
+            "speedup_at_least": self.speedup_at_least, "p_value": self.p_value, "command": self.command, "run_id": self.run_id, "finding": self.finding,
             "processes": self.processes, "seconds": round(self.seconds, 3),
         }
         d.setdefault("tokens_per_second", None)
@@ -66,6 +67,7 @@ class TuneResult:
     skipped: list[dict[str, str]] = field(default_factory=list)  # changes the user declined
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    speedup_at_least: bool = False  # a lower bound: the best setting met every SLO up to the last rate tried
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,7 +76,7 @@ class TuneResult:
             "trials": [t.to_dict() for t in self.trials],
             "best": {"knobs": self.best.knobs, "index": self.best.index, self.metric: self.best.estimate.median,
                      "speedup": self.speedup, "ci": list(self.speedup_ci) if self.speedup_ci else None,
-                     "run_id": self.best.run_id},
+                     "speedup_at_least": self.speedup_at_least, "run_id": self.best.run_id},
             "findings": self.findings,
             "stop_reason": self.stop_reason,
             "reproduce": {"best": self.reproduce_best, "baseline": self.reproduce_baseline},

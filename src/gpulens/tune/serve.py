@@ -240,10 +240,16 @@ class _ServeSteps(TuneSteps):
         """Kept only beyond the sweep's resolution; never a regression (a capacity has no noise model)."""
         cur, new = self.sweeps[best.index], self.sweeps[trial.index]
         if cur.best and new.best:
-            trial.speedup = new.best / cur.best
-            lo = new.best / cur.lowest_failing if cur.lowest_failing else None
-            hi = new.lowest_failing / cur.best if new.lowest_failing else None
-            trial.speedup_ci = (lo, hi) if lo is not None and hi is not None else None
+            if new.lowest_failing is None:
+                # The new setting met every SLO up to the last rate offered: its capacity is only a
+                # lower bound, so the speed-up is one too, and only against the baseline's failing rate.
+                trial.speedup = new.best / cur.lowest_failing if cur.lowest_failing else None
+                trial.speedup_ci, trial.speedup_at_least = None, True
+            else:
+                trial.speedup = new.best / cur.best
+                lo = new.best / cur.lowest_failing if cur.lowest_failing else None
+                hi = new.lowest_failing / cur.best
+                trial.speedup_ci = (lo, hi) if lo is not None else None
         evidence = self._latency_evidence(cur, new, trial)
         if new.best is None:
             trial.verdict, why = "rolled_back", "no rate it was offered met every SLO"
@@ -296,13 +302,13 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
     t0 = time.monotonic()
     out = run_loop(steps, steps.baseline_setting())
     baseline, best, knobs = out.baseline, out.best, out.knobs
-    speedup, ci = None, None
+    speedup, ci, at_least = None, None, False
     if best is baseline:
         speedup = 1.0
     else:
         probe = Trial(best.index, best.knobs, {}, "kept", "", METRIC, best.estimate)
         steps.judge(baseline, probe)
-        speedup, ci = probe.speedup, probe.speedup_ci
+        speedup, ci, at_least = probe.speedup, probe.speedup_ci, probe.speedup_at_least
 
     def line(t: Trial) -> str:
         argv = steps.server_argv(t.knobs)
@@ -313,7 +319,7 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
 
     result = TuneResult(
         mode="serve", name=spec.name, metric=METRIC, baseline=baseline, trials=out.trials, best=best, speedup=speedup,
-        speedup_ci=ci, findings=out.findings, stop_reason=out.stop_reason, reproduce_best=line(best), reproduce_baseline=line(baseline),
+        speedup_ci=ci, speedup_at_least=at_least, findings=out.findings, stop_reason=out.stop_reason, reproduce_best=line(best), reproduce_baseline=line(baseline),
         skipped=out.skipped, notes=steps.notes, seconds=time.monotonic() - t0,
     )
     result.run_id = save_run(store, TUNE_KIND, spec.name, config={
