@@ -25,6 +25,7 @@ The tree (classes defined elsewhere name their module):
   ├── UnavailableError                         3
   │   ├── BackendUnavailableError
   │   │   └── WireError                        (k8s.wire)
+  │   ├── CannotAnswerError                    (reader.protocols: a reader that cannot answer that question)
   │   ├── HttpUnavailableError                 (http_client: one mapping of every transport failure)
   │   ├── PrometheusUnavailableError           (views.prometheus)
   │   ├── ScrapeUnavailableError               (workload.inference.scrape)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Protocol, runtime_checkable
 
-from gpulens.errors import EXIT_UNAVAILABLE, GpulensError
+from gpulens.errors import UnavailableError
 from gpulens.reader.answers import AlertRow, Band, EventRow, LatestValue, Line, SeriesWindow
 from gpulens.vocab import names as N
 
@@ -28,10 +28,8 @@ def selection_label(key: str) -> str:
     return SELECTION_LABEL.get(key, key)
 
 
-class CannotAnswerError(GpulensError):
+class CannotAnswerError(UnavailableError):
     """A reader cannot answer this kind of question (yet): e.g. diagnosis over a Prometheus server."""
-
-    exit_code = EXIT_UNAVAILABLE
 
 
 class PanelReader(Protocol):
