@@ -7,7 +7,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpulens.bench.serve import LoadSpec, Probe, RequestRecord, Target, parse_slos
+import pytest
+
+from gpulens.bench.serve import (
+    LoadSpec,
+    Probe,
+    RequestCounts,
+    RequestRates,
+    RequestRecord,
+    SloResult,
+    Target,
+    parse_slos,
+)
 from gpulens.bench.serve.runner import CANCELLED_ERROR, DIST_NAMES, WorkerResult
 from gpulens.bench.serve.stats import Distribution
 from gpulens.bench.serve.summary import summarize
@@ -68,6 +79,21 @@ def test_request_counts_keys_in_their_json_order():
     assert list(doc["summary"]["requests"]) == ["ok", "error", "timeout", "rejected", "total", "not_sent"]
     assert list(doc["gated"]["slo_results"][0]) == ["slo", "metric", "stat", "bound", "value", "met", "gating"]
     assert list(doc["summary"]["concurrency"]) == ["mean", "p50", "p90", "p99", "max"]
+
+
+def test_request_counts_of_statuses():
+    q = RequestCounts.of(["ok", "ok", "error", "timeout", "rejected", "rejected"], not_sent=2)
+    assert (q.ok, q.error, q.timeout, q.rejected, q.total, q.not_sent) == (2, 1, 1, 2, 6, 2)
+    assert q.failed == 4 == q.total - q.ok and q.by_status("rejected") == 2
+    with pytest.raises(KeyError):
+        q.by_status("total")  # a count, not a status
+    assert RequestRates.of(q, 2.0).rejected == 1.0 and RequestRates.of(q, 0.0) == RequestRates()
+
+
+def test_slo_result_shown_as_a_person_reads_it():
+    assert SloResult("p99_ttft<=200ms", "ttft", "p99", 0.2, 0.1234, True).shown() == "123.4 ms"
+    assert SloResult("error_rate<=1%", "error_rate", None, 0.01, 0.5, False).shown() == "50.00%"
+    assert SloResult("p99_itl<=5ms", "itl", "p99", 0.005, None, False).shown("nothing measured") == "nothing measured"
 
 
 if __name__ == "__main__":  # regenerate the golden file (only when the JSON is meant to change)
