@@ -69,7 +69,7 @@ def _ours_closed(url: str) -> float:
     from gpulens.bench.serve import LoadSpec, Target, run_load
 
     s = run_load(LoadSpec(Target(url), concurrency=USERS, duration_seconds=SECONDS, timeout_seconds=10)).summary
-    return s.requests["ok"] / s.duration_seconds
+    return s.requests.ok / s.duration_seconds
 
 
 def _ours_closed_bodies(url: str) -> tuple[float, float]:
@@ -84,7 +84,7 @@ def _ours_closed_bodies(url: str) -> tuple[float, float]:
     for workload in (None, Workload(plans, "estimate", "synthetic")):
         s = run_load(LoadSpec(target, concurrency=USERS, duration_seconds=SECONDS, timeout_seconds=10,
                               workload=workload)).summary
-        out.append(s.requests["ok"] / s.duration_seconds)
+        out.append(s.requests.ok / s.duration_seconds)
     return out[0], out[1]
 
 

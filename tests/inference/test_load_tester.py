@@ -15,7 +15,7 @@ def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
     p99 shows the stall; the same server under a closed loop hides it at p99."""
     res = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-open?ms=10&at=4&dur=1"), rate=200, duration_seconds=10))
     s = res.summary
-    assert s.requests["ok"] == s.requests["total"] >= 1990
+    assert s.requests.ok == s.requests.total >= 1990
     # p50: the server's 10 ms plus the loopback round trip and the client's own work (~0.6 ms on a
     # 2-core VM), within 10 % of 10 ms
     assert s.latency.p50 == pytest.approx(0.010, rel=0.10)
@@ -41,7 +41,7 @@ def test_streaming_ttft_and_itl_match_the_server(test_server):
                         body=openai_body(kind, model="m", prompt="hi", max_tokens=12, stream=True),
                         headers={"Content-Type": "application/json"})
         s = run_load(LoadSpec(target, rate=10, duration_seconds=1.5)).summary
-        assert s.requests["ok"] == s.requests["total"] == 15
+        assert s.requests.ok == s.requests.total == 15
         assert s.ttft.p50 == pytest.approx(0.060, rel=0.10)
         assert s.itl.p50 == pytest.approx(0.015, rel=0.10)
         assert s.tpot.mean == pytest.approx(0.015, rel=0.10)
@@ -76,7 +76,7 @@ def test_closed_loop_concurrency_sweep(timed_server):
 def test_requests_bound_and_closed_loop_count(timed_server):
     s = run_load(LoadSpec(Target(f"{timed_server}/fixed/n?ms=1"), concurrency=3, duration_seconds=None,
                           max_requests=30)).summary
-    assert s.requests["total"] == 30 and s.requests["ok"] == 30
+    assert s.requests.total == 30 and s.requests.ok == 30
 
 
 def test_poisson_and_gamma_schedules_have_the_right_rate_and_spread():
@@ -106,5 +106,5 @@ def test_ramp_and_worker_split():
 
 def test_multiple_worker_processes_share_the_load(timed_server):
     s = run_load(LoadSpec(Target(f"{timed_server}/fixed/w?ms=2"), rate=100, duration_seconds=1, workers=2)).summary
-    assert s.requests["total"] == 100 and s.requests["ok"] == 100
+    assert s.requests.total == 100 and s.requests.ok == 100
     assert s.latency.count == 100

@@ -189,8 +189,8 @@ def test_middleware_in_a_real_starlette_app(served_app, store):
     failed = run_load(LoadSpec(Target(f"{base}/v1/fail"), concurrency=1, duration_seconds=None, max_requests=3)).summary
     busy = run_load(LoadSpec(Target(f"{base}/v1/busy"), concurrency=1, duration_seconds=None, max_requests=2)).summary
     run_load(LoadSpec(Target(f"{base}/health"), concurrency=1, duration_seconds=None, max_requests=4))
-    assert ok.requests["ok"] == 20 and streamed.requests["ok"] == 5
-    assert failed.requests["error"] == 3 and busy.requests["rejected"] == 2
+    assert ok.requests.ok == 20 and streamed.requests.ok == 5
+    assert failed.requests.error == 3 and busy.requests.rejected == 2
     monitor.flush()
 
     totals = {s.key.labels["status"]: s.value[-1] for s in store.query(N.INFER_REQUESTS_TOTAL, {"service": "api"})}

@@ -36,7 +36,7 @@ def test_replaying_the_h200_session_keeps_its_count_and_burstiness(timed_server,
     res = run_load(LoadSpec(Target(f"{timed_server}/fixed/replay?ms=2"), arrivals=rec.times_seconds,
                             duration_seconds=None))
     s = res.summary
-    assert s.requests["total"] == s.requests["ok"] == 106 and s.arrival == "replay"
+    assert s.requests.total == s.requests.ok == 106 and s.arrival == "replay"
     sent = sorted(r.sent for r in res.records)
     sent_gaps = [(b - a) * SPEED for a, b in zip(sent, sent[1:], strict=False)]
     assert ks_2samp(gaps, sent_gaps).pvalue > 0.05
@@ -115,7 +115,7 @@ def test_json_carries_the_vllm_bench_serve_keys_with_its_definitions(test_server
 def test_concurrency_distribution_of_a_closed_loop(timed_server):
     s = run_load(LoadSpec(Target(f"{timed_server}/fixed/conc?ms=20"), concurrency=4, duration_seconds=1)).summary
     c = s.concurrency
-    assert c["p50"] == 4 and c["max"] == 4 and 3.5 < c["mean"] <= 4
+    assert c.p50 == 4 and c.max == 4 and 3.5 < c.mean <= 4
 
 
 def test_goodput_sweep_finds_the_rate_at_which_99_percent_of_requests_meet_the_slo(timed_server):

@@ -53,7 +53,7 @@ def test_timeouts_above_the_error_ratio_fail_the_run(timed_server, capsys, tmp_p
 def test_achieved_rate_is_ok_completions_over_the_run_window(timed_server, test_server):
     """--rate 2 --duration 2s: four requests over two seconds is 2 req/s (it was 4 / 1.5 s = 2.7)."""
     s = run_load(LoadSpec(Target(f"{timed_server}/fixed/rate?ms=5"), rate=2, duration_seconds=2)).summary
-    assert s.requests["ok"] == 4
+    assert s.requests.ok == 4
     assert s.duration_seconds == pytest.approx(2.0, abs=0.01)
     assert s.achieved_rate == pytest.approx(2.0, rel=0.01) and s.sent_rate == pytest.approx(2.0, rel=0.01)
     # --requests alone: five sends at 10 req/s fill half a second
@@ -61,8 +61,8 @@ def test_achieved_rate_is_ok_completions_over_the_run_window(timed_server, test_
     assert s.achieved_rate == pytest.approx(10.0, rel=0.05) and s.sent_rate == pytest.approx(10.0, rel=0.01)
     # errors are not completions: none succeeded, four errors per second
     s = run_load(LoadSpec(Target(f"{test_server}/error"), rate=4, duration_seconds=1)).summary
-    assert s.requests["error"] == 4 and s.achieved_rate == 0.0
-    assert s.rates_per_second["error"] == pytest.approx(4.0, rel=0.02) and s.rates_per_second["ok"] == 0.0
+    assert s.requests.error == 4 and s.achieved_rate == 0.0
+    assert s.rates_per_second.error == pytest.approx(4.0, rel=0.02) and s.rates_per_second.ok == 0.0
 
 
 def test_sweep_that_never_failed_says_at_least_and_writes_its_csv(timed_server, capsys, tmp_path):

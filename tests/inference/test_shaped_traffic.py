@@ -76,7 +76,7 @@ def test_prompt_lengths_are_token_exact_and_move_ttft_as_the_server_predicts(tes
     assert spec.workload.token_basis == "tokenizer"
     res = run_load(spec)
     ok = [r for r in res.records if r.status == "ok"]
-    assert len(ok) == res.summary.requests["total"] == 24
+    assert len(ok) == res.summary.requests.total == 24
     served = _log(test_server, "shape-in")
     tok = HfTokenizer(tokenizer_json)
     planned = {p.input_tokens for p in spec.workload.requests}
@@ -202,7 +202,7 @@ def test_chat_jsonl_multi_turn_resends_history_one_turn_after_the_other(test_ser
     spec = _spec(test_server, "ttft_ms=5&itl_ms=1&log=multiturn", opts, kind="chat", rate=None, concurrency=1,
                  duration=None, requests=4)
     res = run_load(spec)
-    assert res.summary.requests["ok"] == 4
+    assert res.summary.requests.ok == 4
     served = _log(test_server, "multiturn")
     # one user plays whole conversations: the 3-turn one resends 1, 3 then 5 messages, in order
     three = [s for s in served if s["messages"] != 1 or len(s["tokens"]) == 3]
@@ -276,7 +276,7 @@ def test_worker_processes_send_distinct_planned_requests(test_server):
                  rate=40, duration=0.5)
     res = run_load(replace(spec, workers=2))
     served = _log(test_server, "shape-workers")
-    assert res.summary.requests["ok"] == len(served) == 20
+    assert res.summary.requests.ok == len(served) == 20
     assert len({tuple(s["tokens"]) for s in served}) == 20  # each planned request sent once, none twice
     assert not any("sent again" in w for w in res.summary.warnings)
 
@@ -285,5 +285,5 @@ def test_a_run_longer_than_its_workload_says_prompts_were_resent(test_server):
     spec = _spec(test_server, "ttft_ms=2&itl_ms=1", TrafficOptions(input_tokens="8"), rate=None, concurrency=2,
                  duration=None, requests=3)
     res = run_load(replace(spec, max_requests=8))  # planned for 3, run for 8
-    assert res.summary.requests["ok"] == 8
+    assert res.summary.requests.ok == 8
     assert any("8 requests from a workload of 3 distinct ones" in w for w in res.summary.warnings)

@@ -47,6 +47,10 @@ def test_bench_serve_json_csv_and_stored_run(test_server, tmp_path, capsys):
     for key in ("latency", "ttft", "itl", "tpot"):
         assert set(report[key]) >= {"p50", "p90", "p95", "p99", "p99_9", "mean", "max"}
     assert report["requests"]["ok"] == 20 and report["achieved_rate"] > 0
+    counts = ["ok", "error", "timeout", "rejected", "total", "not_sent"]  # the JSON's keys, in its order
+    assert list(report["requests"]) == counts and list(report["rates_per_second"]) == counts[:4]
+    assert list(report["slo_results"][0]) == ["slo", "metric", "stat", "bound", "value", "met", "gating"]
+    assert list(report["concurrency"]) == ["mean", "p50", "p90", "p99", "max"]
     assert set(report["send_lag"]) >= {"p50", "p99", "max"}
     assert report["slo_met"] is True and report["goodput"] > 0
     rows = list(csv.DictReader(out.open()))
@@ -57,6 +61,8 @@ def test_bench_serve_json_csv_and_stored_run(test_server, tmp_path, capsys):
         run = get_run(s, report["run_id"])
     assert run.kind == "bench-serve" and len(run.samples["latency_seconds"]) == 20
     assert run.summary["requests"]["ok"] == 20
+    assert {k: run.summary[k] for k in ("requests", "slo_results", "concurrency", "rates_per_second")} == {
+        k: report[k] for k in ("requests", "slo_results", "concurrency", "rates_per_second")}
 
 
 def test_sweep_json(timed_server, capsys, tmp_path):

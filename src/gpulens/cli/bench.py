@@ -190,8 +190,8 @@ def serve(
             console_err.print(f"[yellow]warning:[/] {w}", highlight=False)
     else:
         _render_summary(s, run_id)
-    if s.requests["total"] and s.requests["ok"] == 0:
-        if s.requests["timeout"] == s.requests["total"]:
+    if s.requests.total and s.requests.ok == 0:
+        if s.requests.timeout == s.requests.total:
             hint = "The server accepts connections but does not answer: check that it is not stuck, or raise --timeout."
         elif "CERTIFICATE_VERIFY_FAILED" in (s.first_error or ""):
             hint = "The server's TLS certificate is not trusted here: add --insecure for a test server with a self-signed one."
@@ -298,11 +298,11 @@ def _render_summary(s, run_id: int | None) -> None:
     target = f"{s.target_rate:g} req/s {s.arrival}" if s.mode == "open" else f"concurrency {s.target_concurrency}"
     rates = s.rates_per_second
     console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s (first intended send to end of run): "
-                  f"achieved {s.achieved_rate:.1f} req/s ok, {rates.get('error', 0.0):.1f} errors/s, "
-                  f"{rates.get('timeout', 0.0):.1f} timeouts/s; sent {s.sent_rate:.1f} req/s")
+                  f"achieved {s.achieved_rate:.1f} req/s ok, {rates.error:.1f} errors/s, "
+                  f"{rates.timeout:.1f} timeouts/s; sent {s.sent_rate:.1f} req/s")
     req = s.requests
-    console.print(f"requests: {req['total']} ({req['ok']} ok, {req['error']} errors, {req['timeout']} timeouts, "
-                  f"{req['rejected']} rejected" + (f", {req['not_sent']} not sent" if req["not_sent"] else "") + ")")
+    console.print(f"requests: {req.total} ({req.ok} ok, {req.error} errors, {req.timeout} timeouts, "
+                  f"{req.rejected} rejected" + (f", {req.not_sent} not sent" if req.not_sent else "") + ")")
     t = Table(title="milliseconds", caption=_latency_caption(s.mode))
     t.add_column("", no_wrap=True)
     for c in ("p50", "p90", "p95", "p99", "p99.9", "mean", "max", "n"):
@@ -320,16 +320,13 @@ def _render_summary(s, run_id: int | None) -> None:
         console.print(f"output tokens: {s.output_tokens} ({s.output_tokens_per_second:.1f} tokens/s)")
     if s.concurrency:
         c = s.concurrency
-        console.print(f"concurrency (requests in flight, by time): mean {c['mean']:.1f}, p50 {c['p50']:g}, "
-                      f"p90 {c['p90']:g}, p99 {c['p99']:g}, max {c['max']:g}")
+        console.print(f"concurrency (requests in flight, by time): mean {c.mean:.1f}, p50 {c.p50:g}, "
+                      f"p90 {c.p90:g}, p99 {c.p99:g}, max {c.max:g}")
     for r in s.slo_results:
-        mark = "[green]met[/]" if r["met"] else "[red]missed[/]"
-        if not r.get("gating", True):
+        mark = "[green]met[/]" if r.met else "[red]missed[/]"
+        if not r.gating:
             mark += " [dim](reported; --goodput judges per request)[/]"
-        v = r["value"]
-        ratio = r["metric"] in ("error_rate", "goodput_ratio")
-        shown = "–" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
-        console.print(f"SLO {r['slo']}: {shown} {mark}")
+        console.print(f"SLO {r.slo}: {r.shown()} {mark}")
     if s.goodput is not None:
         ratio = "" if s.goodput_ratio is None else f" ({s.goodput_ratio:.1%} of requests)"
         console.print(f"goodput: {s.goodput:.1f} req/s meeting every SLO{ratio}")

@@ -89,9 +89,10 @@ class Probe:
             "client_bound": s.client_bound,
             "latency": s.latency.to_dict() if s.latency else None,
             "ttft": s.ttft.to_dict() if s.ttft else None,
-            "requests": s.requests, "error_ratio": s.error_ratio, "slo_results": s.slo_results,
+            "requests": s.requests.to_dict(), "error_ratio": s.error_ratio,
+            "slo_results": [r.to_dict() for r in s.slo_results],
             "input_tokens_per_second": s.input_tokens_per_second, "output_tokens_per_second": s.output_tokens_per_second,
-            "concurrency": s.concurrency,
+            "concurrency": s.concurrency.to_dict() if s.concurrency else None,
             # the `vllm bench serve` figures of this probe (its per-request lists left out)
             **vllm_scalars(self.result.records, s.duration_seconds, slos=self.slos),
         }
@@ -121,7 +122,7 @@ class SweepResult:
 
 
 def _failed(res: LoadResult) -> list[str]:
-    return [r["slo"] for r in res.summary.slo_results if not r["met"] and r.get("gating", True)]
+    return [r.slo for r in res.summary.slo_results if not r.met and r.gating]
 
 
 def sweep(

@@ -92,7 +92,7 @@ def write_sweep_csv(result: SweepResult, path: str | Path) -> int:
             s, q = p.result.summary, p.result.summary.requests
             yield [
                 i, f"{p.value:g}", str(p.passed).lower(), ";".join(p.failed_slos), _r(s.achieved_rate),
-                _r(s.goodput), q["ok"], q["error"], q["timeout"], q["rejected"], _r(s.error_ratio),
+                _r(s.goodput), q.ok, q.error, q.timeout, q.rejected, _r(s.error_ratio),
                 _r(s.latency.p50 if s.latency else None), _r(s.latency.p99 if s.latency else None),
                 _r(s.ttft.p99 if s.ttft else None), str(s.client_bound).lower(), best, str(result.limit_found).lower(),
             ]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpulens.bench.serve.api import SweepResult
 from gpulens.bench.serve.runner import LoadSpec
+from gpulens.bench.serve.stats import SloResult
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
 from gpulens.vocab.slo import Slo
@@ -129,31 +130,28 @@ def _sweep_curve(plt, sweep: SweepResult) -> list[str]:
         plt.close(fig)
 
 
-def _verdicts(results: list[dict]) -> str:
+def _verdicts(results: list[SloResult]) -> str:
     if not results:
         return "<p>No SLO was given.</p>"
     rows = []
     for r in results:
-        v = r["value"]
-        ratio = r["metric"] in ("error_rate", "goodput_ratio")
-        shown = "–" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
-        cls = "met" if r["met"] else "missed"
-        note = "" if r.get("gating", True) else " (reported, not gating)"
-        rows.append(f"<tr data-slo='{html.escape(r['slo'])}'><td>{html.escape(r['slo'])}</td><td>{shown}</td>"
+        cls = "met" if r.met else "missed"
+        note = "" if r.gating else " (reported, not gating)"
+        rows.append(f"<tr data-slo='{html.escape(r.slo)}'><td>{html.escape(r.slo)}</td><td>{r.shown()}</td>"
                     f"<td class='{cls}'>{cls}{note}</td></tr>")
     return "<table class='verdicts'><tr><th>SLO</th><th>value</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
 
 
 def _summary_table(load: LoadResult) -> str:
     s = load.summary
-    rows = [("requests", f"{s.requests['total']} ({s.requests['ok']} ok)"),
+    rows = [("requests", f"{s.requests.total} ({s.requests.ok} ok)"),
             ("achieved", f"{s.achieved_rate:.2f} req/s"),
             ("input tokens/s", "–" if s.input_tokens_per_second is None else f"{s.input_tokens_per_second:.1f}"),
             ("output tokens/s", "–" if s.output_tokens_per_second is None else f"{s.output_tokens_per_second:.1f}"),
             ("token counts", s.token_basis or "–")]
     if s.concurrency:
         c = s.concurrency
-        rows.append(("concurrency", f"mean {c['mean']:.1f}, p50 {c['p50']:g}, p99 {c['p99']:g}, max {c['max']:g}"))
+        rows.append(("concurrency", f"mean {c.mean:.1f}, p50 {c.p50:g}, p99 {c.p99:g}, max {c.max:g}"))
     if s.goodput is not None:
         rows.append(("goodput", f"{s.goodput:.2f} req/s" + ("" if s.goodput_ratio is None else f" ({s.goodput_ratio:.1%})")))
     stats = []

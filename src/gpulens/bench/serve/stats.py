@@ -10,6 +10,8 @@ by at most the histogram's resolution (one part in 10^3 of the value, and 1 µs)
 from __future__ import annotations
 
 import base64
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -110,10 +112,102 @@ class Distribution:
         self._sum_seconds += other._sum_seconds
 
 
-STATUSES = ("ok", "error", "timeout", "rejected")
+STATUSES = ("ok", "error", "timeout", "rejected")  # how a load tester's request ends (client.Status)
 # A run (or a sweep's probe) with a larger share of errors, timeouts and rejections fails, SLOs
 # or not, unless an error_rate SLO sets its own bound. `--max-error-ratio` changes it.
 DEFAULT_MAX_ERROR_RATIO = 0.01
+_RATIO_METRICS = ("error_rate", "goodput_ratio")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCounts:
+    """Requests of one run by how they ended (`STATUSES`), the `total` sent, and `not_sent`: the
+    schedule's requests the run ended before sending. The field order is the JSON's."""
+
+    ok: int = 0
+    error: int = 0
+    timeout: int = 0
+    rejected: int = 0
+    total: int = 0
+    not_sent: int = 0
+
+    @classmethod
+    def of(cls, statuses: Iterable[str], not_sent: int = 0) -> RequestCounts:
+        counts = Counter(statuses)
+        return cls(**{s: counts.get(s, 0) for s in STATUSES}, total=sum(counts.values()), not_sent=not_sent)
+
+    @property
+    def failed(self) -> int:
+        """Requests sent that did not succeed: errors, timeouts and rejections."""
+        return self.error + self.timeout + self.rejected
+
+    def by_status(self, status: str) -> int:
+        if status not in STATUSES:
+            raise KeyError(status)
+        return int(getattr(self, status))
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRates:
+    """Requests per second of the run window, by how they ended (`STATUSES`)."""
+
+    ok: float = 0.0
+    error: float = 0.0
+    timeout: float = 0.0
+    rejected: float = 0.0
+
+    @classmethod
+    def of(cls, counts: RequestCounts, window_seconds: float) -> RequestRates:
+        if window_seconds <= 0:
+            return cls()
+        return cls(**{s: counts.by_status(s) / window_seconds for s in STATUSES})
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """Requests in flight over a run, weighted by how long each count lasted (a count, not seconds)."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class SloResult:
+    """One gate's verdict: the objective as written, what the run measured, and whether it held.
+    `gating` is False for an objective only reported (a `--goodput` run judges per request)."""
+
+    slo: str
+    metric: str  # "latency", "ttft", "itl", "tpot", "error_rate" or "goodput_ratio"
+    stat: str | None  # "p99", "mean", ...; None for a ratio
+    bound: float  # seconds, or a ratio for error_rate and goodput_ratio
+    value: float | None  # None: nothing measured
+    met: bool
+    gating: bool = True
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.metric in _RATIO_METRICS
+
+    def shown(self, missing: str = "–") -> str:
+        """The value as a person reads it: a percentage for a ratio, else milliseconds."""
+        if self.value is None:
+            return missing
+        return f"{self.value:.2%}" if self.is_ratio else f"{self.value * 1e3:.1f} ms"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -127,7 +221,7 @@ class LoadSummary:
     # The run window: from the first intended send to the later of the end of the send window
     # (--duration, or N requests at the rate) and the last completion. Rates divide by it.
     duration_seconds: float
-    requests: dict[str, int]  # counts by status, plus "total" and "not_sent"
+    requests: RequestCounts
     achieved_rate: float  # requests that succeeded (status ok) per second of the run window
     sent_rate: float  # requests sent per second of the send window
     latency: Percentiles | None  # from the intended send time (ok responses and timeouts)
@@ -146,27 +240,26 @@ class LoadSummary:
     input_tokens_per_second: float | None = None
     token_basis: str | None = None  # "tokenizer", "server", "estimate"; None: no shaped workload
     workload: dict[str, Any] | None = None  # what the workload planned (Workload.describe())
-    # Requests in flight over the run, weighted by time: mean, p50, p90, p99, max (a count).
-    concurrency: dict[str, float] | None = None
+    concurrency: Concurrency | None = None  # None: no request both left and ended
     # Requests that got fewer output tokens than they asked for (the server stopped at an EOS).
     output_tokens_short: int = 0
     goodput: float | None = None  # requests per second meeting every SLO (when SLOs were given)
     goodput_ratio: float | None = None  # share of the requests sent that met every SLO
-    slo_results: list[dict[str, Any]] = field(default_factory=list)
+    slo_results: list[SloResult] = field(default_factory=list)
     client_bound: bool = False  # the client itself could not keep the schedule
     http_statuses: dict[str, int] = field(default_factory=dict)
     first_error: str | None = None
     interrupted: bool = False
     warnings: list[str] = field(default_factory=list)
     send_window_seconds: float = 0.0  # from the first intended send to the end of sending
-    rates_per_second: dict[str, float] = field(default_factory=dict)  # by status, over the run window
+    rates_per_second: RequestRates = field(default_factory=RequestRates)  # by status, over the run window
     error_ratio: float = 0.0  # (errors + timeouts + rejected) / requests, leaving out those cut by a stop
     max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO  # the gate on error_ratio when no error_rate SLO is given
     failures: list[str] = field(default_factory=list)  # one sentence per gate the run failed
 
     @property
     def slo_met(self) -> bool | None:
-        return None if not self.slo_results else all(r["met"] for r in self.slo_results)
+        return None if not self.slo_results else all(r.met for r in self.slo_results)
 
     @property
     def passed(self) -> bool:
@@ -174,7 +267,7 @@ class LoadSummary:
         return not self.failures
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(self)  # the typed parts (counts, rates, verdicts) as their own to_dict()s
         d["slo_met"] = self.slo_met
         d["passed"] = self.passed
         return d

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 from gpulens.bench.serve.client import RequestRecord
 from gpulens.bench.serve.runner import CANCELLED_ERROR, DIST_NAMES, LoadSpec, WorkerResult
-from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO, STATUSES, Distribution, LoadSummary
+from gpulens.bench.serve.stats import (
+    DEFAULT_MAX_ERROR_RATIO,
+    Concurrency,
+    Distribution,
+    LoadSummary,
+    RequestCounts,
+    RequestRates,
+    SloResult,
+)
 from gpulens.vocab.slo import Slo
 
 # Sends later than this against the schedule mean the client, not the server, set the pace.
@@ -92,10 +100,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
         wall = max(wall, r.wall_seconds)
         interrupted |= r.interrupted
     records.sort(key=lambda x: (x.intended, x.index))
-    counts = Counter(rec.status for rec in records)
-    requests = {s: counts.get(s, 0) for s in STATUSES}
-    requests["total"] = len(records)
-    requests["not_sent"] = not_sent
+    requests = RequestCounts.of((rec.status for rec in records), not_sent=not_sent)
     http = Counter(str(rec.http_status) for rec in records if rec.http_status is not None)
     first_error = next((rec.error for rec in records if rec.status != "ok" and rec.error), None)
 
@@ -107,14 +112,14 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
     # Requests the user's stop cut off are neither the server's successes nor its failures.
     cancelled = sum(1 for rec in records if rec.error == CANCELLED_ERROR)
     judged = len(records) - cancelled
-    failed = requests["error"] + requests["timeout"] + requests["rejected"] - cancelled
+    failed = requests.failed - cancelled
 
     summary = LoadSummary(
         mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency,
         arrival=("replay" if spec.arrivals is not None else spec.arrival) if spec.mode == "open" else "closed",
         duration_seconds=span if records else 0.0,
         requests=requests,
-        achieved_rate=requests["ok"] / span if records else 0.0,
+        achieved_rate=requests.ok / span if records else 0.0,
         sent_rate=len(records) / send_window if records else 0.0,
         latency=dists["latency"].summary(),
         latency_uncorrected=dists["latency_uncorrected"].summary(),
@@ -128,7 +133,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
         concurrency=concurrency_distribution(records), output_tokens_short=short,
         http_statuses=dict(http), first_error=first_error, interrupted=interrupted,
         send_window_seconds=send_window if records else 0.0,
-        rates_per_second={s: (requests[s] / span if records else 0.0) for s in STATUSES},
+        rates_per_second=RequestRates.of(requests, span if records else 0.0),
         error_ratio=failed / judged if judged else 0.0,
         max_error_ratio=max_error_ratio,
     )
@@ -137,7 +142,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
     return LoadResult(summary, records, wall_start_unix)
 
 
-def concurrency_distribution(records: list[RequestRecord]) -> dict[str, float] | None:
+def concurrency_distribution(records: list[RequestRecord]) -> Concurrency | None:
     """Requests in flight (sent, not yet ended), weighted by how long each count lasted, from the
     first send to the last end: mean, p50, p90, p99 and max. Computed after the run, from the records."""
     edges: list[tuple[float, int]] = []
@@ -157,7 +162,7 @@ def concurrency_distribution(records: list[RequestRecord]) -> dict[str, float] |
         level += step
     total = sum(held.values())
     if total <= 0:
-        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": float(max(1, level))}
+        return Concurrency(mean=0.0, p50=0.0, p90=0.0, p99=0.0, max=float(max(1, level)))
     out = {"mean": sum(k * v for k, v in held.items()) / total, "max": float(max(held))}
     acc, levels = 0.0, sorted(held)
     marks = iter((("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))
@@ -169,7 +174,7 @@ def concurrency_distribution(records: list[RequestRecord]) -> dict[str, float] |
             name, q = next(marks, (None, 0.0))
         if name is None:
             break
-    return {k: out[k] for k in ("mean", "p50", "p90", "p99", "max")}
+    return Concurrency(mean=out["mean"], p50=out["p50"], p90=out["p90"], p99=out["p99"], max=out["max"])
 
 
 def _pct(ratio: float) -> str:
@@ -189,32 +194,27 @@ def _verdicts(summary: LoadSummary, records: list[RequestRecord], slos: list[Slo
         else:
             dist = getattr(summary, s.metric)
             value = None if dist is None else dist.get(s.stat or "p99")
-        summary.slo_results.append({"slo": s.text, "metric": s.metric, "stat": s.stat, "bound": s.bound,
-                                    "value": value, "met": s.holds(value), "gating": not per_request})
+        summary.slo_results.append(SloResult(s.text, s.metric, s.stat, s.bound, value, s.holds(value), gating=not per_request))
     explicit = any(s.metric == "error_rate" for s in slos)
     if slos and not explicit:
-        summary.slo_results.append({"slo": f"error_rate<={_pct(bound)} (implied)", "metric": "error_rate",
-                                    "stat": None, "bound": bound, "value": error_ratio, "met": error_ratio <= bound,
-                                    "gating": not per_request})
+        summary.slo_results.append(SloResult(f"error_rate<={_pct(bound)} (implied)", "error_rate", None, bound,
+                                             error_ratio, error_ratio <= bound, gating=not per_request))
     if slos:
         good = sum(1 for rec in records if request_meets(rec, slos))
         summary.goodput = good / summary.duration_seconds if summary.duration_seconds > 0 else 0.0
         judged = sum(1 for rec in records if rec.error != CANCELLED_ERROR)
         summary.goodput_ratio = good / judged if judged else 0.0
         if per_request:
-            summary.slo_results.append({"slo": f"goodput>={_pct(min_goodput_ratio)}", "metric": "goodput_ratio",
-                                        "stat": None, "bound": min_goodput_ratio, "value": summary.goodput_ratio,
-                                        "met": summary.goodput_ratio >= min_goodput_ratio, "gating": True})
+            summary.slo_results.append(SloResult(f"goodput>={_pct(min_goodput_ratio)}", "goodput_ratio", None,
+                                                 min_goodput_ratio, summary.goodput_ratio,
+                                                 summary.goodput_ratio >= min_goodput_ratio, gating=True))
     for r in summary.slo_results:
-        if not r["met"] and r["gating"]:
-            v = r["value"]
-            ratio = r["metric"] in ("error_rate", "goodput_ratio")
-            shown = "nothing measured" if v is None else (f"{v:.2%}" if ratio else f"{v * 1e3:.1f} ms")
-            summary.failures.append(f"SLO {r['slo']} missed ({shown})")
+        if not r.met and r.gating:
+            summary.failures.append(f"SLO {r.slo} missed ({r.shown('nothing measured')})")
     if not explicit and not slos and error_ratio > bound:
         q = summary.requests
-        summary.failures.append(f"{error_ratio:.2%} of requests failed ({q['error']} errors, {q['timeout']} timeouts, "
-                                f"{q['rejected']} rejected of {q['total']}), above the {_pct(bound)} allowed "
+        summary.failures.append(f"{error_ratio:.2%} of requests failed ({q.error} errors, {q.timeout} timeouts, "
+                                f"{q.rejected} rejected of {q.total}), above the {_pct(bound)} allowed "
                                 f"(--max-error-ratio {bound:g})")
 
 
@@ -230,16 +230,15 @@ def _warnings(summary: LoadSummary, spec: LoadSpec, cpu: float, wall: float) -> 
     elif busy >= CLIENT_CPU_BUSY_RATIO:
         summary.client_bound = True
         w.append(f"The client used {busy:.0%} of its CPU: it may have limited the load. Add --workers.")
-    total = summary.requests["total"]
-    ok = summary.requests["ok"]
+    total, ok = summary.requests.total, summary.requests.ok
     if total and ok == 0:
         why = summary.first_error or "no response"
         w.append(f"Every request failed ({why}).")
     elif total and ok < total:
         failed = total - ok
         w.append(f"{failed} of {total} requests did not succeed (first: {summary.first_error or 'unknown'}).")
-    if summary.requests["timeout"]:
-        w.append(f"{summary.requests['timeout']} requests timed out after {spec.timeout_seconds:g} s; they are in the "
+    if summary.requests.timeout:
+        w.append(f"{summary.requests.timeout} requests timed out after {spec.timeout_seconds:g} s; they are in the "
                  "latency percentiles at that lower bound.")
     if summary.interrupted:
         w.append("The run was interrupted; these are the partial results.")
