@@ -29,7 +29,7 @@ from gpulens.workload.inference.scrape import EngineScraper, Samples
 
 SERIES_PREFIX = "infer_"
 NOT_READINGS = frozenset({"kind", "t", "service", "engine", "model", "pid", "host"})
-_SCRAPERS = "engine_stats_scrapers"  # ctx.facts key: one scraper per (store, service, engine, model)
+_SCRAPERS = "engine_reading_scrapers"  # ctx.facts key: one scraper per (store, service, engine, model)
 
 # gpulens's own series, each its own source: a record that already speaks gpulens's names
 RECORDED = EngineMap(
