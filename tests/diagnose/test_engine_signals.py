@@ -37,9 +37,9 @@ def _scrape(store: Store, text: str, t: float) -> None:
     EngineScraper("", store, service=SERVICE, host=HOST, clock=lambda: t).scrape_once(text)
 
 
-def _gpu_memory(store: Store, used_ratio, seconds: int = 120) -> None:
+def _gpu_memory(store: Store, used_ratio, seconds: int = 120, gpu: str = "0") -> None:
     """One GPU's memory each second; `used_ratio(i)` is the share of the card in use at second i."""
-    labels = {"host": HOST, "gpu": "0"}
+    labels = {"host": HOST, "gpu": gpu}
     for i in range(seconds):
         store.write(G.GPU_MEMORY_USED_BYTES, labels, T0 + i, used_ratio(i) * CARD_BYTES)
         store.write(G.GPU_MEMORY_TOTAL_BYTES, labels, T0 + i, CARD_BYTES)
@@ -196,3 +196,26 @@ def test_flat_device_memory_with_failing_requests_is_still_a_finding(store):
         store.event(N.EV_REQUEST, t, {"service": SERVICE, "model": "m", "host": HOST},
                     {"arrival": t - 0.1, "start": t - 0.1, "end": t, "status": "error"})
     assert len(_headroom(store)) == 1
+
+
+def test_flatness_is_judged_per_gpu(store):
+    """An engine holding 92 % of GPU 0 beside a GPU 1 whose memory moves is still a flat reservation;
+    growth on the full GPU itself is not."""
+    _gpu_memory(store, lambda i: 0.92)
+    _gpu_memory(store, lambda i: 0.1 + 0.2 * (i % 10) / 10, gpu="1")
+    _requests(store)
+    assert _headroom(store) == []
+    _gpu_memory(store, lambda i: min(0.96, 0.5 + 0.46 * i / 90), gpu="2")
+    [f] = _headroom(store)
+    assert f.evidence["used_ratio"] == pytest.approx(0.96, abs=0.005)
+
+
+def test_a_window_the_engine_did_not_report_on_falls_back_to_device_memory(store):
+    """Engine readings decide only where they are: a later window without them is judged on device memory."""
+    labels = {"service": SERVICE, "model": "m", "host": HOST, "source": "vllm"}
+    for k in range(5):
+        store.write(N.INFER_KV_CACHE_USAGE_RATIO, labels, T0 - 300 + 5 * k, 0.2)
+    _gpu_memory(store, lambda i: min(0.96, 0.5 + 0.46 * i / 90))
+    _requests(store)
+    [f] = _headroom(store)
+    assert "GPU memory reached 96%" in f.summary

@@ -35,6 +35,10 @@ class EngineView:
     waiting: Points = field(default_factory=list)
     preemptions: Points = field(default_factory=list)  # the cumulative counter
 
+    def covers(self, start: float, end: float) -> bool:
+        """Whether the engine reported its cache or preemptions within [start, end] (give or take JOIN_SECONDS)."""
+        return any(start - JOIN_SECONDS <= t <= end + JOIN_SECONDS for t, _ in (*self.kv, *self.preemptions))
+
 
 @dataclass(frozen=True)
 class Saturation:

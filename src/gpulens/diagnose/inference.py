@@ -387,15 +387,14 @@ def memory_headroom(reader: AnalysisReader, scope: DiagnoseScope) -> list[Findin
     readings, device memory near the card's size is one, unless it was flat from the service's
     start (a pre-allocation) and latency stayed healthy (no queueing, errors or timeouts)."""
     out = []
-    engine_services: set[str] = set()
-    for view in engine_views(reader, scope.service, scope.start, scope.end):
-        engine_services.add(view.labels.get("service", ""))
+    views = engine_views(reader, scope.service, scope.start, scope.end)
+    for view in views:
         w = Window(view.labels.get("service", ""), dict(view.labels))
         for sat in saturations(view):
             out.append(_engine_finding(w, sat))
     for w in windows(reader, scope):
-        if w.service in engine_services:
-            continue
+        if any(v.labels.get("service", "") == w.service and v.covers(w.start, w.end) for v in views):
+            continue  # the engine reported on itself over this window: its readings decided above
         finding = _device_memory_finding(reader, w)
         if finding is not None:
             out.append(finding)
@@ -425,17 +424,24 @@ PREALLOCATED_SPREAD_RATIO = 0.02  # device memory within this share of the card 
 
 
 def _device_memory_finding(reader: AnalysisReader, w: Window) -> Finding | None:
-    used = _gpu_values(reader, G.GPU_MEMORY_USED_BYTES, w.start, w.end, w.labels.get("host"))
-    total = _gpu_values(reader, G.GPU_MEMORY_TOTAL_BYTES, w.start, w.end, w.labels.get("host"))
-    if not used or not total:
+    """GPU memory near the card's size on any GPU of the service's host, unless every such GPU held
+    it flat over the window (reserved before the first request) and latency stayed healthy."""
+    host = w.labels.get("host")
+    sel = {"host": host} if host else None
+    used = reader.series_windows(G.GPU_MEMORY_USED_BYTES, sel, start=w.start, end=w.end)
+    total = reader.series_windows(G.GPU_MEMORY_TOTAL_BYTES, sel, start=w.start, end=w.end)
+    if not used and host:
+        used = reader.series_windows(G.GPU_MEMORY_USED_BYTES, None, start=w.start, end=w.end)
+        total = reader.series_windows(G.GPU_MEMORY_TOTAL_BYTES, None, start=w.start, end=w.end)
+    caps = {s.labels.get("gpu"): max(s.value) for s in total if s.value}
+    full: list[tuple[float, float, bool]] = []  # (peak, card, flat) of each GPU at or above the ratio
+    for s in used:
+        cap = caps.get(s.labels.get("gpu")) or max(caps.values(), default=0.0)
+        if s.value and cap > 0 and max(s.value) / cap >= MEMORY_HEADROOM_RATIO:
+            full.append((max(s.value), cap, (max(s.value) - min(s.value)) / cap <= PREALLOCATED_SPREAD_RATIO))
+    if not full or (all(flat for _, _, flat in full) and _latency_healthy(reader, w)):
         return None
-    cap = max(v for _, v in total)
-    peak = max(v for _, v in used)
-    if cap <= 0 or peak / cap < MEMORY_HEADROOM_RATIO:
-        return None
-    flat = (peak - min(v for _, v in used)) / cap <= PREALLOCATED_SPREAD_RATIO
-    if flat and _latency_healthy(reader, w):
-        return None
+    peak, cap, _flat = max(full, key=lambda g: g[0] / g[1])
     return _finding(
         "memory_headroom", w, w.start, w.end, "warning",
         f"GPU memory reached {peak / cap:.0%} of the card while serving: little headroom for longer "
