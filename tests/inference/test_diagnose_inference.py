@@ -92,8 +92,9 @@ def test_errors_timeouts_slo_and_memory(store):
     for i in range(100):
         status = "error" if i % 10 == 0 else ("timeout" if i % 25 == 1 else "ok")
         _req(store, 1000 + i * 0.5, latency=0.2 if status != "timeout" else 5.0, status=status)
-    for i in range(20):
+    for i in range(20):  # the cache fills while requests wait for it (the monitor's set_memory / set_queue_depth)
         store.write(N.INFER_KV_CACHE_USAGE_RATIO, {"service": "svc", "model": "m", "host": "h"}, 1000 + i, 0.5 + i * 0.025)
+        store.write(N.INFER_QUEUE_DEPTH, {"service": "svc", "model": "m", "host": "h"}, 1000 + i, float(i // 10))
     set_slos(store, ["p99_latency<=1s", "error_rate<=5%"])
     store.flush()
     kinds = {f.kind: f for f in diagnose(store, DiagnoseScope(service="svc"))}

@@ -16,7 +16,6 @@ from truth import scorer
 
 # What today's diagnose lacks, per case (issue 23's items). A case that is not here must pass.
 MISSING = {
-    "engine_preallocates": "memory_headroom reads device memory, not the engine's own KV-cache usage",
     "events_with_host": "events carrying a host do not join GPU samples stored as host 'replay'; the recording's host is not used",
     "faults_one_of_eight": "waiting ranks get comm_bound and the slow rank a rollback beside the GPU cause; one event, two findings",
     "job_scope_excludes_service": "--job J still lists the inference findings",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.diagnose.engine_signals import Saturation, engine_views, saturations
 from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
 from gpulens.store import Store
@@ -379,33 +380,81 @@ def slo_violation(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]
 
 @register_analyzer("inference_memory_headroom")
 def memory_headroom(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]:
+    """Memory as the limit of a service. Where the engine reports on itself (KV-cache use, waiting
+    requests, preemptions) its own readings decide, never device memory: an engine pre-allocates by
+    design (vLLM's `gpu_memory_utilization` reserves 90 % of the card at start for its KV cache), so
+    a nearly full card with a comfortable cache and no preemption is no finding. Without engine
+    readings, device memory near the card's size is one, unless it was flat from the service's
+    start (a pre-allocation) and latency stayed healthy (no queueing, errors or timeouts)."""
     out = []
-    sel = {"service": scope.service} if scope.service else None
-    for s in reader.series_windows(N.INFER_KV_CACHE_USAGE_RATIO, sel, start=scope.start, end=scope.end):
-        high = [(t, v) for t, v in zip(s.t, s.value, strict=True) if v >= MEMORY_HEADROOM_RATIO]
-        if high:
-            w = Window(s.labels.get("service", ""), dict(s.labels))
-            out.append(_finding(
-                "memory_headroom", w, high[0][0], high[-1][0], "warning",
-                f"The KV cache was {max(v for _, v in high):.0%} full: new requests wait for cache space or "
-                "preempt others, and a longer context or larger batch will not fit.",
-                {"kv_cache_usage_max_ratio": Q.ratio(max(v for _, v in high)), "samples_above_threshold": len(high)},
-                ADVICE_MEMORY))
+    views = engine_views(reader, scope.service, scope.start, scope.end)
+    for view in views:
+        w = Window(view.labels.get("service", ""), dict(view.labels))
+        for sat in saturations(view):
+            out.append(_engine_finding(w, sat))
     for w in windows(reader, scope):
-        used = _gpu_values(reader, G.GPU_MEMORY_USED_BYTES, w.start, w.end, w.labels.get("host"))
-        total = _gpu_values(reader, G.GPU_MEMORY_TOTAL_BYTES, w.start, w.end, w.labels.get("host"))
-        if not used or not total:
-            continue
-        cap = max(v for _, v in total)
-        peak = max(v for _, v in used)
-        if cap > 0 and peak / cap >= MEMORY_HEADROOM_RATIO:
-            out.append(_finding(
-                "memory_headroom", w, w.start, w.end, "warning",
-                f"GPU memory reached {peak / cap:.0%} of the card while serving: little headroom for longer "
-                "contexts or larger batches.",
-                {"gpu_memory_used_max_bytes": Q.bytes_(peak), G.GPU_MEMORY_TOTAL_BYTES: Q.bytes_(cap), "used_ratio": Q.ratio(peak / cap)},
-                ADVICE_MEMORY))
+        if any(v.labels.get("service", "") == w.service and v.covers(w.start, w.end) for v in views):
+            continue  # the engine reported on itself over this window: its readings decided above
+        finding = _device_memory_finding(reader, w)
+        if finding is not None:
+            out.append(finding)
     return out
+
+
+def _engine_finding(w: Window, sat: Saturation) -> Finding:
+    parts = []
+    if sat.kv_usage_max_ratio is not None:
+        parts.append(f"the engine's KV cache was {sat.kv_usage_max_ratio:.0%} full")
+    if sat.waiting_max:
+        parts.append(f"up to {sat.waiting_max:.0f} requests waited")
+    if sat.preemptions:
+        parts.append(f"{sat.preemptions:.0f} running requests were preempted")
+    evidence: dict = {"waiting_requests_max": int(sat.waiting_max), "preemptions": int(sat.preemptions),
+                      "readings_saturated": sat.readings}
+    if sat.kv_usage_max_ratio is not None:
+        evidence["kv_cache_usage_max_ratio"] = Q.ratio(sat.kv_usage_max_ratio)
+    summary = (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
+    return _finding(
+        "memory_headroom", w, sat.start, sat.end, "warning",
+        summary[0].upper() + summary[1:] + ": requests wait for cache space or are recomputed, so latency "
+        "grows with load; a longer context or a larger batch will not fit.", evidence, ADVICE_MEMORY)
+
+
+PREALLOCATED_SPREAD_RATIO = 0.02  # device memory within this share of the card over a window: reserved, not growing
+
+
+def _device_memory_finding(reader: AnalysisReader, w: Window) -> Finding | None:
+    """GPU memory near the card's size on any GPU of the service's host, unless every such GPU held
+    it flat over the window (reserved before the first request) and latency stayed healthy."""
+    host = w.labels.get("host")
+    sel = {"host": host} if host else None
+    used = reader.series_windows(G.GPU_MEMORY_USED_BYTES, sel, start=w.start, end=w.end)
+    total = reader.series_windows(G.GPU_MEMORY_TOTAL_BYTES, sel, start=w.start, end=w.end)
+    if not used and host:
+        used = reader.series_windows(G.GPU_MEMORY_USED_BYTES, None, start=w.start, end=w.end)
+        total = reader.series_windows(G.GPU_MEMORY_TOTAL_BYTES, None, start=w.start, end=w.end)
+    caps = {s.labels.get("gpu"): max(s.value) for s in total if s.value}
+    full: list[tuple[float, float, bool]] = []  # (peak, card, flat) of each GPU at or above the ratio
+    for s in used:
+        cap = caps.get(s.labels.get("gpu")) or max(caps.values(), default=0.0)
+        if s.value and cap > 0 and max(s.value) / cap >= MEMORY_HEADROOM_RATIO:
+            full.append((max(s.value), cap, (max(s.value) - min(s.value)) / cap <= PREALLOCATED_SPREAD_RATIO))
+    if not full or (all(flat for _, _, flat in full) and _latency_healthy(reader, w)):
+        return None
+    peak, cap, _flat = max(full, key=lambda g: g[0] / g[1])
+    return _finding(
+        "memory_headroom", w, w.start, w.end, "warning",
+        f"GPU memory reached {peak / cap:.0%} of the card while serving: little headroom for longer "
+        "contexts or larger batches.",
+        {"gpu_memory_used_max_bytes": Q.bytes_(peak), G.GPU_MEMORY_TOTAL_BYTES: Q.bytes_(cap), "used_ratio": Q.ratio(peak / cap)},
+        ADVICE_MEMORY)
+
+
+def _latency_healthy(reader: AnalysisReader, w: Window) -> bool:
+    """Nothing that memory running out shows as: no queueing run, errors below ERROR_RATIO_WARN, no timeout."""
+    st = window_stats(reader, w)
+    failed = st.statuses.get("error", 0) + st.statuses.get("rejected", 0)
+    return not _queued_runs(w) and failed / st.n < ERROR_RATIO_WARN and not st.statuses.get("timeout", 0)
 
 
 @register_analyzer("inference_cold_start")

@@ -67,6 +67,7 @@ INFER_COLD_START_SECONDS = "infer_cold_start_seconds"  # one sample per model lo
 EV_REQUEST = "request"  # data: arrival/intended, start, first_token, end, status, tokens, pid
 EV_COLD_START = "cold_start"
 EV_INFER_START = "infer_start"  # data: pid, service, model
+EV_ENGINE_STATS = "engine_stats"  # a recorded engine reading: t, service, engine, model, its own gauges and counters
 
 # ---- distributions: per-event series exported to Prometheus as histograms (`_bucket`, `_sum`,
 # `_count`), so `histogram_quantile` gives a right percentile over any window and any aggregation.

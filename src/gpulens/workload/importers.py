@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 BUILTIN_IMPORTER_MODULES = (
     "gpulens.workload.training.importer",
     "gpulens.workload.inference.importer",
+    "gpulens.workload.inference.engine_readings",
     "gpulens.workload.colocation_importer",
 )
 

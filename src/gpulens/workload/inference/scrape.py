@@ -97,15 +97,23 @@ class EngineScraper:
         samples = parse_exposition(self.fetch() if text is None else text)
         engine = self.engine or detect_engine(samples)
         self.engine = engine
+        return self.write_samples(samples, t, engine)
+
+    def write_samples(self, samples: Samples, t: float, engine: EngineMap, *, source: str | None = None,
+                      flush: bool = True) -> ScrapeResult:
+        """Write one reading's samples through `engine`'s mapping, as of `t`. The one write path
+        for engine series: a live scrape and a recording's `engine_stats` records both come here.
+        `source` labels the series (the engine's name by default)."""
         written = 0
         models: set[str] = set()
+        label_source = source or engine.name
 
         def w(name: str, model: str, value: float | None, **extra: str) -> None:
             nonlocal written
             if value is None or value != value:
                 return
             models.add(model)
-            self.store.write(name, {**self.base, "model": model, "source": engine.name, **extra}, t, value)
+            self.store.write(name, {**self.base, "model": model, "source": label_source, **extra}, t, value)
             written += 1
 
         for g in engine.gauges:
@@ -153,8 +161,9 @@ class EngineScraper:
                         w(r.dest, model, dn / dd * r.scale, quantile="mean")
                     else:
                         w(r.dest, model, dn / dd * r.scale)
-        self.store.flush()
-        return ScrapeResult(t, engine.name, written, sorted(models))
+        if flush:
+            self.store.flush()
+        return ScrapeResult(t, label_source, written, sorted(models))
 
     def _outcomes(self, samples: Samples, engine: EngineMap) -> dict[str, dict[str, float]]:
         """{model: {status: cumulative requests}} from the engine's request counters."""
