@@ -24,7 +24,7 @@ from gpulens.vocab.names import TRAIN_JOB_LABEL
 SLACK_SECONDS = 10.0
 
 Place = Literal["on_gpu", "other_ranks"]
-When = Literal["overlap", "after"]
+When = Literal["overlap", "during", "after"]
 
 GPU_FAULTS = ("gpu_xid", "gpu_ecc_uncorrectable", "gpu_row_remap_failure", "gpu_lost", "gpu_silent")
 GPU_CONDITIONS = ("gpu_clock_cut", "gpu_temperature_high", "throttled")
@@ -40,7 +40,7 @@ class Rule:
     causes: tuple[str, ...]
     symptoms: tuple[str, ...]
     place: Place  # on_gpu: a shared workload or the same host+GPU; other_ranks: the same job, another rank
-    when: When  # overlap: the spans overlap; after: the symptom lasts past the cause's start
+    when: When  # overlap: the spans overlap (with slack); during: they truly overlap (no slack); after: the symptom lasts past the cause's start
     verb: str  # how the text reads: "{symptom} {verb} {cause}"
     holds: str = ""  # an extra condition on the pair, by name in CONDITIONS
 
@@ -74,12 +74,13 @@ RULES: tuple[Rule, ...] = (
     Rule("hot_gpu_throttles", ("gpu_temperature_high",), ("throttled",), "on_gpu", "overlap", "is the same slowdown as"),
     Rule("colocation_interferes", ("colocation",), (*SLOWER_STEPS, *HIGHER_LATENCY, *MEMORY_SYMPTOMS, "underutilized"),
          "on_gpu", "overlap", "because of"),
+    Rule("slow_rank_is_the_regression", ("straggler",), ("step_time_regression",), "on_gpu", "overlap", "because of"),
     Rule("slow_gpu_slows_work", GPU_CONDITIONS, (*SLOWER_STEPS, *HIGHER_LATENCY), "on_gpu", "overlap", "because of"),
-    Rule("slow_gpu_makes_ranks_wait", GPU_CONDITIONS, ("comm_bound",), "other_ranks", "overlap", "waiting for"),
     Rule("slow_rank_makes_ranks_wait", ("straggler", "input_bound", "checkpoint_stall", "step_time_regression"),
          ("comm_bound",), "other_ranks", "overlap", "waiting for"),
-    Rule("slow_rank_is_the_regression", ("straggler",), ("step_time_regression",), "on_gpu", "overlap", "because of"),
-    Rule("stall_idles_the_gpu", ("input_bound", "checkpoint_stall"), ("underutilized",), "on_gpu", "overlap", "because of"),
+    Rule("slow_gpu_makes_ranks_wait", GPU_CONDITIONS, ("comm_bound",), "other_ranks", "overlap", "waiting for"),
+    # A stall idles the GPU only while it lasts: the steps right after a checkpoint are not its doing.
+    Rule("stall_idles_the_gpu", ("input_bound", "checkpoint_stall"), ("underutilized",), "on_gpu", "during", "because of"),
     Rule("bottleneck_misses_the_slo", ("queueing", "latency_bound_low_utilization", "memory_headroom", "cold_start",
                                        "error_rate", "timeouts"), ("slo_violation",), "on_gpu", "overlap", "because of"),
 )
@@ -123,6 +124,8 @@ def same_place(cause: Finding, symptom: Finding, place: Place) -> bool:
 def same_time(cause: Finding, symptom: Finding, when: When, slack: float = SLACK_SECONDS) -> bool:
     if when == "after":
         return symptom.end >= cause.start - slack
+    if when == "during":
+        return min(cause.end, symptom.end) - max(cause.start, symptom.start) > 0
     return cause.start - slack <= symptom.end and symptom.start <= cause.end + slack
 
 

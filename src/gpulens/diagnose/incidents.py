@@ -82,12 +82,13 @@ class Incident:
 
 # ------------------------------------------------------------------ grouping
 def _explainer(findings: list[Finding], i: int) -> tuple[int, Rule] | None:
-    """The finding that explains findings[i]: from the first rule that has one, the most severe, oldest."""
+    """The finding that explains findings[i]: from the first rule that has one, the one diagnose()
+    lists first (GPU faults, then GPU conditions, then workloads: the deepest cause)."""
     f = findings[i]
     for rule in RULES:
         cands = [j for j, c in enumerate(findings) if j != i and explains(rule, c, f)]
         if cands:
-            return min(cands, key=lambda j: (-SEVERITY_RANK.get(findings[j].severity, 0), findings[j].start, j)), rule
+            return cands[0], rule
     return None
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from gpulens.diagnose.base import Finding
 from gpulens.diagnose.evidence import format_value
-from gpulens.diagnose.incidents import Incident, symptom_sentence
+from gpulens.diagnose.incidents import Incident
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -68,11 +68,11 @@ def render_incidents(console: Console, incidents: list[Incident], store: Path | 
     for inc in incidents:
         _head(console, inc.id, inc.cause, inc.severity)
         console.print(f"   [dim]{_span(inc.start, inc.end)}[/]")
-        _body(console, inc.summary, inc.cause.evidence, inc.advice)
+        _body(console, inc.cause.summary, inc.cause.evidence, inc.advice)
         if inc.symptoms:
-            console.print(f"   [bold]Symptoms it explains[/] [dim]({len(inc.symptoms)}, no advice of their own)[/]")
-            for s in inc.symptoms:
-                console.print(f"     - {escape(symptom_sentence(s))}", highlight=False)
+            console.print(f"   [bold]Symptoms it explains[/] [dim]({len(inc.symptoms)} finding(s), no advice of their own)[/]")
+            for line in inc.explanation:
+                console.print(f"     - {escape(line)}", highlight=False)
         console.print()
 
 
