@@ -194,18 +194,20 @@ def measure(f: Finding) -> str:
 
 
 def describe(f: Finding) -> str:
-    """A finding as the thing that explains another, e.g. `GPU 2 on replay, its clocks cut to 1,100 MHz (hw thermal)`."""
+    """A finding as the thing that explains another, e.g. `GPU 2 on replay, whose clocks were cut to 1,100 MHz (hw thermal)`."""
     where = who([f])
     reason = str(f.evidence.get("reason", "")).replace("_", " ")
+    why = f" ({reason})" if reason else ""
+    clock, temp, slow = _ev(f, "sm_clock_during_hz"), _ev(f, "temperature_max_celsius"), _ev(f, "slow_vs_others")
     if f.kind == "gpu_clock_cut":
-        return f"{where}, whose clocks were cut to {_ev(f, 'sm_clock_during_hz')} ({reason})"
+        return f"{where}, whose clocks were cut" + (f" to {clock}" if clock else "") + why
     if f.kind == "gpu_temperature_high":
-        return f"{where}, at {_ev(f, 'temperature_max_celsius')}"
+        return f"{where}, running hot" + (f" at {temp}" if temp else "")
     if f.kind == "throttled":
-        return f"the GPU of {where} lowering its clocks ({reason})"
+        return f"the GPU of {where} lowering its clocks{why}"
     if f.kind == "straggler":
-        return f"{where}, the straggler ({_ev(f, 'slow_vs_others')} the others' work a step)"
-    if f.kind == "gpu_xid":
+        return f"{where}, the straggler" + (f" ({slow} the others' work a step)" if slow else "")
+    if f.kind == "gpu_xid" and _ev(f, "xid"):
         return f"XID {_ev(f, 'xid')} on {where}"
     return f"{f.kind.replace('_', ' ')} on {where}"
 
