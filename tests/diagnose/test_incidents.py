@@ -140,3 +140,24 @@ def test_for_job_keeps_that_jobs_incidents_and_the_gpu_incidents_that_hit_it() -
     incs = for_job(group([xid, errors, mine, theirs, serving]), "j")
     assert [i.kind for i in incs] == ["gpu_xid", "input_bound"]
     assert incs[0].symptoms == [] and incs[1].cause is mine
+
+
+def test_the_impact_line_compares_latency_of_successful_requests_only() -> None:
+    """After an XID, requests that fail in 5 ms must not read as a p99 drop: failures are counted apart."""
+    from gpulens.diagnose.gpu_workloads import Occupant, serving_impact
+    from gpulens.reader.answers import EventRow
+
+    def req(t: float, latency: float, status: str = "ok") -> EventRow:
+        return EventRow(t, "request", {"service": "s"}, {"arrival": t, "end": t + latency, "status": status})
+
+    rows = [req(float(t), 1.0 + 0.01 * (t % 7)) for t in range(0, 60)]
+    rows += [req(61 + i * 0.02, 0.005, "error") for i in range(1000)] + [req(float(t), 1.0 + 0.01 * (t % 7)) for t in range(61, 90, 4)]
+
+    class Reader:
+        def event_rows(self, kind, start=None, end=None, match=None):
+            return [e for e in rows if (start is None or e.t >= start) and (end is None or e.t <= end)]
+
+    imp = serving_impact(Reader(), Occupant("serving", {"service": "s"}), 60.5, 60.5, "XID 79", True)  # type: ignore[arg-type]
+    assert imp.failed_requests_after_start == 1000
+    assert imp.p99_latency_change_ratio is not None and abs(imp.p99_latency_change_ratio) < 0.10
+    assert "1000 failed" in imp.sentence and "p99 -" not in imp.sentence
