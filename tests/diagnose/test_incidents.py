@@ -11,10 +11,11 @@ from gpulens.diagnose.base import Finding
 from gpulens.diagnose.evidence import bytes_, ratio, seconds
 from gpulens.diagnose.explain import RULES, SLACK_SECONDS, Voice, opposite_pairs
 from gpulens.diagnose.incidents import for_job, group, voices
+from gpulens.vocab.names import EV_COLD_START
 
 GPU_KINDS = {"gpu_xid", "gpu_ecc_uncorrectable", "gpu_row_remap_failure", "gpu_lost", "gpu_silent", "gpu_clock_cut",
              "gpu_temperature_high", "gpu_memory_full", "other_process_memory", "colocation"}
-INFERENCE_KINDS = {"slo_violation", "latency_bound_low_utilization", "queueing", "memory_headroom", "cold_start",
+INFERENCE_KINDS = {"slo_violation", "latency_bound_low_utilization", "queueing", "memory_headroom", EV_COLD_START,
                    "error_rate", "timeouts", "service_silent"}
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpulens.diagnose.base import Finding
-from gpulens.vocab.names import TRAIN_JOB_LABEL
+from gpulens.vocab.names import EV_COLD_START, TRAIN_JOB_LABEL
 
 # Spans are sampled (steps, agent samples every few seconds, request windows): two findings of one
 # event may start or end this far apart and still overlap.
@@ -81,7 +81,7 @@ RULES: tuple[Rule, ...] = (
     Rule("slow_gpu_makes_ranks_wait", GPU_CONDITIONS, ("comm_bound",), "other_ranks", "overlap", "waiting for"),
     # A stall idles the GPU only while it lasts: the steps right after a checkpoint are not its doing.
     Rule("stall_idles_the_gpu", ("input_bound", "checkpoint_stall"), ("underutilized",), "on_gpu", "during", "because of"),
-    Rule("bottleneck_misses_the_slo", ("queueing", "latency_bound_low_utilization", "memory_headroom", "cold_start",
+    Rule("bottleneck_misses_the_slo", ("queueing", "latency_bound_low_utilization", "memory_headroom", EV_COLD_START,
                                        "error_rate", "timeouts"), ("slo_violation",), "on_gpu", "overlap", "because of"),
 )
 
