@@ -17,14 +17,8 @@ from truth import scorer
 # What today's diagnose lacks, per case (issue 23's items). A case that is not here must pass.
 MISSING = {
     "events_with_host": "events carrying a host do not join GPU samples stored as host 'replay'; the recording's host is not used",
-    "faults_one_of_eight": "waiting ranks get comm_bound and the slow rank a rollback beside the GPU cause; one event, two findings",
-    "job_scope_excludes_service": "--job J still lists the inference findings",
-    "power_brake_serving": "the SLO miss the brake explains is its own finding",
     "stale_process_memory": "another process's memory is blamed on the job, and its pid is not named",
-    "straggler_dataloader": "ranks waiting for the slow rank each get comm_bound",
-    "straggler_thermal_gpu": "the straggler and the waiting ranks are findings of their own beside the thermal slowdown",
-    "two_services_one_gpu_dies": "replay ignores a request's service, so two services merge; the XID and its gpu_silent are not one incident",
-    "xid79_gpu_silent": "the XID and the gpu_silent it explains read as two incidents (a duplicate) until they are grouped",
+    "two_services_one_gpu_dies": "replay ignores a request's service, so two services merge",
     "xid_idle_between_jobs": "the 30 s join slack pins an XID on an idle GPU on the jobs before and after it",
 }
 

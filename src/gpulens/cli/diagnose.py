@@ -20,7 +20,8 @@ def diagnose_command(
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     job: str = typer.Option(None, "--job", help="Only this training job (its `train_job` label)."),
     service: str = typer.Option(None, "--service", help="Only this inference service (its `service` label)."),
-    fmt: str = typer.Option("text", "--format", help="text (for people) or json (a list of findings, for scripts)."),
+    fmt: str = typer.Option("text", "--format", help="text (for people: incidents, cause first) or json (the list of "
+                            "findings, for scripts; each with its `incident` id and `role`: cause or symptom)."),
     slo: list[str] = typer.Option([], "--slo", help='A serving objective to check, e.g. "p99_latency<=500ms" '
                                   '(repeatable). Kept in the store for the --service (or every service) and '
                                   "checked on later runs too."),
@@ -30,7 +31,10 @@ def diagnose_command(
 
     Each finding names a bottleneck (e.g. input_bound: the GPU waits for data; checkpoint_stall;
     underutilized: the batch is too small to fill the GPU; straggler: one rank is slow), when it
-    happened, the numbers behind it and what to do first. Fix one thing, then measure again.
+    happened, the numbers behind it and what to do first. Findings are grouped into incidents: one
+    root cause (a GPU fault, a GPU condition, a bottleneck, another process) with the symptoms it
+    explains folded under it, one severity and the cause's advice only. Fix one thing, then
+    measure again. With --job, only that job's incidents and the GPU incidents that hit it.
 
         gpulens replay          # the bundled H200 session into the store
         gpulens diagnose        # every job and service in the store
@@ -56,12 +60,17 @@ def diagnose_command(
             raise
         except StoreError as e:  # the store turns SQLite's errors into these
             raise StoreError(e.message, hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
-    if fmt == "json":
-        typer.echo(json.dumps([f.to_dict() for f in findings], indent=2, default=str))
-        return
-    from gpulens.diagnose.render import render_findings
+    from gpulens.diagnose.incidents import for_job, group
 
-    render_findings(console, findings, store, job, service)
+    incidents = group(findings)
+    if job:
+        incidents = for_job(incidents, job)
+    if fmt == "json":
+        typer.echo(json.dumps([d for inc in incidents for d in inc.finding_dicts()], indent=2, default=str))
+        return
+    from gpulens.diagnose.render import render_incidents
+
+    render_incidents(console, incidents, store, job, service)
 
 
 def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:

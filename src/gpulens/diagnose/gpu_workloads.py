@@ -205,8 +205,11 @@ def serving_impact(reader: AnalysisReader, occ: Occupant, start: float, end: flo
     before = [e for e in reqs if e.t < start]
     after = [e for e in reqs if e.t >= start]
     failed = [e for e in after if e.data.get("status", "ok") != "ok"]
-    lat_before = [x for x in map(_latency, before) if x is not None]
-    lat_after = [x for x in map(_latency, after) if x is not None]
+    # Like with like: latency over the requests that succeeded (a fast failure is not a fast answer);
+    # failures are counted apart.
+    ok = [e for e in reqs if e.data.get("status", "ok") == "ok"]
+    lat_before = [x for x in map(_latency, (e for e in ok if e.t < start)) if x is not None]
+    lat_after = [x for x in map(_latency, (e for e in ok if e.t >= start)) if x is not None]
     imp = WorkloadImpact(occ.name, "serving", occ.identified_by, requests_before=len(before), requests_after_start=len(after),
                          failed_requests_after_start=len(failed))
     if len(lat_before) >= MIN_REQUESTS and len(lat_after) >= MIN_REQUESTS:

@@ -1,5 +1,5 @@
-"""`gpulens diagnose` as text: the findings in the order to work on them, with their evidence and
-advice. Names and summaries come from stores and users, so they are printed as text, never markup."""
+"""`gpulens diagnose` as text: the incidents in the order to work on them, each cause first with its
+evidence and advice, the symptoms it explains folded under it. Names and summaries come from stores and users, so they are printed as text, never markup."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from gpulens.diagnose.base import Finding
 from gpulens.diagnose.evidence import format_value
+from gpulens.diagnose.incidents import Incident
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -27,6 +28,54 @@ def _shown(v: Any) -> bool:
     return not (v is None or v == [] or (isinstance(v, dict) and len(v) > 6) or (isinstance(v, list) and isinstance(v[0], dict)))
 
 
+def _head(console: Console, n: int, f: Finding, severity: str) -> None:
+    style = SEVERITY_STYLE.get(severity, "")
+    who = escape(", ".join(f"{k} {v}" for k, v in f.labels.items() if k in WHO_LABELS))
+    console.print(f"[bold]{n}. [{style}]{severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}{'; ' + who if who else ''}[/]")
+
+
+def _span(start: float, end: float) -> str:
+    dur = end - start
+    return f"{_when(start)}" + (f" → {datetime.fromtimestamp(end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
+
+
+def _body(console: Console, summary: str, evidence: dict[str, Any], advice: list[str]) -> None:
+    console.print(f"   {escape(summary)}", highlight=False)
+    shown = {k: v for k, v in evidence.items() if _shown(v)}
+    if shown:
+        console.print("   [bold]Evidence[/]")
+        for k, v in shown.items():
+            console.print(f"     {escape(k.replace('_', ' '))}: {escape(format_value(v))}", highlight=False)
+    if advice:
+        console.print("   [bold]What to do, in order[/]")
+        for i, a in enumerate(advice, 1):
+            console.print(f"     {i}. {escape(a)}", highlight=False)
+
+
+def render_incidents(console: Console, incidents: list[Incident], store: Path | str, job: str | None, service: str | None) -> None:
+    """Each incident: its cause (what it measured, the symptoms it explains, its evidence and its
+    advice), then its symptoms folded under it, one line each, with no advice of their own."""
+    what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
+    what, where = escape(what), escape(str(store))
+    if not incidents:
+        console.print(f"No bottleneck found for {what} in {where}.")
+        console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
+        return
+    n_findings = sum(len(inc.members) for inc in incidents)
+    console.print(f"[bold]{len(incidents)} incident(s)[/] ({n_findings} finding(s)) for {what} in {where}: GPU faults first, then oldest first.")
+    console.print("[dim]Each incident is one root cause and the symptoms it explains; fix the cause, not the symptoms. "
+                  "Start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
+    for inc in incidents:
+        _head(console, inc.id, inc.cause, inc.severity)
+        console.print(f"   [dim]{_span(inc.start, inc.end)}[/]")
+        _body(console, inc.cause.summary, inc.cause.evidence, inc.advice)
+        if inc.symptoms:
+            console.print(f"   [bold]Symptoms it explains[/] [dim]({len(inc.symptoms)} finding(s), no advice of their own)[/]")
+            for line in inc.explanation:
+                console.print(f"     - {escape(line)}", highlight=False)
+        console.print()
+
+
 def render_findings(console: Console, findings: list[Finding], store: Path | str, job: str | None, service: str | None) -> None:
     what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
     what, where = escape(what), escape(str(store))
@@ -37,20 +86,7 @@ def render_findings(console: Console, findings: list[Finding], store: Path | str
     console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {where}: GPU faults first, then oldest first.")
     console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
     for n, f in enumerate(findings, 1):
-        style = SEVERITY_STYLE.get(f.severity, "")
-        who = escape(", ".join(f"{k} {v}" for k, v in f.labels.items() if k in WHO_LABELS))
-        dur = f.end - f.start
-        console.print(f"[bold]{n}. [{style}]{f.severity.upper()}[/] {f.kind.replace('_', ' ')}[/]  [dim]{f.workload}{'; ' + who if who else ''}[/]")
-        span = f"{_when(f.start)}" + (f" → {datetime.fromtimestamp(f.end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
-        console.print(f"   [dim]{span}[/]")
-        console.print(f"   {escape(f.summary)}", highlight=False)
-        shown = {k: v for k, v in f.evidence.items() if _shown(v)}
-        if shown:
-            console.print("   [bold]Evidence[/]")
-            for k, v in shown.items():
-                console.print(f"     {escape(k.replace('_', ' '))}: {escape(format_value(v))}", highlight=False)
-        if f.advice:
-            console.print("   [bold]What to do, in order[/]")
-            for i, a in enumerate(f.advice, 1):
-                console.print(f"     {i}. {escape(a)}", highlight=False)
+        _head(console, n, f, f.severity)
+        console.print(f"   [dim]{_span(f.start, f.end)}[/]")
+        _body(console, f.summary, f.evidence, f.advice)
         console.print()

@@ -17,15 +17,8 @@ from truth.holdout import holdout_scorer
 
 # What today's diagnose lacks, per held-out case (issue 23's items). A case that is not here must pass.
 MISSING = {
-    "engine_preallocates_high_load": "memory_headroom reads device memory, not the engine's own KV-cache usage",
-    "gpu_silent_without_xid": "a GPU that stops sending samples without an XID is not noticed",
-    "saturation_overload_burst": "the SLO miss the saturation explains is its own finding; the engine's pre-allocation reads as memory_headroom",
     "stale_process_gpu3_of_4": "another process's memory is blamed on the rank, and its pid is not named",
-    "straggler_power_brake_gpu6_of_8": "the straggler and the seven waiting ranks are findings of their own beside the power brake",
     "straggler_thermal_two_hosts": "events carrying hosts do not join the GPU samples; the waiting ranks get comm_bound",
-    "thermal_long_sw": "one thermal event is reported as several findings (clock cut, temperature, throttled)",
-    "thermal_short_cut": "one thermal event is reported as several findings (clock cut, temperature, throttled)",
-    "two_jobs_one_hit": "the straggler, the waiting rank and a rollback stand beside the thermal cause",
     "xid79_gpu0_two_services": "replay ignores a request's service, so two services merge; the GPU's silence is not reported",
 }
 # Cases whose right answer carries advice the scorer does not read: the CONTRADICTIONS pair and the side (0: A, 1: B) it must say.
