@@ -26,7 +26,7 @@ from gpulens.diagnose.colocation import event_pid, percentile
 from gpulens.reader import AnalysisReader, EventRow, analysis_reader
 from gpulens.store import Store
 from gpulens.vocab import names as N
-from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP
+from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP, GPU_UTILIZATION_RATIO
 
 Role = Literal["training", "serving"]
 Span = tuple[float, float]
@@ -206,8 +206,9 @@ def occupants(source: AnalysisReader | Store, start: float | None = None, end: f
     the GPU it ran on, each with its presence there; those gpulens cannot place are left out."""
     reader = analysis_reader(source)
     gpus_of_host: dict[str, set[str]] = defaultdict(set)
-    for k in reader.series_labels(GPU_UP):
-        gpus_of_host[k.get("host", "")].add(k.get("gpu", ""))
+    for name in (GPU_UP, GPU_UTILIZATION_RATIO):  # the GPUs each host reports
+        for k in reader.series_labels(name):
+            gpus_of_host[k.get("host", "")].add(k.get("gpu", ""))
     listed = _listings(reader, start, end)
     out: dict[GpuRef, list[Occupant]] = defaultdict(list)
     unlisted: list[Occupant] = []

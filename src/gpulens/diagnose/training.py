@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
+from gpulens.diagnose.gpu_workloads import gpu_of, occupants
 from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
 from gpulens.vocab import gpu as G
@@ -123,7 +124,7 @@ class Run:
     host: str
     steps: list[StepRecord]
     warm: list[bool] = field(default_factory=list)  # False for warm-up steps
-    gpu: str | None = None  # the GPU index from the monitor's train_start event, when known
+    gpu: str | None = None  # the GPU (NVML index) the join placed the rank on, when it could
 
     @property
     def labels(self) -> dict[str, str]:
@@ -161,17 +162,17 @@ def _load(reader: AnalysisReader, scope: DiagnoseScope) -> tuple[list[Run], dict
         if rec is None:
             continue
         groups[(ev.labels.get(N.TRAIN_JOB_LABEL, ""), ev.labels.get("rank", "0"), ev.labels.get("host", ""))].append(rec)
-    # Which GPU a rank used (a live monitor says so when it starts; a start may precede the window).
-    gpu_of = {
-        (e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
-        for e in reader.event_rows(N.EV_TRAIN_START, end=scope.end, match=labels)
-        if e.data.get("gpu") is not None
-    }
+    # Which GPU a rank used: the one join (its pid in the process listing, else an unambiguous
+    # CUDA index from its train_start, else its host's only GPU); unplaced ranks get no GPU view.
+    placed = occupants(reader, scope.start, scope.end)
     runs = []
-    for key, steps in sorted(groups.items()):
+    for run_key, steps in sorted(groups.items()):
         steps.sort(key=lambda r: r.t_start)
-        runs.append(Run(*key, steps, _warm_flags(steps), gpu_of.get(key)))
-    views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
+        run = Run(*run_key, steps, _warm_flags(steps))
+        ref = gpu_of(placed, run.labels, steps[0].t_start, steps[-1].t_end)
+        run.gpu = ref.gpu if ref is not None and ref.host == run.host else None
+        runs.append(run)
+    views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs} if g is not None}
     _CACHE.clear()
     _CACHE[key] = (runs, views)
     return runs, views
@@ -192,12 +193,10 @@ def _warm_flags(steps: Sequence[StepRecord]) -> list[bool]:
     return flags
 
 
-def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
-    """The GPU series of the rank's GPU, or of every GPU on its host when the GPU is unknown."""
+def _gpu_view(reader: AnalysisReader, host: str, gpu: str, scope: DiagnoseScope) -> GpuView:
+    """The GPU series of the rank's GPU (never several GPUs merged: a rank runs on one)."""
     view = GpuView()
-    sel = {"host": host}
-    if gpu is not None and reader.series_labels(G.GPU_UTILIZATION_RATIO, {"host": host, "gpu": gpu}):
-        sel["gpu"] = gpu
+    sel = {"host": host, "gpu": gpu}
 
     def first(name: str, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
         data = reader.series_windows(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
@@ -205,7 +204,7 @@ def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: Diagnos
             return [], []
         if len(data) == 1:
             return data[0].t, data[0].value
-        merged = sorted((t, v) for d in data for t, v in zip(d.t, d.value, strict=True))  # several GPUs: all samples
+        merged = sorted((t, v) for d in data for t, v in zip(d.t, d.value, strict=True))  # a GPU swapped in the slot: both uuids
         return [t for t, _ in merged], [v for _, v in merged]
 
     view.util_t, view.util_v = first(G.GPU_UTILIZATION_RATIO)
