@@ -30,6 +30,7 @@ from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP, GPU_UTILIZATION_RATIO
 
 Role = Literal["training", "serving"]
 Span = tuple[float, float]
+LISTED = "its pid in the GPU process list"  # Occupant.identified_by of a workload the listing shows
 
 # A run of a workload's records breaks where it was silent for this many of its own intervals
 # (and at least the floor of its role: a server may idle between requests, a training loop not).
@@ -222,7 +223,7 @@ def occupants(source: AnalysisReader | Store, start: float | None = None, end: f
             unlisted.append(occ)
             continue
         for g, pids in sorted(by_gpu.items()):
-            here = replace(occ, pids=set(pids), identified_by="its pid in the GPU process list")
+            here = replace(occ, pids=set(pids), identified_by=LISTED)
             mine = record_runs(here, pids)
             hull = (min(a for a, _ in mine), max(b for _, b in mine)) if mine else None
             # A listing run counts where it meets the workload's own records (a pid reused later by
@@ -271,6 +272,36 @@ def gpu_of(placed: dict[GpuRef, list[Occupant]], labels: dict[str, str], start: 
                 if best is None or secs > best[0]:
                     best = (secs, ref)
     return None if best is None else best[1]
+
+
+@dataclass(frozen=True)
+class MemoryHolder:
+    """One process in a GPU's listing over a window, with the most memory it held there."""
+
+    pid: int
+    process: str
+    max_bytes: float
+
+
+def memory_holders(reader: AnalysisReader, ref: GpuRef, start: float, end: float) -> list[MemoryHolder]:
+    """The processes the GPU listed in [start, end], the largest first."""
+    best: dict[tuple[int, str], float] = {}
+    for d in reader.series_windows(GPU_PROCESS_MEMORY, {"host": ref.host, "gpu": ref.gpu}, start=start, end=end):
+        try:
+            key = (int(d.labels.get("pid", "")), d.labels.get("process", ""))
+        except ValueError:
+            continue
+        if d.value_max:
+            best[key] = max(best.get(key, 0.0), max(d.value_max))
+    return sorted((MemoryHolder(p, n, b) for (p, n), b in best.items()), key=lambda h: (-h.max_bytes, h.pid))
+
+
+def own_memory_peak(reader: AnalysisReader, occ: Occupant, start: float, end: float) -> float | None:
+    """The workload's own allocator peak (or reserved memory) in [start, end], as its monitor
+    reports it; None when it reports none."""
+    names = (N.TRAIN_MEMORY_PEAK_BYTES, N.TRAIN_MEMORY_RESERVED_BYTES) if occ.role == "training" else (N.INFER_MEMORY_RESERVED_BYTES, N.INFER_MEMORY_ALLOCATED_BYTES)
+    vals = [v for name in names for d in reader.series_windows(name, occ.labels, start=start, end=end) for v in d.value_max]
+    return max(vals) if vals else None
 
 
 def _median(xs: list[float]) -> float | None:

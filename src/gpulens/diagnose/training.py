@@ -21,6 +21,7 @@ from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.diagnose.gpu_workloads import gpu_of, occupants
 from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
+from gpulens.units import format_bytes
 from gpulens.vocab import gpu as G
 from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
@@ -40,6 +41,7 @@ UTIL_SMOOTH_STEPS = 5
 UNDERUTILIZED_MIN_STEPS = 5
 UNDERUTILIZED_MIN_SECONDS = 1.0
 MEMORY_PRESSURE_SHARE = 0.92
+OTHER_PROCESS_SHARE = 0.25  # as health.OTHER_PROCESS_SHARE: another process holding this much is named
 STRAGGLER_RATIO = 1.25
 STRAGGLER_MIN_SECONDS = 0.002
 REGRESSION_RATIO = 1.5
@@ -75,6 +77,11 @@ ADVICE_COMM = [
     "Accumulate more micro-batches per synchronization (no_sync() for the accumulation steps).",
     "Check the interconnect: NVLink/InfiniBand health and bandwidth (nccl-tests), and that NCCL uses it.",
     "Validate the parallel layout (data / tensor / pipeline parallel sizes) on a small run before scaling out.",
+    ALWAYS,
+]
+ADVICE_MEMORY_OTHER = [
+    "Free the memory the other process holds first (see other_process_memory for that GPU): the job itself has room.",
+    "Until then, the job can only grow into what is left: keep its batch as it is.",
     ALWAYS,
 ]
 ADVICE_CHECKPOINT = [
@@ -143,6 +150,7 @@ class GpuView:
     mem_used_v: list[float] = field(default_factory=list)
     mem_total_bytes: float | None = None
     clock: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    processes: dict[tuple[int, str], tuple[list[float], list[float]]] = field(default_factory=dict)  # (pid, name): memory held
 
 
 # ------------------------------------------------------------------ loading
@@ -212,6 +220,11 @@ def _gpu_view(reader: AnalysisReader, host: str, gpu: str, scope: DiagnoseScope)
     view.mem_used_t, view.mem_used_v = first(G.GPU_MEMORY_USED_BYTES)
     total = reader.latest_values(G.GPU_MEMORY_TOTAL_BYTES, sel)
     view.mem_total_bytes = max((lv.value for lv in total), default=None)
+    for d in reader.series_windows(G.GPU_PROCESS_MEMORY, sel, start=scope.start, end=scope.end):
+        try:
+            view.processes[(int(d.labels.get("pid", "")), d.labels.get("process", ""))] = (d.t, d.value)
+        except ValueError:
+            continue
     for reason in THROTTLE_REASONS:
         t, v = first(G.GPU_CLOCK_EVENT_ACTIVE, {"reason": reason})
         if t:
@@ -477,9 +490,34 @@ def memory_pressure(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Findi
         used = max(_window(view.mem_used_t, view.mem_used_v, seg[0].t_start, seg[-1].t_end), default=0.0) if view.mem_used_t else 0.0
         share = max(peak, used) / total
         ev = {"memory_share": Q.ratio(_r(share)), "allocator_peak_bytes": Q.bytes_(peak or None), "device_used_bytes": Q.bytes_(int(used) or None), "device_total_bytes": Q.bytes_(int(total)), "steps": len(seg)}
+        other = _largest_other(run, view, seg[0].t_start, seg[-1].t_end)
+        if other is not None and peak / total < MEMORY_PRESSURE_SHARE:  # full, but not with the job's memory
+            pid, name, held = other
+            ev.update({"other_pid": pid, "other_process": name, "other_process_bytes": Q.bytes_(int(held))})
+            own = f"the job's own allocator peak was {format_bytes(peak)} ({peak / total:.0%})" if peak else "the job reports no allocator peak"
+            summary = (f"Memory pressure: {share:.0%} of the GPU's memory was in use, but {own}: pid {pid} ({name or '?'}), "
+                       f"not this job, held {format_bytes(held)} of it.")
+            out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY_OTHER))
+            continue
         summary = f"Memory pressure: the job used {share:.0%} of the GPU's memory; a slightly larger batch or sequence will run out of memory."
         out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY))
     return out
+
+
+def _largest_other(run: Run, view: GpuView, start: float, end: float) -> tuple[int, str, float] | None:
+    """The process, not one of the run's own pids, that held the most of the GPU's memory in
+    [start, end] (from the GPU's process listing), if it held a notable share."""
+    mine = {s.pid for s in run.steps if s.pid is not None}
+    if not mine or not view.mem_total_bytes:
+        return None
+    best = None
+    for (pid, name), (ts, vs) in view.processes.items():
+        if pid in mine:
+            continue
+        held = max(_window(ts, vs, start, end), default=0.0)
+        if held >= OTHER_PROCESS_SHARE * view.mem_total_bytes and (best is None or held > best[2]):
+            best = (pid, name, held)
+    return best
 
 
 @register_analyzer("oom")
