@@ -17,17 +17,16 @@ from truth import scorer
 # What today's diagnose lacks, per case (issue 23's items). A case that is not here must pass.
 MISSING = {
     "engine_preallocates": "memory_headroom reads device memory, not the engine's own KV-cache usage",
-    "events_with_host": "events carrying a host do not join GPU samples stored as host 'replay'; the recording's host is not used",
+    "events_with_host": "the host joins now; the step-time regression the thermal slowdown explains is its own finding, with rollback advice",
     "faults_one_of_eight": "waiting ranks get comm_bound and the slow rank a rollback beside the GPU cause; one event, two findings",
     "job_scope_excludes_service": "--job J still lists the inference findings",
     "power_brake_serving": "the SLO miss the brake explains is its own finding",
     "silent_rank": "a rank that stops stepping while the others go on is not noticed",
-    "stale_process_memory": "another process's memory is blamed on the job, and its pid is not named",
+    "stale_process_memory": "other_process_memory names pid 4242; memory_pressure and gpu_memory_full are not yet its symptoms (one incident)",
     "straggler_dataloader": "ranks waiting for the slow rank each get comm_bound",
     "straggler_thermal_gpu": "the straggler and the waiting ranks are findings of their own beside the thermal slowdown",
-    "two_services_one_gpu_dies": "replay ignores a request's service, so two services merge; the GPU's silence is not reported",
+    "two_services_one_gpu_dies": "the services keep apart now; the GPU's silence is not reported, embed's error_rate is not the XID's symptom",
     "xid79_gpu_silent": "a GPU that sends nothing after XID 79 is not reported",
-    "xid_idle_between_jobs": "the 30 s join slack pins an XID on an idle GPU on the jobs before and after it",
 }
 
 
