@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpulens.cli.main import main
 from gpulens.diagnose import diagnose
-from gpulens.diagnose.gpu_workloads import GpuRef, gpu_of, occupants, runs
+from gpulens.diagnose.gpu_workloads import GpuRef, MemoryHolder, gpu_of, largest_other_holder, occupants, runs
 from gpulens.pipeline.ingest import import_trace
 from gpulens.reader import analysis_reader
 from gpulens.store import Store
@@ -287,3 +287,11 @@ def test_no_other_process_finding_while_no_workload_runs_there(tmp_path):
     rec.job("ft", 0, 500, 0, 1, 38)
     rec.process(1, 4242, 0, 39, used=55_000_000_000)  # on the other GPU, where nothing of ours runs
     assert not [f for f in diagnose(replayed(rec, tmp_path)) if f.kind == "other_process_memory"]
+
+
+def test_the_largest_other_holder_needs_the_workloads_own_pid():
+    """Without the job's own pid the listing cannot tell its process from another: nothing is named."""
+    series = {(4242, "stale"): ([1.0, 2.0], [50e9, 55e9]), (500, "python"): ([1.0, 2.0], [20e9, 20e9])}
+    assert largest_other_holder(series, {500}, 0.0, 3.0, 10e9) == MemoryHolder(4242, "stale", 55e9)
+    assert largest_other_holder(series, {None}, 0.0, 3.0, 10e9) is None
+    assert largest_other_holder(series, {500}, 0.0, 3.0, 60e9) is None  # not a large share

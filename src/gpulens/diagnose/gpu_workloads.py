@@ -38,6 +38,9 @@ RUN_BREAK_CADENCES = 10.0
 RUN_BREAK_MIN_SECONDS: dict[str, float] = {"training": 5.0, "serving": 60.0}
 LISTING_BREAK_INTERVALS = 3.0  # a pid absent from this many process-list samples had left the GPU
 UNBOUNDED_LISTING_POINTS = 2000  # per series, when the whole store is asked for (energy)
+# A process that is none of the workloads on a GPU and holds this share of its memory is named:
+# a quarter of the card is more than any helper process (a profiler, a metrics agent) needs.
+OTHER_PROCESS_SHARE = 0.25
 # Records are read this far beyond the reference windows, so a workload's cadence and its runs
 # around a fault are known.
 READ_MARGIN_SECONDS = 30.0
@@ -123,10 +126,12 @@ def _begin(kind: str, e: EventRow) -> float:
     return e.t
 
 
-def _occupants_by_identity(reader: AnalysisReader, start: float | None, end: float | None) -> list[Occupant]:
+def _occupants_by_identity(reader: AnalysisReader, start: float | None, end: float | None, roles: tuple[Role, ...]) -> list[Occupant]:
     found: dict[tuple, Occupant] = {}
     # Start events are few and may precede the window; steps and requests (many) make the time span.
     for kind, role in ((N.EV_TRAIN_START, "training"), (N.EV_TRAIN_STEP, "training"), (N.EV_INFER_START, "serving"), (N.EV_REQUEST, "serving")):
+        if role not in roles:
+            continue
         since = None if kind in (N.EV_TRAIN_START, N.EV_INFER_START) else start
         for e in reader.event_rows(kind, start=since, end=end):
             if role == "training":
@@ -202,9 +207,11 @@ def _merge(spans: list[Span]) -> list[Span]:
     return runs(spans, 0.0, 0.0)
 
 
-def occupants(source: AnalysisReader | Store, start: float | None = None, end: float | None = None) -> dict[GpuRef, list[Occupant]]:
-    """Every training rank and service with records in [start, end] (or started before `end`), by
-    the GPU it ran on, each with its presence there; those gpulens cannot place are left out."""
+def occupants(source: AnalysisReader | Store, start: float | None = None, end: float | None = None,
+              roles: tuple[Role, ...] = ("training", "serving")) -> dict[GpuRef, list[Occupant]]:
+    """Every training rank and service (of `roles`) with records in [start, end] (or started
+    before `end`), by the GPU it ran on, each with its presence there; those gpulens cannot place
+    are left out."""
     reader = analysis_reader(source)
     gpus_of_host: dict[str, set[str]] = defaultdict(set)
     for name in (GPU_UP, GPU_UTILIZATION_RATIO):  # the GPUs each host reports
@@ -213,7 +220,7 @@ def occupants(source: AnalysisReader | Store, start: float | None = None, end: f
     listed = _listings(reader, start, end)
     out: dict[GpuRef, list[Occupant]] = defaultdict(list)
     unlisted: list[Occupant] = []
-    for occ in _occupants_by_identity(reader, start, end):
+    for occ in _occupants_by_identity(reader, start, end, roles):
         host = occ.labels.get("host", "")
         by_gpu: dict[str, set[int]] = defaultdict(set)
         for pid in occ.pids:
@@ -294,6 +301,34 @@ def memory_holders(reader: AnalysisReader, ref: GpuRef, start: float, end: float
         if d.value_max:
             best[key] = max(best.get(key, 0.0), max(d.value_max))
     return sorted((MemoryHolder(p, n, b) for (p, n), b in best.items()), key=lambda h: (-h.max_bytes, h.pid))
+
+
+ProcessSeries = dict[tuple[int, str], tuple[list[float], list[float]]]  # (pid, process) -> (t, bytes)
+
+
+def process_memory(reader: AnalysisReader, host: str, gpu: str, start: float | None, end: float | None) -> ProcessSeries:
+    """The memory each listed process held on one GPU over the window."""
+    out: ProcessSeries = {}
+    for d in reader.series_windows(GPU_PROCESS_MEMORY, {"host": host, "gpu": gpu}, start=start, end=end):
+        try:
+            out[(int(d.labels.get("pid", "")), d.labels.get("process", ""))] = (d.t, d.value)
+        except ValueError:
+            continue
+    return out
+
+
+def largest_other_holder(series: ProcessSeries, own_pids: set[int | None], start: float, end: float, min_bytes: float) -> MemoryHolder | None:
+    """The process, none of `own_pids`, that held the most (at least `min_bytes`) in [start, end];
+    None when the workload's own pids are unknown (the listing cannot tell it apart then)."""
+    mine = {p for p in own_pids if p is not None}
+    if not mine:
+        return None
+    best: MemoryHolder | None = None
+    for (pid, name), (ts, vs) in series.items():
+        held = max((v for t, v in zip(ts, vs, strict=True) if start <= t <= end), default=0.0)
+        if pid not in mine and held >= min_bytes and (best is None or held > best.max_bytes):
+            best = MemoryHolder(pid, name, held)
+    return best
 
 
 def own_memory_peak(reader: AnalysisReader, occ: Occupant, start: float, end: float) -> float | None:

@@ -20,6 +20,7 @@ from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.diagnose.gpu_workloads import (
     LISTED,
+    OTHER_PROCESS_SHARE,
     GpuRef,
     MemoryHolder,
     Occupant,
@@ -56,9 +57,6 @@ MIN_CONDITION_SECONDS = 2.0
 POWER_CAP_DEEP_DROP_RATIO = 0.15  # a power cap that costs less SM clock than this is only info
 TEMPERATURE_MARGIN_CELSIUS = 5.0  # as the GpuTemperatureNearSlowdown rule
 MEMORY_FULL_RATIO = 0.95  # as the GpuMemoryAlmostFull rule
-# A process that is none of the workloads on a GPU and holds this share of its memory is named:
-# a quarter of the card is more than any helper process (a profiler, a metrics agent) needs.
-OTHER_PROCESS_SHARE = 0.25
 REFERENCE_SECONDS = 60.0  # the SM clock before a cut is read over this long
 COARSE_POINTS = 500  # buckets per series in the first, downsampled look for a problem
 

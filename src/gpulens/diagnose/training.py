@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
+from gpulens.diagnose import gpu_workloads as W
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
-from gpulens.diagnose.gpu_workloads import gpu_of, occupants
 from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
 from gpulens.units import format_bytes
@@ -41,7 +41,6 @@ UTIL_SMOOTH_STEPS = 5
 UNDERUTILIZED_MIN_STEPS = 5
 UNDERUTILIZED_MIN_SECONDS = 1.0
 MEMORY_PRESSURE_SHARE = 0.92
-OTHER_PROCESS_SHARE = 0.25  # as health.OTHER_PROCESS_SHARE: another process holding this much is named
 STRAGGLER_RATIO = 1.25
 STRAGGLER_MIN_SECONDS = 0.002
 REGRESSION_RATIO = 1.5
@@ -80,10 +79,8 @@ ADVICE_COMM = [
     ALWAYS,
 ]
 ADVICE_MEMORY_OTHER = [
-    "Free the memory the other process holds first (see other_process_memory for that GPU): the job itself has room.",
-    "Until then, the job can only grow into what is left: keep its batch as it is.",
-    ALWAYS,
-]
+    "Free the memory the other process holds first (see other_process_memory for that GPU): the job itself has room; until then keep its batch as it is.",
+    ALWAYS]
 ADVICE_CHECKPOINT = [
     "Save checkpoints asynchronously (e.g. torch.distributed.checkpoint async_save) or from a background thread after copying to CPU.",
     "Save less often, or save only what is needed to resume (sharded state dicts on multi-GPU).",
@@ -170,14 +167,13 @@ def _load(reader: AnalysisReader, scope: DiagnoseScope) -> tuple[list[Run], dict
         if rec is None:
             continue
         groups[(ev.labels.get(N.TRAIN_JOB_LABEL, ""), ev.labels.get("rank", "0"), ev.labels.get("host", ""))].append(rec)
-    # Which GPU a rank used: the one join (its pid in the process listing, else an unambiguous
-    # CUDA index from its train_start, else its host's only GPU); unplaced ranks get no GPU view.
-    placed = occupants(reader, scope.start, scope.end)
+    # A rank's GPU from the one join (process listing, unambiguous CUDA index, the host's only GPU).
+    placed = W.occupants(reader, scope.start, scope.end, roles=("training",))  # a week of requests is not read
     runs = []
     for run_key, steps in sorted(groups.items()):
         steps.sort(key=lambda r: r.t_start)
         run = Run(*run_key, steps, _warm_flags(steps))
-        ref = gpu_of(placed, run.labels, steps[0].t_start, steps[-1].t_end)
+        ref = W.gpu_of(placed, run.labels, steps[0].t_start, steps[-1].t_end)
         run.gpu = ref.gpu if ref is not None and ref.host == run.host else None
         runs.append(run)
     views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs} if g is not None}
@@ -220,11 +216,7 @@ def _gpu_view(reader: AnalysisReader, host: str, gpu: str, scope: DiagnoseScope)
     view.mem_used_t, view.mem_used_v = first(G.GPU_MEMORY_USED_BYTES)
     total = reader.latest_values(G.GPU_MEMORY_TOTAL_BYTES, sel)
     view.mem_total_bytes = max((lv.value for lv in total), default=None)
-    for d in reader.series_windows(G.GPU_PROCESS_MEMORY, sel, start=scope.start, end=scope.end):
-        try:
-            view.processes[(int(d.labels.get("pid", "")), d.labels.get("process", ""))] = (d.t, d.value)
-        except ValueError:
-            continue
+    view.processes = W.process_memory(reader, host, gpu, scope.start, scope.end)
     for reason in THROTTLE_REASONS:
         t, v = first(G.GPU_CLOCK_EVENT_ACTIVE, {"reason": reason})
         if t:
@@ -490,34 +482,16 @@ def memory_pressure(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Findi
         used = max(_window(view.mem_used_t, view.mem_used_v, seg[0].t_start, seg[-1].t_end), default=0.0) if view.mem_used_t else 0.0
         share = max(peak, used) / total
         ev = {"memory_share": Q.ratio(_r(share)), "allocator_peak_bytes": Q.bytes_(peak or None), "device_used_bytes": Q.bytes_(int(used) or None), "device_total_bytes": Q.bytes_(int(total)), "steps": len(seg)}
-        other = _largest_other(run, view, seg[0].t_start, seg[-1].t_end)
+        other = W.largest_other_holder(view.processes, {s.pid for s in run.steps}, seg[0].t_start, seg[-1].t_end, W.OTHER_PROCESS_SHARE * total)
         if other is not None and peak / total < MEMORY_PRESSURE_SHARE:  # full, but not with the job's memory
-            pid, name, held = other
-            ev.update({"other_pid": pid, "other_process": name, "other_process_bytes": Q.bytes_(int(held))})
+            ev.update({"other_pid": other.pid, "other_process": other.process, "other_process_bytes": Q.bytes_(int(other.max_bytes))})
             own = f"the job's own allocator peak was {format_bytes(peak)} ({peak / total:.0%})" if peak else "the job reports no allocator peak"
-            summary = (f"Memory pressure: {share:.0%} of the GPU's memory was in use, but {own}: pid {pid} ({name or '?'}), "
-                       f"not this job, held {format_bytes(held)} of it.")
+            summary = f"Memory pressure: {share:.0%} of the GPU's memory was in use, but {own}: pid {other.pid} ({other.process or '?'}), not this job, held {format_bytes(other.max_bytes)} of it."
             out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY_OTHER))
             continue
         summary = f"Memory pressure: the job used {share:.0%} of the GPU's memory; a slightly larger batch or sequence will run out of memory."
         out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY))
     return out
-
-
-def _largest_other(run: Run, view: GpuView, start: float, end: float) -> tuple[int, str, float] | None:
-    """The process, not one of the run's own pids, that held the most of the GPU's memory in
-    [start, end] (from the GPU's process listing), if it held a notable share."""
-    mine = {s.pid for s in run.steps if s.pid is not None}
-    if not mine or not view.mem_total_bytes:
-        return None
-    best = None
-    for (pid, name), (ts, vs) in view.processes.items():
-        if pid in mine:
-            continue
-        held = max(_window(ts, vs, start, end), default=0.0)
-        if held >= OTHER_PROCESS_SHARE * view.mem_total_bytes and (best is None or held > best[2]):
-            best = (pid, name, held)
-    return best
 
 
 @register_analyzer("oom")
