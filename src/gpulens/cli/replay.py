@@ -15,8 +15,9 @@ def replay_command(
     trace: Path = typer.Argument(None, help="A trace folder (telemetry.jsonl + events.jsonl) or a `gpulens record` file. Default: the bundled H200 session."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     speed: str = typer.Option("max", "--speed", help="max = import as fast as possible; N = play at N times the recorded pace."),
-    job: str = typer.Option("h200-demo", "--job", help="Job label for imported training steps."),
-    service: str = typer.Option("h200-demo", "--service", help="Service label for imported requests."),
+    job: str = typer.Option("h200-demo", "--job", help="Job label for imported training steps that name none."),
+    service: str = typer.Option("h200-demo", "--service", help="Service label for imported requests that name none."),
+    host: str = typer.Option(None, "--host", help="Host to store the trace under (GPU samples and workload records). Default: the host the recording names, else replay."),
     force: bool = typer.Option(False, "--force", help="Import even if this trace was already imported into this store."),
     learn: str = typer.Option("7d", "--learn", help="How long each series is learned (from its first sample) before learned alert rules may fire."),
     rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
@@ -29,6 +30,7 @@ def replay_command(
 
         gpulens replay                                   # the bundled H200 session
         gpulens replay path/to/trace --store run.db --learn 20s
+        gpulens replay node-a.jsonl --host node-a        # joins events that say host node-a
     """
     from gpulens.data import bundled_trace
     from gpulens.pipeline import AlertsConfig
@@ -41,7 +43,7 @@ def replay_command(
     path = trace or bundled_trace()
     alerts = AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify))
     with Store(store) as st, console_err.status(f"importing {path} …"):
-        summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service), force=force, alerts=alerts)
+        summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service, host=host or ""), force=force, alerts=alerts)
     if summary.already_imported:
         console.print(escape(f"{summary.trace} is already in {store}; nothing imported (use --force to import it again)."))
         return

@@ -19,19 +19,26 @@ from typing import Any
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.diagnose.gpu_workloads import (
+    LISTED,
+    OTHER_PROCESS_SHARE,
     GpuRef,
+    MemoryHolder,
     Occupant,
     WorkloadImpact,
     impacts,
+    memory_holders,
     occupants_around,
+    own_memory_peak,
+    present,
     workload_labels,
 )
 from gpulens.reader import AnalysisReader, SeriesWindow, analysis_reader
 from gpulens.store import Store
+from gpulens.units import format_bytes
 from gpulens.vocab import gpu as G
 from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
-from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_UP
+from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_PROCESS_MEMORY, GPU_UP
 from gpulens.vocab.xid import xid_info
 
 XID_EVENT = "xid"  # written by sampling.SampleWriter.write_xid
@@ -76,6 +83,11 @@ ADVICE_POWER_BRAKE = [
 ADVICE_POWER_CAP = [
     "Check the enforced power limit against the default (nvidia-smi -q -d POWER): raise it back if someone lowered it.",
     "Under a steady full load a GPU at its power cap is expected; compare its clock with other nodes of the same model before acting.",
+]
+ADVICE_OTHER_PROCESS = [
+    "Find out what that pid is (ps -o pid,user,etime,cmd -p PID): a leftover of an earlier run, a notebook kernel, another user's job.",
+    "Stop it if it is stale (kill PID; a zombie holding GPU memory needs its parent killed or the GPU reset), then re-run the job.",
+    "Keep jobs from sharing a GPU by accident: the scheduler's exclusive GPU allocation, or the EXCLUSIVE_PROCESS compute mode (nvidia-smi -c 3).",
 ]
 ADVICE_MEMORY = [
     "Find who holds the memory (nvidia-smi --query-compute-apps=pid,used_memory): a stray process, or two workloads on one GPU.",
@@ -363,20 +375,83 @@ def memory_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEv
             if secs < MIN_CONDITION_SECONDS:
                 continue
             peak = max(d.value[a : b + 1])
+            holders = memory_holders(reader, ref, d.t[a], d.t[a] + secs)
             out.append(HealthEvent(
                 "gpu_memory_full", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
-                f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {_when(d.t[a])}: the next allocation on it may fail.",
+                f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {_when(d.t[a])}: the next allocation on it may fail."
+                + _holders_text(reader, ref, holders, d.t[a], d.t[a] + secs),
                 f"the memory of {ref} was {peak / total:.0%} full",
                 {"memory_used_max_bytes": Q.bytes_(int(peak)), F.MEMORY_TOTAL_BYTES: Q.bytes_(int(total)), "memory_used_max_ratio": Q.ratio(round(peak / total, 3)),
-                 "full_seconds": Q.seconds(round(secs, 1))},
+                 "full_seconds": Q.seconds(round(secs, 1)), "processes": [{"pid": h.pid, "process": h.process, "memory_bytes": Q.bytes_(int(h.max_bytes))} for h in holders] or None},
                 list(ADVICE_MEMORY),
             ))
     return out
 
 
+def _holders_text(reader: AnalysisReader, ref: GpuRef, holders: list[MemoryHolder], start: float, end: float) -> str:
+    """Who held the memory: each of the largest holders by pid, a workload gpulens knows with its
+    own allocator peak (so a stale process is not taken for the job)."""
+    if not holders:
+        return ""
+    whose = {p: o for o in present(occupants_around(reader, start, end), ref, start, end) for p in o.pids}
+    parts = []
+    for h in holders[:3]:
+        o = whose.get(h.pid)
+        if o is None:
+            parts.append(f"pid {h.pid} ({h.process or '?'}, not a workload gpulens knows) {format_bytes(h.max_bytes)}")
+            continue
+        own = own_memory_peak(reader, o, start, end)
+        parts.append(f"pid {h.pid} ({o.name}) {format_bytes(h.max_bytes)}" + (f", its own allocator peak {format_bytes(own)}" if own else ""))
+    return " Held by " + "; ".join(parts) + "."
+
+
+def other_process_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent]:
+    """A process that is none of the workloads gpulens knows holds a large share of a GPU's memory
+    while a workload whose own pid the listing shows runs there (so the listing tells the two apart)."""
+    total_of = {_ref(lv.labels): lv.value for lv in reader.latest_values(G.GPU_MEMORY_TOTAL_BYTES)}
+
+    def big(d: SeriesWindow) -> Callable[[float], bool] | None:
+        tot = total_of.get(_ref(d.labels))
+        return None if not tot else lambda v: v / tot >= OTHER_PROCESS_SHARE
+
+    found = []
+    for d in _series(reader, GPU_PROCESS_MEMORY, scope, _threshold(big)):
+        ref, total = _ref(d.labels), total_of[_ref(d.labels)]
+        for a, b, secs in _stretches(d, lambda v, tot=total: v / tot >= OTHER_PROCESS_SHARE):
+            found.append((d, ref, total, d.t[a], d.t[a] + secs, max(d.value[a : b + 1])))
+    if not found:
+        return []
+    placed = occupants_around(reader, min(f[3] for f in found), max(f[4] for f in found))
+    known = {(o.labels.get("host", ""), p) for occs in placed.values() for o in occs for p in o.pids}
+    out = []
+    for d, ref, total, a, b, held in found:
+        pid, name = int(d.labels.get("pid", "-1")), d.labels.get("process", "") or "?"
+        if (ref.host, pid) in known:
+            continue
+        mine = [o for o in present(placed, ref, a, b) if o.identified_by == LISTED]
+        spans = [(max(a, x), min(b, y)) for o in mine for x, y in o.spans if x < b and y > a]
+        if not spans:
+            continue
+        s0, s1 = min(x for x, _ in spans), max(y for _, y in spans)
+        names = ", ".join(o.name for o in mine)
+        own = [p for p in (own_memory_peak(reader, o, s0, s1) for o in mine) if p is not None]
+        own_txt = f"; {mine[0].name}'s own allocator peak was {format_bytes(max(own))}" if own and len(mine) == 1 else ""
+        out.append(HealthEvent(
+            "other_process_memory", ref, d.labels.get("uuid", ""), s0, s1, "warning", False,
+            f"pid {pid} ({name}), which is not {names}, held {format_bytes(held)} ({held / total:.0%}) of the memory of {ref} "
+            f"for {s1 - s0:.0f} s from {_when(s0)} while {names} ran on it{own_txt}.",
+            f"pid {pid} held {format_bytes(held)} of {ref}",
+            {"pid": pid, "process": name, "memory_bytes": Q.bytes_(int(held)), "memory_share": Q.ratio(round(held / total, 3)),
+             F.MEMORY_TOTAL_BYTES: Q.bytes_(int(total)), "workload_allocator_peak_bytes": Q.bytes_(int(max(own))) if own else None,
+             "seconds": Q.seconds(round(s1 - s0, 1))},
+            [ADVICE_OTHER_PROCESS[0].replace("PID", str(pid)), ADVICE_OTHER_PROCESS[1].replace("PID", str(pid)), *ADVICE_OTHER_PROCESS[2:]],
+        ))
+    return out
+
+
 # ------------------------------------------------------------------ findings
 FAULT_DETECTORS = (xid_events, ecc_events, remap_events, lost_events)
-CONDITION_DETECTORS = (clock_cut_events, temperature_events, memory_events)
+CONDITION_DETECTORS = (clock_cut_events, temperature_events, memory_events, other_process_events)
 
 
 def _selected(scope: DiagnoseScope, occs: list[Occupant]) -> bool:

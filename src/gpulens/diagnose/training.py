@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpulens.diagnose import evidence as Q
+from gpulens.diagnose import gpu_workloads as W
 from gpulens.diagnose.base import DiagnoseScope, Finding, register_analyzer
 from gpulens.reader import AnalysisReader
 from gpulens.stats import percentile
+from gpulens.units import format_bytes
 from gpulens.vocab import gpu as G
 from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
@@ -76,6 +78,9 @@ ADVICE_COMM = [
     "Validate the parallel layout (data / tensor / pipeline parallel sizes) on a small run before scaling out.",
     ALWAYS,
 ]
+ADVICE_MEMORY_OTHER = [
+    "Free the memory the other process holds first (see other_process_memory for that GPU): the job itself has room; until then keep its batch as it is.",
+    ALWAYS]
 ADVICE_CHECKPOINT = [
     "Save checkpoints asynchronously (e.g. torch.distributed.checkpoint async_save) or from a background thread after copying to CPU.",
     "Save less often, or save only what is needed to resume (sharded state dicts on multi-GPU).",
@@ -123,7 +128,7 @@ class Run:
     host: str
     steps: list[StepRecord]
     warm: list[bool] = field(default_factory=list)  # False for warm-up steps
-    gpu: str | None = None  # the GPU index from the monitor's train_start event, when known
+    gpu: str | None = None  # the GPU (NVML index) the join placed the rank on, when it could
 
     @property
     def labels(self) -> dict[str, str]:
@@ -142,6 +147,7 @@ class GpuView:
     mem_used_v: list[float] = field(default_factory=list)
     mem_total_bytes: float | None = None
     clock: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    processes: dict[tuple[int, str], tuple[list[float], list[float]]] = field(default_factory=dict)  # (pid, name): memory held
 
 
 # ------------------------------------------------------------------ loading
@@ -161,17 +167,16 @@ def _load(reader: AnalysisReader, scope: DiagnoseScope) -> tuple[list[Run], dict
         if rec is None:
             continue
         groups[(ev.labels.get(N.TRAIN_JOB_LABEL, ""), ev.labels.get("rank", "0"), ev.labels.get("host", ""))].append(rec)
-    # Which GPU a rank used (a live monitor says so when it starts; a start may precede the window).
-    gpu_of = {
-        (e.labels.get(N.TRAIN_JOB_LABEL, ""), e.labels.get("rank", "0"), e.labels.get("host", "")): str(e.data["gpu"])
-        for e in reader.event_rows(N.EV_TRAIN_START, end=scope.end, match=labels)
-        if e.data.get("gpu") is not None
-    }
+    # A rank's GPU from the one join (process listing, unambiguous CUDA index, the host's only GPU).
+    placed = W.occupants(reader, scope.start, scope.end, roles=("training",))  # a week of requests is not read
     runs = []
-    for key, steps in sorted(groups.items()):
+    for run_key, steps in sorted(groups.items()):
         steps.sort(key=lambda r: r.t_start)
-        runs.append(Run(*key, steps, _warm_flags(steps), gpu_of.get(key)))
-    views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs}}
+        run = Run(*run_key, steps, _warm_flags(steps))
+        ref = W.gpu_of(placed, run.labels, steps[0].t_start, steps[-1].t_end)
+        run.gpu = ref.gpu if ref is not None and ref.host == run.host else None
+        runs.append(run)
+    views = {(h, g): _gpu_view(reader, h, g, scope) for h, g in {(r.host, r.gpu) for r in runs} if g is not None}
     _CACHE.clear()
     _CACHE[key] = (runs, views)
     return runs, views
@@ -192,12 +197,10 @@ def _warm_flags(steps: Sequence[StepRecord]) -> list[bool]:
     return flags
 
 
-def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: DiagnoseScope) -> GpuView:
-    """The GPU series of the rank's GPU, or of every GPU on its host when the GPU is unknown."""
+def _gpu_view(reader: AnalysisReader, host: str, gpu: str, scope: DiagnoseScope) -> GpuView:
+    """The GPU series of the rank's GPU (never several GPUs merged: a rank runs on one)."""
     view = GpuView()
-    sel = {"host": host}
-    if gpu is not None and reader.series_labels(G.GPU_UTILIZATION_RATIO, {"host": host, "gpu": gpu}):
-        sel["gpu"] = gpu
+    sel = {"host": host, "gpu": gpu}
 
     def first(name: str, extra: dict[str, str] | None = None) -> tuple[list[float], list[float]]:
         data = reader.series_windows(name, {**sel, **(extra or {})}, start=scope.start, end=scope.end)
@@ -205,7 +208,7 @@ def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: Diagnos
             return [], []
         if len(data) == 1:
             return data[0].t, data[0].value
-        merged = sorted((t, v) for d in data for t, v in zip(d.t, d.value, strict=True))  # several GPUs: all samples
+        merged = sorted((t, v) for d in data for t, v in zip(d.t, d.value, strict=True))  # a GPU swapped in the slot: both uuids
         return [t for t, _ in merged], [v for _, v in merged]
 
     view.util_t, view.util_v = first(G.GPU_UTILIZATION_RATIO)
@@ -213,6 +216,7 @@ def _gpu_view(reader: AnalysisReader, host: str, gpu: str | None, scope: Diagnos
     view.mem_used_t, view.mem_used_v = first(G.GPU_MEMORY_USED_BYTES)
     total = reader.latest_values(G.GPU_MEMORY_TOTAL_BYTES, sel)
     view.mem_total_bytes = max((lv.value for lv in total), default=None)
+    view.processes = W.process_memory(reader, host, gpu, scope.start, scope.end)
     for reason in THROTTLE_REASONS:
         t, v = first(G.GPU_CLOCK_EVENT_ACTIVE, {"reason": reason})
         if t:
@@ -478,6 +482,13 @@ def memory_pressure(run: Run, view: GpuView, scope: DiagnoseScope) -> list[Findi
         used = max(_window(view.mem_used_t, view.mem_used_v, seg[0].t_start, seg[-1].t_end), default=0.0) if view.mem_used_t else 0.0
         share = max(peak, used) / total
         ev = {"memory_share": Q.ratio(_r(share)), "allocator_peak_bytes": Q.bytes_(peak or None), "device_used_bytes": Q.bytes_(int(used) or None), "device_total_bytes": Q.bytes_(int(total)), "steps": len(seg)}
+        other = W.largest_other_holder(view.processes, {s.pid for s in run.steps}, seg[0].t_start, seg[-1].t_end, W.OTHER_PROCESS_SHARE * total)
+        if other is not None and peak / total < MEMORY_PRESSURE_SHARE:  # full, but not with the job's memory
+            ev.update({"other_pid": other.pid, "other_process": other.process, "other_process_bytes": Q.bytes_(int(other.max_bytes))})
+            own = f"the job's own allocator peak was {format_bytes(peak)} ({peak / total:.0%})" if peak else "the job reports no allocator peak"
+            summary = f"Memory pressure: {share:.0%} of the GPU's memory was in use, but {own}: pid {other.pid} ({other.process or '?'}), not this job, held {format_bytes(other.max_bytes)} of it."
+            out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY_OTHER))
+            continue
         summary = f"Memory pressure: the job used {share:.0%} of the GPU's memory; a slightly larger batch or sequence will run out of memory."
         out.append(_finding("memory_pressure", run, a, b, "warning", summary, ev, ADVICE_MEMORY))
     return out

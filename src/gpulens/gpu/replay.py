@@ -181,6 +181,7 @@ class ReplayBackend:
         self.samples_read = 0
         self._xids: list[XidEvent] = []
         self._infos: list[GpuInfo] = []
+        self.recorded_host: str | None = None  # the host a recording's header names
         self._format = self._sniff()
         self._frames = self._frames_forever() if loop else self._read_frames()
         self._next: list[GpuSample] | None = None
@@ -226,6 +227,8 @@ class ReplayBackend:
             except BadLine as e:
                 raise TraceError(f"The recording {self.telemetry_path} has a broken header: {e}.",
                                  hint="Record it again with `gpulens record`.") from None
+            host = head.get("host")
+            self.recorded_host = host if isinstance(host, str) and host else None
             return "gpulens"
         info = _probe_info(self.telemetry_path.parent) or GpuInfo(index=0, uuid="GPU-replay-0", name="replayed GPU")
         self._infos = [info]
@@ -373,3 +376,18 @@ def iter_events(events_path: Path | None) -> Iterator[dict[str, Any]]:
             d = _parse(line)
             if isinstance(d, dict) and isinstance(d.get("kind"), str):
                 yield d
+
+
+def event_hosts(events_path: Path | None) -> set[str]:
+    """The hosts the workload records beside a trace name (only lines that mention one are parsed)."""
+    out: set[str] = set()
+    if events_path is None:
+        return out
+    with events_path.open("r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if '"host"' not in line:
+                continue
+            d = _parse(line)
+            if isinstance(d, dict) and isinstance(d.get("host"), str) and d["host"]:
+                out.add(d["host"])
+    return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.errors import TraceError
-from gpulens.gpu.replay import ReplayBackend
+from gpulens.gpu.replay import ReplayBackend, event_hosts
 from gpulens.gpu.trace_fields import SkippedLine
 from gpulens.pipeline.loop import Frame
 from gpulens.pipeline.node import AlertsConfig, NodeConfig, build_node
@@ -23,7 +23,7 @@ from gpulens.pipeline.sinks import (
     SinkBase,
 )
 from gpulens.store import Store
-from gpulens.workload.importers import ImportContext
+from gpulens.workload.importers import REPLAY_HOST, ImportContext
 
 
 @dataclass
@@ -64,6 +64,17 @@ class _Progress(SinkBase):
             self.on_progress(self.frames)
 
 
+def map_recorded_host(ctx: ImportContext, backend: ReplayBackend) -> None:
+    """One host for a recording's GPU samples and its workload: `ctx.host` (`--host`) if set, else
+    the host the recording names (its header's, or the one host all its events name), else
+    "replay"; the named host maps onto it. Events naming other hosts keep theirs."""
+    hosts = event_hosts(backend.events_path)
+    own = backend.recorded_host or (next(iter(hosts)) if len(hosts) == 1 else None)
+    ctx.host = ctx.host or own or REPLAY_HOST
+    if own:
+        ctx.host_map.setdefault(own, ctx.host)
+
+
 def import_trace(
     path: str | Path,
     store: Store,
@@ -93,7 +104,7 @@ def import_trace(
         if rng:
             summary.start, summary.end = rng
         return summary
-    ctx.host = ctx.host or "replay"
+    map_recorded_host(ctx, backend)
     ctx.gpu_model = ctx.gpu_model or next((g.name for g in backend.gpus()), "")  # the GPU's model, for peaks such as MFU's
     progress = _Progress(on_progress)
     # One transaction per trace, its marker included: a kill or Ctrl-C midway leaves nothing

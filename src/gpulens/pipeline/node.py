@@ -173,6 +173,10 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 from gpulens.workload.importers import ImportContext
 
                 ctx = config.import_context or ImportContext()
+                ctx.host = ctx.host or host  # the trace's workload lands beside its samples
+                recorded = getattr(backend, "recorded_host", None)
+                if recorded:
+                    ctx.host_map.setdefault(recorded, ctx.host)
                 trace_events = TraceEventsSink(backend, store, ctx, list(iter_events(backend.events_path)))  # type: ignore[attr-defined]
                 sinks.append(trace_events)  # before the samples of the same moment, as recorded
             models = {g.index: g.name for g in backend.gpus()}

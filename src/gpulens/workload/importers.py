@@ -35,18 +35,34 @@ BUILTIN_IMPORTER_MODULES = (
 )
 
 
+REPLAY_HOST = "replay"  # the host of a recording that names none
+
+
 @dataclass
 class ImportContext:
-    """Labels for imported workload series: the training job name, the service name, the host."""
+    """Labels for imported workload series: the training job name, the service name, the host.
+    A record's own `job`, `service` and `host` win over these defaults; `host_map` maps the host a
+    recording names (its header's, its events') onto the host its GPU samples are stored under, so
+    workload and GPU of one recording land under one host. `host` "" means: the recording's own."""
 
     job: str = "h200-demo"
     service: str = "h200-demo"
     model: str = ""
-    host: str = "replay"
+    host: str = ""
+    host_map: dict[str, str] = field(default_factory=dict)
     gpu_model: str = ""  # the recorded GPU's name (e.g. "NVIDIA H200"), for peaks such as MFU's
     counts: dict[str, int] = field(default_factory=dict)
     skipped_events: int = 0  # records without a sane time, or that their importer could not read
     facts: dict[str, Any] = field(default_factory=dict)  # what earlier records told (e.g. the model's parameters)
+
+
+    def host_of(self, record: dict[str, Any]) -> str:
+        """The stored host of a record: its own `host` (mapped), else the recording's."""
+        h = record.get("host")
+        default = self.host or REPLAY_HOST
+        if not isinstance(h, str) or not h:
+            return default
+        return self.host_map.get(h, h)
 
 
 EventImporter = Callable[[dict[str, Any], Store, ImportContext], None]

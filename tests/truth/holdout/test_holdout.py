@@ -16,11 +16,7 @@ from truth import scorer
 from truth.holdout import holdout_scorer
 
 # What today's diagnose lacks, per held-out case (issue 23's items). A case that is not here must pass.
-MISSING = {
-    "stale_process_gpu3_of_4": "another process's memory is blamed on the rank, and its pid is not named",
-    "straggler_thermal_two_hosts": "events carrying hosts do not join the GPU samples; the waiting ranks get comm_bound",
-    "xid79_gpu0_two_services": "replay ignores a request's service, so two services merge; the GPU's silence is not reported",
-}
+MISSING: dict[str, str] = {}
 # Cases whose right answer carries advice the scorer does not read: the CONTRADICTIONS pair and the side (0: A, 1: B) it must say.
 ADVICE_STANDS = {"code_regression_every_rank": ("roll back vs hardware cause", 0)}  # side 0: A (roll back)
 MAX_BYTES = 3_100_000

@@ -6,7 +6,10 @@ Two request shapes are accepted:
 - the co-location recording's: intended (scheduled send time), start, first_token, end, pid, role,
   prompt_tokens, output_tokens (no status: every request completed).
 Latency counts from `arrival` (or `intended`), so queueing is part of it. `cold_start` records become
-`infer_cold_start_seconds`, `mem` records the allocator series. Series carry service, model, host.
+`infer_cold_start_seconds`, `mem` records the allocator series. Series carry service, model, host:
+a record's own `service` and `host` (mapped onto the recording's host, see `ImportContext`), else
+the import's; counters (in flight, totals by status) are kept per service, so two services in one
+recording stay two.
 """
 
 from __future__ import annotations
@@ -32,21 +35,31 @@ class _State:
 
 
 # ImportContext is an unhashable dataclass: key by id and keep a weak reference to tell a reused id
-_STATES: dict[int, tuple[weakref.ref, _State]] = {}
+_STATES: dict[int, tuple[weakref.ref, dict[tuple[str, str], _State]]] = {}
 
 
-def _state(ctx: ImportContext) -> _State:
+def _state(ctx: ImportContext, record: dict[str, Any]) -> _State:
+    """The running state of the record's service on its host."""
     entry = _STATES.get(id(ctx))
     if entry is None or entry[0]() is not ctx:
         for k in [k for k, (ref, _s) in _STATES.items() if ref() is None]:
             del _STATES[k]
-        entry = _STATES[id(ctx)] = (weakref.ref(ctx), _State())
-    return entry[1]
+        entry = _STATES[id(ctx)] = (weakref.ref(ctx), {})
+    key = (_service(record, ctx), ctx.host_of(record))
+    st = entry[1].get(key)
+    if st is None:
+        st = entry[1][key] = _State()
+    return st
+
+
+def _service(record: dict[str, Any], ctx: ImportContext) -> str:
+    v = record.get("service")
+    return str(v) if isinstance(v, str | int) and not isinstance(v, bool) and str(v) else ctx.service
 
 
 def labels_for(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
-    model = record.get("model") or _state(ctx).model or ctx.model or ""
-    return {"service": ctx.service, "model": str(model), "host": ctx.host}
+    model = record.get("model") or _state(ctx, record).model or ctx.model or ""
+    return {"service": _service(record, ctx), "model": str(model), "host": ctx.host_of(record)}
 
 
 def _num(record: dict[str, Any], key: str) -> float | None:
@@ -65,7 +78,7 @@ def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> 
     if req.tpot_seconds is None and req.first_token_t is not None and req.output_tokens and req.output_tokens > 1:
         req = replace(req, tpot_seconds=(req.end_t - req.first_token_t) / (req.output_tokens - 1))
     labels = labels_for(record, ctx)
-    st = _state(ctx)
+    st = _state(ctx, record)
     st.totals[req.status] = st.totals.get(req.status, 0) + 1
     end = req.end_t
 
@@ -88,7 +101,7 @@ def import_cold_start(record: dict[str, Any], store: Store, ctx: ImportContext) 
     if t is None or seconds is None:
         return
     if record.get("model"):
-        _state(ctx).model = str(record["model"])
+        _state(ctx, record).model = str(record["model"])
     labels = labels_for(record, ctx)
     store.write(N.INFER_COLD_START_SECONDS, labels, t, seconds)
     store.event(N.EV_COLD_START, t, labels, {k: v for k, v in record.items() if k != "kind"})

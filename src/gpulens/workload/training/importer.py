@@ -18,7 +18,7 @@ from gpulens.workload.training.records import record_from_dict, write_step
 
 def _labels(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
     rank = record.get("rank", 0)
-    return {N.TRAIN_JOB_LABEL: str(record.get(N.TRAIN_JOB_LABEL) or record.get("job") or ctx.job), "rank": str(rank if rank is not None else 0), "host": str(record.get("host") or ctx.host)}
+    return {N.TRAIN_JOB_LABEL: str(record.get(N.TRAIN_JOB_LABEL) or record.get("job") or ctx.job), "rank": str(rank if rank is not None else 0), "host": ctx.host_of(record)}
 
 
 @register_importer(N.EV_COLD_START)
