@@ -70,3 +70,21 @@ def test_a_live_fake_agent_pages_on_a_gpu_silent_after_xid_79(tmp_path):
     assert silent and all(json.dumps(a).count('"gpu": "1"') for a in silent), alerts
     assert not [a for a in silent if '"gpu": "0"' in json.dumps(a)]
     assert any("GpuXid" in json.dumps(a) for a in alerts)
+
+
+def test_a_replay_pages_on_a_gpu_that_goes_silent_after_xid_79(tmp_path):
+    """Issue 23: the silence after XID 79 is reported by an alert in replay too, not only live. A
+    recording of two GPUs where GPU 1 reports XID 79 and then sends nothing (the truth suite's case, read in place)."""
+    from pathlib import Path
+
+    from gpulens.cli.main import main
+
+    trace = Path(__file__).resolve().parents[1] / "truth" / "cases" / "xid79_gpu_silent"
+    db = tmp_path / "s.db"
+    assert main(["replay", str(trace), "--store", str(db)]) == 0
+    done = subprocess.run([sys.executable, "-m", "gpulens", "alerts", "list", "--store", str(db), "--format", "json"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ})
+    assert done.returncode == 0, done.stderr
+    firing = {(a["rule"], a["labels"].get("gpu")) for a in json.loads(done.stdout)}
+    assert ("GpuSilent", "1") in firing and ("GpuXid", "1") in firing
+    assert ("GpuSilent", "0") not in firing
