@@ -42,7 +42,7 @@ class ImportContext:
     job: str = "h200-demo"
     service: str = "h200-demo"
     model: str = ""
-    host: str = "replay"
+    host: str = ""  # "" = the node's host (a live replay), "replay" for an offline import
     gpu_model: str = ""  # the recorded GPU's name (e.g. "NVIDIA H200"), for peaks such as MFU's
     counts: dict[str, int] = field(default_factory=dict)
     skipped_events: int = 0  # records without a sane time, or that their importer could not read
