@@ -48,6 +48,9 @@ INFER_BATCH_SIZE = "infer_batch_size"
 INFER_IN_FLIGHT = "infer_in_flight"  # gauge
 INFER_QUEUE_DEPTH = "infer_queue_depth"  # gauge
 INFER_REQUESTS_TOTAL = "infer_requests_total"  # counter, label status=ok|error|timeout|rejected|aborted
+# Every documented value of that `status` label. The exporter writes each one (0 until it happens) for
+# every label set that has served a request, so `rate(...{status="error"}[5m])` is 0, not empty.
+REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected", "aborted")
 # ---- inference, read from serving engines by `--scrape` (label `source`)
 INFER_PREFILL_SECONDS = "infer_prefill_seconds"  # a request's prefill phase
 INFER_DECODE_SECONDS = "infer_decode_seconds"  # a request's decode phase
@@ -113,6 +116,18 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     TRAIN_COMM_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_CHECKPOINT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_EVAL_SECONDS: STEP_BUCKETS_SECONDS,
+}
+# An engine's mean per request between two scrapes, where the engine gives durations as counters
+# (Triton's cumulative microseconds: no buckets to pass through). The store keeps it under the
+# histogram's name with quantile="mean"; /metrics exports it as a gauge of its own name, since a
+# histogram family cannot carry a gauge sample.
+INFER_LATENCY_MEAN_SECONDS = "infer_request_latency_mean_seconds"
+INFER_QUEUE_WAIT_MEAN_SECONDS = "infer_queue_wait_mean_seconds"
+INFER_SERVICE_MEAN_SECONDS = "infer_service_mean_seconds"
+ENGINE_MEAN_SERIES: dict[str, str] = {
+    INFER_LATENCY_SECONDS: INFER_LATENCY_MEAN_SECONDS,
+    INFER_QUEUE_WAIT_SECONDS: INFER_QUEUE_WAIT_MEAN_SECONDS,
+    INFER_SERVICE_SECONDS: INFER_SERVICE_MEAN_SECONDS,
 }
 # Counters among the workload series (typed `counter` on /metrics in both naming modes). Only
 # infer_requests_total is also written per request by gpulens's own monitors (one sample a request);

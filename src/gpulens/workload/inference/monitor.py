@@ -29,8 +29,8 @@ from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.inference.records import RequestRecord, write_request
 
-RequestStatus = Literal["ok", "error", "timeout", "rejected"]
-STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected")
+RequestStatus = Literal["ok", "error", "timeout", "rejected", "aborted"]
+STATUSES: tuple[str, ...] = N.REQUEST_STATUSES  # aborted: the client went away before the answer
 
 
 @dataclass
