@@ -2,7 +2,10 @@
 real TrainingMonitor job in another process and by requests that `gpulens bench serve` sends through
 the ASGI middleware of a real server, with the exported rules evaluated every second and one XID
 injected. A second agent with dcgm names (one agent per store: it serves a copy of the node's store,
-taken once the workload is done) shows the same workload series under that naming.
+taken once the workload is done) shows the same workload series under that naming, with its GPU in
+MIG mode and one XID of its own. Every process gets the node's name as `GPULENS_HOST`, as the Helm
+chart and a workload pod's downward API give it; one request of 150 s (service `long-gen`) is recorded
+beside the served ones.
 
 The rig takes about 70 s of wall time, almost all of it waiting (an XID alert must be seen firing for
 60 s). `tests/conftest.py` starts it when a selected test needs it, at collection time, so the wait
@@ -26,6 +29,8 @@ from testlib import free_port, wait_http
 HERE = Path(__file__).parent / "contract"
 XID_FIRING_SECONDS = 60.0
 TRAIN_STEPS = 160
+NODE = "gpu-node-7"  # GPULENS_HOST of every process of the rig's node
+LONG_SERVICE, LONG_SECONDS = "long-gen", 150.0
 
 
 def _gpulens(*args: str) -> list[str]:
@@ -70,7 +75,7 @@ class ScrapeRig:
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.work / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.work, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.work, env={**os.environ, "PYTHONUNBUFFERED": "1", "GPULENS_HOST": NODE})
         self.procs[name] = p
         return p
 
@@ -139,6 +144,7 @@ class ScrapeRig:
                      "--duration", "5s", "--no-fail", "--no-store", "--format", "json"),
             capture_output=True, text=True, cwd=self.work, timeout=120,
         )
+        self._long_request()
         deadline = time.monotonic() + 90
         while trainer.poll() is None and time.monotonic() < deadline:
             self._xid_poll()
@@ -151,7 +157,9 @@ class ScrapeRig:
             self._xid_poll()
             got_steps = self.query('sum(train_step_seconds_count{job="gpulens", train_job="llama-ft"})')
             got_reqs = self.query('sum(infer_request_latency_seconds_count{job="gpulens", service="chat"})')
-            if got_steps and got_reqs and float(got_steps[0]["value"][1]) == steps and float(got_reqs[0]["value"][1]) == requests:
+            got_long = self.query(f'sum(infer_request_latency_seconds_count{{job="gpulens", service="{LONG_SERVICE}"}})')
+            if (got_steps and got_reqs and got_long and float(got_steps[0]["value"][1]) == steps
+                    and float(got_reqs[0]["value"][1]) == requests):
                 break
             time.sleep(1.0)
         # The dcgm-named agent, on a copy of the store as the workload left it.
@@ -160,6 +168,7 @@ class ScrapeRig:
         with Store(self.store, readonly=True) as st:
             st.backup_to(self.work / "dcgm.db")
         dcgm = self._spawn("dcgm", _gpulens("agent", "--backend", "fake:1", "--metric-names", "dcgm", "--interval", "1s",
+                                            "--fault", "mig:3g.71gb+1g.18gb@0s:gpu=0", "--fault", "xid:48@2s:gpu=0",
                                             "--store", str(self.work / "dcgm.db"), "--learn", "1d",
                                             "--listen", f"127.0.0.1:{self.ports['dcgm']}"))
         self._wait_http(f"http://127.0.0.1:{self.ports['dcgm']}/metrics", dcgm, "dcgm")
@@ -177,6 +186,14 @@ class ScrapeRig:
                 break  # it went inactive: no point waiting
             time.sleep(2.0)
         self.end_time = time.time()
+
+    def _long_request(self) -> None:
+        """One request of LONG_SECONDS (a long generation), through the real InferenceMonitor."""
+        from gpulens import InferenceMonitor
+
+        mon = InferenceMonitor(str(self.store), service=LONG_SERVICE, model="tiny-llm", host=NODE, flush_interval_seconds=None)
+        mon.start_request(arrival=time.time() - LONG_SECONDS).finish("ok")
+        mon.close()
 
     def store_counts(self) -> tuple[int, int]:
         from gpulens.store import Store

@@ -9,7 +9,8 @@ from gpulens import TrainingMonitor
 
 store, steps = sys.argv[1], int(sys.argv[2])
 rng = random.Random(7)
-mon = TrainingMonitor(job="llama-ft", store=store, flush_interval_seconds=0.5)
+# a model's FLOPs per token and the GPU's peak, so each step carries an MFU (no CUDA here to look one up)
+mon = TrainingMonitor(job="llama-ft", store=store, flush_interval_seconds=0.5, flops_per_token=6 * 1.1e8, peak_flops=989e12)
 
 
 def loader():

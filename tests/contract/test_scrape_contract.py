@@ -147,3 +147,60 @@ def test_dcgm_names_keep_workload_series_and_type_counters_as_counters(rig):
     a = rig.query('sum(train_step_seconds_count{job="gpulens"})', rig.end_time)
     b = rig.query('sum(train_step_seconds_count{job="gpulens-dcgm"})', rig.end_time)
     assert a and b and a[0]["value"][1] == b[0]["value"][1]
+
+
+# ------------------------------------------------------------ the fleet details (issue 24, item 4)
+def test_every_series_of_the_node_carries_one_host_value(rig):
+    """The agent and the monitors in other processes read GPULENS_HOST: Grafana's `$host` picker
+    (built from gpu_up) finds every GPU, training and inference series of the node."""
+    series = rig.api("/api/v1/series", {"match[]": ['{job="gpulens", __name__=~"(gpu|train|infer)_.*"}']})
+    assert {s["__name__"] for s in series} >= {"gpu_up", "train_step_seconds_count", "infer_request_latency_seconds_count"}
+    hosts = {s.get("host") for s in series}
+    assert hosts == {"gpu-node-7"}, sorted(h or "(none)" for h in hosts)
+    picker = rig.api("/api/v1/label/host/values", {"match[]": "gpu_up"})
+    assert picker == ["gpu-node-7"]
+    dcgm = rig.api("/api/v1/series", {"match[]": ['{job="gpulens-dcgm", __name__=~"DCGM_.*|gpu_up"}']})
+    assert dcgm and {s.get("Hostname") for s in dcgm} == {"gpu-node-7"} and not any("hostname" in s for s in dcgm)
+
+
+def test_mfu_reaches_prometheus(rig):
+    got = rig.query('max_over_time(train_mfu_ratio{job="gpulens", train_job="llama-ft"}[5m])', rig.end_time)
+    assert got and all(0 < float(s["value"][1]) < 1 for s in got), got
+
+
+def test_a_150_s_request_lands_in_a_finite_bucket(rig):
+    from scrape_rig import LONG_SERVICE
+
+    sel = f'infer_request_latency_seconds_bucket{{job="gpulens", service="{LONG_SERVICE}"}}'
+    buckets = {float(s["metric"]["le"]): float(s["value"][1]) for s in rig.query(sel, rig.end_time)}
+    finite = sorted(le for le, n in buckets.items() if math.isfinite(le) and n == 1)
+    assert finite and finite[0] == 240.0, buckets  # (120, 240]: interpolated inside it, not clipped at a top
+    p50 = rig.query(f"histogram_quantile(0.5, sum by (le) ({sel}))", rig.end_time)
+    assert 120 < float(p50[0]["value"][1]) <= 240
+
+
+def test_a_status_not_seen_yet_rates_zero_not_empty(rig):
+    for status in ("error", "timeout", "aborted"):
+        got = rig.query(f'rate(infer_requests_total{{job="gpulens", service="chat", status="{status}"}}[1m])', rig.end_time)
+        assert got and all(float(s["value"][1]) == 0 for s in got), (status, got)
+
+
+def test_dcgm_mode_counts_mig_memory_once(rig):
+    """The MIG GPU is exported as its instances: their memory sums to what the GPU reports in use
+    (the dcgm agent's store holds the whole GPU's reading of each tick), not to twice that."""
+    got = rig.query('sum by (UUID) (DCGM_FI_DEV_FB_USED{job="gpulens-dcgm"})', rig.end_time)  # long committed to its store
+    assert len(got) == 1, got
+    summed = float(got[0]["value"][1]) * 2**20
+    profiles = {s["metric"].get("GPU_I_PROFILE") for s in rig.query('DCGM_FI_DEV_FB_USED{job="gpulens-dcgm"}', rig.end_time)}
+    assert profiles == {"3g.71gb", "1g.18gb"}  # no parent series beside its instances
+    with Store(rig.work / "dcgm.db", readonly=True) as st:
+        whole = {v for d in st.query("gpu_memory_used_bytes", {"gpu": "0"}, max_points=None) for v in d.value}
+    assert any(abs(summed - w) < 1.0 for w in whole), (summed, sorted(whole)[-3:])
+
+
+def test_dcgm_mode_joins_on_uuid(rig):
+    up = rig.query('gpu_up{job="gpulens-dcgm"} * on (UUID) group_left (modelName) DCGM_FI_DEV_GPU_TEMP{job="gpulens-dcgm"}')
+    assert len(up) == 1 and up[0]["metric"]["modelName"], up
+    xid = rig.query('increase(gpu_xid_errors_total{job="gpulens-dcgm"}[10m]) * on (UUID) group_left (Hostname) '
+                    'DCGM_FI_DEV_GPU_TEMP{job="gpulens-dcgm"}', rig.end_time)
+    assert xid and xid[0]["metric"]["xid"] == "48" and xid[0]["metric"]["Hostname"] == "gpu-node-7", xid

@@ -22,7 +22,7 @@ def test_demo_metrics_carry_training_and_inference_series(tmp_path):
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        wanted = {"train_step_seconds", "infer_request_latency_seconds", "infer_requests"}
+        wanted = {"train_step_seconds", "infer_request_latency_seconds", "infer_requests", "train_mfu_ratio"}
 
         def families(body: bytes) -> dict:
             return {f.name: f for f in text_string_to_metric_families(body.decode())}
@@ -35,6 +35,10 @@ def test_demo_metrics_carry_training_and_inference_series(tmp_path):
         steps = {s.labels["train_job"] for s in fams["train_step_seconds"].samples}
         assert steps == {"h200-demo"}
         assert "gpu_power_watts" in names
+        # the replayed workload is the node's: the GPUs' host, and an MFU from the recorded GPU's peak
+        hosts = {s.labels.get("host") for f in fams.values() if f.name.startswith(("gpu_", "train_", "infer_")) for s in f.samples}
+        assert len(hosts) == 1 and None not in hosts, hosts
+        assert all(0 < s.value < 1 for s in fams["train_mfu_ratio"].samples)
     finally:
         proc.terminate()
         out, err = proc.communicate(timeout=20)

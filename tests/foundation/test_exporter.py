@@ -51,7 +51,9 @@ def test_dcgm_exposition_differs_from_promtool_only_in_dcgm_exporters_own_label_
     # they are typed counter all the same
     lint = ("label names should be written in 'snake_case'", 'counter metrics should have "_total" suffix',
             "metric name should not include type 'counter'")
-    assert all(p.startswith("DCGM_") and any(x in p for x in lint) for p in problems), problems
+    # gpu_up and the XID counter carry dcgm's labels too (so on(UUID) joins work): only their camelCase is noted
+    own = ("gpu_up ", "gpu_xid_errors_total ")
+    assert all((p.startswith("DCGM_") and any(x in p for x in lint)) or (p.startswith(own) and lint[0] in p) for p in problems), problems
     types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
     assert types["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter"
     assert types["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"] == types["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == "counter"
@@ -80,10 +82,15 @@ def test_dcgm_names_and_units():
     assert util["0"] == pytest.approx(samples[0].utilization_gpu_ratio * 100)
     fb = fams["DCGM_FI_DEV_FB_USED"].samples[0]
     assert fb.value == pytest.approx(samples[0].memory_used_bytes / 2**20)
-    # dcgm-exporter's labels; the host under both spellings (its HEAD renamed Hostname to hostname)
-    assert fb.labels == {"gpu": "0", "UUID": samples[0].uuid, "modelName": "NVIDIA H200", "Hostname": "node-a",
-                         "hostname": "node-a", "pci_bus_id": "00000000:01:00.0", "device": "nvidia0",
-                         "DCGM_FI_DRIVER_VERSION": "580.159.04"}
+    # dcgm-exporter's labels, the host under one spelling (`Hostname`, as its releases write it)
+    dcgm = {"gpu": "0", "UUID": samples[0].uuid, "modelName": "NVIDIA H200", "Hostname": "node-a",
+            "pci_bus_id": "00000000:01:00.0", "device": "nvidia0", "DCGM_FI_DRIVER_VERSION": "580.159.04"}
+    assert fb.labels == dcgm
+    # gpu_up and the XID counter keep gpulens's names but carry the same labels, so on(UUID) joins them
+    assert next(s for s in fams["gpu_up"].samples if s.labels["gpu"] == "0").labels == dcgm
+    xid = next(s for s in fams["gpu_xid_errors"].samples if s.name == "gpu_xid_errors_total")
+    assert xid.labels == {**dcgm, "gpu": "1", "UUID": samples[1].uuid, "pci_bus_id": "00000000:02:00.0", "device": "nvidia1",
+                          "xid": "79"} and xid.value == 1
     assert {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples} == {"0": 0.0, "1": 79.0}
     assert fams["DCGM_FI_DEV_SM_CLOCK"].samples[0].value == pytest.approx(samples[0].sm_clock_hz / 1e6)
 
@@ -121,7 +128,9 @@ def test_distributions_are_histograms_of_every_sample_and_requests_a_counter(tmp
     assert total["train_step_seconds_count"] == 6 and total["train_step_seconds_sum"] == pytest.approx(sum(steps))
     assert "infer_request_latency_seconds" not in fams  # scraped percentiles are not re-exported as ours
     assert fams["infer_requests"].type == "counter"
-    assert [s.value for s in fams["infer_requests"].samples] == [5.0]
+    # every documented status, 0 until it happens, so rate(...{status="error"}) is 0, not empty
+    assert {s.labels["status"]: s.value for s in fams["infer_requests"].samples} == {
+        "ok": 5.0, "error": 0.0, "timeout": 0.0, "rejected": 0.0, "aborted": 0.0}
     assert _promtool_check(text).returncode == 0
 
 

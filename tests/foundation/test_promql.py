@@ -159,7 +159,8 @@ def _reader_queries() -> list[str]:
 
 
 def _grafana_exprs() -> list[str]:
-    exprs = [t["expr"] for p in grafana_dashboard()["panels"] for t in p.get("targets", [])]
+    exprs = [t["expr"] for names in ("gpulens", "dcgm") for p in grafana_dashboard(metric_names=names)["panels"]
+             for t in p.get("targets", [])]
     concrete = [e.replace("$__rate_interval", "1m").replace("$__range", "1h") for e in exprs]
     return [re.sub(r"\$(host|gpu|job|service)\b", ".*", e) for e in concrete]
 

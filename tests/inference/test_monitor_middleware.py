@@ -86,6 +86,14 @@ def _starlette_app(monitor: InferenceMonitor, pause=asyncio.sleep, scale: float 
 
         return StreamingResponse(tokens(), media_type="text/event-stream")
 
+    async def long_stream(request):  # a generation the client gives up on (a token every 20 ms for 20 s)
+        async def tokens():
+            for i in range(1000):
+                yield f"data: {json.dumps({'choices': [{'text': f't{i}'}]})}\n\n"
+                await asyncio.sleep(0.02)
+
+        return StreamingResponse(tokens(), media_type="text/event-stream")
+
     async def fail(request):
         raise RuntimeError("model crashed")
 
@@ -96,7 +104,7 @@ def _starlette_app(monitor: InferenceMonitor, pause=asyncio.sleep, scale: float 
         return PlainTextResponse("ok")
 
     app = Starlette(routes=[Route("/v1/generate", generate), Route("/v1/completions", stream, methods=["POST"]),
-                            Route("/v1/fail", fail), Route("/v1/busy", busy), Route("/health", health)])
+                            Route("/v1/fail", fail), Route("/v1/long", long_stream), Route("/v1/busy", busy), Route("/health", health)])
     app.add_middleware(InferenceMiddleware, monitor=monitor, paths=("/v1/",))
     return app
 
@@ -208,3 +216,30 @@ def test_middleware_in_a_real_starlette_app(served_app, store):
     assert _vals(store, N.INFER_OUTPUT_TOKENS)[-5:] == [5] * 5
     assert streamed.ttft.p50 == pytest.approx(sorted(ttft)[2], abs=0.01)
     assert _vals(store, N.INFER_IN_FLIGHT)[-1] == 0
+
+
+def test_a_client_that_disconnects_mid_stream_is_aborted(served_app, store):
+    """A client closes its connection after the first tokens of a long stream: the request ends
+    aborted (not ok, not a server error), and the next request is unaffected."""
+    import socket
+    import urllib.request
+
+    base, monitor = served_app
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /v1/long HTTP/1.1\r\nHost: test\r\n\r\n")
+        got = b""
+        while b"data:" not in got:  # the headers and the first token reached the client
+            got += sock.recv(4096)
+    # the connection is closed: the server finds out at its next send (or its next receive)
+
+    def totals() -> dict[str, float]:
+        monitor.flush()
+        return {s.key.labels["status"]: s.value[-1] for s in store.query(N.INFER_REQUESTS_TOTAL, {"service": "api"})}
+
+    wait_until(lambda: totals().get("aborted") == 1, 10, "the abandoned stream to be recorded as aborted")
+    with urllib.request.urlopen(f"{base}/v1/generate", timeout=10) as r:
+        assert r.status == 200
+    wait_until(lambda: totals() == {"aborted": 1, "ok": 1}, 10, "the next request to be recorded ok")
+    assert _vals(store, N.INFER_IN_FLIGHT)[-1] == 0
+    assert not _vals(store, N.INFER_LATENCY_SECONDS)[:-1]  # an aborted request is no latency sample

@@ -224,7 +224,7 @@ def test_an_agent_passes_engine_histograms_through_as_histograms(metrics_server,
     prompt = {s.name: s.value for s in fams[N.INFER_PROMPT_TOKENS_TOTAL.removesuffix("_total")].samples}
     assert prompt[N.INFER_PROMPT_TOKENS_TOTAL] == 228
     statuses = {s.labels["status"]: s.value for s in fams["infer_requests"].samples}
-    assert statuses == {"ok": 24, "aborted": 0}
+    assert statuses == {"ok": 24, "aborted": 0, "error": 0, "timeout": 0, "rejected": 0}  # every status, 0 until seen
     assert fams[N.INFER_PREFIX_CACHE_HIT_RATIO].type == "gauge"
 
 
@@ -347,3 +347,26 @@ def test_prefix_cache_hit_ratio_is_per_interval(metrics_server, store):
     metrics_server.text = generate_latest(reg).decode()
     scraper.scrape_once()
     assert store.query(N.INFER_PREFIX_CACHE_HIT_RATIO)[0].value == pytest.approx([0.1, 0.9])
+
+
+def test_tritons_derived_means_reach_metrics(metrics_server, store, shared_data):
+    """Triton gives durations as microsecond counters (no buckets to pass through): the mean latency,
+    queue wait and compute time per request that the scraper derives reach /metrics as gauges."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulens.exporter.exposition import render_text
+    from gpulens.exporter.prometheus import LatestReadings, make_registry
+
+    metrics_server.text = (shared_data / "engine-metrics" / "triton.txt").read_text()
+    EngineScraper(metrics_server.url, store, service="vision", host="node-a").scrape_once()
+    text = render_text(make_registry(LatestReadings("node-a"), store=store)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    got = {name: {s.labels["model"]: s.value for s in fams[name].samples}
+           for name in (N.INFER_LATENCY_MEAN_SECONDS, N.INFER_QUEUE_WAIT_MEAN_SECONDS, N.INFER_SERVICE_MEAN_SECONDS)}
+    # densenet_onnx served 3 requests in 1 327 965 us, 145 us of them queued, 1 326 831 us computing
+    assert got == {N.INFER_LATENCY_MEAN_SECONDS: {"densenet_onnx": pytest.approx(1.327965 / 3)},
+                   N.INFER_QUEUE_WAIT_MEAN_SECONDS: {"densenet_onnx": pytest.approx(145e-6 / 3)},
+                   N.INFER_SERVICE_MEAN_SECONDS: {"densenet_onnx": pytest.approx(1.326831 / 3)}}
+    s = fams[N.INFER_LATENCY_MEAN_SECONDS].samples[0]
+    assert fams[N.INFER_LATENCY_MEAN_SECONDS].type == "gauge"
+    assert s.labels == {"service": "vision", "model": "densenet_onnx", "host": "node-a", "source": "triton"}

@@ -155,12 +155,15 @@ def test_the_daemonsets_command_line_runs(kubelet, tmp_path):
     ds = next(d for d in _docs(render_manifests.render({"port": port})) if d["kind"] == "DaemonSet")
     c = ds["spec"]["template"]["spec"]["containers"][0]
     mounts = {m["mountPath"] for m in c["volumeMounts"]}
-    args = [a.replace("$(NODE_NAME)", "gpu-node-7").replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for a in c["args"]]
+    args = [a.replace(f"0.0.0.0:{port}", f"127.0.0.1:{port}") for a in c["args"]]
+    # the downward API as the kubelet fills it: the node's name, the agent's host label by default
+    env = {e["name"]: "gpu-node-7" for e in c["env"] if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName"}
+    assert env == {"GPULENS_HOST": "gpu-node-7"}
     # the paths the pod mounts, moved under tmp_path (the kubelet socket: the test's kubelet)
     args = [str(tmp_path / "store.db") if a == "/var/lib/gpulens/gpulens.db" else kubelet.socket if a.endswith("kubelet.sock") else a
             for a in args]
     assert "/var/lib/gpulens" in mounts and "/var/lib/kubelet/pod-resources" in mounts
-    text = _run_agent(args, tmp_path, port=port)
+    text = _run_agent(args, tmp_path, port=port, extra_env=env)
     assert re.search(r'gpu_up\{[^}]*host="gpu-node-7"[^}]*pod="trainer-0"', text), text[:2000]
 
 

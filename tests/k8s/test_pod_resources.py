@@ -88,7 +88,7 @@ def test_a_mig_device_given_to_a_pod_labels_its_gpu_instance(kubelet):
     finally:
         node.close()
     fb = {(s.labels["gpu"], s.labels.get("GPU_I_PROFILE", ""), s.labels.get("pod", "")) for s in fams["DCGM_FI_DEV_FB_USED"].samples}
-    assert fb == {("0", "", ""), ("1", "", ""), ("1", "3g.71gb", ""), ("1", "1g.18gb", "small-llm")}
+    assert fb == {("0", "", ""), ("1", "3g.71gb", ""), ("1", "1g.18gb", "small-llm")}  # a MIG GPU: its instances only
 
 
 def test_without_attribution_the_labels_are_not_there(tmp_path):

@@ -23,6 +23,7 @@ def top_command(
     from rich.live import Live
 
     from gpulens.cli.agent import install_stop_handlers
+    from gpulens.k8s.node import node_host
     from gpulens.pipeline import Frame, NodeConfig, build_node
     from gpulens.units import parse_duration, parse_speed
 
@@ -30,7 +31,7 @@ def top_command(
     duration_s = parse_duration(duration, what="--duration") if duration else None
     speed_f = parse_speed(speed, allow_max=True)
     history: dict[int, deque[float]] = {}
-    host = __import__("socket").gethostname()
+    host = node_host()
     last_draw = 0.0
     live = Live(console=console, refresh_per_second=4, transient=False)
 

@@ -1,13 +1,22 @@
 """A Grafana dashboard (JSON) with the same three panels as `gpulens dashboard`, over the metric
-names `gpulens agent` exports, for a Prometheus data source. Import it in Grafana under
-Dashboards → New → Import; it asks for the Prometheus data source on import."""
+names `gpulens agent` exports, for a Prometheus data source.
+
+It provisions from a file as it is (Grafana's file provider does no `__inputs` substitution): every
+panel, target and picker names its data source through the `${datasource}` variable (type
+`prometheus`, as dcgm-exporter's own dashboard does), which Grafana fills with the default Prometheus
+data source and lets a viewer switch; the manual import (Dashboards → New → Import) takes it too.
+Quantile panels keep `service` / `train_job` apart (`sum by (le, service)`), so every line's legend
+names its owner. `metric_names="dcgm"` writes the variant for agents run with `--metric-names dcgm`:
+the GPU panels read dcgm-exporter's names (converted back to base units) and its `Hostname` label."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from gpulens import promql as P
 from gpulens.errors import BadInputError
 from gpulens.views.panels import (
     LEGEND_OWNER,
@@ -21,9 +30,24 @@ from gpulens.views.panels import (
 )
 from gpulens.views.promql import series_expr, stat_expr
 from gpulens.vocab import names as N
-from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_PROCESS_MEMORY, GPU_UP
+from gpulens.vocab.gpu import (
+    GPU_CLOCK_EVENT_ACTIVE,
+    GPU_PROCESS_MEMORY,
+    GPU_UP,
+    GPU_XID_TOTAL,
+    METRICS_BY_NAME,
+)
 
-DS = "${DS_PROMETHEUS}"
+MetricNames = Literal["gpulens", "dcgm"]
+DS = "${datasource}"
+DS_REF = {"type": "prometheus", "uid": DS}
+# The data-source picker: what provisioning fills (the default Prometheus) instead of an __inputs prompt.
+DATASOURCE_VARIABLE = {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+                       "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1, "regex": ""}
+# dcgm-exporter's host label (`--metric-names dcgm`, exporter/prometheus.py)
+DCGM_HOST_LABEL = "Hostname"
+# GPU series that keep gpulens's name under --metric-names dcgm (with dcgm's labels)
+DCGM_KEPT = frozenset({GPU_UP, GPU_XID_TOTAL})
 DEFAULT_UID = "gpulens-overview"
 # Chart units -> Grafana's unit ids.
 GRAFANA_UNITS = {
@@ -45,8 +69,28 @@ VARIABLES = {
 }
 
 
-def _regex(workload: str) -> dict[str, str]:
-    return {selection_label(k): f"${k}" for k in SELECTION_KEYS[workload]}  # type: ignore[index]
+def _regex(workload: str, names: MetricNames = "gpulens") -> dict[str, str]:
+    regex = {selection_label(k): f"${k}" for k in SELECTION_KEYS[workload]}  # type: ignore[index]
+    if names == "dcgm" and workload == "gpu":
+        regex[DCGM_HOST_LABEL] = regex.pop(selection_label("host"))
+    return regex
+
+
+def _gpu_series(metric: str, workload: str, names: MetricNames) -> tuple[str, float] | None:
+    """(the series to read, what to divide it by for the base unit); None where the naming has no such series."""
+    if names == "gpulens" or workload != "gpu" or metric in DCGM_KEPT:
+        return metric, 1.0
+    spec = METRICS_BY_NAME.get(metric)
+    if spec is None or spec.dcgm_name is None:
+        return None  # gpulens-only (process memory, clock-event reasons): not exported in dcgm mode
+    return spec.dcgm_name, spec.dcgm_scale
+
+
+def _scaled(expr: str, scale: float) -> str:
+    """A dcgm value back in base units: MiB → bytes, % → ratio, MHz → Hz."""
+    if scale == 1.0:
+        return expr
+    return f"{P.paren(expr)} / {P.number(scale)}" if scale > 1 else f"{P.paren(expr)} * {P.number(round(1 / scale))}"
 
 
 def _legend(s: SeriesSpec, panel: PanelSpec) -> str:
@@ -61,18 +105,23 @@ def _legend(s: SeriesSpec, panel: PanelSpec) -> str:
     }.get(s.metric, f"{s.label} ({whose})")
 
 
-def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int) -> dict[str, Any]:
+def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int, names: MetricNames = "gpulens") -> dict[str, Any]:
     targets = []
-    for i, s in enumerate(chart.series):
-        expr = series_expr(s, {}, "$__rate_interval", _regex(s.workload or panel.id))
-        legend = _legend(s, panel)
-        targets.append({"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": DS}})
+    for s in chart.series:
+        workload = s.workload or panel.id
+        read = _gpu_series(s.metric, workload, names)
+        if read is None:
+            continue
+        spec = replace(s, metric=read[0]) if read[0] != s.metric else s
+        # a quantile keeps its owner apart (one line per service / job), so the legend can name it
+        expr = _scaled(series_expr(spec, {}, "$__rate_interval", _regex(workload, names), by=(LEGEND_OWNER[workload],)), read[1])
+        targets.append({"refId": chr(ord("A") + len(targets)), "expr": expr, "legendFormat": _legend(s, panel), "datasource": DS_REF})
     return {
         "id": pid,
         "type": "timeseries",
         "title": chart.title,
         "description": chart.help,
-        "datasource": {"type": "prometheus", "uid": DS},
+        "datasource": DS_REF,
         "gridPos": {"h": 8, "w": 8, "x": x, "y": y},
         "fieldConfig": {"defaults": {"unit": GRAFANA_UNITS[chart.unit], "custom": {"lineWidth": 1, "spanNulls": True}}, "overrides": []},
         "options": {"legend": {"displayMode": "list", "placement": "bottom"}, "tooltip": {"mode": "multi"}},
@@ -80,20 +129,23 @@ def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int) ->
     }
 
 
-def _stats(panel: PanelSpec, pid: int, y: int) -> dict[str, Any] | None:
+def _stats(panel: PanelSpec, pid: int, y: int, names: MetricNames = "gpulens") -> dict[str, Any] | None:
     targets = []
     for st in panel.stats:
-        expr = stat_expr(st, {}, "$__range", _regex(panel.id))
+        read = _gpu_series(st.metric, panel.id, names)
+        if read is None:
+            continue
+        expr = stat_expr(replace(st, metric=read[0]), {}, "$__range", _regex(panel.id, names))
         if expr:
-            targets.append({"refId": chr(ord("A") + len(targets)), "expr": expr, "legendFormat": st.label, "instant": True,
-                            "datasource": {"type": "prometheus", "uid": DS}})
+            targets.append({"refId": chr(ord("A") + len(targets)), "expr": _scaled(expr, read[1]), "legendFormat": st.label,
+                            "instant": True, "datasource": DS_REF})
     if not targets:
         return None
     return {
         "id": pid,
         "type": "stat",
         "title": f"{panel.title}: over the range",
-        "datasource": {"type": "prometheus", "uid": DS},
+        "datasource": DS_REF,
         "gridPos": {"h": 4, "w": 24, "x": 0, "y": y},
         "fieldConfig": {"defaults": {"unit": "short"}, "overrides": [
             {"matcher": {"id": "byName", "options": st.label}, "properties": [{"id": "unit", "value": GRAFANA_UNITS[st.unit]}]}
@@ -104,29 +156,38 @@ def _stats(panel: PanelSpec, pid: int, y: int) -> dict[str, Any] | None:
     }
 
 
-def grafana_dashboard(title: str = "gpulens: training | inference | GPU health", uid: str = DEFAULT_UID) -> dict[str, Any]:
-    """The dashboard JSON, in Grafana's import format (a `__inputs` data-source placeholder)."""
+def grafana_dashboard(title: str = "gpulens: training | inference | GPU health", uid: str = DEFAULT_UID,
+                      metric_names: MetricNames = "gpulens") -> dict[str, Any]:
+    """The dashboard JSON, for file provisioning or import as it is (a `${datasource}` variable, no
+    `__inputs`), over the agents' names: gpulens's, or dcgm-exporter's for the GPU panels."""
+    if metric_names not in ("gpulens", "dcgm"):
+        raise BadInputError(f"--metric-names must be gpulens or dcgm, not {metric_names!r}.")
     panels: list[dict[str, Any]] = []
     pid, y = 1, 0
     for panel in PANELS.values():
         panels.append({"id": pid, "type": "row", "title": panel.title, "collapsed": False, "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
         pid, y = pid + 1, y + 1
-        stats = _stats(panel, pid, y)
+        stats = _stats(panel, pid, y, metric_names)
         if stats:
             panels.append(stats)
             pid, y = pid + 1, y + 4
         for i, chart in enumerate(panel.charts):
-            panels.append(_timeseries(chart, panel, pid, (i % 3) * 8, y + (i // 3) * 8))
+            panels.append(_timeseries(chart, panel, pid, (i % 3) * 8, y + (i // 3) * 8, metric_names))
             pid += 1
         y += ((len(panel.charts) + 2) // 3) * 8
-    variables = [
+    def var_label(name: str, metric: str) -> str:
+        if metric_names == "dcgm" and metric == GPU_UP and name == "host":
+            return DCGM_HOST_LABEL  # gpu_up carries dcgm's labels in that mode
+        return selection_label(name)
+
+    variables = [dict(DATASOURCE_VARIABLE)] + [
         {
             "name": name,
             "label": label,
             "type": "query",
-            "datasource": {"type": "prometheus", "uid": DS},
-            "query": {"query": f"label_values({metric}, {selection_label(name)})", "refId": f"var-{name}"},
-            "definition": f"label_values({metric}, {selection_label(name)})",
+            "datasource": DS_REF,
+            "query": {"query": f"label_values({metric}, {var_label(name, metric)})", "refId": f"var-{name}"},
+            "definition": f"label_values({metric}, {var_label(name, metric)})",
             "includeAll": True,
             "allValue": ".*",
             "multi": True,
@@ -137,7 +198,6 @@ def grafana_dashboard(title: str = "gpulens: training | inference | GPU health",
         for name, (metric, label) in VARIABLES.items()
     ]
     return {
-        "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource", "pluginId": "prometheus", "pluginName": "Prometheus"}],
         "__requires": [
             {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
             {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
@@ -146,7 +206,8 @@ def grafana_dashboard(title: str = "gpulens: training | inference | GPU health",
         ],
         "uid": uid,
         "title": title,
-        "description": "Training, inference and GPU health from gpulens agents (exported by `gpulens export grafana`).",
+        "description": "Training, inference and GPU health from gpulens agents (exported by `gpulens export grafana`"
+                       + (" --metric-names dcgm)." if metric_names == "dcgm" else ")."),
         "tags": ["gpulens", "gpu"],
         "timezone": "browser",
         "schemaVersion": 39,

@@ -7,8 +7,11 @@ The contract (docs/metrics.md, tested against a real Prometheus that scrapes an 
   its parts) are Prometheus histograms counted from every sample in the store, so `histogram_quantile`
   is right over any window and aggregation; engine histograms read by `--scrape` are passed through;
 - counters are typed `counter` in both naming modes;
-- `--metric-names dcgm` renames the GPU families only (dcgm-exporter's names and units); `gpu_up`,
-  `gpu_xid_errors_total` (DCGM has no XID counter) and every workload series keep their names.
+- `--metric-names dcgm` renames the GPU families only (dcgm-exporter's names, units and labels, the
+  host as `Hostname`); `gpu_up` and `gpu_xid_errors_total` (DCGM has no XID counter) keep their names
+  but carry dcgm's labels, so `on(UUID)` joins them to DCGM series; a GPU in MIG mode is exported as
+  its instances for the fields they have (as dcgm-exporter's default), never both; every workload
+  series keeps its names and labels.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ _HELP_EXTRA = {
     GPU_XID_TOTAL: "XID errors seen by this agent, by XID code.",
     GPU_XID_LAST: "Code of the last XID error seen (0 if none).",
 }
+# The fields a MIG instance is read for: in dcgm mode a MIG GPU's values of these are its instances'.
+_MIG_FIELDS = frozenset(m.field for m in MIG_METRICS)
+# dcgm-exporter's host label (its releases; an unreleased HEAD renamed it `hostname`).
+DCGM_HOST_LABEL = "Hostname"
 # Labels a scrape owns; an exported label of either name would come back as exported_job/_instance.
 RESERVED_LABELS = frozenset({"job", "instance"})
 
@@ -82,7 +89,7 @@ class GpuCollector:
         samples, xids, xid_last = self.readings.snapshot()
         if self.metric_names == "dcgm":
             yield from self._collect_dcgm(samples, xid_last)
-            yield from self._up_and_xids(samples, xids)
+            yield from self._dcgm_up_and_xids(samples, xids)
             return
         families: dict[str, Metric] = {}
         extra_label_names: dict[str, list[str]] = {}
@@ -132,22 +139,28 @@ class GpuCollector:
                 xid_total.add_metric([b[k] for k in base_names] + [str(xid)], float(n))
         return xid_total
 
-    def _up_and_xids(self, samples: list, xids: dict[tuple[int, int], int]) -> Iterator[Metric]:
-        """gpulens's own `gpu_up` and XID counter, which DCGM's names lack (its rules need them)."""
-        base_names = self._base_names()
-        up = GaugeMetricFamily(GPU_UP, _HELP_EXTRA[GPU_UP], labels=base_names)
+    def _dcgm_up_and_xids(self, samples: list[GpuSample], xids: dict[tuple[int, int], int]) -> Iterator[Metric]:
+        """gpulens's own `gpu_up` and XID counter, which DCGM's names lack (its rules need them), under
+        dcgm-exporter's labels, so `gpu_up * on(UUID) group_left DCGM_FI_DEV_GPU_TEMP` joins."""
+        up = Metric(GPU_UP, _HELP_EXTRA[GPU_UP], "gauge")
+        xid_total = Metric(GPU_XID_TOTAL.removesuffix("_total"), _HELP_EXTRA[GPU_XID_TOTAL], "counter")
+        by_gpu = {s.gpu: s for s in samples}
         for s in samples:
             for pod in self._holders(s.uuid):
-                b = {**gpu_labels(s, self.readings.host), **pod}
-                up.add_metric([b[k] for k in base_names], 0.0 if s.lost else 1.0)
+                up.add_sample(GPU_UP, {**self._dcgm_labels(s), **pod}, 0.0 if s.lost else 1.0)
+        for (gpu, xid), n in sorted(xids.items()):
+            s = by_gpu.get(gpu)
+            if s is not None:
+                for pod in self._holders(s.uuid):
+                    xid_total.add_sample(GPU_XID_TOTAL, {**self._dcgm_labels(s), **pod, "xid": str(xid)}, float(n))
         yield up
-        yield self._xid_counter(samples, xids)
+        yield xid_total
 
     def _dcgm_labels(self, s: GpuSample) -> dict[str, str]:
-        """dcgm-exporter's labels for one GPU (both spellings of the host label: HEAD renamed it)."""
+        """dcgm-exporter's labels for one GPU. The host is `Hostname`, as dcgm-exporter's releases write
+        it (one spelling: two would double every series a `by (Hostname, hostname)` keeps apart)."""
         info = self.readings.infos.get(s.gpu)
-        labels = {"gpu": str(s.gpu), "UUID": s.uuid, "modelName": s.name, "Hostname": self.readings.host,
-                  "hostname": self.readings.host}
+        labels = {"gpu": str(s.gpu), "UUID": s.uuid, "modelName": s.name, DCGM_HOST_LABEL: self.readings.host}
         if info is not None:
             if info.pci_bus_id:
                 labels["pci_bus_id"] = info.pci_bus_id
@@ -171,11 +184,14 @@ class GpuCollector:
             if s.lost:
                 continue
             gpu_lv = self._dcgm_labels(s)
+            # In MIG mode dcgm-exporter's default emits the instances, not the parent, for the fields
+            # an instance has (memory, GPM): a sum over the GPU's UUID then counts its memory once.
+            per_instance = _MIG_FIELDS if s.mig_instances else frozenset()
             for pod in self._holders(s.uuid):
                 lv = {**gpu_lv, **pod}
                 for m in GPU_METRICS:
                     v = getattr(s, m.field)
-                    if v is None or m.dcgm_name is None:
+                    if v is None or m.dcgm_name is None or m.field in per_instance:
                         continue
                     for name, scale in ((m.dcgm_name, m.dcgm_scale), *m.dcgm_aliases):
                         add(name, f"{m.help} (dcgm-exporter name and unit)", m.is_counter, lv, float(v) * scale)
@@ -264,18 +280,21 @@ class WorkloadCollector:
         hists, counts = self.tally.snapshot()
         yield from _histogram_families(hists)
         now = self.clock()
+        yield from self._engine_means(now)
+        means = set(wn.ENGINE_MEAN_SERIES.values())
         for name in self.store.metric_names():
-            if not name.startswith(self.PREFIXES) or name in wn.HISTOGRAM_BUCKETS:
+            if not name.startswith(self.PREFIXES) or name in wn.HISTOGRAM_BUCKETS or name in means:
                 continue
             latest = self.store.latest(name)
             if name in wn.WORKLOAD_COUNTERS:
+                rows = [(key.labels, float(n)) for key, n in sorted(counts.items(), key=lambda kv: kv[0].labels_json)
+                        if key.name == name]
+                rows += [(v.key.labels, v.value) for v in latest if "source" in v.key.labels]  # an engine's own, by --scrape
+                if name == wn.INFER_REQUESTS_TOTAL:
+                    rows = _every_status(rows)
                 fam = Metric(name.removesuffix("_total"), f"gpulens workload counter {name}", "counter")
-                for key, n in sorted(counts.items(), key=lambda kv: kv[0].labels_json):
-                    if key.name == name:
-                        fam.add_sample(name, _export_labels(key.labels), float(n))
-                for v in latest:  # an engine's own counter, read by --scrape
-                    if "source" in v.key.labels:
-                        fam.add_sample(name, _export_labels(v.key.labels), v.value)
+                for labels, value in rows:
+                    fam.add_sample(name, _export_labels(labels), value)
                 if fam.samples:
                     yield fam
                 continue
@@ -286,6 +305,40 @@ class WorkloadCollector:
             for v in values:
                 fam.add_sample(name, _export_labels(v.key.labels), v.value)
             yield fam
+
+
+    def _engine_means(self, now: float) -> Iterator[Metric]:
+        """An engine's mean per request (Triton's durations are counters: Δduration / Δrequests between
+        scrapes), as the gauge `names.ENGINE_MEAN_SERIES` names, while fresh; labels as the store's
+        minus `quantile`."""
+        for hist_name, mean_name in wn.ENGINE_MEAN_SERIES.items():
+            values = [v for v in self.store.latest(hist_name)
+                      if v.key.labels.get("quantile") == "mean" and "source" in v.key.labels and now - v.t <= self.max_age_seconds]
+            if not values:
+                continue
+            fam = Metric(mean_name, f"Mean {hist_name} per request between the engine's last two scrapes (the engine's own counters).",
+                         "gauge")
+            for v in sorted(values, key=lambda v: v.key.labels_json):
+                fam.add_sample(mean_name, _export_labels({k: x for k, x in v.key.labels.items() if k != "quantile"}), v.value)
+            yield fam
+
+
+def _every_status(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
+    """The request counter with every documented status (`names.REQUEST_STATUSES`) of each label set
+    that has served a request: a status not seen yet is 0, so `rate(...{status="error"}[5m])` reads 0
+    instead of an empty result that no alert and no panel can tell from "not scraped"."""
+    seen = {tuple(sorted(labels.items())) for labels, _ in rows}
+    out = list(rows)
+    for labels, _ in rows:
+        if "status" not in labels:
+            continue
+        for status in wn.REQUEST_STATUSES:
+            other = {**labels, "status": status}
+            key = tuple(sorted(other.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append((other, 0.0))
+    return out
 
 
 def _export_labels(labels: dict[str, str]) -> dict[str, str]:

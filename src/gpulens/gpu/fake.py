@@ -263,6 +263,10 @@ class FakeBackend:
         if s.mig_mode:  # as NVML: no GPM for the whole GPU in MIG mode, per GPU instance instead
             s.graphics_active_ratio = s.sm_active_ratio = s.sm_occupancy_ratio = None
             s.tensor_active_ratio = s.dram_active_ratio = None
+            # and the whole GPU's memory in use is its instances' (what a MIG sum must come back to)
+            used_bytes = sum(m.memory_used_bytes or 0.0 for m in s.mig_instances or ())
+            s.memory_used_bytes = used_bytes
+            s.memory_free_bytes = float(total - _RESERVED_BYTES - used_bytes)
         if self._pinned[i]:
             s = replace(s, **self._pinned[i])
         for name in self._unsupported[i]:

@@ -12,7 +12,6 @@ What a node is made of, in the order its sinks see each frame:
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from gpulens.exporter.prometheus import MetricNames, WorkloadTally, make_registr
 from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
 from gpulens.k8s.attribution import DeviceAttribution
+from gpulens.k8s.node import node_host
 from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
 from gpulens.pipeline.sinks import (
     ColocationWatch,
@@ -161,7 +161,7 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             if lock is not None:
                 lock.release()
             raise
-    host = config.host or socket.gethostname()
+    host = node_host(config.host)
     attribution = DeviceAttribution() if config.pod_resources_socket else None
     readings = LatestReadings(host=host, gpus=backend.gpus(), attribution=attribution)
     sinks: list[Sink] = []
@@ -173,10 +173,13 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 from gpulens.workload.importers import ImportContext
 
                 ctx = config.import_context or ImportContext()
-                ctx.host = ctx.host or host  # the trace's workload lands beside its samples
+                # a live replay's workload lands beside its samples, under the node's host (the recording's own
+                # host maps onto it), with the replayed GPU's model (MFU's peak)
+                ctx.host = ctx.host or host
                 recorded = getattr(backend, "recorded_host", None)
                 if recorded:
                     ctx.host_map.setdefault(recorded, ctx.host)
+                ctx.gpu_model = ctx.gpu_model or next((g.name for g in backend.gpus()), "")
                 trace_events = TraceEventsSink(backend, store, ctx, list(iter_events(backend.events_path)))  # type: ignore[attr-defined]
                 sinks.append(trace_events)  # before the samples of the same moment, as recorded
             models = {g.index: g.name for g in backend.gpus()}

@@ -3,10 +3,9 @@ attribute reads and tuple appends (the agent's cost budget is well under 1 % of 
 
 from __future__ import annotations
 
-import socket
-
 from gpulens.gpu.metrics import gpu_labels
 from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuSample, XidEvent
+from gpulens.k8s.node import node_host
 from gpulens.store import Store
 from gpulens.vocab.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
@@ -44,7 +43,7 @@ class SampleWriter:
 
     def __init__(self, store: Store, host: str | None = None):
         self.store = store
-        self.host = host or socket.gethostname()
+        self.host = node_host(host)
         self._gpus: dict[tuple[int, str], _GpuSeries] = {}
         self._xid_counts: dict[tuple[int, int], int] = {}
         self.samples_written = 0

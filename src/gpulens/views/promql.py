@@ -10,7 +10,7 @@ written by gpulens.promql; a window is seconds or a Grafana variable such as `$_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpulens import promql as P
 from gpulens.promql import Window, selector
@@ -25,9 +25,10 @@ def is_histogram(metric: str) -> bool:
 
 
 def histogram_quantile_expr(q: float, metric: str, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None,
-                            fn: str = "rate") -> str:
-    """The q-quantile of every event of the selection in the window (buckets merged: never averaged)."""
-    return P.histogram_quantile(q, metric, window, match, regex, fn=fn)
+                            fn: str = "rate", by: Sequence[str] = ()) -> str:
+    """The q-quantile of every event of the selection in the window (buckets merged: never averaged),
+    one per value of the `by` labels (none: one for the whole selection)."""
+    return P.histogram_quantile(q, metric, window, match, regex, fn=fn, by=("le", *by))
 
 
 def histogram_mean_expr(metric: str, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None) -> str:
@@ -40,12 +41,15 @@ def _sum_of(fn: str, sel: str, window: Window) -> str:
     return P.aggregate("sum", P.call(fn, P.ranged(sel, window)))
 
 
-def series_expr(spec: SeriesSpec, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None) -> str:
-    """The PromQL of one drawn series. `window` is seconds or a variable such as $__rate_interval."""
+def series_expr(spec: SeriesSpec, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None,
+                by: Sequence[str] = ()) -> str:
+    """The PromQL of one drawn series. `window` is seconds or a variable such as $__rate_interval;
+    `by`: the labels a quantile keeps apart (Grafana draws one line per service; the dashboard one
+    line for its selection)."""
     m = {**match, **spec.match_dict}
     if is_histogram(spec.metric):
         if spec.kind == "quantile":
-            return histogram_quantile_expr(spec.quantile, spec.metric, m, window, regex)  # type: ignore[arg-type]
+            return histogram_quantile_expr(spec.quantile, spec.metric, m, window, regex, by=by)  # type: ignore[arg-type]
         if spec.kind == "events_per_second" and not spec.counter:
             return _sum_of("rate", selector(spec.metric + "_count", m, regex), window)
         if spec.kind == "line":

@@ -48,6 +48,9 @@ INFER_BATCH_SIZE = "infer_batch_size"
 INFER_IN_FLIGHT = "infer_in_flight"  # gauge
 INFER_QUEUE_DEPTH = "infer_queue_depth"  # gauge
 INFER_REQUESTS_TOTAL = "infer_requests_total"  # counter, label status=ok|error|timeout|rejected|aborted
+# Every documented value of that `status` label. The exporter writes each one (0 until it happens) for
+# every label set that has served a request, so `rate(...{status="error"}[5m])` is 0, not empty.
+REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected", "aborted")
 # ---- inference, read from serving engines by `--scrape` (label `source`)
 INFER_PREFILL_SECONDS = "infer_prefill_seconds"  # a request's prefill phase
 INFER_DECODE_SECONDS = "infer_decode_seconds"  # a request's decode phase
@@ -72,23 +75,26 @@ EV_ENGINE_STATS = "engine_stats"  # a recorded engine reading: t, service, engin
 # ---- distributions: per-event series exported to Prometheus as histograms (`_bucket`, `_sum`,
 # `_count`), so `histogram_quantile` gives a right percentile over any window and any aggregation.
 # Buckets (upper bounds in the series' unit, seconds or tokens; +Inf is implied) are chosen per quantity: roughly 1-2-5 steps
-# over the range where that quantity lives, denser where service objectives are usually set.
+# over the range where that quantity lives, denser where service objectives are usually set, and a
+# doubling tail up to the tops vLLM's own histograms use (request 7680 s, TTFT 2560 s, TPOT/ITL 80 s):
+# a long LLM request or a slow checkpoint lands in a finite bucket, so histogram_quantile still
+# interpolates instead of reporting the highest finite bound.
 LATENCY_BUCKETS_SECONDS = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0,
-    7.5, 10.0, 15.0, 20.0, 30.0, 60.0,
-)  # a whole request: 5 ms .. 60 s
+    7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 3840.0, 7680.0,
+)  # a whole request: 5 ms .. 7680 s (~2 h, vLLM's e2e top)
 TOKEN_BUCKETS_SECONDS = (
     0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-    0.5, 0.75, 1.0, 2.0,
-)  # one output token (TPOT, inter-token latency): 1 ms .. 2 s
+    0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0,
+)  # one output token (TPOT, inter-token latency): 1 ms .. 80 s (vLLM's top)
 FIRST_TOKEN_BUCKETS_SECONDS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
-    7.5, 10.0, 20.0, 30.0,
-)  # TTFT and queue wait: 1 ms .. 30 s
+    7.5, 10.0, 20.0, 30.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0, 2560.0,
+)  # TTFT and queue wait: 1 ms .. 2560 s (~43 min, vLLM's TTFT top)
 STEP_BUCKETS_SECONDS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
-    1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0,
-)  # a training step and its parts: 1 ms .. 5 min (checkpoints)
+    1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+)  # a training step and its parts: 1 ms .. 1 h (a long job's step, a large checkpoint)
 TOKEN_COUNT_BUCKETS = (
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
     32768.0, 65536.0, 131072.0,
@@ -110,6 +116,18 @@ HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
     TRAIN_COMM_WAIT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_CHECKPOINT_SECONDS: STEP_BUCKETS_SECONDS,
     TRAIN_EVAL_SECONDS: STEP_BUCKETS_SECONDS,
+}
+# An engine's mean per request between two scrapes, where the engine gives durations as counters
+# (Triton's cumulative microseconds: no buckets to pass through). The store keeps it under the
+# histogram's name with quantile="mean"; /metrics exports it as a gauge of its own name, since a
+# histogram family cannot carry a gauge sample.
+INFER_LATENCY_MEAN_SECONDS = "infer_request_latency_mean_seconds"
+INFER_QUEUE_WAIT_MEAN_SECONDS = "infer_queue_wait_mean_seconds"
+INFER_SERVICE_MEAN_SECONDS = "infer_service_mean_seconds"
+ENGINE_MEAN_SERIES: dict[str, str] = {
+    INFER_LATENCY_SECONDS: INFER_LATENCY_MEAN_SECONDS,
+    INFER_QUEUE_WAIT_SECONDS: INFER_QUEUE_WAIT_MEAN_SECONDS,
+    INFER_SERVICE_SECONDS: INFER_SERVICE_MEAN_SECONDS,
 }
 # Counters among the workload series (typed `counter` on /metrics in both naming modes). Only
 # infer_requests_total is also written per request by gpulens's own monitors (one sample a request);

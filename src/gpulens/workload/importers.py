@@ -48,7 +48,7 @@ class ImportContext:
     job: str = "h200-demo"
     service: str = "h200-demo"
     model: str = ""
-    host: str = ""
+    host: str = ""  # "" = the recording's own host (a live replay: the node's), else "replay"
     host_map: dict[str, str] = field(default_factory=dict)
     gpu_model: str = ""  # the recorded GPU's name (e.g. "NVIDIA H200"), for peaks such as MFU's
     counts: dict[str, int] = field(default_factory=dict)

@@ -15,7 +15,6 @@ model, host) and one `request` event holding its timestamps, which is what diagn
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,12 +24,13 @@ from typing import Any, Literal
 
 from gpulens.clock import Clock, as_clock
 from gpulens.errors import MonitorUsageError
+from gpulens.k8s.node import node_host
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.inference.records import RequestRecord, write_request
 
-RequestStatus = Literal["ok", "error", "timeout", "rejected"]
-STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected")
+RequestStatus = Literal["ok", "error", "timeout", "rejected", "aborted"]
+STATUSES: tuple[str, ...] = N.REQUEST_STATUSES  # aborted: the client went away before the answer
 
 
 @dataclass
@@ -99,7 +99,7 @@ class InferenceMonitor:
     ):
         self._own_store = not isinstance(store, Store)
         self.store = Store(store) if self._own_store else store  # type: ignore[arg-type]
-        self.labels = {"service": service, "model": model, "host": host or socket.gethostname()}
+        self.labels = {"service": service, "model": model, "host": node_host(host)}
         self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
         self.write_events = write_events
         self._lock = threading.Lock()

@@ -24,7 +24,7 @@ _OWN = ("arrival", "start", "first_token", "end", "status", "output_tokens", "pr
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One request. Times are unix seconds; `status` is ok | error | timeout | rejected."""
+    """One request. Times are unix seconds; `status` is one of `names.REQUEST_STATUSES` (ok | error | timeout | rejected | aborted)."""
 
     arrival_t: float
     start_t: float  # service began (after any queue)

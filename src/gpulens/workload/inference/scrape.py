@@ -12,7 +12,6 @@ host and `source` (the engine).
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 
 from gpulens import http_client
 from gpulens.errors import BadInputError, GpulensError, UnavailableError
+from gpulens.k8s.node import node_host
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.inference.engines import ENGINES, EngineMap
@@ -77,7 +77,7 @@ class EngineScraper:
             raise BadInputError(f"Unknown engine {engine!r}.", hint=f"Use auto or one of {', '.join(ENGINES)}.")
         self.url, self.store, self.clock, self.timeout = url, store, clock, timeout_seconds
         self.engine = None if engine == "auto" else ENGINES[engine]
-        self.base = {"service": service, "host": host or socket.gethostname()}
+        self.base = {"service": service, "host": node_host(host)}
         self.default_model = model
         self._hist_prev: dict[tuple[str, str], Buckets] = {}  # the engine's cumulative histograms, last scrape
         self._ctr_prev: dict[tuple[str, str], tuple[float, float]] = {}  # a ratio's (numerator, denominator), last scrape

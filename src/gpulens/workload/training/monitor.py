@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +30,7 @@ from typing import Any
 
 from gpulens.clock import Clock, as_clock
 from gpulens.errors import MonitorUsageError, StoreError
+from gpulens.k8s.node import node_host
 from gpulens.store import DEFAULT_STORE_PATH, Store
 from gpulens.vocab import names as N
 from gpulens.workload.training import device as dev
@@ -120,7 +120,7 @@ class TrainingMonitor:
         self.job = job
         self.rank = det_rank if rank is None else int(rank)
         self.world_size = det_world if world_size is None else int(world_size)
-        self.host = host or socket.gethostname()
+        self.host = node_host(host)
         self.pid = os.getpid()
         self.device = dev.device_index()
         self.gpu_name = gpu_name or dev.device_name(self.device)
