@@ -22,7 +22,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.exporter.health import HealthCollector
+from gpulens.exporter.health import HealthCollector, Readiness
 from gpulens.exporter.readings import LatestReadings
 from gpulens.exporter.scaling import ScalingCollector
 from gpulens.gpu.metrics import MIG_METRICS, gpu_labels, sample_values
@@ -43,6 +43,7 @@ from gpulens.vocab.gpu import (
     GPU_XID_TOTAL,
     METRICS_BY_NAME,
 )
+from gpulens.webconfig import WebConfig
 
 MetricNames = Literal["gpulens", "dcgm"]
 
@@ -353,15 +354,26 @@ def make_registry(
     return registry
 
 
-def serve_metrics(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
-    """Serve /metrics on host:port in a daemon thread. Returns the server (call .shutdown() to stop)."""
-    from gpulens.errors import PortInUseError
+def serve_metrics(registry: CollectorRegistry, host: str, port: int, *, web_config: WebConfig | None = None,
+                  readiness: Callable[[], Readiness] | None = None):  # type: ignore[no-untyped-def]
+    """Serve /metrics (and /health, /ready) on host:port in a daemon thread. Returns the server
+    (call .shutdown() to stop). A taken port and an address this machine does not have are
+    different sentences: only the first is a port conflict."""
+    import errno
+
+    from gpulens.errors import BadInputError, PortInUseError
     from gpulens.exporter.exposition import start_metrics_server
 
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        return start_metrics_server(registry, host, port)
+        return start_metrics_server(registry, host, port, web_config=web_config, readiness=readiness)
     except OSError as e:
-        raise PortInUseError(
-            f"Cannot listen on {host}:{port}: {e.strerror or e}.",
-            hint="Pick another address with --listen HOST:PORT (or stop whatever holds that port).",
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                f"Cannot listen on {shown}: the port is already in use.",
+                hint="Pick another address with --listen HOST:PORT (or stop whatever holds that port).",
+            ) from None
+        raise BadInputError(
+            f"Cannot listen on {shown}: {e.strerror or e}.",
+            hint="Use an address of this machine, e.g. --listen 127.0.0.1:9464, --listen '[::1]:9464' or --listen '[::]:9464'.",
         ) from None
