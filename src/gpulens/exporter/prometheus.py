@@ -27,7 +27,7 @@ from gpulens.exporter.readings import LatestReadings
 from gpulens.exporter.scaling import ScalingCollector
 from gpulens.gpu.metrics import MIG_METRICS, gpu_labels, sample_values
 from gpulens.gpu.types import GpuSample
-from gpulens.k8s.attribution import POD_LABELS
+from gpulens.k8s.attribution import POD_LABELS, index_id
 from gpulens.store import Store
 from gpulens.store.types import SeriesKey
 from gpulens.vocab import names as wn
@@ -69,12 +69,13 @@ class GpuCollector:
         self.readings = readings
         self.metric_names = metric_names
 
-    def _holders(self, device_id: str) -> list[dict[str, str]]:
-        """The pod label sets of one device: [{}] without attribution, one per holding container with it."""
+    def _holders(self, device_id: str, index: str) -> list[dict[str, str]]:
+        """The pod label sets of one device (by UUID, or by index where the device plugin reports
+        indices): [{}] without attribution, one per holding container with it."""
         att = self.readings.attribution
         if att is None:
             return [{}]
-        return [c.labels() for c in att.containers(device_id)] or [dict.fromkeys(POD_LABELS, "")]
+        return [c.labels() for c in att.containers(device_id, index)] or [dict.fromkeys(POD_LABELS, "")]
 
     def _base_names(self) -> list[str]:
         return ["gpu", "uuid", "model", "host", *(POD_LABELS if self.readings.attribution is not None else ())]
@@ -89,7 +90,7 @@ class GpuCollector:
         extra_label_names: dict[str, list[str]] = {}
         base_names = self._base_names()
         for s in samples:
-            holders = self._holders(s.uuid)
+            holders = self._holders(s.uuid, index_id(s.gpu))
             for name, extra, value in sample_values(s):
                 fam = families.get(name)
                 if fam is None:
@@ -109,7 +110,7 @@ class GpuCollector:
         yield self._xid_counter(samples, xids)
         last = GaugeMetricFamily(GPU_XID_LAST, _HELP_EXTRA[GPU_XID_LAST], labels=base_names)
         for s in samples:
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 b = {**gpu_labels(s, self.readings.host), **pod}
                 last.add_metric([b[k] for k in base_names], float(xid_last.get(s.gpu, 0)))
         yield last
@@ -128,7 +129,7 @@ class GpuCollector:
             s = by_gpu.get(gpu)
             if s is None:
                 continue
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 b = {**gpu_labels(s, self.readings.host), **pod}
                 xid_total.add_metric([b[k] for k in base_names] + [str(xid)], float(n))
         return xid_total
@@ -138,7 +139,7 @@ class GpuCollector:
         base_names = self._base_names()
         up = GaugeMetricFamily(GPU_UP, _HELP_EXTRA[GPU_UP], labels=base_names)
         for s in samples:
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 b = {**gpu_labels(s, self.readings.host), **pod}
                 up.add_metric([b[k] for k in base_names], 0.0 if s.lost else 1.0)
         yield up
@@ -172,7 +173,7 @@ class GpuCollector:
             if s.lost:
                 continue
             gpu_lv = self._dcgm_labels(s)
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 lv = {**gpu_lv, **pod}
                 for m in GPU_METRICS:
                     v = getattr(s, m.field)
@@ -182,10 +183,11 @@ class GpuCollector:
                         add(name, f"{m.help} (dcgm-exporter name and unit)", m.is_counter, lv, float(v) * scale)
                 add(DCGM_XID_ERRORS, "Value of the last XID error (dcgm-exporter name)", False, lv,
                     float(xid_last.get(s.gpu, 0)))
-            for mig in s.mig_instances or ():
+            for k, mig in enumerate(s.mig_instances or ()):
                 # a MIG instance is its own entity: the GPU's labels plus GPU_I_ID / GPU_I_PROFILE
                 mig_lv = {**gpu_lv, "GPU_I_ID": str(mig.gpu_instance_id), "GPU_I_PROFILE": mig.profile}
-                for pod in self._holders(mig.uuid):
+                slot = mig.device_index if mig.device_index is not None else k  # a recording may lack the slot
+                for pod in self._holders(mig.uuid, index_id(s.gpu, slot)):
                     for m in MIG_METRICS:
                         v = getattr(mig, m.field)
                         if v is not None and m.dcgm_name is not None:
