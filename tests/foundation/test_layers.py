@@ -22,8 +22,9 @@ import pytest
 grimp = pytest.importorskip("grimp", reason="the import-graph checks need grimp (the dev extra)")
 
 # Highest first. Why the cuts fall where they do:
-# - vocab, promql and http_client are the shared words and the two ways out (PromQL text, outbound
-#   HTTP) that every feature uses: below all features, importing none of them;
+# - vocab, promql, http_client and webconfig are the shared words and the ways out and in (PromQL text,
+#   outbound HTTP, the TLS / basic-auth file of every listener) that every feature uses: below all
+#   features, importing none of them;
 # - reader is the seam consumers read through (a store or a Prometheus), above the store it wraps;
 # - the consumers are two layers: alerts / diagnose / runs decide from data; bench, scaling, energy and
 #   evals build on them (a scaling signal from a bench run, energy per job from diagnosis's joins);
@@ -41,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("alerts", "diagnose", "runs"),
     ("workload", "reader"),
     ("gpu", "store", "plan", "k8s"),
-    ("promql", "http_client"),
+    ("promql", "http_client", "webconfig"),
     ("vocab",),
     ("units", "stats", "mfu", "data", "clock"),
     ("errors",),

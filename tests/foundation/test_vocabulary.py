@@ -53,7 +53,7 @@ COINCIDENCES: dict[tuple[str, str], str] = {
 
 # GpuSample / MigInstanceSample fields that are not readings (see the module docstring).
 NOT_READINGS = frozenset({"t", "gpu", "uuid", "name", "lost", "errors", "processes", "mig_instances",
-                          "gpu_instance_id", "compute_instance_id", "profile"})
+                          "gpu_instance_id", "compute_instance_id", "profile", "device_index"})
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 

@@ -37,6 +37,21 @@ VARIANTS = {
                                                       "runtimeClassName": "nvidia", "hostPID": True},
     "no pod attribution, no operator": {"podResources": {"enabled": False}, "serviceMonitor": {"enabled": False},
                                         "prometheusRule": {"enabled": False}},
+    "what an admin sets": {
+        "priorityClassName": "system-node-critical", "podDisruptionBudget": {"enabled": True},
+        "podAnnotations": {"example.com/team": "ml-platform"}, "podLabels": {"team": "ml"},
+        "extraArgs": ["--keep-raw", "3d"], "extraEnv": [{"name": "TZ", "value": "UTC"}],
+        "extraVolumes": [{"name": "scratch", "emptyDir": {}}], "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+        "imagePullSecrets": [{"name": "registry"}], "listenHost": "[::]",
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "Exists"}]}]}}},
+        "webConfig": {"existingSecret": "gpulens-web", "tls": True},
+        "serviceMonitor": {"scrapeTimeout": "10s", "relabelings": [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}],
+            "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "gpu_process_.*", "action": "drop"}],
+            "tlsConfig": {"ca": {"secret": {"name": "gpulens-ca", "key": "ca.crt"}}, "serverName": "gpulens"},
+            "basicAuth": {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "password"}}},
+    },
     "operator selector labels": {"serviceMonitor": {"labels": {"release": "kube-prometheus-stack"}},
                                  "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}}},
 }
@@ -85,6 +100,23 @@ def test_every_rendered_manifest_is_valid(variant, tmp_path):
     if variant == "no pod attribution, no operator":
         assert kinds == ["DaemonSet", "Service"]
         assert "--pod-resources" not in ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    pod = ds["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert (c["livenessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["path"]) == ("/health", "/ready")
+    if variant == "defaults":
+        assert "priorityClassName" not in pod and "PodDisruptionBudget" not in kinds  # why: values.yaml
+    if variant == "what an admin sets":
+        assert kinds == ["DaemonSet", "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceMonitor"]
+        assert pod["priorityClassName"] == "system-node-critical" and pod["imagePullSecrets"] == [{"name": "registry"}]
+        assert "nodeAffinity" in pod["affinity"] and ds["spec"]["template"]["metadata"]["annotations"] == {"example.com/team": "ml-platform"}
+        assert c["args"][-4:] == ["--web-config", "/etc/gpulens/web/web.yml", "--keep-raw", "3d"] and "[::]:9464" in c["args"]
+        assert {"name": "TZ", "value": "UTC"} in c["env"] and c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/etc/gpulens/web", "/scratch"}
+        assert {v["name"] for v in pod["volumes"]} >= {"web-config", "scratch"}
+        ep = by_kind["ServiceMonitor"]["spec"]["endpoints"][0]
+        assert ep["scheme"] == "https" and ep["scrapeTimeout"] == "10s" and ep["relabelings"][0]["targetLabel"] == "node"
+        assert ep["basicAuth"]["username"]["name"] == "scrape" and ep["tlsConfig"]["serverName"] == "gpulens"
+        assert by_kind["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
 
 
 def test_a_bad_value_is_caught_by_the_schemas():
@@ -101,7 +133,9 @@ def test_a_bad_value_is_caught_by_the_schemas():
 
 
 @pytest.mark.parametrize(("values", "where"), [({"metricNames": "prom"}, "/metricNames"), ({"port": 70000}, "/port"),
-                                               ({"interval": "fast"}, "/interval")])
+                                               ({"interval": "fast"}, "/interval"),
+                                               ({"extraArgs": [3]}, "/extraArgs"),
+                                               ({"serviceMonitor": {"scrapeTimeout": "soon"}}, "/serviceMonitor/scrapeTimeout")])
 def test_the_charts_values_schema_names_the_bad_value(values, where):
     from helm_python.errors import HelmValuesError
 

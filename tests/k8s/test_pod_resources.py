@@ -91,6 +91,38 @@ def test_a_mig_device_given_to_a_pod_labels_its_gpu_instance(kubelet):
     assert fb == {("0", "", ""), ("1", "3g.71gb", ""), ("1", "1g.18gb", "small-llm")}  # a MIG GPU: its instances only
 
 
+@pytest.mark.parametrize("names", ["gpulens", "dcgm"])
+def test_device_ids_by_index_attribute_like_uuids(kubelet, names):
+    # NVIDIA's device plugin with --device-id-strategy=index reports "0" for GPU 0 and "<gpu>:<MIG slot>"
+    # for a MIG device: the series carry the pod just as with UUIDs (they carried none before)
+    fake = FakeBackend(gpus=3)
+    fake.enable_mig(2, ["3g.71gb", "1g.18gb"])
+    kubelet.pods = [
+        kubelet.pod("ml", "trainer-0", {"main": {"nvidia.com/gpu": ["0"]}}),
+        kubelet.pod("serve", "small-llm", {"engine": {"nvidia.com/mig-1g.18gb": ["2:1"]}}),
+    ]
+    node = build_node(NodeConfig(backend=fake, store_path=None, alerts=None, listen=("127.0.0.1", free_port()),
+                                 metric_names=names, pod_resources_socket=kubelet.socket))
+    try:
+        node.loop.tick()
+        fams = _scrape(node.metrics_url)
+    finally:
+        node.close()
+    temp = "DCGM_FI_DEV_GPU_TEMP" if names == "dcgm" else "gpu_temperature_celsius"
+    assert sorted((s.labels["gpu"], s.labels["pod"]) for s in fams[temp].samples) == [("0", "trainer-0"), ("1", ""), ("2", "")]
+    if names == "dcgm":
+        fb = {(s.labels["gpu"], s.labels.get("GPU_I_PROFILE", ""), s.labels["pod"]) for s in fams["DCGM_FI_DEV_FB_USED"].samples}
+        assert ("2", "1g.18gb", "small-llm") in fb and ("2", "3g.71gb", "") in fb
+
+
+def test_an_index_never_shadows_a_uuid():
+    att = DeviceAttribution()
+    by_uuid, by_index = ContainerRef("a", "p1", "c"), ContainerRef("a", "p2", "c")
+    att.replace({GPU0: [by_uuid], "0": [by_index]})
+    assert att.containers(GPU0, "0") == (by_uuid,)
+    assert att.containers(GPU1, "1") == () and att.containers("GPU-other", "0") == (by_index,)
+
+
 def test_without_attribution_the_labels_are_not_there(tmp_path):
     fake = FakeBackend(gpus=1)
     node = build_node(NodeConfig(backend=fake, store_path=None, alerts=None, listen=("127.0.0.1", free_port())))

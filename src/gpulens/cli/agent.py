@@ -13,6 +13,8 @@ from gpulens.cli.common import STORE_HELP, console_err
 from gpulens.gpu.fake import FAULT_HELP
 from gpulens.store import DEFAULT_STORE_PATH
 
+WEB_CONFIG_HELP = ("TLS and basic auth from a Prometheus exporter-toolkit web-config file (the YAML node-exporter reads "
+                   "with --web.config.file): tls_server_config, basic_auth_users (bcrypt; needs gpulens[auth]).")
 BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:PATH (a recorded trace; the bundled H200 session by default). Default: nvml when a driver is present."
 
 
@@ -33,7 +35,8 @@ def agent_command(
     backend: str = typer.Option(None, "--backend", "-b", help=BACKEND_HELP),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     interval: str = typer.Option("1s", "--interval", help="Sampling interval, e.g. 1s, 100ms."),
-    listen: str = typer.Option("127.0.0.1:9464", "--listen", help="Where /metrics is served (HOST:PORT). 'off' serves nothing."),
+    listen: str = typer.Option("127.0.0.1:9464", "--listen", help="Where /metrics, /health and /ready are served (HOST:PORT; IPv6 as '[::1]:9464'). 'off' serves nothing."),
+    web_config: Path = typer.Option(None, "--web-config", help=WEB_CONFIG_HELP),
     duration: str = typer.Option(None, "--duration", help="Stop after this long (e.g. 30s, 2h). Default: until Ctrl-C."),
     metric_names: str = typer.Option("gpulens", "--metric-names", help="gpulens (Prometheus conventions) or dcgm (dcgm-exporter's names)."),
     speed: str = typer.Option("1", "--speed", help="For replay backends: 1 = recorded pace, N = N times faster, max = as fast as possible."),
@@ -57,10 +60,12 @@ def agent_command(
         gpulens agent --backend replay --speed 10      # the bundled H200 session, 10x
         gpulens agent --metric-names dcgm              # dcgm-exporter's metric names
         gpulens agent --scrape http://127.0.0.1:8000/metrics --service chat   # plus a vLLM server's metrics
+        gpulens agent --listen '[::]:9464' --web-config web.yml   # IPv6 and IPv4, TLS and basic auth
     """
     from gpulens.errors import BadInputError
     from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
     from gpulens.units import parse_duration, parse_listen, parse_speed
+    from gpulens.webconfig import load_web_config
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration is not None else None
@@ -75,6 +80,7 @@ def agent_command(
         interval_seconds=interval_s,
         keep_seconds={"raw": parse_duration(keep_raw, what="--keep-raw")},
         listen=None if listen == "off" else parse_listen(listen),
+        web_config=load_web_config(web_config) if web_config is not None else None,
         metric_names=metric_names,  # type: ignore[arg-type]
         alerts=AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify)),
         scrape_urls=list(scrape),

@@ -17,6 +17,7 @@ def dashboard(
     listen: str = typer.Option("127.0.0.1:8642", "--listen", help="HOST:PORT to serve on. Any address but loopback needs a token. Port 0 picks a free one."),
     token: str = typer.Option(None, "--token", help="A secret every request must carry. Generated and printed when --listen is not loopback and none is given."),
     open_browser: bool = typer.Option(False, "--open", help="Open the dashboard in the default browser."),
+    web_config: Path = typer.Option(None, "--web-config", help="TLS and basic auth from a Prometheus exporter-toolkit web-config file (as `gpulens agent --web-config`). With basic_auth_users, no token is needed beyond loopback."),
 ) -> None:
     """Serve the dashboard: Training | Inference | GPU health panels, findings with advice, alerts.
 
@@ -30,8 +31,10 @@ def dashboard(
     * `gpulens dashboard --store run.db --listen :9000`
     * `gpulens dashboard --prometheus http://127.0.0.1:9090` a fleet scraped by Prometheus
     * `gpulens dashboard --listen 0.0.0.0:8642` reachable from other machines: prints a token
+    * `gpulens dashboard --listen '[::]:8642' --web-config web.yml` IPv6, TLS and basic auth
     """
     from gpulens.web.server import serve
+    from gpulens.webconfig import load_web_config
 
     if store is not None and prometheus is not None:
         raise BadInputError("Give --store or --prometheus, not both.", hint="The dashboard reads one source at a time.")
@@ -43,7 +46,8 @@ def dashboard(
                 hint="Run `gpulens agent` or `gpulens replay` first, or point --store at a gpulens store file.",
             )
     host, port = parse_listen(listen)
-    serve(store if prometheus is None else None, host, port, token, open_browser, prometheus_url=prometheus)
+    wc = load_web_config(web_config) if web_config is not None else None
+    serve(store if prometheus is None else None, host, port, token, open_browser, prometheus_url=prometheus, web_config=wc)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,5 @@
-"""The Prometheus text format (0.0.4) of a registry, and the small HTTP server that serves it.
+"""The Prometheus text format (0.0.4) of a registry, and the small HTTP(S) server that serves it
+beside /health and /ready (IPv4 or IPv6; TLS and basic auth from an exporter-toolkit web-config file).
 
 prometheus_client writes every counter's TYPE line as `<name>_total`, the OpenMetrics spelling. That
 is right for gpulens's names (they end in `_total`) and wrong for dcgm-exporter's, whose counters keep
@@ -10,11 +11,17 @@ prometheus_client's own.
 from __future__ import annotations
 
 import gzip
+import socket
+import ssl
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.utils import floatToGoString
+
+from gpulens.exporter.health import Readiness
+from gpulens.webconfig import WebConfig
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -44,13 +51,70 @@ def render_text(registry: CollectorRegistry) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-def start_metrics_server(registry: CollectorRegistry, host: str, port: int) -> ThreadingHTTPServer:
-    """Serve `render_text(registry)` on http://host:port/metrics in a daemon thread."""
+class MetricsServer(ThreadingHTTPServer):
+    """http.server on IPv4 or IPv6 (by the host's spelling), with TLS done per connection in the
+    request's own thread, so a client that never finishes its handshake holds only its thread."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.tls = tls
+        super().__init__((host, port), handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # '::' takes IPv4 too
+        super().server_bind()
+
+    def finish_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError):
+            return  # a plain-HTTP client, a bad client certificate, a timeout: nothing to answer
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
+UNPROTECTED_PATHS = ("/health", "/ready")  # probes: the kubelet sends no credentials; they reveal one sentence
+
+
+def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, web_config: WebConfig | None = None,
+                         readiness: Callable[[], Readiness] | None = None) -> MetricsServer:
+    """Serve `render_text(registry)` on /metrics, liveness on /health and `readiness` on /ready, in a
+    daemon thread; TLS and basic auth from the web-config file when given."""
+    auth = web_config.basic_auth if web_config is not None else None
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 30  # seconds a connection may sit idle mid-request
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
-                self.send_error(404, "gpulens serves /metrics")
+            path = self.path.split("?", 1)[0]
+            if path == "/health":
+                self._text(200, "ok")
+                return
+            if path == "/ready":
+                r = readiness() if readiness is not None else Readiness(True, "ready")
+                self._text(200 if r.ready else 503, r.reason)
+                return
+            if auth is not None and not auth.check(self.headers.get("Authorization")):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="gpulens"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if path not in ("/metrics", "/"):
+                self.send_error(404, "gpulens serves /metrics, /health and /ready")
                 return
             body = render_text(registry)
             gz = "gzip" in self.headers.get("Accept-Encoding", "")
@@ -64,10 +128,17 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int) -> T
             self.end_headers()
             self.wfile.write(body)
 
+        def _text(self, status: int, text: str) -> None:
+            body = (text + "\n").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
             pass  # a scrape every few seconds is not news
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = MetricsServer(host, port, Handler, web_config.ssl_context() if web_config is not None else None)
     threading.Thread(target=server.serve_forever, name="gpulens-metrics", daemon=True).start()
     return server

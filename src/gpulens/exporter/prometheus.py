@@ -25,12 +25,12 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.exporter.health import HealthCollector
+from gpulens.exporter.health import HealthCollector, Readiness
 from gpulens.exporter.readings import LatestReadings
 from gpulens.exporter.scaling import ScalingCollector
 from gpulens.gpu.metrics import MIG_METRICS, gpu_labels, sample_values
 from gpulens.gpu.types import GpuSample
-from gpulens.k8s.attribution import POD_LABELS
+from gpulens.k8s.attribution import POD_LABELS, index_id
 from gpulens.store import Store
 from gpulens.store.types import SeriesKey
 from gpulens.vocab import names as wn
@@ -46,6 +46,7 @@ from gpulens.vocab.gpu import (
     GPU_XID_TOTAL,
     METRICS_BY_NAME,
 )
+from gpulens.webconfig import WebConfig
 
 MetricNames = Literal["gpulens", "dcgm"]
 
@@ -75,12 +76,13 @@ class GpuCollector:
         self.readings = readings
         self.metric_names = metric_names
 
-    def _holders(self, device_id: str) -> list[dict[str, str]]:
-        """The pod label sets of one device: [{}] without attribution, one per holding container with it."""
+    def _holders(self, device_id: str, index: str) -> list[dict[str, str]]:
+        """The pod label sets of one device (by UUID, or by index where the device plugin reports
+        indices): [{}] without attribution, one per holding container with it."""
         att = self.readings.attribution
         if att is None:
             return [{}]
-        return [c.labels() for c in att.containers(device_id)] or [dict.fromkeys(POD_LABELS, "")]
+        return [c.labels() for c in att.containers(device_id, index)] or [dict.fromkeys(POD_LABELS, "")]
 
     def _base_names(self) -> list[str]:
         return ["gpu", "uuid", "model", "host", *(POD_LABELS if self.readings.attribution is not None else ())]
@@ -95,7 +97,7 @@ class GpuCollector:
         extra_label_names: dict[str, list[str]] = {}
         base_names = self._base_names()
         for s in samples:
-            holders = self._holders(s.uuid)
+            holders = self._holders(s.uuid, index_id(s.gpu))
             for name, extra, value in sample_values(s):
                 fam = families.get(name)
                 if fam is None:
@@ -115,7 +117,7 @@ class GpuCollector:
         yield self._xid_counter(samples, xids)
         last = GaugeMetricFamily(GPU_XID_LAST, _HELP_EXTRA[GPU_XID_LAST], labels=base_names)
         for s in samples:
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 b = {**gpu_labels(s, self.readings.host), **pod}
                 last.add_metric([b[k] for k in base_names], float(xid_last.get(s.gpu, 0)))
         yield last
@@ -134,7 +136,7 @@ class GpuCollector:
             s = by_gpu.get(gpu)
             if s is None:
                 continue
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 b = {**gpu_labels(s, self.readings.host), **pod}
                 xid_total.add_metric([b[k] for k in base_names] + [str(xid)], float(n))
         return xid_total
@@ -146,12 +148,12 @@ class GpuCollector:
         xid_total = Metric(GPU_XID_TOTAL.removesuffix("_total"), _HELP_EXTRA[GPU_XID_TOTAL], "counter")
         by_gpu = {s.gpu: s for s in samples}
         for s in samples:
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 up.add_sample(GPU_UP, {**self._dcgm_labels(s), **pod}, 0.0 if s.lost else 1.0)
         for (gpu, xid), n in sorted(xids.items()):
             s = by_gpu.get(gpu)
             if s is not None:
-                for pod in self._holders(s.uuid):
+                for pod in self._holders(s.uuid, index_id(s.gpu)):
                     xid_total.add_sample(GPU_XID_TOTAL, {**self._dcgm_labels(s), **pod, "xid": str(xid)}, float(n))
         yield up
         yield xid_total
@@ -187,7 +189,7 @@ class GpuCollector:
             # In MIG mode dcgm-exporter's default emits the instances, not the parent, for the fields
             # an instance has (memory, GPM): a sum over the GPU's UUID then counts its memory once.
             per_instance = _MIG_FIELDS if s.mig_instances else frozenset()
-            for pod in self._holders(s.uuid):
+            for pod in self._holders(s.uuid, index_id(s.gpu)):
                 lv = {**gpu_lv, **pod}
                 for m in GPU_METRICS:
                     v = getattr(s, m.field)
@@ -197,10 +199,11 @@ class GpuCollector:
                         add(name, f"{m.help} (dcgm-exporter name and unit)", m.is_counter, lv, float(v) * scale)
                 add(DCGM_XID_ERRORS, "Value of the last XID error (dcgm-exporter name)", False, lv,
                     float(xid_last.get(s.gpu, 0)))
-            for mig in s.mig_instances or ():
+            for k, mig in enumerate(s.mig_instances or ()):
                 # a MIG instance is its own entity: the GPU's labels plus GPU_I_ID / GPU_I_PROFILE
                 mig_lv = {**gpu_lv, "GPU_I_ID": str(mig.gpu_instance_id), "GPU_I_PROFILE": mig.profile}
-                for pod in self._holders(mig.uuid):
+                slot = mig.device_index if mig.device_index is not None else k  # a recording may lack the slot
+                for pod in self._holders(mig.uuid, index_id(s.gpu, slot)):
                     for m in MIG_METRICS:
                         v = getattr(mig, m.field)
                         if v is not None and m.dcgm_name is not None:
@@ -406,15 +409,26 @@ def make_registry(
     return registry
 
 
-def serve_metrics(registry: CollectorRegistry, host: str, port: int):  # type: ignore[no-untyped-def]
-    """Serve /metrics on host:port in a daemon thread. Returns the server (call .shutdown() to stop)."""
-    from gpulens.errors import PortInUseError
+def serve_metrics(registry: CollectorRegistry, host: str, port: int, *, web_config: WebConfig | None = None,
+                  readiness: Callable[[], Readiness] | None = None):  # type: ignore[no-untyped-def]
+    """Serve /metrics (and /health, /ready) on host:port in a daemon thread. Returns the server
+    (call .shutdown() to stop). A taken port and an address this machine does not have are
+    different sentences: only the first is a port conflict."""
+    import errno
+
+    from gpulens.errors import BadInputError, PortInUseError
     from gpulens.exporter.exposition import start_metrics_server
 
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        return start_metrics_server(registry, host, port)
+        return start_metrics_server(registry, host, port, web_config=web_config, readiness=readiness)
     except OSError as e:
-        raise PortInUseError(
-            f"Cannot listen on {host}:{port}: {e.strerror or e}.",
-            hint="Pick another address with --listen HOST:PORT (or stop whatever holds that port).",
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                f"Cannot listen on {shown}: the port is already in use.",
+                hint="Pick another address with --listen HOST:PORT (or stop whatever holds that port).",
+            ) from None
+        raise BadInputError(
+            f"Cannot listen on {shown}: {e.strerror or e}.",
+            hint="Use an address of this machine, e.g. --listen 127.0.0.1:9464, --listen '[::1]:9464' or --listen '[::]:9464'.",
         ) from None

@@ -4,6 +4,7 @@ scrapes (which read it from another thread)."""
 from __future__ import annotations
 
 import threading
+import time
 
 from gpulens.gpu.types import GpuInfo, GpuSample
 from gpulens.k8s.attribution import DeviceAttribution
@@ -31,6 +32,8 @@ class LatestReadings:
         self._missing: dict[int, int] = {}  # GPU -> frames in a row without a sample of it
         self.source_time: float | None = None  # recorded time of the newest sample (replays)
         self.store_write_failing = False  # set by the sampling loop while the store cannot be written
+        self.store_write_error = ""  # the sentence of that failure (for /ready)
+        self.last_frame_monotonic: float | None = None  # when the loop last produced a frame (for /ready)
 
     def update(self, samples: list[GpuSample], source_time: float | None = None) -> None:
         with self._lock:
@@ -45,6 +48,7 @@ class LatestReadings:
                     del self._missing[gpu]
             if source_time is not None:
                 self.source_time = source_time
+            self.last_frame_monotonic = time.monotonic()
 
     def add_xid(self, gpu: int, xid: int) -> None:
         with self._lock:

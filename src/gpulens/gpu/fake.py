@@ -288,7 +288,7 @@ class FakeBackend:
                 memory_used_bytes=used, memory_free_bytes=total - used, memory_total_bytes=total,
                 graphics_active_ratio=round(load * 0.95, 3), sm_active_ratio=round(load * 0.9, 3),
                 sm_occupancy_ratio=round(load * 0.3, 3), tensor_active_ratio=round(load * 0.5, 3),
-                dram_active_ratio=round(load * 0.4, 3),
+                dram_active_ratio=round(load * 0.4, 3), device_index=k,
             ))
         return out
 

@@ -351,6 +351,7 @@ class NvmlBackend:
                 memory_used_bytes=mem.used if mem else None,
                 memory_free_bytes=mem.free if mem else None,
                 memory_total_bytes=mem.total if mem else None,
+                device_index=k,
             )
             if self._gpm_ok.get(i):
                 self._read_gpm(i, h, m, mig_instance=m.gpu_instance_id)

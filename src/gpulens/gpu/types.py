@@ -75,6 +75,9 @@ class MigInstanceSample:
     sm_occupancy_ratio: float | None = None
     tensor_active_ratio: float | None = None
     dram_active_ratio: float | None = None
+    # NVML's MIG device slot (nvmlDeviceGetMigDeviceHandleByIndex): the "<gpu>:<slot>" id NVIDIA's
+    # device plugin gives the kubelet under --device-id-strategy=index
+    device_index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

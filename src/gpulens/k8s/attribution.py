@@ -23,7 +23,10 @@ POD_LABELS = ("pod", "namespace", "container")
 
 
 class DeviceAttribution:
-    """device id (a GPU UUID "GPU-...", or a MIG device's "MIG-...") -> the containers that hold it.
+    """device id -> the containers that hold it. The kubelet reports the device plugin's ids: by
+    default a GPU UUID "GPU-..." or a MIG device's "MIG-..."; with NVIDIA's device plugin run with
+    `--device-id-strategy=index`, the GPU's index "0" and a MIG device's "<gpu index>:<MIG device
+    index>" ("0:1"). A device is looked up by both spellings (they cannot collide: an index is digits).
 
     Several containers hold one device when the device plugin shares GPUs (time-slicing, MPS): each
     gets its own series, as dcgm-exporter does."""
@@ -36,6 +39,15 @@ class DeviceAttribution:
         with self._lock:
             self._by_device = {d: tuple(sorted(set(refs))) for d, refs in by_device.items() if refs}
 
-    def containers(self, device_id: str) -> tuple[ContainerRef, ...]:
+    def containers(self, device_id: str, index: str | None = None) -> tuple[ContainerRef, ...]:
+        """The holders of the device with this UUID, or else of its index spelling (`index_id`)."""
         with self._lock:
-            return self._by_device.get(device_id, ())
+            found = self._by_device.get(device_id, ())
+            if not found and index is not None:
+                found = self._by_device.get(index, ())
+            return found
+
+
+def index_id(gpu_index: int, mig_index: int | None = None) -> str:
+    """A device's id under the device plugin's index strategy: "0" for GPU 0, "0:1" for its MIG device 1."""
+    return str(gpu_index) if mig_index is None else f"{gpu_index}:{mig_index}"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpulens.errors import BadInputError
+from gpulens.exporter.health import ReadinessCheck, stale_after_seconds
 from gpulens.exporter.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
 from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
@@ -36,6 +37,7 @@ from gpulens.pipeline.sinks import (
     ViewSink,
 )
 from gpulens.store import Store
+from gpulens.webconfig import WebConfig
 
 
 @dataclass
@@ -60,7 +62,9 @@ class NodeConfig:
     flush_seconds: float = 5.0
     keep_seconds: dict[str, float] | None = None  # retention per table (store defaults otherwise)
     host: str | None = None  # the host label; default: this machine's name ("replay" for imports)
-    listen: tuple[str, int] | None = None  # where /metrics is served
+    listen: tuple[str, int] | None = None  # where /metrics, /health and /ready are served (IPv4 or IPv6)
+    web_config: WebConfig | None = None  # TLS and basic auth for them (the exporter-toolkit web-config file)
+    ready_stale_seconds: float | None = None  # /ready: no frame for this long is a stall (default: 3 intervals, >= 10 s)
     metric_names: MetricNames = "gpulens"
     alerts: AlertsConfig | None = field(default_factory=AlertsConfig)  # None: no alert rules
     evaluators: list[Any] = field(default_factory=list)  # evaluators the caller holds (an AlertRuntime); not closed
@@ -97,7 +101,9 @@ class Node:
         if self.server is None:
             return None
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        host = f"[{host}]" if ":" in host else host
+        scheme = self.config.web_config.scheme if self.config.web_config is not None else "http"
+        return f"{scheme}://{host}:{port}/metrics"
 
     def run(self, duration_seconds: float | None = None) -> LoopStats:
         stats = self.loop.run(duration_seconds)
@@ -218,7 +224,9 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 tally = WorkloadTally(store)
                 tally.catch_up()  # count what the store already holds before the first scrape
             registry = make_registry(readings, metric_names=config.metric_names, store=store, scrapers=scrapers, tally=tally)
-            node.server = serve_metrics(registry, *config.listen)
+            stale_s = config.ready_stale_seconds or stale_after_seconds(config.interval_seconds)
+            ready = ReadinessCheck(readings, stale_s, has_store=store is not None)
+            node.server = serve_metrics(registry, *config.listen, web_config=config.web_config, readiness=ready)
         return node
     except BaseException:
         backend.close()

@@ -79,7 +79,8 @@ class ReadingsSink(SinkBase):
             self.readings.add_xid(ev.gpu, ev.xid)
 
     def on_store_health(self, writable: bool, message: str, now: float) -> None:
-        self.readings.store_write_failing = not writable  # gpulens_store_write_failing on /metrics
+        self.readings.store_write_failing = not writable  # gpulens_store_write_failing on /metrics, and /ready
+        self.readings.store_write_error = message
 
 
 class RecorderSink(SinkBase):

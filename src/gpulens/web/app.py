@@ -55,10 +55,12 @@ def create_app(
     token: str | None = None,
     allowed_hosts: list[str] | None = None,
     reader: Any = None,
+    basic_auth: Any = None,
 ) -> Any:
     """The dashboard as an ASGI app over a store file or a Prometheus server.
 
-    `token`: when set, every request must carry it. `allowed_hosts`: Host header values accepted
+    `token`: when set, every request must carry it. `basic_auth` (webconfig.BasicAuth): when set,
+    every request must carry a user and password of the web-config file. `allowed_hosts`: Host header values accepted
     (None accepts any; `serve` passes the listen address and, on loopback, localhost's names)."""
     _require_web()
     from starlette.applications import Starlette
@@ -92,6 +94,13 @@ def create_app(
                 return
             request = Request(scope)
             denied = self._check(request)
+            if denied is None and basic_auth is not None:
+                import anyio.to_thread
+
+                # bcrypt is slow on purpose (~0.2 s for a password not seen before): off the event loop
+                if not await anyio.to_thread.run_sync(basic_auth.check, request.headers.get("authorization")):
+                    denied = PlainTextResponse("This dashboard needs a user and password (basic auth).", 401,
+                                               headers={"WWW-Authenticate": 'Basic realm="gpulens"'})
             if denied is not None:
                 await self._with_headers(denied)(scope, receive, send)
                 return

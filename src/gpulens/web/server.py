@@ -10,9 +10,10 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpulens.errors import BadInputError, PortInUseError
+from gpulens.webconfig import WebConfig
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
@@ -32,25 +33,28 @@ class ListenPlan:
     port: int
     token: str | None
     token_generated: bool
-    allowed_hosts: list[str] | None  # Host header values accepted; None = any (a token guards it)
+    allowed_hosts: list[str] | None  # Host header values accepted; None = any (a token or basic auth guards it)
+    scheme: str = "http"
 
     def url(self, port: int | None = None) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         if self.host in ("0.0.0.0", "::"):
             host = socket.gethostname()
-        base = f"http://{host}:{port if port is not None else self.port}/"
+        base = f"{self.scheme}://{host}:{port if port is not None else self.port}/"
         return base + (f"?token={self.token}" if self.token else "")
 
 
-def plan_listen(host: str, port: int, token: str | None = None) -> ListenPlan:
-    """Loopback needs nothing; any other address needs a token, generated here when none is given."""
+def plan_listen(host: str, port: int, token: str | None = None, web_config: WebConfig | None = None) -> ListenPlan:
+    """Loopback needs nothing; any other address needs a token, generated here when none is given,
+    unless the web-config file's basic auth already guards it."""
     if token is not None and len(token) < 8:
         raise BadInputError("The token is too short to protect anything.", hint="Use at least 8 characters, or leave --token out to get a random one.")
+    scheme = web_config.scheme if web_config is not None else "http"
     if is_loopback(host):
-        return ListenPlan(host, port, token, False, sorted({*LOOPBACK_NAMES, host.lower()}))
-    if token:
-        return ListenPlan(host, port, token, False, None)
-    return ListenPlan(host, port, secrets.token_urlsafe(24), True, None)
+        return ListenPlan(host, port, token, False, sorted({*LOOPBACK_NAMES, host.lower()}), scheme)
+    if token or (web_config is not None and web_config.basic_auth is not None):
+        return ListenPlan(host, port, token, False, None, scheme)
+    return ListenPlan(host, port, secrets.token_urlsafe(24), True, None, scheme)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -81,13 +85,16 @@ def serve(
     *,
     prometheus_url: str | None = None,
     out: TextIO | None = None,
+    web_config: WebConfig | None = None,
 ) -> None:
     """Serve the dashboard until interrupted (blocking). Prints the address to open."""
     from gpulens.web.app import create_app
 
     out = out or sys.stdout
-    plan = plan_listen(host, port, token)
-    app = create_app(store_path=store_path, prometheus_url=prometheus_url, token=plan.token, allowed_hosts=plan.allowed_hosts)
+    plan = plan_listen(host, port, token, web_config)
+    tls = web_config.ssl_context() if web_config is not None else None  # a wrong certificate: one sentence, before binding
+    app = create_app(store_path=store_path, prometheus_url=prometheus_url, token=plan.token, allowed_hosts=plan.allowed_hosts,
+                     basic_auth=web_config.basic_auth if web_config is not None else None)
     check = getattr(app.state.reader, "check", None)
     if check is not None:
         check()  # an unreachable Prometheus is one sentence now, not an error on every panel later
@@ -103,7 +110,7 @@ def serve(
 
     from gpulens.web.guard import uvicorn_config
 
-    server = uvicorn.Server(uvicorn_config(app))
+    server = uvicorn.Server(_with_tls(uvicorn_config(app), tls))
     if open_browser:
         import webbrowser
 
@@ -112,3 +119,12 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _with_tls(config: Any, tls: Any) -> Any:
+    """uvicorn's config serving `tls` (an ssl.SSLContext built from the web-config file) on the
+    sockets bound here: loaded now, its context replaced, since uvicorn builds its own only from files."""
+    if tls is not None:
+        config.load()
+        config.ssl = tls
+    return config
