@@ -27,7 +27,12 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND, AllReduceCost, ring_all_reduce
+from gpulens.plan.links import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_INTER_NODE_BYTES_PER_SECOND,
+    AllReduceCost,
+    ring_all_reduce,
+)
 from gpulens.plan.memory import MemoryEstimate, fits_in
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
