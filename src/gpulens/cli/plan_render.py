@@ -308,17 +308,17 @@ def calibration_json(reports: list[Any], *, stored_in: str | None) -> dict[str, 
 
 def render_gpus(rows: list[Any], config_path: Any) -> None:
     t = Table(header_style="bold", box=None, padding=(0, 2))
-    for c in ("GPU", "sold as GB", "usable MiB", "GB/s", "BF16", "FP8", "INT8", "interconnect", "TDP W", "price/h"):
+    for c in ("GPU", "GiB", "GB/s", "BF16", "FP8", "INT8", "interconnect", "TDP W", "price/h"):
         t.add_column(c, justify="left" if c in ("GPU", "interconnect") else "right", no_wrap=True)
     for g in rows:
-        # the datasheet size beside what a process gets (nvidia-smi's memory.total, or measured)
-        sold = f"{g.marketing_memory_gb:g}" if g.marketing_memory_gb else "–"
-        t.add_row(g.name + (" (yours)" if g.user_defined else ""), sold, f"{g.memory_bytes / (1 << 20):,.0f}",
+        # what a process gets (nvidia-smi's memory.total, or measured), not the datasheet's size
+        t.add_row(g.name + (" (yours)" if g.user_defined else ""), f"{g.memory_bytes / (1 << 30):.1f}",
                   f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f}", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
                   _tf(g.fp8_dense_flops), _tf(g.int8_dense_ops), g.interconnect or "–",
                   f"{g.tdp_watts:.0f}" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
     print_table(console, t)
-    console.print(f"[dim]Usable MiB is what nvidia-smi prints as memory.total (or a measured figure); plans use it. "
+    console.print(f"[dim]GiB is what nvidia-smi prints as memory.total (or a measured figure), not the datasheet size "
+                  f"(`--format json`: marketing_memory_gb); plans use it. "
                   f"Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
                   f"Your cards and prices: {config_path}[/]")
 
