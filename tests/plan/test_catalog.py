@@ -90,7 +90,7 @@ def test_near_misses_are_refused_not_prefix_matched(name, suggested):
 
 def test_nvl_parts_are_their_own_entries_with_their_figures():
     h100nvl = find_gpu("NVIDIA H100 NVL")
-    assert h100nvl.name == "H100-NVL" and h100nvl.memory_bytes == 94 << 30
+    assert h100nvl.name == "H100-NVL" and h100nvl.memory_bytes == 95_830 << 20 and h100nvl.marketing_memory_gb == 94
     assert h100nvl.memory_bandwidth_bytes_per_second == pytest.approx(3.9e12)
     h200nvl = find_gpu("NVIDIA H200 NVL")
     assert h200nvl.name == "H200-NVL"
@@ -103,3 +103,17 @@ def test_laptop_parts_are_refused_with_what_to_do(name):
     with pytest.raises(UnknownGpuError) as e:
         find_gpu(name)
     assert "Laptop" in e.value.hint and "plan config" in e.value.hint
+
+
+@pytest.mark.parametrize("name, mib", [("t4", 15_360), ("l40s", 46_068), ("h100-sxm", 81_559), ("l4", 23_034),
+                                       ("a10g", 23_028), ("a100-40gb", 40_960), ("b200", 183_359)])
+def test_capacity_is_what_nvidia_smi_prints_not_the_datasheet_size(name, mib):
+    """A T4 sold as 16 GB shows 15,360 MiB in nvidia-smi; planning at 16 GiB called too much a fit."""
+    g = find_gpu(name)
+    assert g.memory_bytes == mib << 20 and g.memory_source == "nvidia-smi memory.total"
+    assert g.marketing_memory_gb is not None  # the datasheet size stays, for the listing
+
+
+def test_a_card_without_an_nvidia_smi_figure_says_its_capacity_is_the_datasheet_size():
+    assert find_gpu("h100-pcie").memory_source == "datasheet size read as GiB"
+    assert find_gpu("h200").memory_source == "measured"

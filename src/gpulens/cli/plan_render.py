@@ -43,6 +43,43 @@ def _bar(breakdown: dict[str, int], capacity: int, context: int, width: int = 56
     return text
 
 
+def verdict_line(res: Any) -> str:
+    """The headline, agreeing with the numbers under it: what the verdict was decided on, and on a
+    no-fit what tips it and by how much (the margin kept free counts; a preallocating engine is
+    decided by what its KV pool holds, not by a peak)."""
+    from gpulens.plan.memory import FIT_MARGIN_RATIO
+
+    mem, r = res.memory, res.request
+    usable = mem.capacity_bytes - mem.cuda_context_bytes
+    limit = mem.capacity_bytes * (1 - FIT_MARGIN_RATIO) - mem.cuda_context_bytes
+    margin = f"{FIT_MARGIN_RATIO:.0%} of the card ({_gib(mem.capacity_bytes * FIT_MARGIN_RATIO)}) kept free for fragmentation"
+    engine = r.workload == "infer" and r.runtime != "hf"
+    if engine:
+        pool = mem.breakdown.get("kv_cache", 0)
+        held = res.speed.get("max_concurrency") or 0
+        if res.fits:
+            return (f"[bold green]✔ Fits[/]: the KV pool ({_gib(pool)}) holds {held} sequences of "
+                    f"{r.prompt + r.new_tokens} tokens, at least the batch of {r.batch}.")
+        if pool <= 0:
+            return ("[bold red]✘ Does not fit[/]: weights, activations and CUDA graphs take the whole "
+                    "preallocated share; no room is left for a KV cache.")
+        return (f"[bold red]✘ Does not fit[/]: the KV pool ({_gib(pool)}) holds {held} sequences of "
+                f"{r.prompt + r.new_tokens} tokens, {r.batch - held} fewer than the batch of {r.batch}.")
+    if res.fits:
+        if mem.reserved_bytes > usable:
+            return (f"[bold yellow]✔ Fits, tightly[/]: peak {_gib(mem.peak_bytes)} of {_gib(usable)} usable, highest at "
+                    f"the {mem.peak_at}; the allocator would cache ≈{_gib(mem.reserved_bytes)}, more than the card, "
+                    "so it frees its cache and retries (slower; fragmentation can still run out of memory).")
+        return (f"[bold green]✔ Fits[/]: peak {_gib(mem.peak_bytes)} of {_gib(usable)} usable "
+                f"({_gib(mem.headroom_bytes)} to spare), highest at the {mem.peak_at}.")
+    over = mem.peak_bytes - limit
+    if mem.peak_bytes <= usable:
+        return (f"[bold red]✘ Does not fit[/]: needs {_gib(mem.peak_bytes)} at the {mem.peak_at}, within the "
+                f"{_gib(usable)} usable but not the {margin}: {_gib(over)} over the {_gib(limit)} limit.")
+    return (f"[bold red]✘ Does not fit[/]: needs {_gib(mem.peak_bytes)} at the {mem.peak_at}; the card has "
+            f"{_gib(usable)} usable ({_gib(limit)} after the {margin}): {_gib(over)} too much.")
+
+
 def render_plan(res: Any) -> None:
     d = res.to_dict()
     m, g, r, mem = res.model, res.gpu, res.request, res.memory
@@ -64,13 +101,7 @@ def render_plan(res: Any) -> None:
         cards = f"{r.tensor_parallel} × {g.name}" if r.tensor_parallel > 1 else g.name
     console.print(f"[bold]{m.name}[/] ({params}) on [bold]{cards}[/] ({_gib(g.memory_bytes)} each)")
     console.print(f"  {what}", highlight=False)
-    usable = mem.capacity_bytes - mem.cuda_context_bytes
-    if res.fits:
-        console.print(f"[bold green]✔ Fits[/]: peak {_gib(mem.peak_bytes)} of {_gib(usable)} usable "
-                      f"({_gib(mem.headroom_bytes)} to spare), highest at the {mem.peak_at}.")
-    else:
-        console.print(f"[bold red]✘ Does not fit[/]: needs {_gib(mem.peak_bytes)} at the {mem.peak_at}; "
-                      f"the card has {_gib(usable)} usable.")
+    console.print(verdict_line(res), highlight=False)
     console.print()
     console.print(Text("Memory  ") + _bar(mem.breakdown, mem.capacity_bytes, mem.cuda_context_bytes))
     t = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
@@ -82,7 +113,11 @@ def render_plan(res: Any) -> None:
         t.add_row(Text("█", style=_COLORS[i % len(_COLORS)]), k.replace("_", " "), _gib(v), f"{v / max(mem.peak_bytes, 1):.0%}")
     t.add_row("", "[bold]peak allocated by PyTorch[/]", f"[bold]{_gib(mem.peak_bytes)}[/]", "")
     t.add_row(Text("█", style="grey50"), "CUDA context (outside PyTorch)", _gib(mem.cuda_context_bytes), "")
-    t.add_row("", "reserved by the allocator (≈)", _gib(mem.reserved_bytes), "")
+    usable = mem.capacity_bytes - mem.cuda_context_bytes
+    if mem.reserved_bytes > usable:  # the allocator cannot hold more than the card: it frees its cache first
+        t.add_row("", "reserved by the allocator (≈, capped by the card)", _gib(usable), "")
+    else:
+        t.add_row("", "reserved by the allocator (≈)", _gib(mem.reserved_bytes), "")
     t.add_row(Text("┃", style="bold"), "the card", _gib(mem.capacity_bytes), "")
     print_table(console, t)
     console.print()
@@ -276,12 +311,15 @@ def render_gpus(rows: list[Any], config_path: Any) -> None:
     for c in ("GPU", "GiB", "GB/s", "BF16", "FP8", "INT8", "interconnect", "TDP W", "price/h"):
         t.add_column(c, justify="left" if c in ("GPU", "interconnect") else "right", no_wrap=True)
     for g in rows:
-        t.add_row(g.name + (" (yours)" if g.user_defined else ""), f"{g.memory_bytes / (1 << 30):.0f}",
+        # what a process gets (nvidia-smi's memory.total, or measured), not the datasheet's size
+        t.add_row(g.name + (" (yours)" if g.user_defined else ""), f"{g.memory_bytes / (1 << 30):.1f}",
                   f"{g.memory_bandwidth_bytes_per_second / 1e9:,.0f}", _tf(g.bf16_dense_flops or g.fp16_dense_flops),
                   _tf(g.fp8_dense_flops), _tf(g.int8_dense_ops), g.interconnect or "–",
                   f"{g.tdp_watts:.0f}" if g.tdp_watts else "–", f"{g.hourly_price:g}" if g.hourly_price else "–")
     print_table(console, t)
-    console.print(f"[dim]Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
+    console.print(f"[dim]GiB is what nvidia-smi prints as memory.total (or a measured figure), not the datasheet size "
+                  f"(`--format json`: marketing_memory_gb); plans use it. "
+                  f"Dense peaks in TFLOP/s (TOPS for INT8), from each vendor's datasheet (`--format json` lists the sources). "
                   f"Your cards and prices: {config_path}[/]")
 
 

@@ -65,6 +65,8 @@ class GpuSpec:
     hourly_price: float | None = None  # from the user's config only
     purchase_price: float | None = None  # from the user's config only
     user_defined: bool = False
+    marketing_memory_gb: float | None = None  # the datasheet's size ("80 GB"); memory_bytes is what a process gets
+    memory_source: str = ""  # where memory_bytes comes from: nvidia-smi, measured, or the datasheet size
 
     # TFLOP/s views (what MFU code and humans read)
     @property
@@ -116,6 +118,8 @@ class GpuSpec:
         return {
             "name": self.name,
             "memory_bytes": self.memory_bytes,
+            "marketing_memory_gb": self.marketing_memory_gb,
+            "memory_source": self.memory_source,
             "memory_bandwidth_bytes_per_second": self.memory_bandwidth_bytes_per_second,
             "bf16_dense_flops": self.bf16_dense_flops,
             "fp16_dense_flops": self.fp16_dense_flops,
@@ -139,13 +143,21 @@ def _opt(v: Any, scale: float) -> float | None:
 def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
     try:
         name = str(e["name"])
-        # vendors quote GPU memory in binary GB (an "80 GB" H100 reports 81,559 MiB to NVML)
-        mem = int(e["memory_bytes"]) if e.get("memory_bytes") else int(float(e["memory_gb"]) * (1 << 30))
+        # a datasheet's "80 GB" is neither 80e9 nor 80 GiB usable: an H100 SXM shows 81,559 MiB in
+        # nvidia-smi, a T4 15,360 MiB of its "16 GB". Plan against what nvidia-smi prints
+        # (memory_mib), a measured figure (memory_bytes) where there is one, else the size as GiB.
+        marketing = float(e["memory_gb"]) if e.get("memory_gb") is not None else None
+        if e.get("memory_bytes"):
+            mem, mem_source = int(e["memory_bytes"]), "measured"
+        elif e.get("memory_mib"):
+            mem, mem_source = int(float(e["memory_mib"]) * (1 << 20)), "nvidia-smi memory.total"
+        else:
+            mem, mem_source = int(float(e["memory_gb"]) * (1 << 30)), "datasheet size read as GiB"
         bw = float(e["bandwidth_gbps"]) * GIGA
     except KeyError as k:
         raise BadInputError(
             f"A GPU entry in {where} lacks the field {k.args[0]!r}.",
-            hint="Each card needs name, memory_gb and bandwidth_gbps (see docs/plan.md).",
+            hint="Each card needs name, memory_gb (or memory_mib) and bandwidth_gbps (see docs/plan.md).",
         ) from None
     except (TypeError, ValueError):
         raise BadInputError(f"A GPU entry in {where} has a non-numeric size or bandwidth.", hint="Write plain numbers.") from None
@@ -171,6 +183,8 @@ def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
         nvml_names=tuple(str(a) for a in e.get("nvml_names") or ()),
         sources=sources or ("user config",),
         user_defined=user,
+        marketing_memory_gb=marketing,
+        memory_source=mem_source,
     )
 
 

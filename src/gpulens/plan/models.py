@@ -604,7 +604,9 @@ def load_model(ref: str | Path, *, assume_dense: bool = False) -> ModelSpec:
             raise BadInputError(f"Cannot read the model config {p}: {e}.", hint="Pass a valid config.json.") from None
         if not isinstance(cfg, dict):
             raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
-        name = str(cfg.get("_name_or_path") or p.parent.name or p.stem)
+        # the config's own name, else the file itself: a folder's name ("snapshots/3f2a…", "tmp")
+        # says nothing reliable about the model inside
+        name = str(cfg.get("_name_or_path") or "").strip() or str(p)
         return from_hf_config(cfg, name=name, where=str(p), assume_dense=assume_dense)
     n = parse_param_count(text)
     if n is not None:

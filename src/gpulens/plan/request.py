@@ -71,8 +71,9 @@ class PlanOptions:
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
     runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi "
                                           "(CUDA graphs, preallocated paged KV cache).", "hf")
-    tp: int = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica. Training: Megatron-style tensor "
-                               "parallelism inside --gpus (GPUs = data x tensor x pipeline parallel).", 1)
+    tp: int | None = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica (default --gpus). Training: "
+                                      "Megatron-style tensor parallelism inside --gpus (GPUs = data x tensor x "
+                                      "pipeline parallel; default 1).")
     pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus.", 1)
     sp: bool = _opt(("--sp/--no-sp",), "Training: sequence parallelism along the tensor-parallel group.", False)
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
@@ -107,6 +108,34 @@ class PlanOptions:
                 flag = "--" + name.replace("_", "-")
                 raise BadInputError(f"{flag} must be between {_num(lo)} and {_num(hi)}, not {v!r}.", hint=f"Give {flag} a value in that range.")
 
+    def check_combinations(self, workload: str, gpus: int) -> None:
+        """Refuse what a plan would silently ignore: an option of the other workload set away from
+        its default, LoRA settings without LoRA, a ZeRO layout without ZeRO, and serving GPUs that
+        are not the replica's tensor-parallel group (one sentence, exit 2)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "finetune", "zero", "zero_layout", "pp",
+                      "sp", "lora_rank", "lora_targets")
+        serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps")
+        other = train_only if workload == "infer" else serve_only
+        for name in other:
+            if getattr(self, name) != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                what, wl = ("training", "train") if workload == "infer" else ("serving", "infer")
+                raise BadInputError(f"{flag} is a {what} option, and this plan is for --workload {workload}.",
+                                    hint=f"Drop {flag}, or plan with --workload {wl}.")
+        if workload == "train":
+            if self.finetune == "full":
+                for name in ("lora_rank", "lora_targets"):
+                    if getattr(self, name) != defaults[name]:
+                        flag = "--" + name.replace("_", "-")
+                        raise BadInputError(f"{flag} applies to LoRA, and --finetune is full.",
+                                            hint=f"Add --finetune lora (or qlora), or drop {flag}.")
+            if self.zero_layout != defaults["zero_layout"] and not self.zero:
+                raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
+        elif self.tp is not None and gpus > 1 and self.tp != gpus:
+            raise BadInputError(f"--gpus {gpus} with --tp {self.tp}: serving one replica on {gpus} GPUs is tensor "
+                                f"parallelism {gpus}.", hint=f"Give --tp {gpus}, or drop --gpus (plan replicas with --target-rps).")
+
     def to_request(self, gpu: str) -> PlanRequest:
         self.check_ranges()
         if self.model is None:
@@ -121,9 +150,9 @@ class PlanOptions:
             elif gpus != self.nodes * self.gpus_per_node:
                 raise BadInputError(f"--gpus {gpus} is not --nodes {self.nodes} x --gpus-per-node {self.gpus_per_node}.",
                                     hint="Give --nodes with --gpus-per-node, or --gpus alone.")
-        tp = self.tp
-        if workload == "infer" and gpus > 1 and tp == 1:
-            tp = gpus  # serving on N GPUs of one replica = tensor parallelism
+        self.check_combinations(workload, gpus)
+        # serving on N GPUs of one replica = tensor parallelism N
+        tp = self.tp if self.tp is not None else (gpus if workload == "infer" else 1)
         return PlanRequest(
             model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],

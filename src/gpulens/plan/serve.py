@@ -10,6 +10,13 @@
 Speed: prefill is compute-bound (2 N per token + causal attention over peak x efficiency); a
 decode step is memory-bound (weights + KV bytes per step over bandwidth x efficiency) plus a fixed
 per-step and per-layer overhead (large for eager generate, small for a CUDA-graph engine).
+
+Tensor parallelism (Megatron's split) adds two all-reduces per layer, after the attention output
+and after the MLP's down projection, of the layer's activations: batch x hidden x 2 bytes per
+decode step, batch x prompt x hidden x 2 in the prefill. Each is a ring all-reduce priced by size,
+degree and link (`links.ring_all_reduce`: NCCL's alpha-beta model). None of it is overlapped: the
+next layer needs the reduced activations, and vLLM, TGI, SGLang and gpt-fast issue the all-reduce
+on the compute stream between the two matmuls (no compute hides it).
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND, collective_link
+from gpulens.plan.links import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_INTER_NODE_BYTES_PER_SECOND,
+    AllReduceCost,
+    ring_all_reduce,
+)
 from gpulens.plan.memory import MemoryEstimate, fits_in
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
@@ -126,6 +138,10 @@ class ServeSpeed:
     output_tokens_per_second: float
     bound: str  # "memory" or "compute" for decode
     efficiency_source: str
+    tensor_parallel_seconds: float = 0.0  # of each decode step: 2 all-reduces per layer, not overlapped
+    prefill_tensor_parallel_seconds: float = 0.0  # of the prefill, likewise
+    tensor_parallel_link: str = ""  # the ring's slowest link
+    tensor_parallel_protocol: str = ""  # the NCCL protocol the decode all-reduce is priced with
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,11 +318,12 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
-    comm = 0.0
-    if tp > 1:
-        link = collective_link(gpu, tp, gpus_per_node=setup.gpus_per_node,
-                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).bytes_per_second
-        comm = 2 * m.num_layers * (10e-6 + 2 * b * m.hidden_size * 2 / link)  # two all-reduces per layer
+    act_bytes = 4 if fmt == "fp32" else 2
+    step_ar = tensor_parallel_all_reduce(m, setup, gpu, b * m.hidden_size * act_bytes)
+    prefill_ar = tensor_parallel_all_reduce(m, setup, gpu, b * p * m.hidden_size * act_bytes)
+    comm = 2 * m.num_layers * step_ar.seconds  # two all-reduces per layer
+    prefill_comm = 2 * m.num_layers * prefill_ar.seconds
+    prefill += prefill_comm
     tpot = max(mem_time, comp_time) + overhead + comm
     bound = "memory" if mem_time >= comp_time else "compute"
     req = prefill + k * tpot
@@ -321,7 +338,17 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         output_tokens_per_second=b * k / req,
         bound=bound,
         efficiency_source=rt.source,
+        tensor_parallel_seconds=comm,
+        prefill_tensor_parallel_seconds=prefill_comm,
+        tensor_parallel_link=step_ar.link.name if tp > 1 else "",
+        tensor_parallel_protocol=step_ar.protocol,
     )
+
+
+def tensor_parallel_all_reduce(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, message_bytes: float) -> AllReduceCost:
+    """One of a layer's two tensor-parallel all-reduces over the replica's TP group."""
+    return ring_all_reduce(message_bytes, setup.tensor_parallel, gpu, gpus_per_node=setup.gpus_per_node,
+                           inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
 
 
 def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency, limit: int = 4096) -> int:

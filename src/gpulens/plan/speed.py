@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.links import collective_link, nodes_for
+from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
 from gpulens.plan.models import ModelSpec
@@ -222,17 +222,17 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
 
 def _model_parallel_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> float:
     """Per micro-batch, on one GPU: tensor parallelism's all-reduces (two in the forward, two in
-    the backward per layer, two more with recomputation; the same volume as reduce-scatter +
+    the backward per layer, two more with recomputation, each a ring all-reduce priced by size,
+    degree and link as NCCL prices it; the same volume as reduce-scatter +
     all-gather under sequence parallelism), not overlapped, over the TP group's link; pipeline
     parallelism's activation and gradient sends between stages over theirs."""
     t, p = setup.tensor_parallel, setup.pipeline_parallel
     msg = setup.micro_batch * setup.seq_len * m.hidden_size * 2  # bf16 activations of the micro-batch
     seconds = 0.0
     if t > 1:
-        link = collective_link(gpu, t, gpus_per_node=setup.gpus_per_node,
-                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-        per_layer = (6 if setup.grad_ckpt else 4) * (2 * (t - 1) / t * msg / link.bytes_per_second + 10e-6)
-        seconds += m.num_layers / p * per_layer
+        ar = ring_all_reduce(msg, t, gpu, gpus_per_node=setup.gpus_per_node,
+                             inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+        seconds += m.num_layers / p * (6 if setup.grad_ckpt else 4) * ar.seconds
     if p > 1:
         link = collective_link(gpu, t * p, gpus_per_node=setup.gpus_per_node,
                                inter_node_bytes_per_second=setup.inter_node_bytes_per_second)

@@ -1,0 +1,150 @@
+"""The headline agrees with the numbers under it, options a plan would ignore are refused, and
+tensor parallelism costs what its link costs (issue 25, items 1, 5 and 6)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpulens.cli.main import main
+from gpulens.cli.plan_render import verdict_line
+from gpulens.plan import PlanRequest, plan
+from gpulens.plan.catalog import find_gpu
+from gpulens.plan.links import ring_all_reduce
+from gpulens.plan.memory import FIT_MARGIN_RATIO
+from gpulens.plan.models import load_model
+from gpulens.plan.serve import ServeSetup, serving_speed
+from gpulens.plan.speed import Efficiency
+
+GiB = 1 << 30
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    rc = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return rc, out + err
+
+
+def _card(cfg: Path, capacity_bytes: float) -> None:
+    cfg.write_text(yaml.safe_dump({"gpus": [{"name": "testcard", "memory_mib": capacity_bytes / (1 << 20),
+                                            "bandwidth_gbps": 1000, "bf16_tflops": 300}]}))
+
+
+def _peak_and_context(model: str) -> tuple[int, int]:
+    mem = plan(PlanRequest(model=model, workload="train", gpu="h200", batch=1, seq=512)).memory
+    return mem.peak_bytes, mem.cuda_context_bytes
+
+
+# ---------------------------------------------------------------- headlines
+
+
+def test_a_no_fit_inside_the_usable_memory_says_the_margin_tipped_it(isolated_plan_config):
+    """Before: "needs 47.4 GiB ...; the card has 47.5 usable" under a no-fit, with no word of why."""
+    peak, ctx = _peak_and_context("qwen2.5-0.5b")
+    _card(isolated_plan_config, peak + ctx + 0.1 * GiB)  # 0.1 GiB more than the peak, less than the margin
+    res = plan(PlanRequest(model="qwen2.5-0.5b", workload="train", gpu="testcard", batch=1, seq=512))
+    assert not res.fits
+    line = verdict_line(res)
+    limit = res.memory.capacity_bytes * (1 - FIT_MARGIN_RATIO) - ctx
+    assert "Does not fit" in line and f"{FIT_MARGIN_RATIO:.0%} of the card" in line
+    assert f"{(peak - limit) / GiB:,.1f} GiB over" in line
+
+
+def test_a_fit_whose_allocator_cache_would_pass_the_card_says_so(isolated_plan_config, capsys):
+    """Before: "✔ Fits" beside "reserved 84.8 GiB" on an 80 GiB card."""
+    peak, ctx = _peak_and_context("qwen2.5-0.5b")
+    _card(isolated_plan_config, (peak * 1.04 + ctx) / (1 - FIT_MARGIN_RATIO))  # fits; x1.10 reserved does not
+    rc, out = run(capsys, "--model", "qwen2.5-0.5b", "--workload", "train", "--gpu", "testcard", "--batch", "1",
+                  "--seq", "512")
+    assert rc == 0 and "Fits, tightly" in out and "capped by the card" in out
+
+
+def test_an_engine_verdict_is_what_its_kv_pool_holds():
+    res = plan(PlanRequest(model="llama-3-8b", workload="infer", gpu="l4", runtime="vllm", batch=4096,
+                           prompt=4000, new_tokens=96))
+    assert not res.fits
+    assert "KV pool" in verdict_line(res) and "fewer than the batch of 4096" in verdict_line(res)
+
+
+# ---------------------------------------------------------------- options a plan would ignore
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["--workload", "infer", "--gpus", "2", "--tp", "1"], "--tp 2"),  # accepted silently before
+    (["--workload", "infer", "--zero", "3"], "--zero"),
+    (["--workload", "infer", "--grad-ckpt"], "--grad-ckpt"),
+    (["--workload", "train", "--runtime", "vllm"], "--runtime"),
+    (["--workload", "train", "--tpot-target", "50ms"], "--tpot-target"),
+    (["--workload", "train", "--lora-rank", "8"], "--finetune lora"),
+    (["--workload", "train", "--zero-layout", "deepspeed"], "--zero"),
+])
+def test_option_combinations_that_mean_nothing_are_refused(capsys, argv, word):
+    rc, out = run(capsys, "--model", "qwen2.5-0.5b", *argv)
+    assert rc == 2 and word in out and "Traceback" not in out
+
+
+def test_serving_on_n_gpus_is_still_tensor_parallel_n(capsys):
+    rc, out = run(capsys, "--model", "qwen2.5-0.5b", "--workload", "infer", "--gpus", "2", "--format", "json")
+    assert rc == 0 and json.loads(out)["setup"]["tensor_parallel"] == 2
+    rc, out = run(capsys, "--model", "qwen2.5-0.5b", "--workload", "infer", "--gpus", "2", "--tp", "2")
+    assert rc == 0
+
+
+# ---------------------------------------------------------------- a config file's name
+
+
+def test_a_config_is_named_by_its_name_or_path_else_by_the_file(tmp_path):
+    src = tmp_path / "snapshots" / "3f2a9c" / "config.json"
+    src.parent.mkdir(parents=True)
+    cfg = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+           "num_key_value_heads": 8, "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 2048}
+    src.write_text(json.dumps(cfg))
+    assert load_model(src.parent).name == str(src)  # before: "3f2a9c", the folder
+    src.write_text(json.dumps(cfg | {"_name_or_path": "acme/tiny-llama"}))
+    assert load_model(src).name == "acme/tiny-llama"
+
+
+# ---------------------------------------------------------------- tensor parallelism by link
+
+
+def _tpot(tp: int, **kw) -> object:
+    m = load_model("llama-3-70b")
+    setup = ServeSetup(runtime="vllm", batch=8, prompt_tokens=512, new_tokens=128, tensor_parallel=tp, **kw)
+    return serving_speed(m, setup, find_gpu("h100-sxm"), Efficiency())
+
+
+def test_tp16_across_two_nodes_is_slower_per_token_than_tp8_in_one_and_the_link_is_why():
+    """Before: a flat 10 us per all-reduce made TP16 over InfiniBand faster than TP8 over NVLink."""
+    m, gpu = load_model("llama-3-70b"), find_gpu("h100-sxm")
+    tp8, tp16 = _tpot(8), _tpot(16)
+    assert tp16.tpot_seconds > tp8.tpot_seconds
+    assert "NVLink" in tp8.tensor_parallel_link and "inter-node" in tp16.tensor_parallel_link
+    # the same sixteen GPUs in one NVSwitch domain (gpus_per_node=16): only the link changes, and
+    # TP16 is then faster than TP8, so the whole difference is the inter-node link's term
+    one_domain = _tpot(16, gpus_per_node=16)
+    assert one_domain.tpot_seconds < tp8.tpot_seconds
+    msg = 8 * m.hidden_size * 2  # batch x hidden x bf16
+    link_term = 2 * m.num_layers * (ring_all_reduce(msg, 16, gpu).seconds
+                                    - ring_all_reduce(msg, 16, gpu, gpus_per_node=16).seconds)
+    assert link_term > tp16.tpot_seconds - tp8.tpot_seconds > 0
+    assert tp16.tpot_seconds - one_domain.tpot_seconds == pytest.approx(link_term, rel=1e-9)
+
+
+def test_the_all_reduce_grows_with_size_degree_and_link():
+    gpu = find_gpu("h100-sxm")
+    small, big = ring_all_reduce(16 << 10, 8, gpu), ring_all_reduce(64 << 20, 8, gpu)
+    assert small.protocol == "LL" and big.protocol == "Simple" and big.seconds > small.seconds
+    assert ring_all_reduce(16 << 10, 4, gpu).seconds < small.seconds < ring_all_reduce(16 << 10, 16, gpu).seconds
+    # alpha-beta: 2 (t - 1) steps of latency; 2 (t - 1) / t of the message over the slowest link
+    assert big.transfer_seconds == pytest.approx(2 * 7 / 8 * (64 << 20) / 450e9)
+    assert ring_all_reduce(1 << 20, 1, gpu).seconds == 0.0
+
+
+def test_the_prefill_pays_its_all_reduces_too():
+    tp8 = _tpot(8)
+    assert tp8.prefill_tensor_parallel_seconds > 0
+    assert replace(tp8).ttft_seconds >= tp8.prefill_tensor_parallel_seconds
