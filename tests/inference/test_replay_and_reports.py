@@ -99,16 +99,24 @@ def test_json_carries_the_vllm_bench_serve_keys_with_its_definitions(test_server
                 "max_concurrent_requests", "input_lens", "output_lens", "ttfts", "itls", "errors"):
         assert key in out, key
     assert out["completed"] == 10 and out["failed"] == 0 and out["total_output_tokens"] == 100
-    assert out["mean_tpot_ms"] == pytest.approx(10.0, rel=0.1)
-    assert out["median_ttft_ms"] == pytest.approx(40.0, rel=0.1)
-    assert out["mean_itl_ms"] == pytest.approx(10.0, rel=0.1) and len(out["itls"][0]) == 9
-    assert out["mean_e2el_ms"] == pytest.approx(40 + 9 * 10, rel=0.1)
+    # The definitions, from the JSON's own per-request lists (a loaded machine moves the times, not
+    # these identities; how close they come to the server's 40 / 10 ms is benchmarks/bench_serve.py's):
+    # TPOT excludes the first token: (e2el - TTFT) / (tokens - 1) per request, so its mean is
+    # (mean e2el - mean TTFT) / 9; ITL is the mean gap between tokens; e2el runs to the body's end.
+    assert all(len(gaps) == 9 for gaps in out["itls"]) and out["output_lens"] == [10] * 10
+    assert out["mean_tpot_ms"] == pytest.approx((out["mean_e2el_ms"] - out["mean_ttft_ms"]) / 9, rel=1e-6)
+    assert out["mean_itl_ms"] == pytest.approx(sum(map(sum, out["itls"])) / 90 * 1e3, rel=1e-6)
+    to_last_token_ms = [(ttft + sum(gaps)) * 1e3 for ttft, gaps in zip(out["ttfts"], out["itls"], strict=True)]
+    assert out["mean_e2el_ms"] >= sum(to_last_token_ms) / 10 * (1 - 1e-9)
+    # lower bounds a late client cannot break: the server answers its first token 40 ms after arrival
+    assert out["median_ttft_ms"] >= 40.0 and min(out["ttfts"]) >= 0.040
+    assert out["mean_e2el_ms"] >= 40 + 9 * 10 * 0.5
     assert out["request_throughput"] == pytest.approx(out["completed"] / out["duration"])
     assert out["output_throughput"] == pytest.approx(100 / out["duration"])
     assert out["request_goodput"] == pytest.approx(out["request_throughput"])  # every request met both
     assert (out["request_rate"], out["burstiness"], out["max_concurrency"]) == (10, "inf", None)  # constant spacing
     # gpulens's own schema is kept beside them
-    assert out["ttft"]["p50"] == pytest.approx(0.040, rel=0.1) and out["goodput_ratio"] == 1.0
+    assert out["ttft"]["p50"] >= 0.040 and out["goodput_ratio"] == 1.0  # from the intended send: never less
     assert out["concurrency"]["max"] >= 1
 
 

@@ -37,9 +37,16 @@ def _scrape(port: int) -> str:
 
 
 def _notifications(path) -> list[tuple[str, str]]:
+    """The notifications written so far: the notifier runs in its own thread, so a line may be
+    half written when we read; only complete lines count."""
     if not path.exists():
         return []
-    return [(d["rule"], d["status"]) for d in map(json.loads, path.read_text().splitlines())]
+    complete = path.read_text().split("\n")[:-1]
+    return [(d["rule"], d["status"]) for d in map(json.loads, complete)]
+
+
+def _noted(path, rule: str, status: str) -> bool:
+    return (rule, status) in _notifications(path)
 
 
 class _Agent:
@@ -80,11 +87,12 @@ def test_the_agent_survives_a_full_store_and_writes_everything_after(tmp_path, f
         wait_until(lambda: agent.ticks() >= full_at + 20)  # still sampling
         text = _scrape(agent.port)
         assert "gpulens_store_write_failing 1.0" in text and "gpu_up{" in text
-        assert ("GpulensStoreWriteFailing", "firing") in _notifications(agent.notes)
+        # the notifier delivers in its own thread: wait for the page rather than race it
+        wait_until(lambda: _noted(agent.notes, "GpulensStoreWriteFailing", "firing"), what="the firing page")
         _limit_pages(store, None)  # space is back
         wait_until(lambda: not agent.node.loop.write_health.failing)
-        assert ("GpulensStoreWriteFailing", "resolved") in _notifications(agent.notes)
-        assert "gpulens_store_write_failing 0.0" in _scrape(agent.port)
+        wait_until(lambda: _noted(agent.notes, "GpulensStoreWriteFailing", "resolved"), what="the resolved page")
+        wait_until(lambda: "gpulens_store_write_failing 0.0" in _scrape(agent.port), what="the gauge back at 0")
     finally:
         agent.stop()
     ticks = agent.ticks()

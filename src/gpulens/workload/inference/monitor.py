@@ -10,12 +10,18 @@
 
 Every finished request becomes one sample of each `infer_*` series at its end time (labels service,
 model, host) and one `request` event holding its timestamps, which is what diagnosis reads.
+Writes are buffered and committed once a second; whatever is buffered when the process ends
+(a normal exit, or SIGTERM from a job runner) is committed then, so `close()` is optional. While the
+store refuses writes the buffer is bounded (`max_buffered_rows`, the oldest go, counted in
+`dropped_rows`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,11 +29,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpulens.clock import Clock, as_clock
-from gpulens.errors import MonitorUsageError
+from gpulens.errors import MonitorUsageError, StoreError
 from gpulens.k8s.node import node_host
 from gpulens.store import Store
 from gpulens.vocab import names as N
+from gpulens.workload import exit_flush
 from gpulens.workload.inference.records import RequestRecord, write_request
+
+log = logging.getLogger(__name__)
 
 RequestStatus = Literal["ok", "error", "timeout", "rejected", "aborted"]
 STATUSES: tuple[str, ...] = N.REQUEST_STATUSES  # aborted: the client went away before the answer
@@ -84,6 +93,8 @@ class InferenceMonitor:
     clock: a `gpulens.clock.Clock` (a `FakeClock` in tests) or a bare function returning unix
     seconds; default the real clock. Request times are its `time()` (they are stored as
     timestamps, and durations are their differences); a model load is timed on its `monotonic()`.
+    max_buffered_rows: how many rows a store that refuses writes may hold for later (for a store
+    passed in, its own `max_pending_rows` holds).
     """
 
     def __init__(
@@ -96,9 +107,11 @@ class InferenceMonitor:
         clock: Clock | Callable[[], float] | None = None,
         write_events: bool = True,
         flush_interval_seconds: float | None = 1.0,
+        max_buffered_rows: int = 1_000_000,
     ):
         self._own_store = not isinstance(store, Store)
-        self.store = Store(store) if self._own_store else store  # type: ignore[arg-type]
+        self.store = Store(store, max_pending_rows=max_buffered_rows) if self._own_store else store  # type: ignore[arg-type]
+        self._closed = False
         self.labels = {"service": service, "model": model, "host": node_host(host)}
         self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
         self.write_events = write_events
@@ -106,6 +119,7 @@ class InferenceMonitor:
         self._in_flight = 0
         self._totals = dict.fromkeys(STATUSES, 0)
         self._ids: dict[tuple[str, str], int] = {}
+        self._unresolved: deque[tuple[tuple[str, str], dict[str, str], float, float]] = deque()
         self._stop = threading.Event()
         self._flusher = None
         # Who serves, so the co-location guard can match this process to the GPU's process list.
@@ -115,6 +129,7 @@ class InferenceMonitor:
             self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_seconds,), daemon=True,
                                              name="gpulens-inference-flush")
             self._flusher.start()
+        exit_flush.register(self, self.close)  # nothing given to the monitor is lost at exit
 
     # ------------------------------------------------------------------ requests
     def start_request(self, arrival: float | None = None) -> RequestHandle:
@@ -196,33 +211,75 @@ class InferenceMonitor:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def dropped_rows(self) -> int:
+        """Rows dropped because the store refused writes for longer than the buffer holds."""
+        return self.store.dropped_rows
+
     # ------------------------------------------------------------------ plumbing
     def _write(self, name: str, t: float, value: float | None, **extra: str) -> None:
         if value is None:
             return
         key = (name, extra.get("status", ""))
         sid = self._ids.get(key)
+        if sid is None and not self._unresolved:  # once the store refused a series, retry at the next flush
+            try:
+                sid = self._ids[key] = self.store.series_id(name, {**self.labels, **extra})
+            except StoreError:  # store locked or gone: hold the row below
+                pass
         if sid is None:
-            sid = self._ids[key] = self.store.series_id(name, {**self.labels, **extra})
+            self._unresolved.append((key, extra, t, float(value)))
+            if len(self._unresolved) > self.store.max_pending_rows:  # bounded like the store's own buffer
+                self._unresolved.popleft()
+                self.store.dropped_rows += 1
+            return
         self.store.write_id(sid, t, float(value))
+
+    def _resolve_held(self) -> None:
+        """Buffer the rows whose series could not be created before, in order, while it works."""
+        with self._lock:
+            while self._unresolved:
+                key, extra, t, value = self._unresolved[0]
+                sid = self._ids.get(key)
+                if sid is None:
+                    sid = self._ids[key] = self.store.series_id(key[0], {**self.labels, **extra})
+                self.store.write_id(sid, t, value)
+                self._unresolved.popleft()
 
     def _flush_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
-                self.store.flush()
+                self.flush()
             except Exception:  # a busy or full disk must not kill the server; the data stays buffered
                 pass
 
     def flush(self) -> None:
+        self._resolve_held()
         self.store.flush()
 
+    @property
+    def pending_rows(self) -> int:
+        """Rows given to the monitor and not yet committed."""
+        return self.store.pending_count + len(self._unresolved)
+
     def close(self) -> None:
+        """Commit what is buffered and stop the flusher. Idempotent; also run at exit and on SIGTERM."""
+        if self._closed:
+            return
+        self._closed = True
+        exit_flush.unregister(self)
         self._stop.set()
-        if self._flusher is not None:
+        if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join(timeout=2)
-        self.store.flush()
-        if self._own_store:
-            self.store.close()
+        try:
+            self._resolve_held()
+            if self._own_store:
+                self.store.close()
+            else:
+                self.store.flush()
+        except StoreError as e:  # the store is gone: say how much is lost rather than raise at exit
+            log.error("gpulens: %d buffered rows could not be written to %s: %s", self.pending_rows,
+                      self.store.path, e)
 
     def __enter__(self) -> InferenceMonitor:
         return self

@@ -18,7 +18,6 @@ failing store write is logged and retried there, never raised into the loop.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ from gpulens.errors import MonitorUsageError, StoreError
 from gpulens.k8s.node import node_host
 from gpulens.store import DEFAULT_STORE_PATH, Store
 from gpulens.vocab import names as N
+from gpulens.workload import exit_flush
 from gpulens.workload.training import device as dev
 from gpulens.workload.training.distributed import detect_rank
 from gpulens.workload.training.writer import StepWriter
@@ -182,7 +182,8 @@ class TrainingMonitor:
             start["run"] = os.environ[ENV_RUN]
         self._queue.append(("event", N.EV_TRAIN_START, self._wall0, start))
         self.writer.start()
-        atexit.register(self.close)  # a script that forgets close() still gets its last steps written
+        # A script that forgets close(), or is ended by SIGTERM, still gets its last steps written.
+        exit_flush.register(self, self.close)
 
     # ------------------------------------------------------------ clock
     def wall_of(self, perf: float) -> float:
@@ -373,7 +374,7 @@ class TrainingMonitor:
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
+        exit_flush.unregister(self)
         self.writer.stop()
         if self._owns_store:
             try:

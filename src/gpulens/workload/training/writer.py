@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 30.0
 HOLD_SECONDS = 10.0  # longest a finished step waits for a checkpoint or loss that belongs to it
+MAX_RETRY_STEPS = 100_000  # steps held while the store refuses even new series; beyond, the oldest go (counted)
 
 
 class StepWriter:
@@ -75,6 +76,7 @@ class StepWriter:
         self.listeners: list[Callable[[StepRecord], None]] = []
         self.steps_written = 0
         self.write_failures = 0
+        self.steps_dropped = 0  # steps dropped from a full retry queue (see MAX_RETRY_STEPS)
         self.outliers = 0
         self.nan_losses = 0
 
@@ -283,6 +285,12 @@ class StepWriter:
             self._guard(lambda: self.store.event(N.EV_TRAIN_NAN, rec.t_end, self.labels, {"step": rec.step, "loss": repr(rec.loss), "pid": rec.pid, "rank": rec.rank}))
         if self._retry or not self._write(rec):
             self._retry.append(rec)
+            if len(self._retry) > MAX_RETRY_STEPS:  # a store gone for good must not eat the job's memory
+                self._retry.popleft()
+                self.steps_dropped += 1
+                if self.steps_dropped == 1:
+                    log.error("gpulens: the store %s refuses writes and %d steps wait: the oldest are dropped from "
+                              "now on (StepWriter.steps_dropped)", self.store.path, MAX_RETRY_STEPS)
         else:
             self.steps_written += 1
         for fn in self.listeners:
