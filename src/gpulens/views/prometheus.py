@@ -27,7 +27,12 @@ from gpulens.reader import (
     SeriesWindow,
     selection_label,
 )
-from gpulens.reader.prometheus_api import MAX_ANSWER_BYTES, TIMEOUT_SECONDS, PrometheusApi, PrometheusUnavailableError
+from gpulens.reader.prometheus_api import (
+    MAX_ANSWER_BYTES,
+    TIMEOUT_SECONDS,
+    PrometheusApi,
+    PrometheusUnavailableError,
+)
 from gpulens.stats import quantile
 from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, is_histogram, selector
 
