@@ -27,7 +27,7 @@ The tree (classes defined elsewhere name their module):
   │   │   └── WireError                        (k8s.wire)
   │   ├── CannotAnswerError                    (reader.protocols: a reader that cannot answer that question)
   │   ├── HttpUnavailableError                 (http_client: one mapping of every transport failure)
-  │   ├── PrometheusUnavailableError           (views.prometheus)
+  │   ├── PrometheusUnavailableError           (reader.prometheus_api)
   │   ├── ScrapeUnavailableError               (workload.inference.scrape)
   │   ├── TargetUnreachableError               (bench.serve.runner)
   │   └── _AllFailed                           (cli.bench: every request of a load run failed)

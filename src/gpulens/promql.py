@@ -152,6 +152,35 @@ def matchers(match: Mapping[str, str] | None = None, regex: Mapping[str, str] | 
     return eq + tuple(Matcher(k, "=~", v) for k, v in sorted((regex or {}).items()))
 
 
+_MATCHER_HEAD = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*")
+_STRING_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`')
+
+
+def parse_matchers(text: str) -> tuple[Matcher, ...]:
+    """The matchers of a label selector as a user writes it: `{cluster="a", region=~"eu-.*"}` (the
+    braces may be left out); values decoded by PromQL's rules (`unquote`). Bad input: one sentence."""
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    out: list[Matcher] = []
+    pos = 0
+    while body[pos:].strip():
+        head = _MATCHER_HEAD.match(body, pos)
+        lit = _STRING_LITERAL.match(body, head.end()) if head else None
+        if head is None or lit is None:
+            raise BadInputError(f"Cannot read the label selector {text!r} at {body[pos:].strip()[:20]!r}.",
+                                hint='Write it as {label="value", other=~"regex"}.')
+        out.append(Matcher(head.group(1), head.group(2), unquote(lit.group(0))))
+        pos = lit.end()
+        rest = body[pos:].lstrip()
+        if rest.startswith(","):
+            pos = len(body) - len(rest) + 1
+        elif rest:
+            raise BadInputError(f"Cannot read the label selector {text!r}: a comma must separate {rest[:20]!r} from the matcher before it.",
+                                hint='Write it as {label="value", other=~"regex"}.')
+    return tuple(out)
+
+
 def metric_name(name: str) -> str:
     if not _METRIC.match(name):
         raise BadInputError(f"{name!r} is not a PromQL metric name.")
@@ -169,6 +198,11 @@ def selector(metric: str, match: Mapping[str, str] | None = None, regex: Mapping
 def ranged(sel: str, window: Window) -> str:
     """A range vector: sel[window]."""
     return f"{sel}[{window_text(window)}]"
+
+
+def subquery(expr: str, window: Window, step: Window) -> str:
+    """A subquery: expr evaluated every `step` over `window`, as a range vector: (expr)[window:step]."""
+    return f"({expr})[{window_text(window)}:{window_text(step)}]"
 
 
 # ------------------------------------------------------------------ functions

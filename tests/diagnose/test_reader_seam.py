@@ -1,6 +1,6 @@
 """Diagnosis reads through the Reader seam: a Store and its StoreReader give the same findings, the
-co-location analysis only reads, a Prometheus reader says in one sentence that it cannot be
-diagnosed yet, and the tracker bridge gets its findings from the callback it is given."""
+co-location analysis only reads, the dashboard's Prometheus reader says in one sentence that the
+analysis reader answers diagnosis, and the tracker bridge gets its findings from the callback it is given."""
 
 from __future__ import annotations
 
@@ -46,13 +46,16 @@ def test_colocation_marks_only_read(colocated):
     assert [m.value for m in marks] == [1.0] and tuple(sorted(marks[0].labels.items())) in marked
 
 
-def test_prometheus_reader_says_it_cannot_be_diagnosed_yet():
+def test_the_panel_reader_points_diagnosis_at_the_analysis_reader():
+    from gpulens.reader.prometheus import PrometheusAnalysisReader
     from gpulens.views.prometheus import PrometheusReader
 
     r = PrometheusReader("http://127.0.0.1:1")  # never asked: the analysis questions fail before any query
     with pytest.raises(CannotAnswerError) as e:
         diagnose(r)
-    assert e.value.message.endswith("store.") and "Prometheus" in e.value.message and e.value.exit_code == 3
+    assert "PrometheusAnalysisReader" in e.value.message and "--prometheus" in str(e.value) and e.value.exit_code == 3
+    assert isinstance(PrometheusAnalysisReader("http://127.0.0.1:1"), AnalysisReader)  # the protocol, structurally
+    assert r.api.url == "http://127.0.0.1:1"  # one transport (gpulens.reader.prometheus_api) for both readers
 
 
 def test_the_tracker_bridge_logs_the_findings_its_callback_gives(tmp_path):

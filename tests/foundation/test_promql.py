@@ -225,3 +225,16 @@ def test_the_builder_and_alerts_stay_below_their_callers():
     alerts = {"gpulens.alerts"} | graph.find_descendants("gpulens.alerts")
     scaling = {"gpulens.scaling"} | graph.find_descendants("gpulens.scaling")
     assert not [(a, s) for a in alerts for s in graph.find_modules_directly_imported_by(a) if s in scaling]
+
+
+def test_a_user_selector_parses_into_matchers():
+    from gpulens.promql import Matcher, parse_matchers
+
+    assert parse_matchers('{cluster="a", region=~"eu-.*",}') == (Matcher("cluster", "=", "a"), Matcher("region", "=~", "eu-.*"))
+    assert parse_matchers("zone!='b'") == (Matcher("zone", "!=", "b"),) and parse_matchers("{}") == ()
+    assert parse_matchers(r'{a="x\"} or up{"}')[0].value == 'x"} or up{'  # a value stays a value
+    assert P.selector("gpu_up", {"gpu": "0"}, extra=parse_matchers('{cluster="a"}')) == 'gpu_up{gpu="0", cluster="a"}'
+    for bad in ('{a="b" c="d"}', "{a=b}", '{"a"="b"}', '{a="b"'):
+        with pytest.raises(BadInputError):
+            parse_matchers(bad)
+    assert P.subquery("timestamp(up)", 600, 1) == "(timestamp(up))[10m:1s]"

@@ -11,9 +11,11 @@ import typer
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import BadInputError, StorageFullError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
-from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
+from gpulens.vocab.gpu import GPU_UP
+from gpulens.vocab.names import INFER_LATENCY_SECONDS, TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
 
 FORMATS = ("text", "json")
+DEFAULT_PROMETHEUS_WINDOW = "1h"
 
 
 def diagnose_command(
@@ -25,6 +27,15 @@ def diagnose_command(
     slo: list[str] = typer.Option([], "--slo", help='A serving objective to check, e.g. "p99_latency<=500ms" '
                                   '(repeatable). Kept in the store for the --service (or every service) and '
                                   "checked on later runs too."),
+    prometheus: str = typer.Option(None, "--prometheus", help="Read a fleet's Prometheus (or Thanos, Mimir, VictoriaMetrics) "
+                                   "at this URL instead of a store: every node --match selects, diagnosed as one."),
+    match: str = typer.Option("", "--match", help='With --prometheus: a label selector every series must match, e.g. '
+                              '\'{cluster="a"}\'. Default: every series.'),
+    start: str = typer.Option(None, "--start", help="Window start (unix seconds or ISO time). Default: the store's first "
+                              "sample; with --prometheus, --window before the end."),
+    end: str = typer.Option(None, "--end", help="Window end. Default: the store's last sample; with --prometheus, now."),
+    window: str = typer.Option(None, "--window", help=f"With --prometheus and no --start: how far back from the end, e.g. 30m, 6h. "
+                               f"Default: {DEFAULT_PROMETHEUS_WINDOW}."),
 ) -> None:
     """Find what slows a training job or an inference service, with the evidence and the fixes in
     the order that pays.
@@ -40,6 +51,10 @@ def diagnose_command(
         gpulens diagnose        # every job and service in the store
         gpulens diagnose --job llama-ft --format json
         gpulens diagnose --service chat --slo "p99_latency<=2s" --slo "p95_ttft<=300ms"
+        gpulens diagnose --prometheus http://prometheus:9090 --match '{cluster="a"}' --window 6h
+
+    Over --prometheus the GPU analyses run on what the agents' scrapes hold (times to the scrape
+    interval); those that need per-step or per-request records are skipped, and a note says so.
 
     Inference findings: slo_violation (with --slo, or objectives kept from before), queueing,
     latency_bound_low_utilization, memory_headroom, error_rate, timeouts, cold_start.
@@ -50,16 +65,27 @@ def diagnose_command(
 
     if fmt not in FORMATS:
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
-    if slo:
-        _keep_slos(store, slo, service)
-    with Store(store, readonly=True) as st:
-        try:
-            _check_selection(st, job, service)
-            findings = diagnose(StoreReader(st), DiagnoseScope(job=job, service=service))
-        except StorageFullError:
-            raise
-        except StoreError as e:  # the store turns SQLite's errors into these
-            raise StoreError(e.message, hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
+    start_t, end_t = _window(start, end, window, prometheus)
+    notes: list[str] = []
+    where: Path | str = store
+    if prometheus:
+        if slo:
+            raise BadInputError("--slo is checked against per-request records, which a Prometheus server does not keep.",
+                                hint="Leave out --slo with --prometheus, or run it with --store on the node.")
+        findings, notes, where = _diagnose_prometheus(prometheus, match, start_t, end_t, job, service)
+    else:
+        if match:
+            raise BadInputError("--match selects series in a Prometheus server: it needs --prometheus URL.", hint="Add --prometheus, or leave out --match.")
+        if slo:
+            _keep_slos(store, slo, service)
+        with Store(store, readonly=True) as st:
+            try:
+                _check_selection(st, job, service)
+                findings = diagnose(StoreReader(st), DiagnoseScope(start=start_t, end=end_t, job=job, service=service))
+            except StorageFullError:
+                raise
+            except StoreError as e:  # the store turns SQLite's errors into these
+                raise StoreError(e.message, hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
     from gpulens.diagnose.incidents import for_job, group
 
     incidents = group(findings)
@@ -67,10 +93,57 @@ def diagnose_command(
         incidents = for_job(incidents, job)
     if fmt == "json":
         typer.echo(json.dumps([d for inc in incidents for d in inc.finding_dicts()], indent=2, default=str))
+        for note in notes:
+            typer.echo(note, err=True)
         return
+    from rich.markup import escape
+
     from gpulens.diagnose.render import render_incidents
 
-    render_incidents(console, incidents, store, job, service)
+    render_incidents(console, incidents, where, job, service)
+    for note in notes:
+        console.print(f"[dim]{escape(note)}[/]")
+
+
+def _window(start: str | None, end: str | None, window: str | None, prometheus: str | None) -> tuple[float | None, float | None]:
+    """--start / --end as unix seconds; over Prometheus, a missing start is --window before the end."""
+    from gpulens.units import parse_duration
+    from gpulens.vocab.time import parse_time
+
+    if window and not prometheus:
+        raise BadInputError("--window is the span read from a Prometheus server: it needs --prometheus URL.", hint="Use --start and --end with a store.")
+    if window and start:
+        raise BadInputError("Give --start or --window, not both.", hint="--window counts back from --end (default now).")
+    start_t = parse_time(start, "start") if start else None
+    end_t = parse_time(end, "end") if end else None
+    if start_t is not None and end_t is not None and end_t <= start_t:
+        raise BadInputError(f"--end {end} is not after --start {start}.", hint="Give the window's start first, then a later end.")
+    if prometheus and start_t is None:
+        import time
+
+        end_t = end_t if end_t is not None else time.time()
+        start_t = end_t - parse_duration(window or DEFAULT_PROMETHEUS_WINDOW, what="--window")
+    return start_t, end_t
+
+
+def _diagnose_prometheus(url: str, match: str, start: float | None, end: float | None, job: str | None,
+                         service: str | None) -> tuple[list[Any], list[str], str]:
+    from gpulens.diagnose import DiagnoseScope
+    from gpulens.diagnose.fleet import diagnose_fleet
+    from gpulens.reader.prometheus import PrometheusAnalysisReader
+
+    reader = PrometheusAnalysisReader(url, match=match, start=start, end=end)
+    reader.check()  # one sentence, exit 3, when the server is not there
+    if not reader.series_labels(GPU_UP) and not reader.series_labels(TRAIN_STEP_SECONDS) and not reader.series_labels(INFER_LATENCY_SECONDS):
+        raise BadInputError(f"{reader.description} holds no GPU series, training steps or requests in the window.",
+                            hint="Check --match and the window (--start, --end, --window), and that Prometheus scrapes the agents.")
+    for option, value, metric, label in (("--job", job, TRAIN_STEP_SECONDS, TRAIN_JOB_LABEL), ("--service", service, INFER_LATENCY_SECONDS, "service")):
+        if value and not reader.series_labels(metric, {label: value}):
+            have = ", ".join(sorted({s.get(label, "") for s in reader.series_labels(metric)} - {""})) or "none"
+            raise BadInputError(f"{reader.description} has no series of {option} {value!r} in the window (there: {have}).",
+                                hint=f"Check the spelling and the window, or leave out {option}.")
+    got = diagnose_fleet(reader, DiagnoseScope(start=reader.start, end=reader.end, job=job, service=service))
+    return got.findings, got.notes, reader.description
 
 
 def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:

@@ -3,20 +3,19 @@
 The panels ask the same questions as over a local store; the answers are PromQL (gpulens.views.promql,
 written by gpulens.promql).
 What Prometheus cannot know is said, not invented: it keeps no events (XIDs, cold starts) and no
-per-request samples (percentiles are quantiles of scraped values), and diagnosis needs a node's store
-for now: the analysis questions (gpulens.reader.AnalysisReader) answer with one sentence saying so.
+per-request samples (percentiles are quantiles of scraped values). This reader answers the panel
+questions only; the analysis questions (gpulens.reader.AnalysisReader) are answered over the same
+transport (gpulens.reader.prometheus_api) by gpulens.reader.prometheus.PrometheusAnalysisReader, and
+here they say so in one sentence.
 """
 
 from __future__ import annotations
 
 import math
-import urllib.parse
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from gpulens import http_client
 from gpulens import promql as P
-from gpulens.errors import BadInputError, UnavailableError
 from gpulens.reader import (
     QUANTILE_OF_AGG,
     AlertRow,
@@ -28,17 +27,18 @@ from gpulens.reader import (
     SeriesWindow,
     selection_label,
 )
+from gpulens.reader.prometheus_api import (
+    MAX_ANSWER_BYTES,
+    TIMEOUT_SECONDS,
+    PrometheusApi,
+    PrometheusUnavailableError,
+)
 from gpulens.stats import quantile
 from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, is_histogram, selector
 
+__all__ = ["MAX_ANSWER_BYTES", "TIMEOUT_SECONDS", "PrometheusReader", "PrometheusUnavailableError"]
+
 SELECTION_LABELS = ("gpu", "job", "service", "host")
-TIMEOUT_SECONDS = 10.0
-# A query's answer at most (a wide range over many series): beyond it the query is refused, not read.
-MAX_ANSWER_BYTES = 256 * 2**20
-
-
-class PrometheusUnavailableError(UnavailableError):
-    """The Prometheus server cannot be reached or refused a query."""
 
 
 def _window(seconds: float) -> float:
@@ -51,54 +51,27 @@ class PrometheusReader:
     supports_events = False
 
     def __init__(self, url: str, *, timeout_seconds: float = TIMEOUT_SECONDS):
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise BadInputError(f"Cannot read the Prometheus URL {url!r}.", hint="Write it as http://HOST:9090.")
-        self.url = url.rstrip("/")
+        self.api = PrometheusApi(url, timeout_seconds=timeout_seconds)  # the transport, shared with the analysis reader
+        self.url = self.api.url
         self.timeout_seconds = timeout_seconds
         self.description = f"Prometheus {self.url}"
 
     def close(self) -> None:
         pass
 
-    # ------------------------------------------------------------ HTTP
+    # ------------------------------------------------------------ HTTP (gpulens.reader.prometheus_api)
     def _get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
-        try:
-            r = http_client.get(f"{self.url}{path}", params=params, timeout_seconds=self.timeout_seconds, max_bytes=MAX_ANSWER_BYTES)
-        except http_client.HttpUnavailableError as e:
-            raise PrometheusUnavailableError(
-                f"Cannot reach Prometheus at {self.url}: {e.reason}.", hint="Check the --prometheus URL and that the server is up.",
-            ) from None
-        if not r.ok:
-            try:
-                msg = str(r.json().get("error", ""))
-            except (ValueError, AttributeError):
-                msg = ""
-            raise PrometheusUnavailableError(
-                f"Prometheus at {self.url} refused a query ({r.status}{': ' + msg if msg else ''}).",
-                hint="Check the server's version (2.x or newer) and its logs.",
-            )
-        try:
-            body = r.json()
-        except ValueError as e:
-            raise PrometheusUnavailableError(
-                f"Cannot reach Prometheus at {self.url}: its answer is not JSON ({e}).", hint="Check the --prometheus URL and that the server is up.",
-            ) from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            raise PrometheusUnavailableError(f"Prometheus at {self.url} answered an error: {body.get('error') if isinstance(body, dict) else body}.", hint="Check its logs.")
-        return body["data"]
+        return self.api.get(path, params)
 
     def check(self) -> None:
         """Fail early, with one sentence, when the server is not there."""
-        self._get("/api/v1/status/buildinfo")
+        self.api.check()
 
     def _range(self, expr: str, start: float, end: float, points: int) -> list[dict[str, Any]]:
-        step = max((end - start) / max(points, 1), 0.001)
-        data = self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:.3f}"})
-        return data.get("result", [])
+        return self.api.range(expr, start, end, (end - start) / max(points, 1))
 
     def _instant(self, expr: str, t: float) -> list[dict[str, Any]]:
-        return self._get("/api/v1/query", {"query": expr, "time": f"{t:.3f}"}).get("result", [])
+        return self.api.instant(expr, t)
 
     @staticmethod
     def _lines(result: list[dict[str, Any]]) -> list[Line]:
@@ -215,11 +188,11 @@ class PrometheusReader:
     def band(self, metric: str, match: Mapping[str, str], t: float) -> Band | None:
         return None
 
-    # ------------------------------------------------------------ analysis questions (not yet)
+    # ------------------------------------------------------------ analysis questions (another reader's)
     def _cannot_analyze(self) -> CannotAnswerError:
         return CannotAnswerError(
-            f"Diagnosis cannot read {self.description} yet: it reads a node's own store.",
-            hint="Run `gpulens diagnose --store PATH` on the node.",
+            f"The dashboard's reader of {self.description} answers panels only: diagnosis reads it through PrometheusAnalysisReader.",
+            hint=f"Run `gpulens diagnose --prometheus {self.url}`.",
         )
 
     def cache_key(self) -> Hashable:

@@ -1,0 +1,32 @@
+"""`gpulens diagnose --prometheus`: bad input is one sentence and exit 2, an unreachable server exit 3,
+both before any analysis runs (no Prometheus needed here; tests/diagnose/test_fleet_prometheus.py
+runs the diagnosis against a real one)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from testlib import free_port
+
+UNREACHABLE = f"http://127.0.0.1:{free_port()}"
+
+CASES = [
+    (["--match", '{cluster="a"}'], 2, "needs --prometheus"),
+    (["--window", "1h"], 2, "needs --prometheus"),
+    (["--prometheus", UNREACHABLE, "--slo", "p99_latency<=1s"], 2, "per-request records"),
+    (["--prometheus", UNREACHABLE, "--match", "{cluster=a}"], 2, "label selector"),
+    (["--prometheus", UNREACHABLE, "--window", "1h", "--start", "1796198000"], 2, "not both"),
+    (["--prometheus", UNREACHABLE, "--start", "1796198000", "--end", "1796197000"], 2, "not after"),
+    (["--prometheus", "ftp://x"], 2, "Prometheus URL"),
+    (["--prometheus", UNREACHABLE], 3, "Cannot reach Prometheus"),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "words"), CASES, ids=[" ".join(a) for a, _, _ in CASES])
+def test_one_sentence_and_its_exit_code(tmp_path, args, code, words):
+    p = subprocess.run([sys.executable, "-m", "gpulens", "diagnose", "--store", str(tmp_path / "none.db"), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and words in p.stderr and p.stderr.startswith("error: "), p.stderr
