@@ -52,14 +52,24 @@ def _body(console: Console, summary: str, evidence: dict[str, Any], advice: list
             console.print(f"     {i}. {escape(a)}", highlight=False)
 
 
+def _scope(job: str | None, service: str | None) -> str:
+    """What was diagnosed, as the header says it (escaped for rich)."""
+    return escape(" ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x)
+                  or "every job and service")
+
+
+def _nothing_found(console: Console, what: str, where: str) -> None:
+    console.print(f"No bottleneck found for {what} in {where}.")
+    console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, "
+                  "memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
+
+
 def render_incidents(console: Console, incidents: list[Incident], store: Path | str, job: str | None, service: str | None) -> None:
     """Each incident: its cause (what it measured, the symptoms it explains, its evidence and its
     advice), then its symptoms folded under it, one line each, with no advice of their own."""
-    what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
-    what, where = escape(what), escape(str(store))
+    what, where = _scope(job, service), escape(str(store))
     if not incidents:
-        console.print(f"No bottleneck found for {what} in {where}.")
-        console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
+        _nothing_found(console, what, where)
         return
     n_findings = sum(len(inc.members) for inc in incidents)
     console.print(f"[bold]{len(incidents)} incident(s)[/] ({n_findings} finding(s)) for {what} in {where}: GPU faults first, then oldest first.")
@@ -77,11 +87,9 @@ def render_incidents(console: Console, incidents: list[Incident], store: Path | 
 
 
 def render_findings(console: Console, findings: list[Finding], store: Path | str, job: str | None, service: str | None) -> None:
-    what = " ".join(x for x in (f"job {job}" if job else "", f"service {service}" if service else "") if x) or "every job and service"
-    what, where = escape(what), escape(str(store))
+    what, where = _scope(job, service), escape(str(store))
     if not findings:
-        console.print(f"No bottleneck found for {what} in {where}.")
-        console.print("[dim]That means none of the checks fired (GPU health, input pipeline, checkpoints, communication, memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
+        _nothing_found(console, what, where)
         return
     console.print(f"[bold]{len(findings)} finding(s)[/] for {what} in {where}: GPU faults first, then oldest first.")
     console.print("[dim]Work on one at a time: start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
