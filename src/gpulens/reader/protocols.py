@@ -4,8 +4,9 @@ events, alerts, bands) and the analysis questions (series windows, events, lates
 Two, not one, because they are answered differently far from the store: a panel question is one
 PromQL query shaped for a chart, an analysis question asks for the samples themselves. A surface
 asks for the protocol it needs (views: PanelReader; diagnose and energy: AnalysisReader), and a
-source may answer both (`StoreReader`) or only the panel one for now (`PrometheusReader`: its
-analysis methods say so in one sentence). All times are unix seconds; every answer is typed.
+source may answer both (`StoreReader`) or one: over Prometheus the dashboard's `PrometheusReader`
+(gpulens.views.prometheus) answers the panels and `PrometheusAnalysisReader` (gpulens.reader.prometheus)
+the analyses, over one transport (gpulens.reader.prometheus_api). All times are unix seconds; every answer is typed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def selection_label(key: str) -> str:
 
 
 class CannotAnswerError(UnavailableError):
-    """A reader cannot answer this kind of question (yet): e.g. diagnosis over a Prometheus server."""
+    """A reader cannot answer this kind of question: e.g. the dashboard's Prometheus reader, asked for diagnosis."""
 
 
 class PanelReader(Protocol):
