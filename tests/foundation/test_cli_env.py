@@ -72,7 +72,7 @@ def test_bash_completion_completes_commands_and_options(tmp_path):
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     script = ('source <(gpulens --show-completion bash)\n'
               'COMP_WORDS=(gpulens ag); COMP_CWORD=1; _gpulens_completion gpulens; echo "1:${COMPREPLY[*]}"\n'
-              'COMP_WORDS=(gpulens diagnose --st); COMP_CWORD=2; _gpulens_completion gpulens; echo "2:${COMPREPLY[*]}"\n')
+              'COMP_WORDS=(gpulens diagnose --sto); COMP_CWORD=2; _gpulens_completion gpulens; echo "2:${COMPREPLY[*]}"\n')
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "SHELL": "/bin/bash"}
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     lines = dict(line.split(":", 1) for line in r.stdout.splitlines() if line[:2] in ("1:", "2:"))

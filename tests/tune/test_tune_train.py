@@ -60,15 +60,16 @@ def test_tune_train_keeps_more_workers_rolls_back_a_smaller_batch(capsys, tmp_pa
 
 def test_an_oom_or_a_crash_in_a_trial_is_rolled_back_and_the_loop_goes_on(capsys, tmp_path, train_script):
     # The planner (a 0.1b model at 512 tokens on an L4) predicts batch 1024 cannot fit: it is skipped, not run.
-    # Batch 64 fits by the plan but not by the script's memory limit: a real OOM in the trial.
+    # Batch 48 fits by the plan (64 no longer does on the L4's usable 22.5 GiB) but not by the script's
+    # memory limit: a real OOM in the trial.
     html = tmp_path / "tune.html"
     rc, r = _tune(capsys, tmp_path / "tune.db", "--model", "0.1b", "--gpu", "l4", "--seq", "512", "--html", str(html),
-                  "--knob", "workers=0,2", "--knob", "batch=16,1024,64,oops", "--",
+                  "--knob", "workers=0,2", "--knob", "batch=16,1024,48,oops", "--",
                   *train_script, "--memory-limit-samples", "32", "--batch-size", "{batch}", "--num-workers", "{workers}",
                   "--steps", "{steps}")
     assert rc == 0
     verdicts = [(t["changed"], t["verdict"]) for t in r["trials"]]
-    assert verdicts == [({"workers": "2"}, "kept"), ({"batch": "64"}, "failed"), ({"batch": "oops"}, "failed")]
+    assert verdicts == [({"workers": "2"}, "kept"), ({"batch": "48"}, "failed"), ({"batch": "oops"}, "failed")]
     oom, crash = r["trials"][1], r["trials"][2]
     assert "out of memory" in oom["reason"] and "rolled back to workers=2, batch=16" in oom["reason"]
     assert "exited with code 2" in crash["reason"] and "invalid int value" in crash["reason"]

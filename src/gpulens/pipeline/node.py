@@ -122,10 +122,12 @@ class Node:
             if self.server is not None:
                 self.server.shutdown()
                 self.server.server_close()
-            if self.store is not None and self.owns_store:
-                self.store.close()
-            if self.writer_lock is not None:
-                self.writer_lock.release()
+            try:
+                if self.store is not None and self.owns_store:
+                    self.store.close()  # a last write that fails (a full disk) still raises, after the lock goes
+            finally:
+                if self.writer_lock is not None:
+                    self.writer_lock.release()
 
 
 def _open_backend(config: NodeConfig) -> GpuBackend:
