@@ -151,5 +151,8 @@ def test_baseline_freeze_help_example_selects_a_real_baseline(tmp_path):
 
 def test_eval_compare_help_shows_the_jsonl_shape_whole():
     """The help showed `{"id", ""}`: the `<metric>` placeholder was eaten by the help renderer."""
-    text = " ".join(run_gpulens("eval", "compare", "--help").stdout.replace("│", " ").split())
-    assert '{"id", ""}' not in text and '{"id": "q1", "acc": 1}' in text
+    out = run_gpulens("eval", "compare", "--help").stdout
+    text = "".join(ch for ch in out if not ch.isspace() and ch not in "│╭╮╰╯─")  # wrapping and boxes differ by rich version
+    assert '{"id",""}' not in text, out
+    if "per-exampleresults" in text:  # typer at its floor (0.18) shows no help for arguments
+        assert '{"id":"q1","acc":1}' in text, out
