@@ -71,12 +71,17 @@ _HEADLINE = ("step_seconds_median", "tokens_per_second", "mfu_ratio", "latency_p
 _NOT_HEADLINE = ("started", "ended", "created", "flops_per_token", "parameters", "tokens_per_step")
 
 
+def _num(v: float) -> str:
+    """A figure a person reads: 11,640 rather than 1.164e+04; 4 significant digits below 1000."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
 def _headline(summary: dict) -> str:
     nums = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool) and k not in _NOT_HEADLINE}
     keys = [k for k in _HEADLINE if k in nums] + [k for k in nums if k not in _HEADLINE]
     from gpulens.mfu import mfu_is_impossible
 
-    return ", ".join(f"{k}={nums[k]:.4g}" + (" (impossible: above the peak)" if k == "mfu_ratio" and mfu_is_impossible(nums[k]) else "")
+    return ", ".join(f"{k}={_num(nums[k])}" + (" (impossible: above the peak)" if k == "mfu_ratio" and mfu_is_impossible(nums[k]) else "")
                      for k in keys[:3])
 
 
@@ -230,7 +235,7 @@ def _render(cmp) -> None:  # noqa: ANN001
         t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
     arrows = {"lower_is_better": "↓ better", "higher_is_better": "↑ better", "unknown": "? better"}
     for m in cmp.metrics:
-        f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
+        f = lambda v: "–" if v is None else _num(v)  # noqa: E731
         pc = lambda v: "–" if v is None else f"{v:+.1%}"  # noqa: E731
         if m.test == "non-inferiority":  # a score: means and the absolute difference
             a_cell, b_cell = f"{f(m.mean_a)} [dim]mean n={m.n_a}[/]", f"{f(m.mean_b)} [dim]mean n={m.n_b}[/]"
