@@ -248,7 +248,7 @@ def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
                 t.add_row(c.figure.replace("_", " "), c.scope, str(len(c.held_out)), f"{c.median_ratio:.1%}",
                           f"{c.worst_ratio:.1%}", f"{c.defaults_median_ratio:.1%}", f"{c.defaults_worst_ratio:.1%}",
                           "used" if c.used else "not used (defaults kept)")
-            console.print(t)
+            print_table(console, t)
         loo = rep.leave_one_out
         if loo is not None and loo.informative:
             console.print(f"  leave-one-out: each run predicted from the others is off by {loo.mean_abs_error_ratio:.0%} on average "

@@ -231,7 +231,12 @@ def _render(cmp) -> None:  # noqa: ANN001
                   + (f", score margin {cmp.margin:g}" if any(m.test == "non-inferiority" for m in cmp.metrics) else "") + ")")
     t = Table()
     scores = any(m.test == "non-inferiority" for m in cmp.metrics)  # then each cell says median or mean
-    for col in ("metric", "A" if scores else "A median", "B" if scores else "B median", "change", "95 % CI", "p", "verdict"):
+    # one sample count per side goes in the header (four characters less per cell, so the table fits 80)
+    n_a, n_b = ({m.n_a for m in cmp.metrics}, {m.n_b for m in cmp.metrics}) if not scores else (set(), set())
+    one_n = len(n_a) == 1 and len(n_b) == 1
+    a_head = "A" if scores else f"A median n={n_a.pop()}" if one_n else "A median"
+    b_head = "B" if scores else f"B median n={n_b.pop()}" if one_n else "B median"
+    for col in ("metric", a_head, b_head, "change", "95 % CI", "p", "verdict"):
         t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
     arrows = {"lower_is_better": "↓ better", "higher_is_better": "↑ better", "unknown": "? better"}
     for m in cmp.metrics:
@@ -243,12 +248,15 @@ def _render(cmp) -> None:  # noqa: ANN001
             ci = "–" if m.ci95_low is None else f"{m.ci95_low:+.4f} … {m.ci95_high:+.4f}"
         else:
             tag = "median " if scores else ""
-            a_cell, b_cell = f"{f(m.median_a)} [dim]{tag}n={m.n_a}[/]", f"{f(m.median_b)} [dim]{tag}n={m.n_b}[/]"
+            if one_n:
+                a_cell, b_cell = f(m.median_a), f(m.median_b)
+            else:
+                a_cell, b_cell = f"{f(m.median_a)} [dim]{tag}n={m.n_a}[/]", f"{f(m.median_b)} [dim]{tag}n={m.n_b}[/]"
             change = pc(m.change_ratio)
             ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
         t.add_row(
             f"{escape(m.metric)} [dim]{arrows[m.direction]}[/]", a_cell, b_cell,
-            change, ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
+            change, ci, "–" if m.p_value is None else f"{m.p_value:.2g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
         )
     print_table(console, t)
     for m in cmp.metrics:

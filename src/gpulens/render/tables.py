@@ -98,7 +98,7 @@ def fit_table(table: Table, console: Console, options: ConsoleOptions | None = N
     options = options or console.options
     room = options.max_width
     spans = [_span(c) for c in table.columns]
-    for column, span in zip(table.columns, spans, strict=True):
+    for column in table.columns:
         column.overflow = "fold"
         # a figures column is never narrower than its widest figure, so only its header can wrap
         column.no_wrap = False
@@ -126,12 +126,28 @@ def fit_table(table: Table, console: Console, options: ConsoleOptions | None = N
 
 @dataclass
 class FittedTable:
-    """A table fitted when it is drawn, to whatever width the console (or a Live display) offers."""
+    """A table fitted when it is drawn, to whatever width the console (or a Live display) offers.
+    Where even its numbers cannot fit, the `optional` columns go first (in that order), and a caption
+    names them, rather than the display cropping whatever is rightmost without a word."""
 
     table: Table
+    optional: tuple[str, ...] = ()
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        fit_table(self.table, console, options)
+        hidden = []
+        total = fit_table(self.table, console, options)
+        for name in self.optional:
+            if total <= options.max_width:
+                break
+            index = next((i for i, c in enumerate(self.table.columns) if _plain(c.header) == name), None)
+            if index is None:
+                continue
+            self.table.columns.pop(index)
+            hidden.append(name)
+            total = fit_table(self.table, console, options)
+        if hidden:
+            self.table.caption = f"hidden at {options.max_width} columns: {', '.join(hidden)} (widen the terminal)"
+            self.table.caption_justify = "left"
         yield self.table
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:

@@ -54,7 +54,8 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
         inside = sorted(path.glob("*.db"))
         raise StoreError(
             f"The store {path} is a folder, not a store file.",
-            hint=f"Point --store at the .db file: {inside[0]}." if inside
+            hint=f"Point --store at the .db file: {inside[0]}." if len(inside) == 1
+            else f"Point --store at one of its .db files: {', '.join(str(p) for p in inside[:4])}." if inside
             else f"Point --store at a .db file, e.g. {path / 'gpulens.db'}.",
         )
     if readonly and not path.exists():
