@@ -23,14 +23,8 @@ GPU_FIGURES = (
 )
 
 
-# What a person calls each kind of record (singular, plural); anything else: its kind in words.
-RECORD_NOUNS = {
-    N.EV_TRAIN_STEP: ("training step", "training steps"),
-    N.EV_REQUEST: ("request", "requests"),
-    N.EV_COLD_START: ("cold start", "cold starts"),
-    "mem": ("memory reading", "memory readings"),
-    "phase": ("phase marker", "phase markers"),
-}
+# What a person calls a kind of record whose name is not already the word (the plural adds "s").
+RECORD_NOUNS = {N.EV_TRAIN_STEP: "training step", "mem": "memory reading", "phase": "phase marker"}
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -38,8 +32,8 @@ def counts_text(counts: dict[str, int]) -> str:
     total a caller prints beside them."""
     parts = []
     for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        one, many = RECORD_NOUNS.get(kind, (kind.replace("_", " "), kind.replace("_", " ")))
-        parts.append(f"{n:,} {one if n == 1 else many}")
+        one = RECORD_NOUNS.get(kind, kind.replace("_", " "))
+        parts.append(f"{n:,} {one if n == 1 else one + 's'}")
     return ", ".join(parts)
 
 
