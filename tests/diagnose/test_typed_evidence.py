@@ -31,3 +31,11 @@ def test_every_number_with_a_unit_suffix_in_the_h200_findings_is_typed(replayed_
                 assert isinstance(v, Quantity), (f.kind, k, v)
                 assert d["evidence_units"][k] == v.unit and d["evidence_text"][k] == v.text()
         json.dumps(d)  # JSON-ready
+
+
+def test_a_missing_value_never_reads_none_or_nan():
+    """'steps since previous checkpoint: None' reached the report."""
+    from gpulens.diagnose.evidence import format_value
+
+    assert format_value(None) == "–" and format_value(float("nan")) == "–"
+    assert format_value(True) == "yes" and format_value({"a": None}) == "a: –"

@@ -168,11 +168,15 @@ def test_panels_over_prometheus_show_the_stores_numbers(client, window, replayed
     train = client.get(f"/api/panel/training?{window}").json()
     steps = store_values(replayed_store, wn.TRAIN_STEP_SECONDS)
     assert stat(train, "steps") == pytest.approx(len(steps), rel=0.05)  # increase() extrapolates to the window's edges
+    # ... but a count is whole: the dashboard showed "831.01 steps" and "711.72 requests"
+    texts = {s["id"]: s for s in train["stats"]}
+    assert float(stat(train, "steps")).is_integer() and "." not in texts["steps"]["display"], texts["steps"]
     assert within_bucket(stat(train, "step_p95"), np.percentile(steps, 95), wn.HISTOGRAM_BUCKETS[wn.TRAIN_STEP_SECONDS])
 
     infer = client.get(f"/api/panel/inference?{window}&points=200").json()
     latency = store_values(replayed_store, wn.INFER_LATENCY_SECONDS)
     assert within_bucket(stat(infer, "latency_p99"), np.percentile(latency, 99), wn.HISTOGRAM_BUCKETS[wn.INFER_LATENCY_SECONDS])
+    assert float(stat(infer, "requests")).is_integer(), stat(infer, "requests")
     rps = next(c for c in infer["charts"] if c["id"] == "infer_rps")
     assert rps["series"] and max(v for v in rps["series"][0]["v"] if v is not None) > 0
 

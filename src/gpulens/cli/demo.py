@@ -66,12 +66,12 @@ def demo_command(
         console.print("[bold]No NVIDIA driver here[/]: " + escape(f"replaying the recorded H200 session ({trace})."))
         with Store(store) as st, console_err.status("importing the session into the store …"):
             s = import_trace(trace, st, ctx=ImportContext(), alerts=AlertsConfig(learn_seconds=5.0))
+        from gpulens.render.session import import_text, print_session_summary
+
         if s.already_imported:
             console.print(escape(f"(already imported into {store})"))
         else:
-            console.print(escape(f"imported {s.gpu_frames} GPU samples and {sum(s.events.values())} workload records into {store}"))
-        from gpulens.render.session import print_session_summary
-
+            console.print(escape(import_text(s.gpu_frames, s.events, store)))
         print_session_summary(console, store)
         # The live replay goes to its own store, so the imported session stays as recorded; the
         # session's training steps and requests replay with it, so /metrics carries them too.

@@ -207,7 +207,9 @@ def render_compare(results: list[Any]) -> None:
     console.print(f"[bold]{r0.model.name}[/] · {'train' if train else 'serve'} · compared on {len(results)} GPUs")
     t = Table(header_style="bold", box=None, padding=(0, 2))
     cols = ["GPU", "fits", "peak", "card"] + (["step", "tokens/s", "MFU"] if train else ["TTFT", "TPOT", "max batch", "out tok/s"])
-    cols += (["batch"] if not train else []) + ["cost / M tokens", "calibrated"]
+    priced = any(r.cost and r.cost.per_million_tokens is not None for r in results)
+    # without any price the cost column would only say "no price" per row: the note below says it once
+    cols += (["batch"] if not train else []) + (["cost / M tokens"] if priced else []) + ["calibrated"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("GPU", "fits") else "right")
     for r in results:
@@ -221,7 +223,9 @@ def render_compare(results: list[Any]) -> None:
                     f"{s['output_tokens_per_second']:,.0f}"]
         cost = r.cost.per_million_tokens if r.cost else None
         row += [] if train else [str(r.request.batch)]
-        row += [f"{cost:,.3f} {r.cost.currency}" if cost is not None else "no price", "yes" if r.efficiency.calibrated else "no"]
+        if priced:
+            row.append(f"{cost:,.3f} {r.cost.currency}" if cost is not None else "no price")
+        row.append("yes" if r.efficiency.calibrated else "no")
         t.add_row(*row)
     print_table(console, t)
     if train:
@@ -279,7 +283,7 @@ def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:
                 t.add_row(c.figure.replace("_", " "), c.scope, str(len(c.held_out)), f"{c.median_ratio:.1%}",
                           f"{c.worst_ratio:.1%}", f"{c.defaults_median_ratio:.1%}", f"{c.defaults_worst_ratio:.1%}",
                           "used" if c.used else "not used (defaults kept)")
-            console.print(t)
+            print_table(console, t)
         loo = rep.leave_one_out
         if loo is not None and loo.informative:
             console.print(f"  leave-one-out: each run predicted from the others is off by {loo.mean_abs_error_ratio:.0%} on average "

@@ -6,12 +6,14 @@ import json
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console
 from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.store.types import SeriesData
 from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 
 
@@ -59,22 +61,13 @@ def query_command(
             start = end - parse_duration(since, what="--since")
         data = st.query(metric, labels or None, start=start, end=end, max_points=max_points)
     if fmt == "json":
-        out = [
-            {
-                "metric": d.key.name,
-                "labels": d.key.labels,
-                "resolution": d.resolution,
-                "points": [[t, v] for t, v in zip(d.t, d.value, strict=True)],
-            }
-            for d in data
-        ]
-        typer.echo(json.dumps(out))
+        typer.echo(json.dumps([_series_json(d) for d in data]))
         return
     from rich.table import Table
 
     for d in data:
         labels = " ".join(f"{k}={v}" for k, v in sorted(d.key.labels.items()))
-        table = Table(title=escape(f"{d.key.name} {labels} ({_resolution_text(d.resolution, max_points)}, {len(d)} points)"),
+        table = Table(title=escape(f"{d.key.name} {labels} ({_resolution_text(d, max_points)}, {len(d)} points)"),
                       title_justify="left")
         table.add_column("time (UTC)")
         table.add_column("value", justify="right")
@@ -82,18 +75,37 @@ def query_command(
             table.add_column("min", justify="right")
             table.add_column("max", justify="right")
         for i, t in enumerate(d.t):
-            row = [_utc(t), f"{d.value[i]:.6g}"]
+            row = [_utc(t), f"{d.value[i]:.4g}"]
             if len(table.columns) == 4:
-                row += [f"{d.value_min[i]:.6g}", f"{d.value_max[i]:.6g}"]
+                row += [f"{d.value_min[i]:.4g}", f"{d.value_max[i]:.4g}"]
             table.add_row(*row)
         console.print(table)
 
 
-def _resolution_text(resolution: str, max_points: int | None) -> str:
-    """What each row is: a raw sample, or the mean (min, max) of a bucket read from raw samples or a roll-up."""
-    if resolution == "raw":
-        return "bucket means of raw samples" if max_points else "raw samples"
-    return f"bucket means of the {resolution} roll-up"
+def _series_json(d: SeriesData) -> dict[str, Any]:
+    """One series for `--format json`: `points` are [t, value]. Where a value is an aggregate it
+    says so: its function (the mean; each bucket's min, max and sample count beside the points), its
+    window in seconds and what it was read from; raw samples carry `aggregate: null`."""
+    out: dict[str, Any] = {"metric": d.key.name, "labels": d.key.labels, "resolution": d.resolution}
+    out["points"] = [[t, v] for t, v in zip(d.t, d.value, strict=True)]
+    if d.bucket_seconds is None:
+        out["aggregate"] = None
+    else:
+        out["aggregate"] = {"function": "mean", "window_seconds": round(d.bucket_seconds, 3),
+                            "read_from": "raw samples" if d.resolution == "raw" else f"the {d.resolution} roll-up",
+                            "t": "bucket start"}
+        out.update(min=d.value_min, max=d.value_max, samples=d.count)
+    return out
+
+
+def _resolution_text(d: SeriesData, max_points: int | None) -> str:
+    """What each row is: a raw sample, or the mean (min, max) of a window read from raw samples or a roll-up."""
+    if d.bucket_seconds is None:
+        return "raw samples"
+    from gpulens.units import format_seconds
+
+    source = "raw samples" if d.resolution == "raw" else f"the {d.resolution} roll-up"
+    return f"bucket means of {source}, {format_seconds(d.bucket_seconds)} each"
 
 
 def _utc(t: float) -> str:

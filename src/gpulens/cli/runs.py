@@ -71,12 +71,17 @@ _HEADLINE = ("step_seconds_median", "tokens_per_second", "mfu_ratio", "latency_p
 _NOT_HEADLINE = ("started", "ended", "created", "flops_per_token", "parameters", "tokens_per_step")
 
 
+def _num(v: float) -> str:
+    """A figure a person reads: 11,640 rather than 1.164e+04; 4 significant digits below 1000."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
 def _headline(summary: dict) -> str:
     nums = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool) and k not in _NOT_HEADLINE}
     keys = [k for k in _HEADLINE if k in nums] + [k for k in nums if k not in _HEADLINE]
     from gpulens.mfu import mfu_is_impossible
 
-    return ", ".join(f"{k}={nums[k]:.4g}" + (" (impossible: above the peak)" if k == "mfu_ratio" and mfu_is_impossible(nums[k]) else "")
+    return ", ".join(f"{k}={_num(nums[k])}" + (" (impossible: above the peak)" if k == "mfu_ratio" and mfu_is_impossible(nums[k]) else "")
                      for k in keys[:3])
 
 
@@ -226,11 +231,16 @@ def _render(cmp) -> None:  # noqa: ANN001
                   + (f", score margin {cmp.margin:g}" if any(m.test == "non-inferiority" for m in cmp.metrics) else "") + ")")
     t = Table()
     scores = any(m.test == "non-inferiority" for m in cmp.metrics)  # then each cell says median or mean
-    for col in ("metric", "A" if scores else "A median", "B" if scores else "B median", "change", "95 % CI", "p", "verdict"):
+    # one sample count per side goes in the header (four characters less per cell, so the table fits 80)
+    n_a, n_b = ({m.n_a for m in cmp.metrics}, {m.n_b for m in cmp.metrics}) if not scores else (set(), set())
+    one_n = len(n_a) == 1 and len(n_b) == 1
+    a_head = "A" if scores else f"A median n={n_a.pop()}" if one_n else "A median"
+    b_head = "B" if scores else f"B median n={n_b.pop()}" if one_n else "B median"
+    for col in ("metric", a_head, b_head, "change", "95 % CI", "p", "verdict"):
         t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
     arrows = {"lower_is_better": "↓ better", "higher_is_better": "↑ better", "unknown": "? better"}
     for m in cmp.metrics:
-        f = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
+        f = lambda v: "–" if v is None else _num(v)  # noqa: E731
         pc = lambda v: "–" if v is None else f"{v:+.1%}"  # noqa: E731
         if m.test == "non-inferiority":  # a score: means and the absolute difference
             a_cell, b_cell = f"{f(m.mean_a)} [dim]mean n={m.n_a}[/]", f"{f(m.mean_b)} [dim]mean n={m.n_b}[/]"
@@ -238,12 +248,15 @@ def _render(cmp) -> None:  # noqa: ANN001
             ci = "–" if m.ci95_low is None else f"{m.ci95_low:+.4f} … {m.ci95_high:+.4f}"
         else:
             tag = "median " if scores else ""
-            a_cell, b_cell = f"{f(m.median_a)} [dim]{tag}n={m.n_a}[/]", f"{f(m.median_b)} [dim]{tag}n={m.n_b}[/]"
+            if one_n:
+                a_cell, b_cell = f(m.median_a), f(m.median_b)
+            else:
+                a_cell, b_cell = f"{f(m.median_a)} [dim]{tag}n={m.n_a}[/]", f"{f(m.median_b)} [dim]{tag}n={m.n_b}[/]"
             change = pc(m.change_ratio)
             ci = "–" if m.ci95_low_ratio is None else f"{m.ci95_low_ratio:+.1%} … {m.ci95_high_ratio:+.1%}"
         t.add_row(
             f"{escape(m.metric)} [dim]{arrows[m.direction]}[/]", a_cell, b_cell,
-            change, ci, "–" if m.p_value is None else f"{m.p_value:.3g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
+            change, ci, "–" if m.p_value is None else f"{m.p_value:.2g}", f"[{colour[m.verdict]}]{m.verdict}[/]",
         )
     print_table(console, t)
     for m in cmp.metrics:

@@ -101,8 +101,10 @@ def format_value(v: Any) -> str:
     """One evidence value as text: a quantity by its unit, anything else as it is."""
     if isinstance(v, Quantity):
         return v.text()
-    if isinstance(v, bool) or v is None:
-        return str(v)
+    if v is None or (isinstance(v, float) and v != v):  # not measured: a dash, never Python's None or nan
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, Mapping):
         if {"slo", "value"} <= v.keys():  # a missed objective: "p99_latency<=500ms: 2.62 s"
             return f"{v['slo']}: {format_value(v['value'])}"

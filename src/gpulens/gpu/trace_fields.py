@@ -29,6 +29,8 @@ class SkippedLine:
 
 
 def _show(v: Any) -> str:
+    if v is None:  # JSON null, or the field left out: a person reads "missing", not Python's None
+        return "missing"
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from gpulens.store import Store
@@ -20,6 +21,27 @@ GPU_FIGURES = (
     (G.GPU_TEMPERATURE_CELSIUS, "temperature (mean / max)", lambda v: f"{v:.0f} °C"),
     (G.GPU_MEMORY_USED_BYTES, "memory used (mean / max)", format_bytes),
 )
+
+
+# What a person calls a kind of record whose name is not already the word (the plural adds "s").
+RECORD_NOUNS = {N.EV_TRAIN_STEP: "training step", "mem": "memory reading", "phase": "phase marker"}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """'125 training steps, 106 requests, 1 cold start': largest first, so the parts add up to the
+    total a caller prints beside them."""
+    parts = []
+    for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        one = RECORD_NOUNS.get(kind, kind.replace("_", " "))
+        parts.append(f"{n:,} {one if n == 1 else one + 's'}")
+    return ", ".join(parts)
+
+
+def import_text(gpu_frames: int, records: dict[str, int], store_path: Path | str) -> str:
+    """The line after an import: its total and the breakdown that adds up to it."""
+    total = sum(records.values())
+    breakdown = f" ({counts_text(records)})" if records else ""
+    return f"imported {gpu_frames:,} GPU samples and {total:,} workload records{breakdown} into {store_path}"
 
 
 def print_session_summary(console: Console, store_path: Path, title: str = "the recorded H200 session") -> None:
@@ -37,7 +59,7 @@ def print_session_summary(console: Console, store_path: Path, title: str = "the 
         kinds = {k: len(st.events(k)) for k in st.event_kinds()}
         workload = {k: n for k, n in kinds.items() if k in (N.EV_TRAIN_STEP, N.EV_REQUEST, N.EV_COLD_START)}
         if workload:
-            table.add_row("workload records", ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(workload.items())))
+            table.add_row("workload", counts_text(workload))
         if kinds.get("alert"):
             table.add_row("alert notifications", escape(f"{kinds['alert']} (gpulens alerts list --store {store_path})"))
         console.print(table)
@@ -52,10 +74,10 @@ def print_session_summary(console: Console, store_path: Path, title: str = "the 
         t0 = rng[0] if rng else 0.0
         console.print(f"\n[bold]What gpulens finds[/] (details: gpulens diagnose --store {escape(str(store_path))})")
         for f in findings:
-            console.print(
-                f"  [{SEVERITY_COLOUR.get(f.severity, 'white')}]{f.kind}[/] ({f.workload}, +{f.start - t0:.0f}…{f.end - t0:.0f} s): {escape(f.summary)}",
-                highlight=False,
-            )
+            # indented as a block, so a line folded at the terminal's width stays under its finding
+            console.print(Padding(
+                f"[{SEVERITY_COLOUR.get(f.severity, 'white')}]{f.kind}[/] ({f.workload}, +{f.start - t0:.0f}…{f.end - t0:.0f} s): {escape(f.summary)}",
+                (0, 0, 0, 2)), highlight=False)
             if f.advice:
-                console.print(f"    [dim]→ {escape(f.advice[0])}[/]", highlight=False)
+                console.print(Padding(f"[dim]→ {escape(f.advice[0])}[/]", (0, 0, 0, 4)), highlight=False)
     console.print()

@@ -29,10 +29,24 @@ def _plain(cell: object) -> str | None:
     return None  # another renderable: rich measures it
 
 
+def _is_value(tokens: list[str]) -> bool:
+    """A number, alone or with its unit ("58 %", "1881 MHz", "0.0055 n=6")."""
+    if len(tokens) == 1:
+        return True
+    return len(tokens) == 2 and tokens[0].lstrip("+-−")[:1].isdigit() and not tokens[1][:1].isdigit()
+
+
 def _is_figure(text: str) -> bool:
-    """One token ("1,555", "–") or a value with its unit ("58 %", "1881 MHz"): shown whole or not at all."""
+    """One token ("1,555", "–"), a value with its unit ("58 %", "1881 MHz") or an interval of them
+    ("-24.7% … +23.1%"): shown whole or not at all, never folded over lines."""
     tokens = text.split()
-    return len(tokens) <= 1 or (len(tokens) == 2 and tokens[0][:1].isdigit() and not tokens[1][:1].isdigit())
+    if len(tokens) <= 1 or _is_value(tokens):
+        return True
+    for sep in ("…", "–", "to"):
+        if sep in tokens:
+            i = tokens.index(sep)
+            return 0 < i < len(tokens) - 1 and _is_value(tokens[:i]) and _is_value(tokens[i + 1:])
+    return False
 
 
 @dataclass(frozen=True)
@@ -47,30 +61,34 @@ def _span(column) -> _Span:  # type: ignore[no-untyped-def]
     header = _plain(column.header) or ""
     single = all(_is_figure(t) for t in texts)
     widest = max([len(line) for t in [*texts, header] for line in t.splitlines()] or [1])
+    header_word = max([len(w) for w in header.split()] or [1])
     if single:
-        return _Span(widest, widest, True)
-    longest_word = max([len(w) for t in [*texts, header] for w in t.split()] or [1])
+        # the figures are kept whole; a header of several words ("max batch") may fold over its lines
+        widest_figure = max([len(line) for t in texts for line in t.splitlines()] or [1])
+        return _Span(max(widest_figure, header_word), widest, True)
+    longest_word = max([len(w) for t in texts for w in t.split()] + [header_word])
     return _Span(longest_word, widest, False)
 
 
 def _overhead(console: Console, options: ConsoleOptions, table: Table) -> int:
-    """Characters the table adds to its columns (padding, rules), measured with every column fixed at 1."""
-    saved = [c.width for c in table.columns]
-    for c in table.columns:
-        c.width = 1
-    try:
-        return Measurement.get(console, options, table).maximum - len(table.columns)
-    finally:
-        for c, w in zip(table.columns, saved, strict=True):
-            c.width = w
+    """Characters the table adds to its columns (padding, rules): a probe table with the same frame and
+    one-character columns, measured (measuring the table itself counts its long cells in)."""
+    probe = Table(box=table.box, padding=table.padding, collapse_padding=table.collapse_padding,
+                  pad_edge=table.pad_edge, show_edge=table.show_edge, show_header=False, expand=False)
+    for _ in table.columns:
+        probe.add_column(width=1, min_width=1, no_wrap=True)
+    probe.add_row(*["x"] * len(table.columns))
+    return Measurement.get(console, options, probe).maximum - len(table.columns)
 
 
 def compact(table: Table) -> Table:
-    """Fewer characters around the columns: no vertical rules, one space between columns."""
+    """Fewer characters around the columns: no vertical rules or edges, one space between columns
+    (a box's column divider is itself a character, so with one the cells get no padding)."""
     table.box = box.SIMPLE_HEAD if table.box is not None else None
-    table.padding = (0, 1)
+    table.padding = (0, 0) if table.box is not None else (0, 1)
     table.collapse_padding = True
     table.pad_edge = False
+    table.show_edge = False
     return table
 
 
@@ -80,9 +98,10 @@ def fit_table(table: Table, console: Console, options: ConsoleOptions | None = N
     options = options or console.options
     room = options.max_width
     spans = [_span(c) for c in table.columns]
-    for column, span in zip(table.columns, spans, strict=True):
+    for column in table.columns:
         column.overflow = "fold"
-        column.no_wrap = span.single_token
+        # a figures column is never narrower than its widest figure, so only its header can wrap
+        column.no_wrap = False
     if sum(s.most_chars for s in spans) + _overhead(console, options, table) > room:
         compact(table)
     overhead = _overhead(console, options, table)
@@ -107,12 +126,28 @@ def fit_table(table: Table, console: Console, options: ConsoleOptions | None = N
 
 @dataclass
 class FittedTable:
-    """A table fitted when it is drawn, to whatever width the console (or a Live display) offers."""
+    """A table fitted when it is drawn, to whatever width the console (or a Live display) offers.
+    Where even its numbers cannot fit, the `optional` columns go first (in that order), and a caption
+    names them, rather than the display cropping whatever is rightmost without a word."""
 
     table: Table
+    optional: tuple[str, ...] = ()
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        fit_table(self.table, console, options)
+        hidden = []
+        total = fit_table(self.table, console, options)
+        for name in self.optional:
+            if total <= options.max_width:
+                break
+            index = next((i for i, c in enumerate(self.table.columns) if _plain(c.header) == name), None)
+            if index is None:
+                continue
+            self.table.columns.pop(index)
+            hidden.append(name)
+            total = fit_table(self.table, console, options)
+        if hidden:
+            self.table.caption = f"hidden at {options.max_width} columns: {', '.join(hidden)} (widen the terminal)"
+            self.table.caption_justify = "left"
         yield self.table
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:

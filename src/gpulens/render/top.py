@@ -53,4 +53,5 @@ def render(samples, history, host: str) -> FittedTable:  # type: ignore[no-untyp
         table.add_row(
             escape(f"{s.gpu} {s.name}"), pct(s.utilization_gpu_ratio), sparkline(list(history[s.gpu])), mem, temp, power, clock, throttle, procs
         )
-    return FittedTable(table)
+    # on a narrow terminal the context columns go first, named under the table; the figures stay
+    return FittedTable(table, optional=("history (util)", "processes", "throttle", "SM clock"))

@@ -50,6 +50,14 @@ def _newer_schema(path: Path, version: int) -> StoreError:
 
 def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlite3.Connection:
     """Open the store file in WAL mode and migrate it to this gpulens' schema (see `migrations`)."""
+    if path.is_dir():  # SQLite would answer "disk I/O error"
+        inside = sorted(path.glob("*.db"))
+        raise StoreError(
+            f"The store {path} is a folder, not a store file.",
+            hint=f"Point --store at the .db file: {inside[0]}." if len(inside) == 1
+            else f"Point --store at one of its .db files: {', '.join(str(p) for p in inside[:4])}." if inside
+            else f"Point --store at a .db file, e.g. {path / 'gpulens.db'}.",
+        )
     if readonly and not path.exists():
         raise StoreError(
             f"There is no store at {path}.",

@@ -406,9 +406,10 @@ class Store:
     ) -> SeriesData:
         lo = -math.inf if start is None else start
         hi = math.inf if end is None else end
-        if max_points and not (math.isfinite(lo) and math.isfinite(hi)):
-            # An open end means "all of it": bucket over the span the series' samples cover, so
-            # `max_points` holds without a window (it was ignored, and every raw sample came back).
+        if max_points:
+            # Bucket over the span the series' samples cover within the window: an open end means
+            # "all of it" (max_points was ignored, and every raw sample came back), and a window
+            # wider than the data (--since 15m over 99 s) must not fold it all into one wide bucket.
             with self._guard("read") as conn:
                 first, last = conn.execute(
                     "SELECT min(t), max(t) FROM samples WHERE series_id = ? AND t >= ? AND t <= ?", (sid, lo, hi)
@@ -424,10 +425,11 @@ class Store:
                     resolution = "1h"
                 elif span / 60 >= 2 * max_points:
                     resolution = "1m"
+        bucket: float | None = None
         with self._guard("read") as conn:
             if resolution == "raw":
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
-                    step = (hi - lo) / max_points
+                    step = bucket = (hi - lo) / max_points
                     # min(..., max_points - 1) keeps a sample at exactly `end` in the last bucket
                     rows = conn.execute(
                         "SELECT min(t), avg(value), min(value), max(value), count(*) FROM samples "
@@ -443,8 +445,10 @@ class Store:
                 table = "rollup_1h" if resolution == "1h" else "rollup_1m"
                 width = ROLLUPS[table]
                 blo = math.floor(lo / width) * width if math.isfinite(lo) else lo
+                bucket = float(width)
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     step = (hi - blo) / max_points
+                    bucket = max(step, float(width))
                     rows = conn.execute(
                         f"SELECT min(bucket), sum(vsum) / sum(n), min(vmin), max(vmax), sum(n) FROM {table} "
                         "WHERE series_id = ? AND bucket >= ? AND bucket <= ? "
@@ -465,6 +469,7 @@ class Store:
             value_min=[r[2] for r in rows],
             value_max=[r[3] for r in rows],
             count=[r[4] for r in rows],
+            bucket_seconds=bucket,
         )
 
     def latest(self, name: str, labels: Mapping[str, str] | None = None) -> list[LatestValue]:

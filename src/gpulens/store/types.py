@@ -42,6 +42,7 @@ class SeriesData:
     value_min: list[float]
     value_max: list[float]
     count: list[int]
+    bucket_seconds: float | None = None  # each point's window when the points are bucket means; None for raw samples
 
     def __len__(self) -> int:
         return len(self.t)

@@ -162,6 +162,9 @@ class PrometheusReader:
         if not res:
             return 0.0 if agg == "count" else None
         v = float(res[0]["value"][1])
+        if agg == "count" and math.isfinite(v):
+            # increase() extrapolates to the window's edges (831.01 steps): a count of events is whole
+            return float(round(v))
         return v if math.isfinite(v) else None
 
     def events(self, kinds: tuple[str, ...], start: float, end: float, match: Mapping[str, str]) -> list[EventRow]:

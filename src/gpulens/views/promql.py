@@ -75,8 +75,8 @@ def stat_expr(stat: StatSpec, match: Mapping[str, str], window: Window, regex: M
         count, total = selector(stat.metric + "_count", m, regex), selector(stat.metric + "_sum", m, regex)
         if stat.agg in _QUANT:
             return histogram_quantile_expr(_QUANT[stat.agg], stat.metric, m, window, regex, fn="increase")
-        if stat.agg == "count":
-            return _sum_of("increase", count, window)
+        if stat.agg == "count":  # increase() extrapolates; a count of events is whole
+            return P.call("round", _sum_of("increase", count, window))
         if stat.agg == "mean":
             return P.ratio(_sum_of("increase", total, window), _sum_of("increase", count, window))
         if stat.agg == "sum_ratio" and stat.denominator and is_histogram(stat.denominator):
