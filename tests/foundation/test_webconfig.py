@@ -97,3 +97,10 @@ def test_the_commands_say_one_sentence_for_a_bad_file(tmp_path, command):
                            "--web-config", str(tmp_path / "web.yml")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "tls_server_config needs key_file" in done.stderr
+
+
+def test_without_bcrypt_the_message_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "bcrypt", None)  # as if not installed
+    with pytest.raises(BadInputError, match="needs the bcrypt package") as e:
+        _load(tmp_path, "basic_auth_users:\n  p: '$2b$12$C3HQUloWo5uckHJekDWTaepohNtd7htlZlaxPtYD3grTuJ/sBlzNC'\n")
+    assert "gpulens[auth]" in str(e.value) and e.value.exit_code == 2
