@@ -1,5 +1,6 @@
 """The Prometheus text format (0.0.4) of a registry, and the small HTTP(S) server that serves it
-beside /health and /ready (IPv4 or IPv6; TLS and basic auth from an exporter-toolkit web-config file).
+beside /health and /ready (IPv4 or IPv6; TLS and basic auth from an exporter-toolkit web-config file;
+the connection limits of `listener.BoundedHttpServer`).
 
 prometheus_client writes every counter's TYPE line as `<name>_total`, the OpenMetrics spelling. That
 is right for gpulens's names (they end in `_total`) and wrong for dcgm-exporter's, whose counters keep
@@ -11,16 +12,14 @@ prometheus_client's own.
 from __future__ import annotations
 
 import gzip
-import socket
-import ssl
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from gpulens.exporter.health import Readiness
+from gpulens.exporter.listener import BoundedHttpServer, BufferedRequestHandler, ConnectionLimits
 from gpulens.webconfig import WebConfig
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -51,52 +50,24 @@ def render_text(registry: CollectorRegistry) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-class MetricsServer(ThreadingHTTPServer):
-    """http.server on IPv4 or IPv6 (by the host's spelling), with TLS done per connection in the
-    request's own thread, so a client that never finishes its handshake holds only its thread."""
-
-    daemon_threads = True
-
-    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None):
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.tls = tls
-        super().__init__((host, port), handler)
-
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # '::' takes IPv4 too
-        super().server_bind()
-
-    def finish_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
-        try:
-            conn = self.tls.wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError):
-            return  # a plain-HTTP client, a bad client certificate, a timeout: nothing to answer
-        try:
-            super().finish_request(conn, client_address)
-        finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
-
-
-HANDSHAKE_TIMEOUT_SECONDS = 10.0
 UNPROTECTED_PATHS = ("/health", "/ready")  # probes: the kubelet sends no credentials; they reveal one sentence
 
 
 def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, web_config: WebConfig | None = None,
-                         readiness: Callable[[], Readiness] | None = None) -> MetricsServer:
+                         readiness: Callable[[], Readiness] | None = None,
+                         limits: ConnectionLimits | None = None) -> BoundedHttpServer:
     """Serve `render_text(registry)` on /metrics, liveness on /health and `readiness` on /ready, in a
-    daemon thread; TLS and basic auth from the web-config file when given."""
+    daemon thread, within `limits` (listener.ConnectionLimits); TLS and basic auth from the
+    web-config file when given. GET and HEAD."""
     auth = web_config.basic_auth if web_config is not None else None
 
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 30  # seconds a connection may sit idle mid-request
+    class Handler(BufferedRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server's name)
+            self.do_GET()  # the same status and headers; _write leaves the body out
+
+        def _write(self, body: bytes) -> None:
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             path = self.path.split("?", 1)[0]
@@ -126,7 +97,7 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, w
                 self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            self._write(body)
 
         def _text(self, status: int, text: str) -> None:
             body = (text + "\n").encode()
@@ -134,11 +105,8 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, w
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            self._write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
-            pass  # a scrape every few seconds is not news
-
-    server = MetricsServer(host, port, Handler, web_config.ssl_context() if web_config is not None else None)
+    server = BoundedHttpServer(host, port, Handler, web_config.ssl_context() if web_config is not None else None, limits)
     threading.Thread(target=server.serve_forever, name="gpulens-metrics", daemon=True).start()
     return server
