@@ -70,3 +70,97 @@ def test_keep_alive_requests_still_work(replayed_store, dashboard_server):
     with dashboard_server(create_app(store_path=replayed_store, allowed_hosts=["127.0.0.1"])) as d, httpx.Client(base_url=d.base) as c:
         for _ in range(5):
             assert c.get("/api/meta").status_code == 200
+
+
+# --- issue 27, item 4: slowloris, oversized heads, overload --------------------------------------
+
+def _threads() -> int:
+    import os
+    import threading
+
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+
+
+def test_300_slowloris_connections_are_cut_at_the_header_timeout_while_a_real_client_is_answered(
+        replayed_store, dashboard_server, monkeypatch):
+    monkeypatch.setattr(GuardedH11Protocol, "header_timeout_seconds", 1.0)
+    with dashboard_server(create_app(store_path=replayed_store, allowed_hosts=["127.0.0.1"])) as d:
+        assert httpx.get(f"{d.base}/api/meta", timeout=10).status_code == 200
+        before = _threads()
+        slow = []
+        try:
+            for _ in range(300):
+                s = socket.create_connection(("127.0.0.1", d.port))
+                s.sendall(b"GET /api/meta HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: ")  # never finished
+                slow.append(s)
+            r = httpx.get(f"{d.base}/api/series?metric=gpu_power_watts&range=1h", timeout=10)
+            assert r.status_code == 200
+            assert _threads() <= before + 1  # no thread per connection (one more pool thread at most)
+            assert all(_closed_by_server(s, 5.0) for s in slow)
+        finally:
+            for s in slow:
+                s.close()
+
+
+def test_a_62_kib_head_in_one_packet_is_refused_with_431(replayed_dashboard):
+    with socket.create_connection(("127.0.0.1", replayed_dashboard.port)) as s:
+        s.sendall(b"GET /api/meta HTTP/1.1\r\nHost: 127.0.0.1\r\nX-big: " + b"a" * (62 * 1024) + b"\r\n\r\n")
+        s.settimeout(5)
+        assert s.recv(4096).startswith(b"HTTP/1.1 431 ")
+    assert httpx.get(f"{replayed_dashboard.base}/api/meta", timeout=10).status_code == 200
+
+
+def test_a_head_just_under_the_limit_is_served(replayed_dashboard):
+    r = httpx.get(f"{replayed_dashboard.base}/api/meta", headers={"X-pad": "a" * (15 * 1024)}, timeout=10)
+    assert r.status_code == 200
+
+
+class _GatedReader:
+    """The real store reader, whose series reads wait for the test's gate (to hold requests in flight)."""
+
+    def __init__(self, inner, gate):  # noqa: ANN001
+        self._inner, self._gate = inner, gate
+
+    def line(self, *a, **kw):  # noqa: ANN002, ANN003, ANN201
+        self._gate.wait(20)
+        return self._inner.line(*a, **kw)
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self._inner, name)
+
+
+def test_overload_is_shed_with_503_and_retry_after_and_recovers_within_5_s(replayed_store, dashboard_server, monkeypatch):
+    import threading
+
+    from testlib import wait_until
+
+    from gpulens.views.readers import store_reader
+    from gpulens.web.app import create_app as create_app_with_reader
+    from gpulens.web.guard import ConcurrencyLimit
+
+    monkeypatch.setattr(ConcurrencyLimit, "max_active", 2)
+    monkeypatch.setattr(ConcurrencyLimit, "max_waiting", 4)
+    monkeypatch.setattr(ConcurrencyLimit, "queue_wait_seconds", 1.0)
+    gate = threading.Event()
+    app = create_app_with_reader(allowed_hosts=["127.0.0.1"], reader=_GatedReader(store_reader(replayed_store), gate))
+    url = "/api/series?metric=gpu_power_watts&range=1h"
+    with dashboard_server(app) as d:
+        results: list[httpx.Response] = []
+
+        def one() -> None:
+            results.append(httpx.get(d.base + url, timeout=20))
+
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        try:
+            for t in threads:
+                t.start()
+            wait_until(lambda: app.state.shed["busy"] >= 14, 10, "the requests beyond 2 running and 4 waiting to be shed")
+            wait_until(lambda: app.state.shed["waited too long"] >= 4, 10, "the waiting ones to be shed after 1 s")
+        finally:
+            gate.set()  # the load stops
+            for t in threads:
+                t.join(20)
+        shed = [r for r in results if r.status_code == 503]
+        assert len(results) == 20 and len(shed) == 18
+        assert all(r.headers["retry-after"] == "1" and r.json()["error"] for r in shed)
+        wait_until(lambda: httpx.get(d.base + url, timeout=5).status_code == 200, 5, "an answer after the load stopped")

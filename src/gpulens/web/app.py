@@ -164,13 +164,19 @@ def create_app(
         yield
         reader.close()
 
+    from collections import Counter
+
+    from gpulens.web.guard import ConcurrencyLimit
+
+    shed: Counter[str] = Counter()
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard)],
+        middleware=[Middleware(ConcurrencyLimit, stats=shed), Middleware(Guard)],  # shed before any work
         exception_handlers={GpulensError: handle_error},
         lifespan=lifespan,
     )
     app.state.reader = reader
+    app.state.shed = shed  # requests answered 503 by ConcurrencyLimit, by cause
     return app
 
 

@@ -71,7 +71,9 @@ def bind(host: str, port: int) -> socket.socket:
                 f"Port {port} on {host} is already in use.", hint="Pick another with --listen 127.0.0.1:PORT, or stop what holds it."
             ) from None
         raise BadInputError(f"Cannot listen on {host}:{port}: {e.strerror}.", hint="Use an address of this machine, e.g. 127.0.0.1:8642.") from None
-    sock.listen(128)
+    from gpulens.web.guard import LISTEN_BACKLOG
+
+    sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 
