@@ -374,14 +374,24 @@ def _le(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
+SCRAPE_REFUSED = "gpulens_scrape_refused"  # exposed as ..._total (a counter)
+SCRAPE_REFUSED_CAUSES = ("body too large", "too many samples", "too many series")
+
+
 class EngineHistogramCollector:
     """Serving engines' own histograms, read by `--scrape`, passed through under gpulens's names with
-    the engine's buckets (labels service, model, host, source)."""
+    the engine's buckets (labels service, model, host, source); and the scrapes refused past a bound."""
 
     def __init__(self, scrapers: list):
         self.scrapers = scrapers
 
     def collect(self) -> Iterator[Metric]:
+        refused = CounterMetricFamily(SCRAPE_REFUSED, "Engine scrapes refused whole, past a bound of the scrape, by cause.",
+                                      labels=["service", "url", "cause"])
+        for scraper in self.scrapers:
+            for cause in sorted({*SCRAPE_REFUSED_CAUSES, *scraper.refused}):
+                refused.add_metric([scraper.base["service"], scraper.url, cause], float(scraper.refused[cause]))
+        yield refused
         fams: dict[str, Metric] = {}
         for scraper in self.scrapers:
             for name, labels, buckets in scraper.histograms():

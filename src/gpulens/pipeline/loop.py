@@ -24,6 +24,24 @@ from gpulens.store import Store
 log = logging.getLogger(__name__)
 
 
+class StopEvent(threading.Event):
+    """The loop's stop: an Event that also wakes waits it cannot reach (a scrape blocked on a socket).
+    Each `on_set` callback runs in a thread of its own when the event is set, so setting it from a
+    signal handler never takes a lock the interrupted thread may hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def on_set(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def set(self) -> None:
+        super().set()
+        for cb in list(self._callbacks):
+            threading.Thread(target=cb, name="gpulens-stop", daemon=True).start()
+
+
 @dataclass(frozen=True)
 class Frame:
     """One reading of every GPU, the XID events seen with it, and (for a replay) its recorded time."""
@@ -100,7 +118,7 @@ class SamplingLoop:
         self.flush_seconds = max(flush_seconds, interval_seconds)
         self.evaluate_seconds = max(evaluate_seconds, interval_seconds)
         self.clock = clock
-        self.stop_event = threading.Event()
+        self.stop_event = StopEvent()
         self.stats = LoopStats()
         self._failed: set[int] = set()
         self._ticking = [s for s in self.sinks if s.ticks]

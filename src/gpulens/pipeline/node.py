@@ -218,6 +218,9 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 sinks.append(ScrapeSink(scrapers, config.scrape_seconds))
         loop = SamplingLoop(backend, sinks, store=store, interval_seconds=config.interval_seconds,
                             evaluate_seconds=config.evaluate_seconds, flush_seconds=config.flush_seconds)
+        for sink in sinks:
+            if isinstance(sink, ScrapeSink):
+                loop.stop_event.on_set(sink.interrupt)  # SIGTERM cuts a scrape blocked on its socket
         node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store,
                     writer_lock=lock)
         if config.listen is not None:

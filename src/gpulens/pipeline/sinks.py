@@ -203,6 +203,14 @@ class ScrapeSink(_Every):
         for s in self.scrapers:
             s.scrape_safely()
 
+    def interrupt(self) -> None:
+        """Cut the scrapes under way and skip later ones (the loop is stopping)."""
+        for s in self.scrapers:
+            s.stop()
+
+    def close(self) -> None:
+        self.interrupt()
+
 
 class PodResourcesSink(_Every):
     """Asks the kubelet which pod holds which GPU every `every_seconds`, for the exporter's pod labels

@@ -7,6 +7,12 @@ quantile series (`quantile` label 0.5 / 0.9 / 0.95 / 0.99 / mean) computed from 
 observed *between* two scrapes, so a percentile describes that interval, never the process's whole
 life. The first scrape covers everything since the engine started. Series carry service, model,
 host and `source` (the engine).
+
+A scrape is bounded (issue 27): its answer within `timeout_seconds` (the whole answer, however slowly
+it trickles) and `MAX_SCRAPE_BYTES`, its text at `MAX_SCRAPE_SAMPLES` sample lines (counted before
+the costly parse), and what it writes at `MAX_SCRAPE_SERIES` series; a scrape past a bound is
+refused whole (nothing written), counted in `refused` by cause and logged once per cause. `stop()`
+cuts a scrape under way (the agent's stop, SIGTERM, --duration).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,12 +36,22 @@ log = logging.getLogger(__name__)
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 Samples = dict[str, list[tuple[dict[str, str], float]]]
-# An engine's /metrics at most (many models and label sets stay far below): beyond it the scrape fails.
-MAX_SCRAPE_BYTES = 64 * 2**20
+# The bounds of one scrape (an engine serving a few models answers ~100 KiB, ~500 samples per model):
+MAX_SCRAPE_BYTES = 4 * 2**20  # the answer's body; beyond, the scrape is refused unread
+MAX_SCRAPE_SAMPLES = 10_000  # sample lines in it (parsing costs ~10-40 us a line, in the sampling loop)
+MAX_SCRAPE_SERIES = 2_000  # series one scrape writes (one model is ~50)
 
 
 class ScrapeUnavailableError(UnavailableError):
     """An engine's metrics endpoint cannot be reached or answers something other than 2xx."""
+
+
+class ScrapeRefusedError(ScrapeUnavailableError):
+    """An engine's answer is past one of a scrape's bounds; `cause` names which."""
+
+    def __init__(self, message: str, *, cause: str, hint: str):
+        super().__init__(message, hint=hint)
+        self.cause = cause
 
 
 def parse_exposition(text: str) -> Samples:
@@ -72,7 +89,8 @@ class EngineScraper:
     """Reads one engine's metrics endpoint into a store. `scrape_once` for one reading, `run` for a loop."""
 
     def __init__(self, url: str, store: Store, *, service: str, model: str = "", host: str | None = None,
-                 engine: str = "auto", timeout_seconds: float = 5.0, clock: Callable[[], float] = time.time):
+                 engine: str = "auto", timeout_seconds: float = 5.0, clock: Callable[[], float] = time.time,
+                 max_bytes: int = MAX_SCRAPE_BYTES, max_samples: int = MAX_SCRAPE_SAMPLES, max_series: int = MAX_SCRAPE_SERIES):
         if engine != "auto" and engine not in ENGINES:
             raise BadInputError(f"Unknown engine {engine!r}.", hint=f"Use auto or one of {', '.join(ENGINES)}.")
         self.url, self.store, self.clock, self.timeout = url, store, clock, timeout_seconds
@@ -82,11 +100,21 @@ class EngineScraper:
         self._hist_prev: dict[tuple[str, str], Buckets] = {}  # the engine's cumulative histograms, last scrape
         self._ctr_prev: dict[tuple[str, str], tuple[float, float]] = {}  # a ratio's (numerator, denominator), last scrape
         self.errors = 0
+        self.max_bytes, self.max_samples, self.max_series = max_bytes, max_samples, max_series
+        self.refused: Counter[str] = Counter()  # scrapes refused past a bound, by cause
+        self._cancel = http_client.Cancel()
+
+    def stop(self) -> None:
+        """Cut a scrape under way, and fail any later one at once (the agent is stopping)."""
+        self._cancel.set()
 
     def fetch(self) -> str:
         try:
-            r = http_client.get(self.url, timeout_seconds=self.timeout, max_bytes=MAX_SCRAPE_BYTES)
+            r = http_client.get(self.url, timeout_seconds=self.timeout, max_bytes=self.max_bytes, cancel=self._cancel)
         except http_client.HttpUnavailableError as e:
+            if not e.retryable:  # the body is past max_bytes
+                raise ScrapeRefusedError(f"The scrape of {self.url} was refused: its answer is larger than {self.max_bytes} bytes.",
+                                         cause="body too large", hint="Point --scrape at one engine's /metrics.") from None
             raise ScrapeUnavailableError(f"Cannot scrape {self.url}: {e.reason}.", hint="Check that the engine runs and exposes its metrics port.") from None
         if not r.ok:
             raise ScrapeUnavailableError(f"{self.url} answered HTTP {r.status}.", hint="Check the metrics path (usually /metrics).")
@@ -94,7 +122,12 @@ class EngineScraper:
 
     def scrape_once(self, text: str | None = None) -> ScrapeResult:
         t = self.clock()
-        samples = parse_exposition(self.fetch() if text is None else text)
+        text = self.fetch() if text is None else text
+        lines = _sample_lines(text)
+        if lines > self.max_samples:
+            raise ScrapeRefusedError(f"The scrape of {self.url} was refused: its answer has {lines} samples, more than {self.max_samples}.",
+                                     cause="too many samples", hint="Point --scrape at one engine's /metrics.")
+        samples = parse_exposition(text)
         engine = self.engine or detect_engine(samples)
         self.engine = engine
         return self.write_samples(samples, t, engine)
@@ -104,17 +137,16 @@ class EngineScraper:
         """Write one reading's samples through `engine`'s mapping, as of `t`. The one write path
         for engine series: a live scrape and a recording's `engine_stats` records both come here.
         `source` labels the series (the engine's name by default)."""
-        written = 0
         models: set[str] = set()
         label_source = source or engine.name
+        pending: list[tuple[str, dict[str, str], float]] = []  # written once the whole reading is within bounds
+        remembered = dict(self._hist_prev), dict(self._ctr_prev)
 
         def w(name: str, model: str, value: float | None, **extra: str) -> None:
-            nonlocal written
             if value is None or value != value:
                 return
             models.add(model)
-            self.store.write(name, {**self.base, "model": model, "source": label_source, **extra}, t, value)
-            written += 1
+            pending.append((name, {**self.base, "model": model, "source": label_source, **extra}, value))
 
         for g in engine.gauges:
             rows = [(lb, v) for lb, v in self._rows(samples, _first(samples, g.sources))
@@ -161,9 +193,17 @@ class EngineScraper:
                         w(r.dest, model, dn / dd * r.scale, quantile="mean")
                     else:
                         w(r.dest, model, dn / dd * r.scale)
+        if len(pending) > self.max_series:
+            self._hist_prev, self._ctr_prev = remembered  # a refused reading leaves no trace
+            raise ScrapeRefusedError(
+                f"The scrape of {self.url or label_source} was refused: it would write {len(pending)} series "
+                f"({len(models)} models), more than {self.max_series}.",
+                cause="too many series", hint="Scrape an engine that serves fewer models, or one engine per --scrape.")
+        for name, labels, value in pending:
+            self.store.write(name, labels, t, value)
         if flush:
             self.store.flush()
-        return ScrapeResult(t, label_source, written, sorted(models))
+        return ScrapeResult(t, label_source, len(pending), sorted(models))
 
     def _outcomes(self, samples: Samples, engine: EngineMap) -> dict[str, dict[str, float]]:
         """{model: {status: cumulative requests}} from the engine's request counters."""
@@ -182,10 +222,17 @@ class EngineScraper:
         return [(dest, {**self.base, "model": model, "source": engine}, b) for (dest, model), b in sorted(self._hist_prev.items())]
 
     def scrape_safely(self) -> None:
-        """One scrape in the agent's loop: a failure is counted and logged (first and every 100th)."""
+        """One scrape in the agent's loop: a failure is counted and logged (first and every 100th); a
+        refusal is counted by cause and logged once per cause."""
         try:
             self.scrape_once()
+        except ScrapeRefusedError as e:
+            self.refused[e.cause] += 1
+            if self.refused[e.cause] == 1:
+                log.warning("%s (logged once; counted in gpulens_scrape_refused_total)", e.message)
         except GpulensError as e:
+            if self._cancel.is_set():
+                return  # stopping: a cut scrape is not news
             self.errors += 1
             if self.errors == 1 or self.errors % 100 == 0:
                 log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
@@ -264,6 +311,11 @@ class EngineScraper:
             except ValueError:
                 continue  # differing buckets across label sets: keep the first
         return out
+
+
+def _sample_lines(text: str) -> int:
+    """Sample lines of an exposition (lines that are neither comments nor blank), without parsing it."""
+    return text.count("\n") + 1 - text.count("\n#") - text.startswith("#") - text.count("\n\n") - text.endswith("\n")
 
 
 def _first(samples: Samples, names: tuple[str, ...]) -> str | None:
