@@ -190,3 +190,39 @@ def test_bodies_it_will_not_read_are_refused_at_once(head):
         s.sendall(head)
         s.settimeout(5)
         assert s.recv(4096)[:12] in (b"HTTP/1.1 411", b"HTTP/1.1 413", b"HTTP/1.1 400")
+
+
+def test_connections_that_never_finish_the_tls_handshake_are_closed_and_hold_no_thread(tmp_path):
+    import ssl
+
+    from tlslib import make_certs
+
+    from gpulens.webconfig import load_web_config
+
+    certs = make_certs(tmp_path)
+    (tmp_path / "web.yml").write_text(f"tls_server_config:\n  cert_file: {certs.server_cert}\n  key_file: {certs.server_key}\n")
+    fake = FakeBackend(gpus=1)
+    readings = LatestReadings(host="node-a", gpus=fake.gpus())
+    readings.update(fake.sample())
+    server = start_metrics_server(make_registry(readings), "127.0.0.1", 0, limits=FAST,
+                                  web_config=load_web_config(tmp_path / "web.yml"))
+    port = server.server_address[1]
+    try:
+        client = ssl.create_default_context(cafile=str(certs.ca))
+        url = f"https://127.0.0.1:{port}/metrics"
+        assert urllib.request.urlopen(url, context=client, timeout=10).status == 200
+        before = _threads()
+        stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]  # TCP only, no ClientHello
+        stalled[0].sendall(b"\x16\x03\x01")  # a ClientHello begun, never finished
+        try:
+            with urllib.request.urlopen(url, context=client, timeout=10) as r:
+                assert r.status == 200 and b"gpu_up" in r.read()
+            assert _threads() <= before
+            assert all(_closed_by_server(s, 5.0) for s in stalled)
+            assert server.refused["header timeout"] >= 50
+        finally:
+            for s in stalled:
+                s.close()
+    finally:
+        server.shutdown()
+        server.server_close()
