@@ -54,7 +54,7 @@ class ConnectionLimits:
     max_connections: int = 1024  # open connections waiting for a request; beyond, the oldest is closed
     workers: int = 4  # threads that answer requests
     max_queued: int = 64  # complete requests waiting for a worker; beyond, 503
-    queue_wait_seconds: float = 5.0  # a request that waited longer for a worker is answered 503
+    queue_wait_seconds: float = 2.0  # a request that waited longer for a worker is answered 503
     retry_after_seconds: int = 1
 
 

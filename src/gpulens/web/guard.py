@@ -34,7 +34,7 @@ MAX_HEADER_BYTES = 16 * 1024  # a request head larger than this is refused with 
 LISTEN_BACKLOG = 1024  # pending connections the kernel keeps (capped by net.core.somaxconn)
 MAX_ACTIVE_REQUESTS = 8  # requests answered at once (the rest wait; each holds a thread-pool thread)
 MAX_WAITING_REQUESTS = 64  # requests waiting for one of those; beyond, 503
-QUEUE_WAIT_SECONDS = 2.0  # a request that waited longer is answered 503
+QUEUE_WAIT_SECONDS = 1.0  # a request that waited longer is answered 503 (bounds the latency under overload)
 RETRY_AFTER_SECONDS = 1
 
 
