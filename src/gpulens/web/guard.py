@@ -112,33 +112,39 @@ class ConcurrencyLimit:
         self.app = app
         self.stats: Counter[str] = stats if stats is not None else Counter()
         self._slots: asyncio.Semaphore | None = None  # made in the server's event loop, on first use
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting = 0
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        cause = await self._acquire()
+        slots = self._slots_of_this_loop()
+        cause = await self._acquire(slots)
         if cause is not None:
             await self._shed(cause, send)
             return
         try:
             await self.app(scope, receive, send)
         finally:
-            self._slots.release()  # type: ignore[union-attr]
+            slots.release()
 
-    async def _acquire(self) -> str | None:
+    def _slots_of_this_loop(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._loop is not loop:  # an app served again in another loop (test clients)
+            self._slots, self._loop = asyncio.Semaphore(self.max_active), loop
+        return self._slots
+
+    async def _acquire(self, slots: asyncio.Semaphore) -> str | None:
         """None once a slot is held; otherwise why the request is shed."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.max_active)
-        if not self._slots.locked():
-            await self._slots.acquire()
+        if not slots.locked():
+            await slots.acquire()
             return None
         if self._waiting >= self.max_waiting:
             return "busy"
         self._waiting += 1
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.queue_wait_seconds)
+            await asyncio.wait_for(slots.acquire(), self.queue_wait_seconds)
             return None
         except TimeoutError:
             return "waited too long"
