@@ -226,3 +226,13 @@ def test_connections_that_never_finish_the_tls_handshake_are_closed_and_hold_no_
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_refusals_are_counted_on_metrics_by_cause():
+    with _server() as server, socket.create_connection(("127.0.0.1", server.server_address[1])) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-big: " + b"a" * (20 * 1024) + b"\r\n\r\n")
+        s.settimeout(5)
+        assert s.recv(4096).startswith(b"HTTP/1.1 431 ")
+        body = _get(_url(server))[2].decode()
+        assert 'gpulens_http_refused_total{cause="head too large"} 1.0' in body
+        assert 'gpulens_http_refused_total{cause="busy"} 0.0' in body

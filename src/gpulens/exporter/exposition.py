@@ -50,6 +50,28 @@ def render_text(registry: CollectorRegistry) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+HTTP_REFUSED = "gpulens_http_refused"  # exposed as ..._total (a counter)
+HTTP_REFUSED_CAUSES = ("busy", "waited too long", "header timeout", "body timeout", "head too large", "body too large",
+                       "too many connections")
+
+
+class _RefusedCollector:
+    """The listener's refusals (listener.BoundedHttpServer.refused) as a counter, every cause from 0."""
+
+    def __init__(self, server: BoundedHttpServer):
+        self.server = server
+
+    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+        from prometheus_client.core import CounterMetricFamily
+
+        fam = CounterMetricFamily(HTTP_REFUSED, "Connections to this listener closed or answered early (503, 4xx), by cause.",
+                                  labels=["cause"])
+        refused = dict(self.server.refused)
+        for cause in sorted({*HTTP_REFUSED_CAUSES, *refused}):
+            fam.add_metric([cause], float(refused.get(cause, 0)))
+        yield fam
+
+
 UNPROTECTED_PATHS = ("/health", "/ready")  # probes: the kubelet sends no credentials; they reveal one sentence
 
 
@@ -108,5 +130,6 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, w
             self._write(body)
 
     server = BoundedHttpServer(host, port, Handler, web_config.ssl_context() if web_config is not None else None, limits)
+    registry.register(_RefusedCollector(server))  # type: ignore[arg-type]
     threading.Thread(target=server.serve_forever, name="gpulens-metrics", daemon=True).start()
     return server
