@@ -378,6 +378,16 @@ SCRAPE_REFUSED = "gpulens_scrape_refused"  # exposed as ..._total (a counter)
 SCRAPE_REFUSED_CAUSES = ("body too large", "too many samples", "too many series")
 
 
+def _shown_url(url: str) -> str:
+    """A scrape URL as a label: without user, password or query (they may hold credentials)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
 class EngineHistogramCollector:
     """Serving engines' own histograms, read by `--scrape`, passed through under gpulens's names with
     the engine's buckets (labels service, model, host, source); and the scrapes refused past a bound."""
@@ -390,7 +400,7 @@ class EngineHistogramCollector:
                                       labels=["service", "url", "cause"])
         for scraper in self.scrapers:
             for cause in sorted({*SCRAPE_REFUSED_CAUSES, *scraper.refused}):
-                refused.add_metric([scraper.base["service"], scraper.url, cause], float(scraper.refused[cause]))
+                refused.add_metric([scraper.base["service"], _shown_url(scraper.url), cause], float(scraper.refused[cause]))
         yield refused
         fams: dict[str, Metric] = {}
         for scraper in self.scrapers:
