@@ -59,6 +59,7 @@ GRAFANA_UNITS = {
     "hertz": "hertz",
     "per_second": "short",
     "count": "short",
+    "joules_per_token": "short",
 }
 VARIABLES = {
     # variable -> (metric that carries the label, help)

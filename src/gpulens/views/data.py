@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulens.energy import joules_per_token, workload_energy
 from gpulens.errors import BadInputError
 from gpulens.reader import Band, Line
 from gpulens.reader import PanelReader as Reader
@@ -194,10 +195,29 @@ def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, s
     return out
 
 
+# The energy rows of each panel's workloads (gpulens.energy names serving what the panels call inference).
+_ENERGY_WORKLOAD = {"training": "training", "inference": "serving"}
+
+
+def _joules_per_token(reader: Reader, panel: PanelSpec, w: Window, sel: Selection) -> float | None:
+    """`gpulens energy`'s joules per token, over the steps or requests in the window: the same
+    function computes it. A store only (Prometheus keeps no per-step or per-request records)."""
+    if reader.kind != "store":
+        return None
+    rows = [r for r in workload_energy(reader, start=w.start, end=w.end)  # type: ignore[arg-type]
+            if r.workload == _ENERGY_WORKLOAD.get(panel.id)
+            and (sel.job is None or r.workload != "training" or r.name == sel.job)
+            and (sel.service is None or r.workload != "serving" or r.name == sel.service)
+            and (sel.host is None or r.host == sel.host)]
+    return joules_per_token(rows)
+
+
 def build_stat(reader: Reader, panel: PanelSpec, stat: StatSpec, w: Window, sel: Selection) -> StatOut:
     match = {**sel.match(panel.id), **dict(stat.match)}
     value: float | None
-    if stat.agg == "event_count":
+    if stat.agg == "joules_per_token":
+        value = _joules_per_token(reader, panel, w, sel)
+    elif stat.agg == "event_count":
         if not reader.supports_events:
             value = None
         else:

@@ -20,8 +20,10 @@ Scope = Literal["training", "inference", "gpu", "host"]
 # the per-second rate of a counter, or the number of per-event samples per second.
 SeriesKind = Literal["line", "quantile", "rate", "events_per_second"]
 # Units a value is formatted in (base units, as in the metric names).
-Unit = Literal["seconds", "ratio", "bytes", "celsius", "watts", "hertz", "per_second", "count"]
-StatAgg = Literal["count", "mean", "max", "min", "p50", "p95", "p99", "sum_ratio", "event_count"]
+Unit = Literal["seconds", "ratio", "bytes", "celsius", "watts", "hertz", "per_second", "count", "joules_per_token"]
+# joules_per_token: gpulens.energy's figure for the panel's workloads (the steps or requests in the
+# window), the very number `gpulens energy` prints; `metric` names the energy counter it reads.
+StatAgg = Literal["count", "mean", "max", "min", "p50", "p95", "p99", "sum_ratio", "event_count", "joules_per_token"]
 
 # Which selection keys apply to a workload's series.
 SELECTION_KEYS: dict[Scope, tuple[str, ...]] = {
@@ -167,6 +169,7 @@ TRAINING = PanelSpec(
         StatSpec("tokens_p50", "tokens/s p50", wn.TRAIN_TOKENS_PER_SECOND, "p50", "per_second"),
         StatSpec("mfu_p50", "MFU p50", wn.TRAIN_MFU_RATIO, "p50", "ratio"),
         StatSpec("memory_peak", "peak memory", wn.TRAIN_MEMORY_PEAK_BYTES, "max", "bytes"),
+        StatSpec("energy_per_token", "energy per token", gm.GPU_ENERGY_JOULES_TOTAL, "joules_per_token", "joules_per_token"),
     ),
 )
 
@@ -255,6 +258,7 @@ INFERENCE = PanelSpec(
         StatSpec("tpot_p50", "TPOT p50", wn.INFER_TPOT_SECONDS, "p50", "seconds"),
         StatSpec("cold_start", "cold start", wn.INFER_COLD_START_SECONDS, "max", "seconds"),
         StatSpec("memory_peak", "peak memory", wn.INFER_MEMORY_RESERVED_BYTES, "max", "bytes"),
+        StatSpec("energy_per_token", "energy per generated token", gm.GPU_ENERGY_JOULES_TOTAL, "joules_per_token", "joules_per_token"),
     ),
 )
 
