@@ -60,6 +60,7 @@ GRAFANA_UNITS = {
     "per_second": "short",
     "count": "short",
     "joules_per_token": "short",
+    "flag": "bool_on_off",
 }
 VARIABLES = {
     # variable -> (metric that carries the label, help)

@@ -106,6 +106,7 @@ class SeriesOut:
     labels: dict[str, str]
     t: list[float]
     v: list[float | None]
+    draw: str = "line"  # or "points": one mark per sample, never joined (panels.Draw)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class ChartOut:
     unit: str
     help: str
     series: list[SeriesOut]
+    # The learned normal range of one series: low, high, center, and `series`, that series' legend name.
     band: dict[str, Any] | None = None
     empty: str = ""
 
@@ -180,6 +182,7 @@ def _series_lines(reader: Reader, spec: SeriesSpec, match: dict[str, str], w: Wi
 def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, sel: Selection, points: int) -> ChartOut:
     out = ChartOut(chart.id, chart.title, chart.unit, chart.help, [], empty=chart.empty)
     band: Band | None = None
+    band_series = ""
     for spec in chart.series:
         match = sel.match(spec.workload or panel.id)
         lines = _series_lines(reader, spec, match, w, points)
@@ -187,11 +190,13 @@ def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, s
         varying = [k for k in LEGEND_LABELS if len({ln.labels.get(k) for ln in lines}) > 1]
         owner = LEGEND_OWNER[spec.workload or panel.id]
         for ln in lines:
-            out.series.append(SeriesOut(_legend(spec, ln, owner, varying, match), spec.metric, ln.labels, list(ln.t), _clean(ln.value)))
+            out.series.append(SeriesOut(_legend(spec, ln, owner, varying, match), spec.metric, ln.labels, list(ln.t),
+                                        _clean(ln.value), spec.draw))
         if band is None and spec.kind == "line" and lines:
             band = reader.band(spec.metric, {**match, **spec.match_dict}, w.end)
+            band_series = _legend(spec, lines[0], owner, varying, match)
     if band is not None:
-        out.band = asdict(band)
+        out.band = {**asdict(band), "series": band_series}  # a legend names whose normal range it is
     return out
 
 
