@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpulens.energy import joules_per_token, workload_energy
+from gpulens.energy import WorkloadEnergy, joules_per_token, workload_energy
 from gpulens.errors import BadInputError
 from gpulens.reader import Band, Line
 from gpulens.reader import PanelReader as Reader
@@ -204,12 +204,28 @@ def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, s
 _ENERGY_WORKLOAD = {"training": "training", "inference": "serving"}
 
 
+_ENERGY_CACHE: dict[tuple[Any, float, float], list[WorkloadEnergy]] = {}
+
+
+def _energy_rows(reader: Reader, w: Window) -> list[WorkloadEnergy]:
+    """workload_energy over the window, kept while the store holds the same data: a page load asks
+    the training and the inference panel for the same window, and the rows serve both."""
+    key = (reader.cache_key(), w.start, w.end)  # type: ignore[attr-defined]  # a store reader's
+    rows = _ENERGY_CACHE.get(key)
+    if rows is None:
+        rows = workload_energy(reader, start=w.start, end=w.end)  # type: ignore[arg-type]
+        if len(_ENERGY_CACHE) >= 8:
+            _ENERGY_CACHE.clear()
+        _ENERGY_CACHE[key] = rows
+    return rows
+
+
 def _joules_per_token(reader: Reader, panel: PanelSpec, w: Window, sel: Selection) -> float | None:
     """`gpulens energy`'s joules per token, over the steps or requests in the window: the same
     function computes it. A store only (Prometheus keeps no per-step or per-request records)."""
     if reader.kind != "store":
         return None
-    rows = [r for r in workload_energy(reader, start=w.start, end=w.end)  # type: ignore[arg-type]
+    rows = [r for r in _energy_rows(reader, w)
             if r.workload == _ENERGY_WORKLOAD.get(panel.id)
             and (sel.job is None or r.workload != "training" or r.name == sel.job)
             and (sel.service is None or r.workload != "serving" or r.name == sel.service)
