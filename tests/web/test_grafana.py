@@ -44,7 +44,7 @@ def test_queries_use_the_agents_names_and_the_pickers():
     # one line per service: several services never merge into one unnamed line
     assert exprs["Request latency p50 / p95 / p99"][2].startswith(
         "histogram_quantile(0.99, sum by (le, service) (rate(infer_request_latency_seconds_bucket{")
-    assert all("sum by (le, service)" in e for e in exprs["Time to first token / time per output token"])
+    assert all("sum by (le, service)" in e for e in exprs["Time to first token"] + exprs["Time per output token"])
     assert 'status="timeout"' in " ".join(exprs["Errors and timeouts per second"])
 
 

@@ -83,8 +83,12 @@ def demo_command(
     lines = [f"Prometheus metrics: {node.metrics_url}"]
     if dashboard != "off":
         dh, dp = parse_listen(dashboard)
-        url = _start_dashboard(store, dh, dp)
+        # The live store, which the replay writes: the imported copy never changes, so a dashboard
+        # over it never moved while the demo played.
+        url = _start_dashboard(live_store, dh, dp)
         lines.append(f"dashboard: {url}" if url else "dashboard: not installed (pip install 'gpulens[web]')")
+        if url and live_store != store:
+            lines.append(escape(f"the session as recorded: gpulens dashboard --store {store}"))
     console.print("\n".join(lines) + "\nCtrl-C stops.")
     install_stop_handlers(node.loop.stop_event)
     try:

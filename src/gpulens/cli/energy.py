@@ -21,7 +21,13 @@ def energy_command(
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Energy per training job and per service, from NVML's cumulative energy counter (power
-    integrated where the counter is missing, and said so), on the GPU each ran on."""
+    integrated where the counter is missing, and said so), on the GPU each ran on. The dashboard's
+    and the report's "energy per token" are this figure over their window.
+
+        gpulens energy                                # every job and service
+        gpulens energy --job h200-demo --format json  # one training job, as JSON
+        gpulens energy --service h200-demo            # one service
+    """
     from gpulens.energy import workload_energy
     from gpulens.errors import BadInputError
     from gpulens.reader import StoreReader

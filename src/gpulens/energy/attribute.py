@@ -103,10 +103,10 @@ def _gpu_energy(reader: AnalysisReader, gpu: GpuRef, start: float, end: float) -
     return None
 
 
-def _row(reader: AnalysisReader, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy | None:
+def _row(reader: AnalysisReader, gpu: GpuRef, occ: Occupant, since: float | None, until: float | None) -> WorkloadEnergy | None:
     labels = occ.labels
     if occ.role == "training":
-        steps = reader.event_rows(N.EV_TRAIN_STEP, match=labels)
+        steps = reader.event_rows(N.EV_TRAIN_STEP, start=since, end=until, match=labels)
         span = _training_span(steps)
         if span is None:
             return None
@@ -114,14 +114,14 @@ def _row(reader: AnalysisReader, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy |
         row = WorkloadEnergy("training", labels.get(N.TRAIN_JOB_LABEL, ""), gpu.gpu, gpu.host, start, end, end - start,
                              tokens=tokens, samples=samples or None, rank=labels.get("rank"), steps=len(steps))
     else:
-        reqs = reader.event_rows(N.EV_REQUEST, match=labels)
+        reqs = reader.event_rows(N.EV_REQUEST, start=since, end=until, match=labels)
         sspan = _serving_span(reqs)
         if sspan is None:
             return None
         start, end, tokens = sspan
         row = WorkloadEnergy("serving", labels.get("service", ""), gpu.gpu, gpu.host, start, end, end - start,
                              tokens=tokens, requests=len(reqs))
-    got = _gpu_energy(reader, gpu, start, end)
+    got = _gpu_energy(reader, gpu, row.start, row.end)
     if got is None:
         row.note = "no GPU energy or power readings cover this span"
         return row
@@ -137,12 +137,15 @@ def _row(reader: AnalysisReader, gpu: GpuRef, occ: Occupant) -> WorkloadEnergy |
     return row
 
 
-def workload_energy(source: AnalysisReader | Store, *, job: str | None = None, service: str | None = None) -> list[WorkloadEnergy]:
-    """Energy of every training rank and service the source holds (or only `job` / `service`), by GPU."""
+def workload_energy(source: AnalysisReader | Store, *, job: str | None = None, service: str | None = None,
+                    start: float | None = None, end: float | None = None) -> list[WorkloadEnergy]:
+    """Energy of every training rank and service the source holds (or only `job` / `service`), by GPU.
+    With `start` / `end` (unix s), only the steps and requests recorded in that window count (the
+    dashboard's and the report's window); without, every one in the source."""
     reader = analysis_reader(source)
     rows: list[WorkloadEnergy] = []
-    for gpu, occs in sorted(occupants(reader).items(), key=lambda kv: (kv[0].host, kv[0].gpu)):
-        on_gpu = [r for r in (_row(reader, gpu, o) for o in occs) if r is not None]
+    for gpu, occs in sorted(occupants(reader, start, end).items(), key=lambda kv: (kv[0].host, kv[0].gpu)):
+        on_gpu = [r for r in (_row(reader, gpu, o, start, end) for o in occs) if r is not None]
         for r in on_gpu:
             others = [o for o in on_gpu if o is not r and o.start < r.end and r.start < o.end]
             if others:
@@ -154,3 +157,17 @@ def workload_energy(source: AnalysisReader | Store, *, job: str | None = None, s
     if job is not None or service is not None:
         rows = [r for r in rows if (r.workload == "training" and r.name == job) or (r.workload == "serving" and r.name == service)]
     return sorted(rows, key=lambda r: (r.start, r.workload, r.name, r.gpu))
+
+
+def joules_per_token(rows: list[WorkloadEnergy]) -> float | None:
+    """One joules-per-token figure for a set of rows: their joules over their tokens, each
+    workload's tokens counted once (a service on two GPUs has one row per GPU, each with all its
+    tokens; training ranks have their own). For one row it is that row's `joules_per_token`."""
+    measured = [r for r in rows if r.joules is not None]
+    if len(measured) == 1:
+        return measured[0].joules_per_token
+    tokens: dict[tuple[str, str, str | None, str], int] = {}
+    for r in measured:  # a workload's records are matched by its name, rank and host, not its GPU
+        tokens[(r.workload, r.name, r.rank, r.host)] = r.tokens
+    total = sum(tokens.values())
+    return sum(r.joules or 0.0 for r in measured) / total if total else None

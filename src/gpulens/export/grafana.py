@@ -59,6 +59,8 @@ GRAFANA_UNITS = {
     "hertz": "hertz",
     "per_second": "short",
     "count": "short",
+    "joules_per_token": "short",
+    "flag": "bool_on_off",
 }
 VARIABLES = {
     # variable -> (metric that carries the label, help)

@@ -48,16 +48,22 @@ def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_
     fig, ax = plt.subplots(figsize=(width_in, height_in), dpi=dpi)
     try:
         if chart.band:
-            ax.axhspan(chart.band["low"], chart.band["high"], color="#2e9e5b", alpha=0.12, label="baseline", lw=0)
+            whose = chart.band.get("series")
+            ax.axhspan(chart.band["low"], chart.band["high"], color="#2e9e5b", alpha=0.12, lw=0,
+                       label=plain_text(f"normal range of {whose}" if whose else "normal range"))
         for i, s in enumerate(chart.series):
             pts = [(m, v) for t, v in zip(s.t, s.v, strict=True) if v is not None and (m := _moment(t)) is not None]
             if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
-            style = "o-" if len(xs) < 40 else "-"
+            # separate events (checkpoints, model loads) are marks, never joined by a line
+            style = "o" if s.draw == "points" else ("o-" if len(xs) < 40 else "-")
             ax.plot(xs, ys, style, color=PALETTE[i % len(PALETTE)], lw=1.2, ms=3, label=plain_text(s.label))
         ax.set_title(plain_text(chart.title), fontsize=10, loc="left")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_value(v, chart.unit)))
+        if chart.unit == "flag":  # an off / on axis, not 0 % … 100 %
+            ax.set_yticks([0.0, 1.0])
+            ax.set_ylim(-0.05, 1.05)
         ax.set_xlim(datetime.fromtimestamp(window.start), datetime.fromtimestamp(window.end))
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulens.energy import WorkloadEnergy, joules_per_token, workload_energy
 from gpulens.errors import BadInputError
 from gpulens.reader import Band, Line
 from gpulens.reader import PanelReader as Reader
@@ -105,6 +106,7 @@ class SeriesOut:
     labels: dict[str, str]
     t: list[float]
     v: list[float | None]
+    draw: str = "line"  # or "points": one mark per sample, never joined (panels.Draw)
 
 
 @dataclass
@@ -114,6 +116,7 @@ class ChartOut:
     unit: str
     help: str
     series: list[SeriesOut]
+    # The learned normal range of one series: low, high, center, and `series`, that series' legend name.
     band: dict[str, Any] | None = None
     empty: str = ""
 
@@ -179,6 +182,7 @@ def _series_lines(reader: Reader, spec: SeriesSpec, match: dict[str, str], w: Wi
 def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, sel: Selection, points: int) -> ChartOut:
     out = ChartOut(chart.id, chart.title, chart.unit, chart.help, [], empty=chart.empty)
     band: Band | None = None
+    band_series = ""
     for spec in chart.series:
         match = sel.match(spec.workload or panel.id)
         lines = _series_lines(reader, spec, match, w, points)
@@ -186,18 +190,55 @@ def build_chart(reader: Reader, panel: PanelSpec, chart: ChartSpec, w: Window, s
         varying = [k for k in LEGEND_LABELS if len({ln.labels.get(k) for ln in lines}) > 1]
         owner = LEGEND_OWNER[spec.workload or panel.id]
         for ln in lines:
-            out.series.append(SeriesOut(_legend(spec, ln, owner, varying, match), spec.metric, ln.labels, list(ln.t), _clean(ln.value)))
+            out.series.append(SeriesOut(_legend(spec, ln, owner, varying, match), spec.metric, ln.labels, list(ln.t),
+                                        _clean(ln.value), spec.draw))
         if band is None and spec.kind == "line" and lines:
             band = reader.band(spec.metric, {**match, **spec.match_dict}, w.end)
+            band_series = _legend(spec, lines[0], owner, varying, match)
     if band is not None:
-        out.band = asdict(band)
+        out.band = {**asdict(band), "series": band_series}  # a legend names whose normal range it is
     return out
+
+
+# The energy rows of each panel's workloads (gpulens.energy names serving what the panels call inference).
+_ENERGY_WORKLOAD = {"training": "training", "inference": "serving"}
+
+
+_ENERGY_CACHE: dict[tuple[Any, float, float], list[WorkloadEnergy]] = {}
+
+
+def _energy_rows(reader: Reader, w: Window) -> list[WorkloadEnergy]:
+    """workload_energy over the window, kept while the store holds the same data: a page load asks
+    the training and the inference panel for the same window, and the rows serve both."""
+    key = (reader.cache_key(), w.start, w.end)  # type: ignore[attr-defined]  # a store reader's
+    rows = _ENERGY_CACHE.get(key)
+    if rows is None:
+        rows = workload_energy(reader, start=w.start, end=w.end)  # type: ignore[arg-type]
+        if len(_ENERGY_CACHE) >= 8:
+            _ENERGY_CACHE.clear()
+        _ENERGY_CACHE[key] = rows
+    return rows
+
+
+def _joules_per_token(reader: Reader, panel: PanelSpec, w: Window, sel: Selection) -> float | None:
+    """`gpulens energy`'s joules per token, over the steps or requests in the window: the same
+    function computes it. A store only (Prometheus keeps no per-step or per-request records)."""
+    if reader.kind != "store":
+        return None
+    rows = [r for r in _energy_rows(reader, w)
+            if r.workload == _ENERGY_WORKLOAD.get(panel.id)
+            and (sel.job is None or r.workload != "training" or r.name == sel.job)
+            and (sel.service is None or r.workload != "serving" or r.name == sel.service)
+            and (sel.host is None or r.host == sel.host)]
+    return joules_per_token(rows)
 
 
 def build_stat(reader: Reader, panel: PanelSpec, stat: StatSpec, w: Window, sel: Selection) -> StatOut:
     match = {**sel.match(panel.id), **dict(stat.match)}
     value: float | None
-    if stat.agg == "event_count":
+    if stat.agg == "joules_per_token":
+        value = _joules_per_token(reader, panel, w, sel)
+    elif stat.agg == "event_count":
         if not reader.supports_events:
             value = None
         else:

@@ -33,6 +33,10 @@ def format_value(value: float | None, unit: str) -> str:
         return _si(value, "Hz")
     if unit == "per_second":
         return _si(value, "/s")
+    if unit == "flag":
+        return "on" if value >= 0.5 else "off"
+    if unit == "joules_per_token":
+        return f"{value:.3g} J/token"  # the precision `gpulens energy` prints
     if unit == "count":
         return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
     return f"{value:.4g}"

@@ -19,9 +19,15 @@ Scope = Literal["training", "inference", "gpu", "host"]
 # How a series is drawn: its samples as they are, quantiles of per-event samples per time bucket,
 # the per-second rate of a counter, or the number of per-event samples per second.
 SeriesKind = Literal["line", "quantile", "rate", "events_per_second"]
+# How a series is drawn: a line through its samples, or one mark per sample, never joined (records of
+# separate events, such as checkpoints or model loads: a line between two made a ramp no one measured).
+Draw = Literal["line", "points"]
 # Units a value is formatted in (base units, as in the metric names).
-Unit = Literal["seconds", "ratio", "bytes", "celsius", "watts", "hertz", "per_second", "count"]
-StatAgg = Literal["count", "mean", "max", "min", "p50", "p95", "p99", "sum_ratio", "event_count"]
+# flag: 0 or 1 (a clock-event reason off or on), drawn on an off / on axis rather than as a percentage.
+Unit = Literal["seconds", "ratio", "bytes", "celsius", "watts", "hertz", "per_second", "count", "joules_per_token", "flag"]
+# joules_per_token: gpulens.energy's figure for the panel's workloads (the steps or requests in the
+# window), the very number `gpulens energy` prints; `metric` names the energy counter it reads.
+StatAgg = Literal["count", "mean", "max", "min", "p50", "p95", "p99", "sum_ratio", "event_count", "joules_per_token"]
 
 # Which selection keys apply to a workload's series.
 SELECTION_KEYS: dict[Scope, tuple[str, ...]] = {
@@ -54,6 +60,7 @@ class SeriesSpec:
     workload: Workload | None = None  # overrides the chart's workload for selection (e.g. GPU capacity)
     # For events_per_second over Prometheus (which sees no single events): the counter to take the rate of.
     counter: str | None = None
+    draw: Draw = "line"
 
     @property
     def match_dict(self) -> dict[str, str]:
@@ -115,7 +122,7 @@ TRAINING = PanelSpec(
                 SeriesSpec(wn.TRAIN_DATA_WAIT_SECONDS, "data wait"),
                 SeriesSpec(wn.TRAIN_COMPUTE_SECONDS, "compute"),
                 SeriesSpec(wn.TRAIN_COMM_WAIT_SECONDS, "communication"),
-                SeriesSpec(wn.TRAIN_CHECKPOINT_SECONDS, "checkpoint"),
+                SeriesSpec(wn.TRAIN_CHECKPOINT_SECONDS, "checkpoint", draw="points"),
             ),
             "Per step: total time, and the time spent waiting for data, computing, communicating and checkpointing.",
         ),
@@ -167,6 +174,7 @@ TRAINING = PanelSpec(
         StatSpec("tokens_p50", "tokens/s p50", wn.TRAIN_TOKENS_PER_SECOND, "p50", "per_second"),
         StatSpec("mfu_p50", "MFU p50", wn.TRAIN_MFU_RATIO, "p50", "ratio"),
         StatSpec("memory_peak", "peak memory", wn.TRAIN_MEMORY_PEAK_BYTES, "max", "bytes"),
+        StatSpec("energy_per_token", "energy per token", gm.GPU_ENERGY_JOULES_TOTAL, "joules_per_token", "joules_per_token"),
     ),
 )
 
@@ -191,16 +199,20 @@ INFERENCE = PanelSpec(
             ),
             "Percentiles of the requests that ended in each interval, computed from every request (never averaged).",
         ),
+        # Two charts: TPOT (tens of ms) drawn on TTFT's axis (seconds) was a flat line along the bottom.
         ChartSpec(
-            "infer_ttft_tpot",
-            "Time to first token / time per output token",
+            "infer_ttft",
+            "Time to first token",
             "seconds",
-            (
-                _q(wn.INFER_TTFT_SECONDS, "TTFT p50", 0.50),
-                _q(wn.INFER_TTFT_SECONDS, "TTFT p95", 0.95),
-                _q(wn.INFER_TPOT_SECONDS, "TPOT p50", 0.50),
-                _q(wn.INFER_TPOT_SECONDS, "TPOT p95", 0.95),
-            ),
+            (_q(wn.INFER_TTFT_SECONDS, "TTFT p50", 0.50), _q(wn.INFER_TTFT_SECONDS, "TTFT p95", 0.95)),
+            "From arrival to the first generated token: queueing and prefill.",
+        ),
+        ChartSpec(
+            "infer_tpot",
+            "Time per output token",
+            "seconds",
+            (_q(wn.INFER_TPOT_SECONDS, "TPOT p50", 0.50), _q(wn.INFER_TPOT_SECONDS, "TPOT p95", 0.95)),
+            "Between generated tokens: the decode speed each user sees.",
         ),
         ChartSpec(
             "infer_rps",
@@ -242,7 +254,7 @@ INFERENCE = PanelSpec(
             "infer_cold_start",
             "Cold starts",
             "seconds",
-            (SeriesSpec(wn.INFER_COLD_START_SECONDS, "model load"),),
+            (SeriesSpec(wn.INFER_COLD_START_SECONDS, "model load", draw="points"),),
             "Time from process start (or model load) to ready, one point per load.",
         ),
     ),
@@ -255,6 +267,7 @@ INFERENCE = PanelSpec(
         StatSpec("tpot_p50", "TPOT p50", wn.INFER_TPOT_SECONDS, "p50", "seconds"),
         StatSpec("cold_start", "cold start", wn.INFER_COLD_START_SECONDS, "max", "seconds"),
         StatSpec("memory_peak", "peak memory", wn.INFER_MEMORY_RESERVED_BYTES, "max", "bytes"),
+        StatSpec("energy_per_token", "energy per generated token", gm.GPU_ENERGY_JOULES_TOTAL, "joules_per_token", "joules_per_token"),
     ),
 )
 
@@ -306,9 +319,9 @@ GPU = PanelSpec(
         ChartSpec(
             "gpu_throttle",
             "Clock-event (throttle) reasons",
-            "ratio",
+            "flag",
             (SeriesSpec(gm.GPU_CLOCK_EVENT_ACTIVE, "active"),),
-            "1 while the reason holds the clocks down (idle is harmless; power and thermal reasons cost speed).",
+            "On while the reason holds the clocks down (idle is harmless; power and thermal reasons cost speed).",
         ),
         ChartSpec(
             "gpu_memory",

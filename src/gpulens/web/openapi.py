@@ -54,6 +54,8 @@ SERIES_OUT = {
         "labels": LABELS,
         "t": {"type": "array", "items": {"type": "number"}, "description": "unix seconds"},
         "v": {"type": "array", "items": NUM_OR_NULL, "description": "values in the chart's unit; null = no data"},
+        "draw": {"type": "string", "enum": ["line", "points"],
+                 "description": "line, or points: one mark per sample, never joined (separate events)"},
     },
 }
 PANEL_OUT = {
@@ -90,7 +92,8 @@ PANEL_OUT = {
                     "band": {
                         "type": "object", "nullable": True,
                         "description": "The learned baseline's normal range, drawn behind the series.",
-                        "properties": {"low": {"type": "number"}, "high": {"type": "number"}, "center": NUM_OR_NULL},
+                        "properties": {"low": {"type": "number"}, "high": {"type": "number"}, "center": NUM_OR_NULL,
+                                       "series": {"type": "string", "description": "The legend name of the series it is learned from."}},
                     },
                 },
             },

@@ -47,6 +47,7 @@ function fmt(v, unit) {
     case "hertz": return si(v, "Hz");
     case "per_second": return si(v, "/s");
     case "count": return Number.isInteger(v) ? String(v) : v.toFixed(2);
+    case "flag": return v >= 0.5 ? "on" : "off";
     default: return String(+v.toPrecision(4));
   }
 }
@@ -115,9 +116,12 @@ function yRange(dmin, dmax, band) {
 }
 
 // Units shown without decimals get whole-number tick steps: a step of 0.5 W printed "1 W, 1 W, 0 W".
-const WHOLE_UNITS = new Set(["count", "watts", "celsius", "bytes"]);
+const WHOLE_UNITS = new Set(["count", "watts", "celsius"]);
 const WHOLE_INCRS = [];
 for (let m = 1; m <= 1e15; m *= 10) WHOLE_INCRS.push(m, 2 * m, ...(m >= 10 ? [2.5 * m] : []), 5 * m);
+// Bytes step in round binary units (50 GiB, not 5e10 B = "46.6 GiB").
+const BYTE_INCRS = [];
+for (let k = 0; k <= 4; k++) for (const m of [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500]) BYTE_INCRS.push(m * 1024 ** k);
 
 // The y-axis as wide as its widest tick label (uPlot's fixed size clipped "139.7 GiB").
 function yAxisSize(u, values, axisIdx, cycleNum) {
@@ -136,20 +140,29 @@ function drawChart(container, chart, win) {
   const data = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
   const npoints = chart.series.reduce((n, s) => n + s.v.filter((v) => v !== null).length, 0);
   const few = data[0].length < 60;
-  const series = [{}].concat(chart.series.map((s, i) => ({
-    label: s.label,
-    stroke: PALETTE[i % PALETTE.length],
-    width: 1.5,
-    spanGaps: true,
-    points: { show: few, size: 4 },
-    value: (u, v) => fmt(v, chart.unit),
-  })));
+  const series = [{}].concat(chart.series.map((s, i) => {
+    const one = {
+      label: s.label,
+      stroke: PALETTE[i % PALETTE.length],
+      width: 1.5,
+      spanGaps: true,
+      points: { show: few, size: 4 },
+      value: (u, v) => fmt(v, chart.unit),
+    };
+    // Separate events (checkpoints, model loads): a mark each, never a line from one to the next.
+    if (s.draw === "points") Object.assign(one, { paths: () => null, spanGaps: false, points: { show: true, size: 7 } });
+    return one;
+  }));
+  const flag = chart.unit === "flag";  // 0 / 1: an off / on axis, not 0 % … 100 %
   const scales = {
     x: { time: true, min: win.start, max: win.end },
-    y: { range: (u, dmin, dmax) => yRange(dmin, dmax, chart.band) },
+    y: { range: flag ? () => [0, 1] : (u, dmin, dmax) => yRange(dmin, dmax, chart.band) },
   };
-  const yAxis = { values: (u, ticks) => ticks.map((v) => fmt(v, chart.unit)), size: yAxisSize };
+  const tick = chart.unit === "bytes" ? (v) => fmt(v, "bytes").replace(".0 ", " ") : (v) => fmt(v, chart.unit);
+  const yAxis = { values: (u, ticks) => ticks.map(tick), size: yAxisSize };
   if (WHOLE_UNITS.has(chart.unit)) yAxis.incrs = WHOLE_INCRS;
+  if (chart.unit === "bytes") yAxis.incrs = BYTE_INCRS;
+  if (flag) yAxis.splits = () => [0, 1];
   const opts = {
     width: Math.max(200, container.clientWidth),
     height: 180,
@@ -196,6 +209,14 @@ function renderPanel(section, panel, win) {
     const plotBox = el("div", { class: "plot" });
     box.appendChild(plotBox);
     box.dataset.points = String(drawChart(plotBox, c, win));
+    if (c.band) {
+      // The shaded band's legend: whose normal range it is, and the range.
+      const legend = el("p", { class: "band-legend" });
+      legend.appendChild(el("span", { class: "swatch" }));
+      legend.appendChild(document.createTextNode(
+        `learned normal range of ${c.band.series || "the first series"}: ${fmt(c.band.low, c.unit)} – ${fmt(c.band.high, c.unit)}`));
+      box.appendChild(legend);
+    }
   }
 }
 
