@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import tempfile
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from gpulens.alerts.evaluate import Evaluator
 from gpulens.alerts.expr import parse_expr
 from gpulens.alerts.source import StoreSource
+from gpulens.alerts.windows import SortedValues
 from gpulens.store import Store
 
 EXPRS = [
@@ -116,3 +118,23 @@ def test_a_late_event_inside_the_window_is_counted_once(tmp_path):
         store.flush()
         assert ev.vector(expr, 113.0) == {(("gpu", "0"),): 7.0}
         assert ev.vector(expr, 161.0) == {(("gpu", "0"),): 5.0}  # 100 and 101 left the window
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(min_value=-20, max_value=20)), max_size=300),
+       load=st.sampled_from([1, 2, 4, SortedValues.LOAD]))
+def test_sorted_blocks_hold_what_a_sorted_list_holds(ops, load):
+    """The quantile windows' sorted blocks (split, emptied, duplicates) against a plain sorted list."""
+    blocks = type("Small", (SortedValues,), {"LOAD": load})()
+    ref: list[float] = []
+    for add, v in ops:
+        if add or not ref:
+            blocks.add(float(v))
+            bisect.insort(ref, float(v))
+        else:
+            gone = ref.pop(abs(v) % len(ref))
+            blocks.remove(gone)
+        assert len(blocks) == len(ref) and list(blocks) == ref
+        assert [blocks[k] for k in range(len(ref))] == ref
+        if ref:
+            assert blocks[-1] == ref[-1]
