@@ -39,7 +39,7 @@ class HttpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                rx.requests.append((self.path, dict(self.headers), [a["labels"]["n"] for a in json.loads(body)["alerts"]]))
+                rx.requests.append((self.path, dict(self.headers), [a["labels"].get("n", a["labels"].get("alertname", "")) for a in json.loads(body)["alerts"]]))
                 time.sleep(rx.delay_seconds)  # the receiver is slow, not the test: it waits on delivery
                 self.send_response(rx.status)
                 if rx.location:
