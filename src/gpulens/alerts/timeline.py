@@ -1,0 +1,58 @@
+"""Alert times that never run back, and durations that a wall-clock step does not stretch.
+
+The rules read the store at wall-clock instants (the samples are stamped with wall time), but an
+alert's life is measured on the monotonic clock: when NTP or a person sets the clock back, an alert
+must not resolve before it began and then fire a second time once the clock is set forward again;
+when the clock jumps forward, a `for: 5m` must still wait five minutes.
+
+`AlertTimeline.at(now)` turns the instant an evaluation was asked for into
+- `t`: the alert time (what alerts are stamped with): `now`, unless that is before the last one
+  (the clock was set back), in which case it carries on from the last one by the monotonic time
+  elapsed, until the wall clock catches up;
+- `duration_clock`: the reading `for` and repeat durations are measured on: the monotonic clock for
+  an evaluation at the clock's present (the agent), the alert time itself for one at a recorded
+  instant (a replay evaluates along the recorded timeline, faster than real time). Which of the two
+  is decided by the first evaluation, so that durations are never measured across both;
+- `behind`: whether `now` is more than `BEHIND_SECONDS` before `t`: the rules should then also be
+  read at `t`, so that what happened before the step still counts while the clock is behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpulens.clock import Clock, as_clock
+
+# An evaluation this close to the clock's present is live (the agent evaluates at clock()).
+LIVE_SECONDS = 2.0
+# The wall clock this far behind the alert time counts as set back (less is the jitter of a slewing clock).
+BEHIND_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class AlertInstant:
+    t: float  # unix seconds, never before the previous one
+    duration_clock: float  # seconds on a clock that only moves forward
+    behind: bool  # the wall clock was set back: read the rules at `t` too
+
+
+class AlertTimeline:
+    def __init__(self, clock: Clock | Callable[[], float] | None = None):
+        self.clock = as_clock(clock)
+        self._t: float | None = None
+        self._mono = 0.0
+        self.live: bool | None = None  # decided by the first evaluation
+
+    def at(self, now: float) -> AlertInstant:
+        if self.live is None:
+            self.live = abs(now - self.clock.time()) <= LIVE_SECONDS
+        mono = self.clock.monotonic()
+        if self._t is None or now >= self._t:
+            t = now
+        elif self.live:
+            t = self._t + max(0.0, mono - self._mono)
+        else:
+            t = self._t  # a recorded instant before the last one: time stands until the record passes it
+        self._t, self._mono = t, mono
+        return AlertInstant(t, mono if self.live else t, t - now > BEHIND_SECONDS)
