@@ -109,3 +109,25 @@ def test_query_since_of_a_session_recorded_in_the_past_still_answers(tmp_path):
                           "--format", "json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert len(json.loads(out.stdout)[0]["points"]) == 6  # [newest - 5m, newest]
+
+
+def test_a_simulation_ahead_of_the_clock_measures_for_on_its_own_timeline(tmp_path):
+    """Evaluations at instants that run ahead of the real clock (a replay, a test) measure `for` on
+    those instants, even when they start at the present."""
+    import time
+
+    rule = ("  - name: Hot\n    expr: gpu_temperature_celsius > 80\n    for: 30s\n    severity: warning\n"
+            "    summary: hot\n    advice: Cool it.\n")
+    with Store(tmp_path / "s.db") as store:
+        rt, sent = _runtime(store, None, tmp_path, rule)  # the real clock
+        t = time.time()
+        fired_after = None
+        for second in range(1, 60):
+            t += 1.0
+            store.write("gpu_temperature_celsius", {"gpu": "0"}, t, 90.0)
+            store.flush()
+            rt.evaluate(t)
+            if sent and fired_after is None:
+                fired_after = second
+        rt.close()
+        assert fired_after is not None and 31 <= fired_after <= 34  # pending from second 1; the first ~2 s near the present are real time

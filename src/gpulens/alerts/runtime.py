@@ -11,7 +11,6 @@ rules run as written.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from gpulens.alerts.notify import build_notifier
 from gpulens.alerts.rules import PACKS, Rule, RuleSet, load_rules
 from gpulens.alerts.source import SeriesRef, StoreSource
 from gpulens.alerts.timeline import AlertTimeline
-from gpulens.clock import Clock
+from gpulens.clock import Clock, as_clock
 from gpulens.errors import BadInputError, StoreError
 from gpulens.store import Store
 
@@ -56,7 +55,7 @@ class AlertRuntime:
         learn_seconds: float,
         rules_file: Path | None = None,
         notify: Sequence[str] = (),
-        clock: Clock | Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] | None = None,
         packs: tuple[str, ...] = PACKS,
         rules: RuleSet | None = None,
         lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
@@ -64,7 +63,7 @@ class AlertRuntime:
         if not learn_seconds > 0:
             raise BadInputError(f"--learn must be above zero, not {learn_seconds!r} seconds.", hint="Give e.g. --learn 7d, or 30s for a demo.")
         self.store = store
-        self.clock = clock
+        self.clock = as_clock(clock)  # the real clock by default
         self.learn_seconds = float(learn_seconds)
         self.rules = rules if rules is not None else load_rules(rules_file, packs=packs)
         self.compiled = [compile_rule(r, self.learn_seconds) for r in self.rules.rules]
@@ -73,7 +72,7 @@ class AlertRuntime:
         self.baselines = Baselines(store, self.source, BaselineConfig(learn_seconds=self.learn_seconds, band=self.rules.band))
         self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
         self.engine = AlertEngine(store, self.notifier.send)
-        self.timeline = AlertTimeline(clock)  # alert times and durations, monotonic under clock steps
+        self.timeline = AlertTimeline(self.clock)  # alert times and durations, monotonic under clock steps
         self.evaluations = 0
 
     def _band_fn(self, spec: BandSpec) -> BandFn:

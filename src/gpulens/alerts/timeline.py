@@ -9,10 +9,10 @@ when the clock jumps forward, a `for: 5m` must still wait five minutes.
 - `t`: the alert time (what alerts are stamped with): `now`, unless that is before the last one
   (the clock was set back), in which case it carries on from the last one by the monotonic time
   elapsed, until the wall clock catches up;
-- `duration_clock`: the reading `for` and repeat durations are measured on: the monotonic clock for
-  an evaluation at the clock's present (the agent), the alert time itself for one at a recorded
-  instant (a replay evaluates along the recorded timeline, faster than real time). Which of the two
-  is decided by the first evaluation, so that durations are never measured across both;
+- `duration_clock`: the reading `for` and repeat durations are measured on. It moves by the
+  monotonic time elapsed since the last evaluation when this one is at the clock's present (the
+  agent: a wall-clock step is no time passing), and by the alert time elapsed when it is at a
+  recorded instant (a replay evaluates along its recorded timeline, faster than real time);
 - `behind`: whether `now` is more than `BEHIND_SECONDS` before `t`: the rules should then also be
   read at `t`, so that what happened before the step still counts while the clock is behind.
 """
@@ -42,17 +42,21 @@ class AlertTimeline:
         self.clock = as_clock(clock)
         self._t: float | None = None
         self._mono = 0.0
-        self.live: bool | None = None  # decided by the first evaluation
+        self._duration = 0.0
 
     def at(self, now: float) -> AlertInstant:
-        if self.live is None:
-            self.live = abs(now - self.clock.time()) <= LIVE_SECONDS
+        live = abs(now - self.clock.time()) <= LIVE_SECONDS  # at the clock's present: the agent
         mono = self.clock.monotonic()
-        if self._t is None or now >= self._t:
-            t = now
-        elif self.live:
-            t = self._t + max(0.0, mono - self._mono)
+        if self._t is None:
+            t = self._duration = now
         else:
-            t = self._t  # a recorded instant before the last one: time stands until the record passes it
+            elapsed = max(0.0, mono - self._mono)
+            if now >= self._t:
+                t = now
+            elif live:
+                t = self._t + elapsed
+            else:
+                t = self._t  # a recorded instant before the last one: time stands until the record passes it
+            self._duration += elapsed if live else t - self._t
         self._t, self._mono = t, mono
-        return AlertInstant(t, mono if self.live else t, t - now > BEHIND_SECONDS)
+        return AlertInstant(t, self._duration, t - now > BEHIND_SECONDS)
