@@ -73,6 +73,7 @@ class AlertRuntime:
         self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
         self.engine = AlertEngine(store, self.notifier.send)
         self.timeline = AlertTimeline(self.clock)  # alert times and durations, monotonic under clock steps
+        self._behind: Evaluator | None = None  # reads the rules at the alert time while the clock is set back
         self.evaluations = 0
 
     def _band_fn(self, spec: BandSpec) -> BandFn:
@@ -91,6 +92,10 @@ class AlertRuntime:
             for sel in c.band_selectors:
                 self.baselines.track(self.source.series(sel))
         self.baselines.update(at.t, self._held_series())
+        if at.behind:
+            if self._behind is None:  # windows of its own, so that both readings' windows stay incremental
+                self._behind = Evaluator(StoreSource(self.store), self.evaluator.lookback_seconds)
+            self._behind.source.refresh()
         results = [RuleResult(c.rule, c.for_seconds, self._vector(c, now, at.t if at.behind else None)) for c in self.compiled]
         pending_events = self.store.pending_count
         out = self.engine.step(at.t, results, duration_clock=at.duration_clock)
@@ -110,7 +115,8 @@ class AlertRuntime:
         vector = self.evaluator.vector(c.root, now, band)
         if also_at is None:
             return vector
-        return {**self.evaluator.vector(c.root, also_at, band), **vector}
+        assert self._behind is not None
+        return {**self._behind.vector(c.root, also_at, band), **vector}
 
     def _held_series(self) -> set[int]:
         """Series with an active learned alert: their baselines are not refreshed mid-incident."""
