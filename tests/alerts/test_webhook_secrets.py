@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from test_delivery_once import HttpReceiver, alert
+from http_receiver import HttpReceiver, alert
 
 from gpulens.alerts.notify import WebhookNotifier, build_notifier
 from gpulens.errors import BadInputError
