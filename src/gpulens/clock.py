@@ -66,6 +66,7 @@ class FakeClock:
         self._wall0 = float(start)
         self._mono0 = float(monotonic_start)
         self._elapsed = 0.0
+        self._wall_step = 0.0  # what step_wall moved the wall clock by, in all
         self._lock = threading.Lock()
 
     def advance(self, seconds: float) -> None:
@@ -78,6 +79,12 @@ class FakeClock:
 
     sleep = advance  # where code under test takes `sleep=`, waiting costs no real time
 
+    def step_wall(self, seconds: float) -> None:
+        """Set the wall clock `seconds` forward (or back, when negative), as NTP or a person setting
+        the clock does: `time()` jumps, `monotonic()` does not move."""
+        with self._lock:
+            self._wall_step += float(seconds)
+
     @property
     def elapsed(self) -> float:
         """Seconds advanced since the clock was made."""
@@ -87,7 +94,7 @@ class FakeClock:
         return self._mono0 + self._elapsed
 
     def time(self) -> float:
-        return self._wall0 + self._elapsed
+        return self._wall0 + self._elapsed + self._wall_step
 
     def __call__(self) -> float:
         return self.time()

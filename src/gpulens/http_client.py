@@ -11,6 +11,9 @@ Why one: every caller needs the same four guarantees, and each used to get some 
   or a 429/5xx, a bounded number of times with exponential backoff.
 - One mapping of failures: every transport error (refused, reset, timeout, TLS, a broken answer)
   is an `HttpUnavailableError` (exit 3) naming the URL; a URL that cannot be read is bad input (exit 2).
+- Secrets stay secret: credentials in a URL (`http://user:pw@host/`) are sent as an
+  `Authorization: Basic` header, not dropped; every URL this module names in an error is
+  `redact_url`'s (userinfo and secret-looking query values as `***`).
 Any HTTP status is an answer, returned as a `Response`: what a 404 or a 500 means is the caller's call.
 
 Standard library only (urllib, so redirects and the *_proxy variables work as with `urlopen`).
@@ -18,8 +21,10 @@ Standard library only (urllib, so redirects and the *_proxy variables work as wi
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import re
 import socket
 import ssl
 import threading
@@ -45,6 +50,7 @@ class HttpUnavailableError(UnavailableError):
 
     def __init__(self, url: str, reason: str, *, hint: str | None = "Check the URL and that the server is up.",
                  retryable: bool = True):
+        url = redact_url(url)
         super().__init__(f"Cannot reach {url}: {reason}.", hint=hint)
         self.url = url
         self.reason = reason
@@ -227,6 +233,9 @@ def request(
     _check_url(url)
     if not timeout_seconds > 0:
         raise ValueError("timeout_seconds must be above zero")
+    url, authorization = split_credentials(url)
+    if authorization is not None and not any(k.lower() == "authorization" for k in (headers or {})):
+        headers = {**(headers or {}), "Authorization": authorization}
     safe = idempotent or method in ("GET", "HEAD")  # a retried POST may act twice: only when the caller says it may
     attempts = 1 + (max(0, retries) if safe else 0)
     start = time.monotonic()
@@ -262,7 +271,7 @@ def _check_url(url: str) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInputError(f"Cannot read the URL {url!r}.", hint="Write it as http://HOST:PORT/PATH.")
+        raise BadInputError(f"Cannot read the URL {redact_url(url)!r}.", hint="Write it as http://HOST:PORT/PATH.")
 
 
 def _attempt(method: str, url: str, body: bytes | None, headers: dict[str, str], limit: float, max_bytes: int,
@@ -334,7 +343,7 @@ def _mapped(url: str, e: BaseException, limit: float) -> BadInputError | HttpUna
     """The one sentence for a transport failure (or bad input, for a URL urllib cannot use)."""
     cause = e.reason if isinstance(e, urllib.error.URLError) else e
     if isinstance(cause, ValueError) and not isinstance(cause, UnicodeError):  # InvalidURL, an unknown scheme
-        return BadInputError(f"Cannot read the URL {url!r}: {cause}.", hint="Write it as http://HOST:PORT/PATH.")
+        return BadInputError(f"Cannot read the URL {redact_url(url)!r}: {cause}.", hint="Write it as http://HOST:PORT/PATH.")
     return HttpUnavailableError(url, _reason(cause, limit))
 
 
@@ -364,3 +373,41 @@ def _reason(e: object, limit: float) -> str:
     if isinstance(e, OSError):
         return e.strerror or str(e) or type(e).__name__
     return str(e) or type(e).__name__
+
+
+# ---------------------------------------------------------------- secrets in URLs
+# A query parameter whose name contains one of these holds a secret: its value is shown as ***.
+_SECRET_PARAM = re.compile(r"token|key|secret|pass|pwd|sig|auth|credential|session|jwt|bearer|cookie", re.IGNORECASE)
+REDACTED = "***"
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(the URL without its userinfo, the `Authorization: Basic` value it stood for, or None)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()).decode()
+    return urllib.parse.urlunsplit(parts._replace(netloc=hostport)), f"Basic {token}"
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may be shown (logs, errors, the store, any output): userinfo as `***@` and the
+    values of secret-looking query parameters (token, key, secret, password, sig, auth...) as `***`.
+    `http://alice:pw@host/hook?token=T&x=1` -> `http://***@host/hook?token=***&x=1`."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return REDACTED  # not readable as a URL: nothing of it can be shown safely
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
+    query = "&".join(_redact_param(p) for p in parts.query.split("&")) if parts.query else parts.query
+    fragment = REDACTED if parts.fragment and _SECRET_PARAM.search(parts.fragment) else parts.fragment
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query, fragment=fragment))
+
+
+def _redact_param(pair: str) -> str:
+    name, eq, _ = pair.partition("=")
+    return f"{name}={REDACTED}" if eq and _SECRET_PARAM.search(urllib.parse.unquote_plus(name)) else pair

@@ -36,3 +36,15 @@ def test_the_system_clock_is_wall_time_and_perf_counter() -> None:
     assert abs(SYSTEM_CLOCK.time() - time.time()) < 1 and abs(SYSTEM_CLOCK() - time.time()) < 1
     a = SYSTEM_CLOCK.monotonic()
     assert abs(a - time.perf_counter()) < 1 and SYSTEM_CLOCK.monotonic() >= a
+
+
+def test_a_fake_wall_clock_steps_either_way_while_monotonic_time_does_not():
+    from gpulens.clock import FakeClock
+
+    clock = FakeClock(start=1_800_000_000.0, monotonic_start=50.0)
+    clock.advance(1.0)
+    clock.step_wall(-3600.0)
+    assert clock.time() == 1_800_000_001.0 - 3600.0 and clock() == clock.time() and clock.monotonic() == 51.0
+    clock.step_wall(+7200.0)
+    clock.advance(0.5)
+    assert clock.time() == 1_800_000_001.5 + 3600.0 and clock.monotonic() == 51.5

@@ -141,11 +141,24 @@ class AlertEngine:
         self.repeat_seconds = repeat_seconds
         # Alerts still open from a previous run carry on: no second page for the same incident.
         self.active: dict[str, AlertState] = {a.fingerprint: a for a in load_alerts(store, active_only=True)}
-        self._last_notified: dict[str, float] = {fp: a.fired_at or a.active_since for fp, a in self.active.items()}
+        # Durations (`for`, repeats) on the step's duration clock: when each alert became active and
+        # was last notified. Alerts carried over from a previous run get theirs at the first step.
+        self._since: dict[str, float] = {}
+        self._last_notified: dict[str, float] = {}
+        self._carried = set(self.active)
         self._unsaved: dict[str, AlertState] = {}  # alerts whose history could not be written yet
 
-    def step(self, now: float, results: list[RuleResult]) -> list[AlertState]:
-        """Advance every alert to `now`. Returns the active alerts plus those resolved in this step."""
+    def step(self, now: float, results: list[RuleResult], *, duration_clock: float | None = None) -> list[AlertState]:
+        """Advance every alert to `now` (unix seconds; the alert times). `for` and repeat durations
+        are measured on `duration_clock` (a monotonic reading, so a wall-clock step neither fires a
+        pending alert early nor holds one back), by default on `now` itself."""
+        mono = now if duration_clock is None else duration_clock
+        if self._carried:
+            for fp in self._carried & set(self.active):
+                a = self.active[fp]
+                self._since[fp] = mono - max(0.0, now - a.active_since)
+                self._last_notified[fp] = mono - max(0.0, now - (a.fired_at or a.active_since))
+            self._carried.clear()
         if self._unsaved:
             self._retry_unsaved()
         silences = list_silences(self.store, now)
@@ -162,28 +175,30 @@ class AlertEngine:
                 if a is None:
                     a = self._new(rule, labels, fp, now, value)
                     self.active[fp] = a
+                    self._since[fp] = mono
                 a.value = value
                 a.silenced = any(s.matches(a.labels, now) for s in silences)
-                if a.state == "pending" and now - a.active_since >= res.for_seconds:
-                    a.state, a.fired_at = "firing", now
+                if a.state == "pending" and mono - self._since.get(fp, mono) >= res.for_seconds:
+                    a.state, a.fired_at = "firing", max(now, a.active_since)  # never before it began
                     a.summary = render_template(rule.summary, a.labels, value)
                     self._save(a)
                     self._event(a, now)
                     if not a.silenced:
                         to_notify.append(a)
-                        self._last_notified[fp] = now
-                elif a.state == "firing" and not a.silenced and now - self._last_notified.get(fp, now) >= self.repeat_seconds:
+                        self._last_notified[fp] = mono
+                elif a.state == "firing" and not a.silenced and mono - self._last_notified.get(fp, mono) >= self.repeat_seconds:
                     to_notify.append(a)
-                    self._last_notified[fp] = now
+                    self._last_notified[fp] = mono
         for fp, a in list(self.active.items()):
             if fp in seen:
                 continue
             del self.active[fp]
             self._last_notified.pop(fp, None)
+            self._since.pop(fp, None)
             if a.state == "pending":
                 self._delete(a)  # never fired: not part of the history
                 continue
-            a.state, a.resolved_at = "resolved", now
+            a.state, a.resolved_at = "resolved", max(now, a.fired_at or a.active_since)  # an alert carried over a clock set back
             a.silenced = any(s.matches(a.labels, now) for s in silences)
             self._save(a)
             self._event(a, now)

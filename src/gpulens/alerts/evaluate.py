@@ -9,7 +9,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpulens import stats
 from gpulens.alerts.expr import (
     AGGREGATIONS,
     BAND_FUNCTIONS,
@@ -23,7 +22,7 @@ from gpulens.alerts.expr import (
     Number,
     Selector,
 )
-from gpulens.alerts.source import LabelKey, SeriesRef, StoreSource, label_key
+from gpulens.alerts.source import LabelKey, SeriesRef, StoreSource
 
 Vector = dict[LabelKey, float]
 # (series, now, upper?, quantile or None) -> the learned threshold, or None while still learning
@@ -83,12 +82,9 @@ class Evaluator:
         if f in EVENT_FUNCTIONS:
             sel = node.args[0]
             assert isinstance(sel, Selector) and sel.range_seconds is not None
-            counts: Vector = {}
-            for _, labels in self.source.events(sel.name, t - sel.range_seconds, t):
-                if all(m.matches(labels) for m in sel.matchers):
-                    k = label_key(labels)
-                    counts[k] = counts.get(k, 0.0) + 1.0
-            return counts
+            win = self.source.event_window(sel.name, sel.range_seconds, t)
+            return {k: float(n) for k, n in win.counts.items()
+                    if all(m.matches(win.labels[k]) for m in sel.matchers)}
         q = None
         rng = node.args[-1]
         if f == "quantile_over_time":
@@ -117,7 +113,7 @@ class Evaluator:
             elif f == "delta":
                 out[s.key] = win.last - win.first
             elif f == "quantile_over_time":
-                out[s.key] = quantile(win.sorted, q)  # type: ignore[arg-type]  # the values, kept sorted
+                out[s.key] = win.quantile(q)  # type: ignore[arg-type]  # read by rank off the kept sorted values
         return out
 
     def _aggregate(self, node: Aggregate, t: float, band: BandFn | None) -> Vector:
@@ -189,13 +185,6 @@ def _apply(op: str, a: float, b: float) -> float:
     if op == "!=":
         return float(a != b)
     raise ValueError(op)
-
-
-def quantile(values: list[float], q: float) -> float:
-    """`gpulens.stats.quantile` (linear interpolation, what PromQL's quantile_over_time does);
-    NaN for no values."""
-    v = stats.quantile(values, q)
-    return math.nan if v is None else v
 
 
 def _elementwise(op: str, vector: dict, apply: Callable[[LabelKey, float], float]) -> dict:

@@ -2,12 +2,20 @@
 webhook body, so anything that takes Alertmanager webhooks takes gpulens's. The webhook posts from
 a background thread with bounded retries and one deadline per attempt: a receiver that is down,
 hangs, trickles or answers garbage never slows evaluation or shutdown; what cannot be delivered is
-logged, counted (gpulens_notifications_failed_total) and kept in the store for the next start."""
+logged, counted (gpulens_notifications_failed_total) and kept in the store for the next start.
+
+Exactly once per alert state: a receiver has `DEFAULT_TIMEOUT_SECONDS` to answer (a slow 200 is a
+delivery, not a failure to retry and keep); a refusal that another attempt would get again (a 3xx,
+a 4xx other than 408 / 429) is recorded as failed with its reason, said once, and neither retried
+nor kept. Secrets: the webhook's URL is only ever shown redacted (`http_client.redact_url`); its
+credentials go as an `Authorization` header; the store keeps undelivered bodies under the
+notifier's redacted URL, and the URL to send them to is the one configured at the next start."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import urllib.parse
@@ -26,6 +34,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpulens.alerts")
 # What is read of a receiver's answer (its status is what counts): the rest is not waited for.
 RECEIVER_ANSWER_MAX_BYTES = 64 * 1024
+# How long one attempt may take, answer included. Generous on purpose: an attempt cut while the
+# receiver is still answering is sent again, and the receiver gets the alert twice.
+DEFAULT_TIMEOUT_SECONDS = 10.0
 
 
 class Notifier(Protocol):
@@ -58,10 +69,19 @@ class FileNotifier:
     def send(self, alerts: list[AlertState]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
             for a in alerts:
-                f.write(json.dumps({**a.alertmanager(), "rule": a.rule, "severity": a.severity, "value": a.value}) + "\n")
+                line = {**a.alertmanager(), "rule": a.rule, "severity": a.severity, "value": json_number(a.value)}
+                f.write(json.dumps(line, allow_nan=False) + "\n")
 
     def close(self) -> None:
         pass
+
+
+def json_number(v: float | None) -> float | str | None:
+    """A value as JSON can hold it: a non-finite one as Prometheus spells it ("+Inf", "-Inf",
+    "NaN"), since JSON has no Infinity."""
+    if v is None or math.isfinite(v):
+        return v
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
 
 
 def webhook_body(alerts: list[AlertState], *, receiver: str = "gpulens") -> dict:
@@ -101,7 +121,19 @@ def notifications_failed() -> dict[str, int]:
 
 
 class DeliveryError(OSError):
-    """A receiver that answered with something other than 2xx, or not within the deadline."""
+    """A receiver that answered with something other than 2xx, or not within the deadline.
+    `permanent`: another attempt would get the same answer (a redirect, a 4xx other than 408 / 429)."""
+
+    def __init__(self, message: str, *, status: int = 0, permanent: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.permanent = permanent
+
+
+def is_permanent(status: int) -> bool:
+    """A refusal that retrying cannot change: a redirect (not followed for a POST: a loop, or a
+    moved receiver the URL should name), or a 4xx but 408 Request Timeout and 429 Too Many Requests."""
+    return 300 <= status < 400 or (400 <= status < 500 and status not in (408, 429))
 
 
 class WebhookNotifier:
@@ -109,11 +141,13 @@ class WebhookNotifier:
 
     Each attempt has one overall deadline, `timeout_seconds`, for connecting, sending and reading
     the whole answer (a receiver that trickles a byte a second is cut off at it); `retries`
-    attempts with exponential backoff from `backoff_seconds`. Any exception ends that delivery,
-    never the thread. A full queue drops the oldest body (counted, logged). `close` returns within
-    `close_timeout_seconds` plus one attempt. With a `store`, what is not delivered (given up,
-    dropped, or still queued at close) is kept there and sent again by the next notifier for the
-    same URL, after a restart too; a body is removed once delivered."""
+    attempts with exponential backoff from `backoff_seconds`; a permanent refusal (`is_permanent`)
+    ends the delivery at once, logged once per status, and is not kept. Any exception ends that
+    delivery, never the thread. A full queue drops the oldest body (counted, logged). `close`
+    returns within `close_timeout_seconds` plus one attempt. With a `store`, what is not delivered
+    (given up, dropped, or still queued at close) is kept there under `target` (the redacted URL,
+    never the secret) and sent again by the next notifier with the same target, after a restart
+    too; a body is removed once delivered."""
 
     kind = "webhook"
 
@@ -122,20 +156,27 @@ class WebhookNotifier:
         url: str,
         *,
         retries: int = 3,
-        timeout_seconds: float = 2.0,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         backoff_seconds: float = 0.5,
         max_queue: int = 256,
         close_timeout_seconds: float = 5.0,
         store: Store | None = None,
+        target: str | None = None,
     ):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadInputError(f"The webhook URL {url!r} is not an http(s) URL.", hint="Write --notify webhook:http://HOST:PORT/PATH.")
+        shown = http_client.redact_url(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadInputError(f"The webhook URL {shown!r} is not an http(s) URL.", hint="Write --notify webhook:http://HOST:PORT/PATH.")
         try:
             parts.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:
-            raise BadInputError(f"The webhook URL {url!r} has a port that is not a number.", hint="Write --notify webhook:http://HOST:PORT/PATH.") from None
-        self.url = url
+            raise BadInputError(f"The webhook URL {shown!r} has a port that is not a number.", hint="Write --notify webhook:http://HOST:PORT/PATH.") from None
+        self._url = url  # what is sent to, credentials and all: in memory only, never shown
+        self.url = shown  # what logs, errors and the store see
+        self.target = target or shown  # the outbox's key for this notifier
         self.retries = max(1, retries)
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
@@ -145,6 +186,9 @@ class WebhookNotifier:
         self.delivered = 0
         self.failed = 0  # bodies given up on (after every retry), or dropped
         self.dropped = 0  # of those, pushed out of a full queue
+        self.refused = 0  # of those, refused for good by the receiver (not retried, not kept)
+        self.last_error: str | None = None  # why the last delivery failed
+        self._refusals_said: set[int] = set()  # statuses already logged: a refusal is said once
         self._q: deque[tuple[bytes, int | None]] = deque()
         self._cond = threading.Condition()
         self._busy = False
@@ -152,10 +196,12 @@ class WebhookNotifier:
         self._stop = threading.Event()
         self._cancel = http_client.Cancel()  # close() cuts the attempt under way with it
         if store is not None:
-            for oid, body in _outbox_pending(store, url):
+            if url != self.target:
+                _outbox_retarget(store, url, self.target)  # an older store kept them under the plain URL
+            for oid, body in _outbox_pending(store, self.target):
                 self._q.append((body, oid))
             if self._q:
-                log.info("webhook %s: %d notification(s) kept from before are sent again", url, len(self._q))
+                log.info("webhook %s: %d notification(s) kept from before are sent again", self.url, len(self._q))
         self._thread = threading.Thread(target=self._run, name="gpulens-webhook", daemon=True)
         self._thread.start()
 
@@ -175,12 +221,16 @@ class WebhookNotifier:
             self._q.append((body, outbox_id))
             self._cond.notify_all()
 
-    def _give_up(self, body: bytes, outbox_id: int | None) -> None:
+    def _give_up(self, body: bytes, outbox_id: int | None, *, keep: bool = True) -> None:
         self.failed += 1
         count_failure(self.kind)
+        if self.store is not None and not keep:
+            if outbox_id is not None:
+                self._forget(outbox_id)
+            return
         if self.store is not None and outbox_id is None:
             try:
-                _outbox_keep(self.store, self.url, body)
+                _outbox_keep(self.store, self.target, body)
             except Exception as e:  # noqa: BLE001 - the store failing (a full disk) must not stop notifying
                 log.error("webhook %s: could not keep an undelivered notification in the store: %s", self.url, e)
 
@@ -207,17 +257,32 @@ class WebhookNotifier:
     def _post(self, body: bytes) -> None:
         """One attempt, bounded by `timeout_seconds` overall (the seam cuts a trickling answer at it);
         the retries are `_deliver`'s, so that shutdown can cut the backoff short. No proxy: as before."""
-        resp = http_client.post(self.url, body=body, headers={"Content-Type": "application/json"},
+        resp = http_client.post(self._url, body=body, headers={"Content-Type": "application/json"},
                                 timeout_seconds=self.timeout_seconds, max_bytes=RECEIVER_ANSWER_MAX_BYTES,
                                 over_limit="truncate", env_proxy=False, cancel=self._cancel)
         if not resp.ok:
-            raise DeliveryError(f"the receiver answered {resp.status} {resp.reason}")
+            where = f" (to {http_client.redact_url(resp.headers['location'])})" if "location" in resp.headers else ""
+            raise DeliveryError(f"the receiver answered {resp.status} {resp.reason}{where}", status=resp.status,
+                                permanent=is_permanent(resp.status))
+
+    def _refused(self, body: bytes, outbox_id: int | None, e: DeliveryError) -> None:
+        """A refusal for good: recorded as failed with its reason, said once per status, not kept."""
+        self.refused += 1
+        if e.status not in self._refusals_said:
+            self._refusals_said.add(e.status)
+            log.error("webhook %s: %s; not retried and not kept (a redirect or a refusal is answered again to every "
+                      "attempt): fix the URL or the receiver. Later refusals like it are counted, not logged.", self.url, e)
+        self._give_up(body, outbox_id, keep=False)
 
     def _deliver(self, body: bytes, outbox_id: int | None) -> None:
         for attempt in range(self.retries):
             try:
                 self._post(body)
             except Exception as e:  # noqa: BLE001 - a garbage status line, a short body, a reset: all retried
+                self.last_error = str(e)
+                if isinstance(e, DeliveryError) and e.permanent:
+                    self._refused(body, outbox_id, e)
+                    return
                 if attempt + 1 == self.retries:
                     log.error("webhook %s: giving up after %d attempts: %s", self.url, self.retries, e)
                     self._give_up(body, outbox_id)
@@ -228,12 +293,17 @@ class WebhookNotifier:
                     return
                 continue
             self.delivered += 1
-            if outbox_id is not None and self.store is not None:
-                try:
-                    _outbox_forget(self.store, outbox_id)
-                except Exception as e:  # noqa: BLE001
-                    log.debug("webhook %s: could not clear a delivered notification from the store: %s", self.url, e)
+            if outbox_id is not None:
+                self._forget(outbox_id)
             return
+
+    def _forget(self, outbox_id: int) -> None:
+        if self.store is None:
+            return
+        try:
+            _outbox_forget(self.store, outbox_id)
+        except Exception as e:  # noqa: BLE001
+            log.debug("webhook %s: could not clear a notification from the store: %s", self.url, e)
 
     def flush(self, timeout_seconds: float = 5.0) -> bool:
         """Wait until everything queued was delivered or given up. True if it emptied in time."""
@@ -276,6 +346,15 @@ def _outbox_pending(store: Store, url: str) -> list[tuple[int, bytes]]:
         return []
 
 
+def _outbox_retarget(store: Store, old: str, new: str) -> None:
+    from gpulens.store.outbox import retarget
+
+    try:
+        retarget(store, old, new)
+    except Exception as e:  # noqa: BLE001 - as an unreadable outbox
+        log.error("webhook %s: could not re-key the notifications kept in the store: %s", new, e)
+
+
 def _outbox_keep(store: Store, url: str, body: bytes) -> None:
     from gpulens.store.outbox import keep_undelivered
 
@@ -312,6 +391,7 @@ def build_notifier(specs: Sequence[str], *, store: Store | None = None) -> Multi
     """'log', 'file:PATH', 'webhook:URL' -> notifiers. With `store`, webhooks keep what they could
     not deliver there and send it again on the next start."""
     out: list[Notifier] = []
+    targets: dict[str, int] = {}  # webhooks whose redacted URLs are alike keep their outboxes apart
     for spec in specs:
         kind, _, arg = spec.partition(":")
         if kind == "log" and not arg:
@@ -319,7 +399,10 @@ def build_notifier(specs: Sequence[str], *, store: Store | None = None) -> Multi
         elif kind == "file" and arg:
             out.append(FileNotifier(arg))
         elif kind == "webhook" and arg:
-            out.append(WebhookNotifier(arg, store=store))
+            shown = http_client.redact_url(arg)
+            targets[shown] = targets.get(shown, 0) + 1
+            out.append(WebhookNotifier(arg, store=store, target=shown if targets[shown] == 1 else f"{shown} #{targets[shown]}"))
         else:
-            raise BadInputError(f"Cannot read --notify {spec!r}.", hint="Use log, file:PATH or webhook:URL (e.g. webhook:http://127.0.0.1:9093/hook).")
+            shown_spec = f"{kind}:{http_client.redact_url(arg)}" if "//" in arg else spec
+            raise BadInputError(f"Cannot read --notify {shown_spec!r}.", hint="Use log, file:PATH or webhook:URL (e.g. webhook:http://127.0.0.1:9093/hook).")
     return MultiNotifier(out)

@@ -11,7 +11,6 @@ rules run as written.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from gpulens.alerts.expr import Node, band_selectors, cap_ranges
 from gpulens.alerts.notify import build_notifier
 from gpulens.alerts.rules import PACKS, Rule, RuleSet, load_rules
 from gpulens.alerts.source import SeriesRef, StoreSource
+from gpulens.alerts.timeline import AlertTimeline
+from gpulens.clock import Clock, as_clock
 from gpulens.errors import BadInputError, StoreError
 from gpulens.store import Store
 
@@ -54,7 +55,7 @@ class AlertRuntime:
         learn_seconds: float,
         rules_file: Path | None = None,
         notify: Sequence[str] = (),
-        clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] | None = None,
         packs: tuple[str, ...] = PACKS,
         rules: RuleSet | None = None,
         lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
@@ -62,7 +63,7 @@ class AlertRuntime:
         if not learn_seconds > 0:
             raise BadInputError(f"--learn must be above zero, not {learn_seconds!r} seconds.", hint="Give e.g. --learn 7d, or 30s for a demo.")
         self.store = store
-        self.clock = clock
+        self.clock = as_clock(clock)  # the real clock by default
         self.learn_seconds = float(learn_seconds)
         self.rules = rules if rules is not None else load_rules(rules_file, packs=packs)
         self.compiled = [compile_rule(r, self.learn_seconds) for r in self.rules.rules]
@@ -71,6 +72,8 @@ class AlertRuntime:
         self.baselines = Baselines(store, self.source, BaselineConfig(learn_seconds=self.learn_seconds, band=self.rules.band))
         self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
         self.engine = AlertEngine(store, self.notifier.send)
+        self.timeline = AlertTimeline(self.clock)  # alert times and durations, monotonic under clock steps
+        self._behind: Evaluator | None = None  # reads the rules at the alert time while the clock is set back
         self.evaluations = 0
 
     def _band_fn(self, spec: BandSpec) -> BandFn:
@@ -83,17 +86,19 @@ class AlertRuntime:
         """Evaluate every rule at `now` (unix seconds; the clock's time by default). Returns the pending
         and firing alerts, and those that resolved at this evaluation."""
         now = self.clock() if now is None else now
+        at = self.timeline.at(now)
         self.source.refresh()
         for c in self.compiled:
             for sel in c.band_selectors:
                 self.baselines.track(self.source.series(sel))
-        self.baselines.update(now, self._held_series())
-        results = [
-            RuleResult(c.rule, c.for_seconds, self.evaluator.vector(c.root, now, self._band_fn(c.rule.band)))
-            for c in self.compiled
-        ]
+        self.baselines.update(at.t, self._held_series())
+        if at.behind:
+            if self._behind is None:  # windows of its own, so that both readings' windows stay incremental
+                self._behind = Evaluator(StoreSource(self.store), self.evaluator.lookback_seconds)
+            self._behind.source.refresh()
+        results = [RuleResult(c.rule, c.for_seconds, self._vector(c, now, at.t if at.behind else None)) for c in self.compiled]
         pending_events = self.store.pending_count
-        out = self.engine.step(now, results)
+        out = self.engine.step(at.t, results, duration_clock=at.duration_clock)
         if self.store.pending_count > pending_events and self.store.write_error is None:
             try:
                 self.store.flush()  # alert events: visible to other readers right away
@@ -101,6 +106,17 @@ class AlertRuntime:
                 pass  # buffered; the sampling loop retries and raises GpulensStoreWriteFailing
         self.evaluations += 1
         return out
+
+    def _vector(self, c: CompiledRule, now: float, also_at: float | None) -> dict:
+        """The rule's answer at `now`; with `also_at` (the wall clock was set back behind the alert
+        time) the union with its answer there, so that what was true before the step still holds
+        while the clock is behind, and what the samples stamped since say counts too."""
+        band = self._band_fn(c.rule.band)
+        vector = self.evaluator.vector(c.root, now, band)
+        if also_at is None:
+            return vector
+        assert self._behind is not None
+        return {**self._behind.vector(c.root, also_at, band), **vector}
 
     def _held_series(self) -> set[int]:
         """Series with an active learned alert: their baselines are not refreshed mid-incident."""

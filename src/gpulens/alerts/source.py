@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.alerts.expr import Selector
-from gpulens.alerts.windows import RangeWindow
+from gpulens.alerts.windows import EventWindow, RangeWindow
 from gpulens.store import Store
-from gpulens.store.types import Sample
+from gpulens.store.types import Event, Sample
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -34,7 +34,8 @@ class StoreSource:
         self._by_name: dict[str, list[SeriesRef]] = {}
         self._max_id = -1
         self._windows: dict[tuple[int, float, bool], RangeWindow] = {}
-        self._used: dict[tuple[int, float, bool], int] = {}  # window -> the refresh that last used it
+        self._event_windows: dict[tuple[str, float], EventWindow] = {}
+        self._used: dict[tuple, int] = {}  # window -> the refresh that last used it
         self._refreshes = 0
 
     def refresh(self) -> None:
@@ -43,7 +44,8 @@ class StoreSource:
         self._refreshes += 1
         if self._refreshes % 100 == 0:
             for key in [k for k, n in self._used.items() if n < self._refreshes - 100]:
-                self._windows.pop(key, None)
+                self._windows.pop(key, None)  # type: ignore[arg-type]
+                self._event_windows.pop(key, None)  # type: ignore[arg-type]
                 self._used.pop(key, None)
         max_id = self.store.max_series_id()
         if max_id == self._max_id:
@@ -86,4 +88,20 @@ class StoreSource:
         return self.store.first_sample_time(sid)
 
     def events(self, kind: str, start: float, end: float) -> list[tuple[float, dict[str, str]]]:
-        return [(e.t, e.labels) for e in self.store.events(kind, start=start, end=end, include_start=False)]
+        return [(e.t, e.labels) for e in self.events_in(kind, start, end)]
+
+    def events_in(self, kind: str, start: float, end: float) -> list[Event]:
+        """Events of `kind` in (start, end], oldest first."""
+        return self.store.events(kind, start=start, end=end, include_start=False)
+
+    def event_labels_after(self, kind: str, start: float, end: float, *, after_id: int, after_t: float) -> list[tuple[int, float, dict[str, str]]]:
+        return self.store.event_labels_after(kind, start, end, after_id=after_id, after_t=after_t)
+
+    def event_window(self, kind: str, range_seconds: float, t: float) -> EventWindow:
+        """The kind's events in (t - range, t], counted per label set, kept from the last evaluation."""
+        key = (kind, range_seconds)
+        win = self._event_windows.get(key)
+        if win is None:
+            win = self._event_windows[key] = EventWindow(kind, range_seconds)
+        self._used[key] = self._refreshes
+        return win.advance(self, t)

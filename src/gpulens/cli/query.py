@@ -20,13 +20,13 @@ from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
 def query_command(
     metric: str = typer.Argument(..., help=f"Metric name, e.g. {GPU_UTILIZATION_RATIO}. A wrong name lists the close ones the store holds."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
-    since: str = typer.Option(None, "--since", help="How far back from the newest sample, e.g. 15m, 2h, 7d. Default: everything."),
+    since: str = typer.Option(None, "--since", help="How far back from now (from the newest sample when all are older), e.g. 15m, 2h, 7d. Default: everything."),
     label: list[str] = typer.Option([], "--label", "-l", help="Keep series with this label, e.g. gpu=0. Repeatable."),
     max_points: int = typer.Option(None, "--max-points", help="Downsample to at most this many points per series (from roll-ups)."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
-    """Print a metric's samples. `--since` counts back from the newest sample, so a replayed
-    session in the past answers too."""
+    """Print a metric's samples. `--since` counts back from now, or from the newest sample when
+    every sample is older, so a replayed session in the past answers too."""
     from gpulens.errors import BadInputError
     from gpulens.store import Store
 
@@ -56,8 +56,11 @@ def query_command(
         if since is not None:
             from gpulens.units import parse_duration
 
+            # Back from now; from the newest sample where every sample is older (a replayed session
+            # answers too). A sample dated in the future (a clock that was wrong) does not move it.
             rng = st.time_range(metric)
-            end = rng[1] if rng else time.time()
+            now = time.time()
+            end = min(rng[1], now) if rng else now
             start = end - parse_duration(since, what="--since")
         data = st.query(metric, labels or None, start=start, end=end, max_points=max_points)
     if fmt == "json":

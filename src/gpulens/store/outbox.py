@@ -1,6 +1,7 @@
 """Repository of undelivered alert notifications: what a webhook could not deliver (given up,
 dropped from a full queue, or still queued at shutdown) waits here for the next notifier of the
-same target, and is removed once delivered. Bounded: the oldest go beyond `MAX_KEPT` per target."""
+same target, and is removed once delivered. Bounded: the oldest go beyond `MAX_KEPT` per target.
+A target is the notifier's name as it may be shown (a webhook's redacted URL), never a secret."""
 
 from __future__ import annotations
 
@@ -33,3 +34,10 @@ def undelivered(store: Store, target: str) -> list[tuple[int, bytes]]:
 def forget_delivered(store: Store, outbox_id: int) -> None:
     with store._guard("write to") as conn:
         conn.execute("DELETE FROM notification_outbox WHERE id = ?", (outbox_id,))
+
+
+def retarget(store: Store, old: str, new: str) -> int:
+    """Move what waits under `old` to `new` (a store written before targets were redacted kept the
+    plain URL): returns how many moved."""
+    with store._transaction() as conn:
+        return int(conn.execute("UPDATE notification_outbox SET target = ? WHERE target = ?", (new, old)).rowcount)

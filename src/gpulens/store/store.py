@@ -542,6 +542,15 @@ class Store:
             rows = conn.execute(sql, args).fetchall()
         return with_labels([Event(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4])) for r in rows], labels)
 
+    def event_labels_after(self, kind: str, start: float, end: float, *, after_id: int, after_t: float) -> list[tuple[int, float, dict[str, str]]]:
+        """(id, t, labels) of the events of `kind` in (start, end] that are new to a reader who read
+        up to the event `after_id` and the time `after_t` before: committed since (a higher id), or
+        timed after `after_t`. Oldest first. For the alert evaluator's kept event windows."""
+        with self._guard("read") as conn:
+            rows = conn.execute("SELECT id, t, labels FROM events WHERE kind = ? AND t > ? AND t <= ? AND (id > ? OR t > ?) "
+                                "ORDER BY t, id", (kind, start, end, after_id, after_t)).fetchall()
+        return [(int(r[0]), float(r[1]), json.loads(r[2])) for r in rows]
+
     def event_kinds(self) -> list[str]:
         with self._guard("read") as conn:
             return [r[0] for r in conn.execute("SELECT DISTINCT kind FROM events ORDER BY kind")]
