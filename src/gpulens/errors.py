@@ -29,6 +29,7 @@ The tree (classes defined elsewhere name their module):
   │   ├── HttpUnavailableError                 (http_client: one mapping of every transport failure)
   │   ├── PrometheusUnavailableError           (reader.prometheus_api)
   │   ├── ScrapeUnavailableError               (workload.inference.scrape)
+  │   │   └── ScrapeRefusedError               (workload.inference.scrape: a page over the scrape limits)
   │   ├── TargetUnreachableError               (bench.serve.runner)
   │   └── _AllFailed                           (cli.bench: every request of a load run failed)
   └── MonitorUsageError                        2
