@@ -23,7 +23,8 @@ class FileWriteError(BadInputError):
     """An output file could not be written; nothing half-written was left at its path."""
 
 
-def _kept(path: Path) -> str:
+def kept_note(path: Path) -> str:
+    """What a failed write left at `path`: the file as it was, or none."""
     return f"{path} is as it was before" if path.exists() else f"no file was left at {path}"
 
 
@@ -119,7 +120,7 @@ def _fsync_folder(folder: Path) -> None:
 
 def write_failed(path: Path, what: str, e: OSError, hint: str) -> FileWriteError:
     """The one sentence for an output file that could not be written, saying what was kept."""
-    return FileWriteError(f"Cannot write {what} {path}: {e.strerror or e}; {_kept(path)}.", hint=hint)
+    return FileWriteError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
 
 
 @contextmanager

@@ -180,7 +180,7 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
 def write_markdown(data: ReportData, out: Path) -> list[Path]:
     """Write out.md and its charts under out's stem + '_files/' (each file whole or not at all; the
     charts first, so a report never points at a chart that is not there). Returns the PNG paths."""
-    from gpulens.files import FileWriteError, write_atomically
+    from gpulens.files import FileWriteError, kept_note, write_atomically
 
     hint = "Free some space or choose an --out path you can write to."
     folder = out.with_name(out.stem + "_files")
@@ -196,8 +196,8 @@ def write_markdown(data: ReportData, out: Path) -> list[Path]:
         try:
             write_atomically(path, png, what="the chart", hint=hint)
         except FileWriteError as e:
-            raise FileWriteError(f"{e.message} The report {out} was not written"
-                                 + (f" ({len(written)} chart(s) before it are in {folder})." if written else "."), hint=hint) from None
+            charts = f" ({len(written)} chart(s) before it are in {folder})" if written else ""
+            raise FileWriteError(f"{e.message} The report was not written{charts}: {kept_note(out)}.", hint=hint) from None
         written.append(path)
         return f"{folder.name}/{path.name}"
 
