@@ -44,6 +44,8 @@ def open_recording(path: Path) -> AtomicFile:
     that claims lines the disk did not take."""
     from gpulens.errors import BadInputError
 
+    if path.is_dir():  # found now, not when the recording is renamed onto it at the end
+        raise BadInputError(f"Cannot write the recording {path}: it is a folder.", hint="Give --out a file path, e.g. rec.jsonl.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return AtomicFile(path)
