@@ -312,7 +312,10 @@ class Store:
                 rows, self._pending = self._pending, []
                 events, self._pending_events = self._pending_events, []
             else:
-                (n_rows, n_events), self._marked = self._marked, (0, 0)
+                (n_rows, n_events) = self._marked
+                if not n_rows and not n_events:
+                    return 0  # nothing whole yet (a full batch mid-frame waits for the frame's end)
+                self._marked = (0, 0)
                 rows, self._pending = self._pending[:n_rows], self._pending[n_rows:]
                 events, self._pending_events = self._pending_events[:n_events], self._pending_events[n_events:]
             if not rows and not events:
