@@ -111,6 +111,21 @@ def test_a_trace_whose_earlier_lines_changed_is_refused_and_force_imports_it_aga
     assert len(_rows(db)) == 2 * n  # --force imports all of it again, as it says
 
 
+def test_two_recordings_with_the_same_header_are_two_traces(tmp_path):
+    """Every recording of one machine starts with the same header: it does not name the trace."""
+    from gpulens.pipeline.ingest import import_trace
+    from gpulens.store import Store
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    n = write_recording(first, 100)
+    m = write_recording(second, 50, first=1000)
+    assert first.read_text().splitlines()[0] == second.read_text().splitlines()[0]
+    with Store(tmp_path / "s.db") as st:
+        import_trace(first, st)
+        assert not import_trace(second, st).already_imported
+    assert len(_rows(tmp_path / "s.db")) == n + m
+
+
 INTERVAL_S = 0.5
 
 

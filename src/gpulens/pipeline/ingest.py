@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.errors import StoreError, TraceError
-from gpulens.gpu.replay import MAX_LINE_BYTES, ReplayBackend, event_hosts, resolve_trace
+from gpulens.gpu.replay import MAX_LINE_BYTES, RECORDING_FORMAT, ReplayBackend, event_hosts, resolve_trace
 from gpulens.gpu.trace_fields import SkippedLine
 from gpulens.pipeline.loop import Frame
 from gpulens.pipeline.node import AlertsConfig, NodeConfig, build_node
@@ -65,11 +65,19 @@ def _sha256(path: Path, nbytes: int | None = None) -> str:
 
 
 def trace_identity(telemetry_path: Path) -> str:
-    """What a trace is known by in the store: its first line (a recording's header, or the first
-    sample), so a copy of it, or the file after lines were appended, is the same trace."""
+    """What a trace is known by in the store: its first line that carries a time (the first sample;
+    after a `gpulens record` header, which every recording of one machine shares, the header and
+    the line after it), so a copy of it, or the file after lines were appended, is the same trace."""
+    h = hashlib.sha256()
     with telemetry_path.open("rb") as f:
         first = f.readline(MAX_LINE_BYTES)
-    return hashlib.sha256(first).hexdigest()
+        h.update(first)
+        if RECORDING_FORMAT.encode() in first:
+            for line in f:
+                if line.strip():
+                    h.update(line[:MAX_LINE_BYTES])
+                    break
+    return h.hexdigest()
 
 
 class _Progress(SinkBase):

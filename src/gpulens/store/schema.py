@@ -144,7 +144,7 @@ ON CONFLICT (series_id, bucket) DO UPDATE SET
 # sample once (store/trace_claims.py).
 TRACE_CLAIM_TABLES = (
     """CREATE TABLE IF NOT EXISTS trace_claims (
-  trace_id TEXT PRIMARY KEY,          -- sha256 of the telemetry file's first line
+  trace_id TEXT PRIMARY KEY,          -- sha256 of the telemetry file's first line(s): pipeline.ingest.trace_identity
   path TEXT NOT NULL,                 -- where it was last imported from (for messages only)
   position_t REAL,                    -- every sample and event recorded at or before this is stored
   samples INTEGER NOT NULL DEFAULT 0, -- GPU samples imported from it, all imports together

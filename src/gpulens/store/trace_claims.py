@@ -1,8 +1,8 @@
 """Repository of trace claims: how far each recorded trace is imported into this store, and which
 import is running on it now.
 
-A trace is known by the sha256 of its telemetry file's first line (a recording's header, or the
-first sample), so a copy elsewhere or a file that has grown is the same trace. Its row says up to
+A trace is known by the sha256 of its telemetry file's first line(s) (`pipeline.ingest.trace_identity`),
+so a copy elsewhere or a file that has grown is the same trace. Its row says up to
 which recorded time everything is stored (`position_t`); an import advances it in the very
 transaction that commits the rows it covers (`advance`, from the store's commit hook), so a kill at
 any moment leaves the row and the samples in agreement, and the next import continues after
