@@ -47,6 +47,13 @@ def _agent_times(db: Path) -> list[float]:
     return sorted(t for labels, t in rows if json.loads(labels).get("host") == "agent-node" and json.loads(labels).get("gpu") == "0")
 
 
+def _agent_count(db: Path) -> int:
+    try:
+        return len(_agent_times(db)) if db.exists() else 0
+    except sqlite3.Error:
+        return 0  # the agent is still creating the store
+
+
 def _largest_gap(times: list[float], lo: float, hi: float) -> float:
     inside = [t for t in times if lo <= t <= hi]
     return max((b - a for a, b in zip(inside, inside[1:], strict=False)), default=float("nan"))
@@ -69,7 +76,7 @@ def measure() -> tuple[float, float, float]:
                                   "--host", "agent-node", "--store", str(db)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
         try:
-            _wait(lambda: db.exists() and len(_agent_times(db)) >= 2, 60)
+            _wait(lambda: _agent_count(db) >= 2, 60)
             alone_from = time.time()
             time.sleep(6.0)  # the agent alone, as long as the replay will take
             t0 = time.time()

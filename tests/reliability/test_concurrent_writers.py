@@ -49,6 +49,14 @@ def _rows(db: Path, host: str | None = None) -> list[tuple[str, float]]:
     return [(labels, t) for labels, t in rows if host is None or json.loads(labels).get("host") == host]
 
 
+def _count(db: Path, host: str) -> int:
+    """How many gpu_up samples of `host` the store holds; 0 while the agent is still creating it."""
+    try:
+        return len(_rows(db, host)) if db.exists() else 0
+    except sqlite3.Error:
+        return 0
+
+
 def _replay(rec: Path, db: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([*CLI, "replay", str(rec), "--store", str(db), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
@@ -139,7 +147,7 @@ def test_an_agent_keeps_sampling_while_a_replay_imports_into_its_store(tmp_path)
                               "--host", "agent-node", "--store", str(db)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
-        wait_until(lambda: db.exists() and len(_rows(db, "agent-node")) >= 4, 60, "the agent's first samples", interval=0.1)
+        wait_until(lambda: _count(db, "agent-node") >= 4, 60, "the agent's first samples", interval=0.1)
         r = subprocess.run([*CLI, "replay", str(rec), "--store", str(db), "--speed", "45"],
                            capture_output=True, text=True, env=ENV, timeout=120)
         assert r.returncode == 0, r.stderr
