@@ -232,27 +232,28 @@ def _keep_outputs(csv_path: Path | None, report: Path | None, store: Path, no_st
                   write_csv: Callable[[], int], write_report: Callable[[], None], save: Callable[[], int | None]) -> _Outputs:
     """Write each output the run asked for; a failure of one is kept for the end and the others still go."""
     out = _Outputs()
-    steps: list[tuple[str, Callable[[], object]]] = []
     if csv_path is not None:
-        steps.append((f"the CSV {csv_path}", write_csv))
+        _try_output(out, f"the CSV {csv_path}", write_csv)
     if not no_store:
-        steps.append((f"the run in the store {store}", save))
-    if report is not None:
-        steps.append((f"the report {report}", write_report))
-    for what, step in steps:
-        try:
-            got = step()
-        except GpulensError as e:
-            out.failed.append((what, e))
-            continue
-        if what.startswith("the run in the store"):
-            if got is None:
-                continue
-            out.run_id = int(got)  # type: ignore[call-overload]
+        run_id = _try_output(out, f"the run in the store {store}", save, kept=lambda rid: f"run #{rid} in the store {store}")
+        if run_id is not None:
+            out.run_id = int(run_id)  # type: ignore[call-overload]
             console_err.print(f"[dim]stored as run #{out.run_id}[/]")
-            what = f"run #{out.run_id} in the store {store}"
-        out.kept.append(what)
+    if report is not None:
+        _try_output(out, f"the report {report}", write_report)
     return out
+
+
+def _try_output(out: _Outputs, what: str, write: Callable[[], object], kept: Callable[[object], str] | None = None) -> object:
+    """Run one output's write; its failure is noted in `out` (not raised), its success named as kept."""
+    try:
+        got = write()
+    except GpulensError as e:
+        out.failed.append((what, e))
+        return None
+    if got is not None or kept is None:
+        out.kept.append(kept(got) if kept is not None else what)
+    return got
 
 
 def _write_csv(load, csv_path: Path) -> int:  # noqa: ANN001
