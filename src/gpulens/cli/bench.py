@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -224,8 +225,10 @@ class _Outputs:
         what, err = self.failed[0]
         lost = ", ".join(w for w, _ in self.failed)
         kept = f"kept: {self.kept_text()}" if self.kept else "nothing else was kept"
-        raise type(err)(f"{err.message.rstrip('.')}. The run's figures are printed above; not kept: {lost}; {kept}.",
-                        hint=err.hint)
+        said = copy.copy(err)  # its class (and exit code) kept, whatever its constructor takes
+        said.message = f"{err.message.rstrip('.')}. The run's figures are printed above; not kept: {lost}; {kept}."
+        said.args = (said.message,)
+        raise said
 
 
 def _keep_outputs(csv_path: Path | None, report: Path | None, store: Path, no_store: bool, *,
