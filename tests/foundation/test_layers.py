@@ -31,6 +31,7 @@ grimp = pytest.importorskip("grimp", reason="the import-graph checks need grimp 
 # - exporter (the node's live /metrics) and pipeline (the node: one sampling loop wiring sources to
 #   sinks) sit above the consumers they feed; views is the panel model the surfaces share;
 # - cli, and gpucheck (`python -m gpulens.gpucheck`), are entry points: nothing imports them.
+# - files (writing a user's output file atomically) sits with units and clock: any feature's output uses it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli", "gpucheck"),
@@ -44,7 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpu", "store", "plan", "k8s"),
     ("promql", "http_client", "webconfig"),
     ("vocab",),
-    ("units", "stats", "mfu", "data", "clock"),
+    ("units", "stats", "mfu", "data", "clock", "files"),
     ("errors",),
 )
 # The public facade (gpulens/__init__.py) re-exports from every layer (lazily, by name).

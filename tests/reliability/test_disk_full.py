@@ -171,10 +171,14 @@ def test_record_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path):
                             "--duration", "20s", "--out", str(out)], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
         assert r.returncode == 4, r.stderr
-        assert "Traceback" not in r.stderr and "could not be written past line" in " ".join(r.stderr.split())
+        said = " ".join(r.stderr.split())
+        assert "Traceback" not in r.stderr and "could not be written" in said, said
+        kept = int(said.split("keeps its first ")[1].split()[0])
+        assert len(out.read_bytes().splitlines()) == kept and out.read_bytes().endswith(b"\n")  # the lines it says, whole
+        assert not list(mnt.glob(".*.tmp"))  # no temporary file left behind
         from gpulens import ReplayBackend
 
-        rb = ReplayBackend(out)  # what was written before is a recording that replays
+        rb = ReplayBackend(out)  # what it kept is a recording that replays
         assert rb.sample()
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -135,9 +135,10 @@ class _Interrupt(BaseException):
 
 
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, _Interrupt])
-def test_an_interrupted_import_keeps_nothing_and_a_rerun_imports_once(tmp_path, h200_trace, stop):
+def test_an_interrupted_import_keeps_whole_frames_and_a_rerun_imports_the_rest_once(tmp_path, h200_trace, stop):
     """Batches committed along the way used to stay behind while the marker did not: the rerun
-    then stored them twice."""
+    then stored them twice. Now each batch commits with the trace claim's position: the frames
+    before the interruption stay (never half of the one it cut), and the rerun adds only the rest."""
     db = tmp_path / "s.db"
     with Store(db) as st:
         full = import_trace(h200_trace, st)
@@ -151,19 +152,19 @@ def test_an_interrupted_import_keeps_nothing_and_a_rerun_imports_once(tmp_path, 
     with Store(db, batch_size=200) as st:  # several batches flushed before the interruption
         with pytest.raises(stop):
             import_trace(h200_trace, st, on_progress=interrupt)
-        assert sample_rows(st, "gpu_up") == 0
-        assert st.events() == []
+        assert sample_rows(st, "gpu_up") == 299  # frame 300 was cut short by the interruption: none of it
     with Store(db, batch_size=200) as st:
         again = import_trace(h200_trace, st)
-        assert again.gpu_frames == full.gpu_frames
+        assert again.gpu_frames == full.gpu_frames - 299
+        assert again.lines_already_imported == 299
         assert sample_rows(st, "gpu_up") == want_up
         assert len(st.events()) == want_events
         assert import_trace(h200_trace, st).already_imported
 
 
-def test_a_stopped_import_is_refused_not_half_kept(tmp_path, h200_trace):
-    """A signal handler that stops the loop (rather than raising) must not leave half a trace
-    marked as imported."""
+def test_a_stopped_import_is_said_and_continued_by_the_next(tmp_path, h200_trace):
+    """A signal handler that stops the loop (rather than raising) must not leave the trace marked
+    as imported: the import says it stopped, and the next one imports the rest, once."""
     from gpulens.pipeline import node as node_mod
 
     real_build = node_mod.build_node
@@ -190,5 +191,7 @@ def test_a_stopped_import_is_refused_not_half_kept(tmp_path, h200_trace):
     finally:
         ingest.build_node = real_build
     with Store(tmp_path / "s.db") as st:
-        assert sample_rows(st, "gpu_up") == 0
-        assert not import_trace(h200_trace, st).already_imported
+        assert sample_rows(st, "gpu_up") == 50
+        rest = import_trace(h200_trace, st)
+        assert not rest.already_imported and rest.gpu_frames == 995 - 50
+        assert sample_rows(st, "gpu_up") == 995

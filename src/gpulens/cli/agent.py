@@ -130,11 +130,11 @@ def record_command(
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration")
-    f = open_recording(out)
+    rec = open_recording(out)
     sink = None
     error: OSError | None = None
     try:
-        node = build_node(NodeConfig(backend=backend, interval_seconds=interval_s, record_to=f, alerts=None, colocation=False))
+        node = build_node(NodeConfig(backend=backend, interval_seconds=interval_s, record_to=rec.file, alerts=None, colocation=False))
         sink = next(s for s in node.sinks if isinstance(s, RecorderSink))
         sink.on_error = node.loop.stop  # a full disk ends the recording there
         install_stop_handlers(node.loop.stop_event)
@@ -142,20 +142,24 @@ def record_command(
             node.run(duration_s)
         finally:
             node.close()
-        f.close()
+        if sink.error is None:
+            rec.commit()  # flushed, fsynced, renamed onto --out: every line counted is on disk
     except OSError as e:  # the last buffered lines could not be written
         error = e
-    finally:
-        try:
-            f.close()
-        except OSError:
-            pass
+    except BaseException:
+        rec.discard()
+        raise
     err = error or (sink.error if sink is not None else None)
     lines = sink.recorder.lines if sink is not None else 0
     if err is not None:
+        kept = rec.salvage()  # only the complete lines that reached the disk
         cls = StorageFullError if err.errno == errno.ENOSPC else BadInputError
-        raise cls(f"The recording {out} could not be written past line {lines}: {err.strerror or err}.",
-                  hint="Free some space or choose another --out; the lines before it are a valid recording.")
+        said = (f"{out} keeps its first {kept} of the {lines} lines recorded (its header and {kept - 1} samples), "
+                "a recording that replays" if kept > 1
+                else f"{out} keeps only its header, no sample" if kept == 1
+                else f"nothing of it was kept: none of its {lines} lines reached the disk whole")
+        raise cls(f"The recording {out} could not be written: {err.strerror or err}; {said}.",
+                  hint="Free some space or choose another --out.")
     console_err.print(escape(f"wrote {lines} lines to {out}"))
 
 

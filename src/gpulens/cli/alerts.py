@@ -90,10 +90,9 @@ def alerts_export_command(
     if out is None:
         typer.echo(res.text, nl=False)
         return
-    try:
-        out.write_text(res.text, encoding="utf-8")
-    except OSError as e:
-        raise BadInputError(f"Cannot write {out}: {e.strerror}.", hint="Choose a writable --out path.") from None
+    from gpulens.files import write_atomically
+
+    write_atomically(out, res.text, what="the rules file", hint="Free some space or choose a writable --out path.")
     console.print(escape(f"Wrote {res.exported} Prometheus rules to {out}") + (f"; left out {len(res.skipped)} (see the file's header)." if res.skipped else "."))
 
 

@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import typer
 from gpulens.cli.common import console, console_err, store_option
 from gpulens.cli.options import with_options
 from gpulens.cli.serve_options import ServeOptions
-from gpulens.errors import BadInputError, GateFailedError, UnavailableError
+from gpulens.errors import BadInputError, GateFailedError, GpulensError, UnavailableError
 from gpulens.units import parse_speed
 
 bench_app = typer.Typer(
@@ -151,19 +154,19 @@ def serve(
             spec, slos, tolerance_ratio=opts.tolerance_ratio, max_probes=opts.max_probes, max_value=cap, progress_factory=progress_factory,
             on_tick=tick, on_probe=None if out_json else _print_probe, max_error_ratio=max_error_ratio,
             min_goodput_ratio=goodput))
-        if csv_path is not None:
-            from gpulens.bench.serve.output import write_sweep_csv
+        def keep_sweep() -> _Outputs:
+            return _keep_outputs(
+                csv_path, report, store, no_store, write_csv=lambda: _write_sweep_csv(result, csv_path),
+                write_report=lambda: _write_report(report, spec, slos, sweep=result),
+                save=lambda: _save(store, spec, result.probes[-1].result, opts.slo, {"sweep": result.to_dict()}) if result.probes else None)
 
-            n = write_sweep_csv(result, csv_path)
-            console_err.print(f"[dim]wrote {n} probes to {csv_path}[/]")
-        if not no_store and result.probes:
-            _save(store, spec, result.probes[-1].result, opts.slo, {"sweep": result.to_dict()})
-        if report is not None:
-            _write_report(report, spec, slos, sweep=result)
         if out_json:
+            outputs = keep_sweep()
             sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
         else:
-            _render_sweep(result)
+            _render_sweep(result)  # the figures first: a failed write below never takes them away
+            outputs = keep_sweep()
+        outputs.raise_failure()
         if result.best is None and not no_fail:
             raise GateFailedError(f"No load tried met every SLO ({', '.join(result.slos)}).",
                                   hint="Lower the starting --rate (or --concurrency), or relax the SLOs; --no-fail exits 0.")
@@ -172,24 +175,25 @@ def serve(
     load = _with_progress(lambda progress_factory, tick: run_load(
         spec, slos, progress=progress_factory(), on_tick=tick, max_error_ratio=max_error_ratio,
         min_goodput_ratio=goodput))
-    if csv_path is not None:
-        from gpulens.bench.serve.output import write_csv
-
-        n = write_csv(load, csv_path)
-        console_err.print(f"[dim]wrote {n} requests to {csv_path}[/]")
-    run_id = None if no_store else _save(store, spec, load, opts.slo)
-    if report is not None:
-        _write_report(report, spec, slos, load=load)
     s = load.summary
+
+    def keep() -> _Outputs:
+        return _keep_outputs(csv_path, report, store, no_store, write_csv=lambda: _write_csv(load, csv_path),
+                             write_report=lambda: _write_report(report, spec, slos, load=load), save=lambda: _save(store, spec, load, opts.slo))
+
     if out_json:
         from gpulens.bench.serve.vllm_compat import vllm_load_keys, vllm_result
 
+        outputs = keep()  # JSON carries the run's id: written after, and printed whatever failed
         vllm = vllm_result(load.records, s.duration_seconds, slos=slos, **vllm_load_keys(spec))
-        sys.stdout.write(json.dumps({**s.to_dict(), **vllm, "run_id": run_id}, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps({**s.to_dict(), **vllm, "run_id": outputs.run_id}, indent=2, default=str) + "\n")
         for w in s.warnings:
             console_err.print(f"[yellow]warning:[/] {w}", highlight=False)
     else:
-        _render_summary(s, run_id)
+        _render_summary(s, None)  # the figures first: a failed write below never takes them away
+        outputs = keep()
+    outputs.raise_failure()
+    kept = f" The results above are kept ({outputs.kept_text()})." if outputs.kept else ""
     if s.requests.total and s.requests.ok == 0:
         if s.requests.timeout == s.requests.total:
             hint = "The server accepts connections but does not answer: check that it is not stuck, or raise --timeout."
@@ -197,11 +201,78 @@ def serve(
             hint = "The server's TLS certificate is not trusted here: add --insecure for a test server with a self-signed one."
         else:
             hint = "Check the URL, method and body against the server's API."
-        raise _AllFailed(f"Every request to {opts.url} failed: {s.first_error or 'no response'}.",
-                         hint=hint + " The results above are kept (CSV and store).")
+        raise _AllFailed(f"Every request to {opts.url} failed: {s.first_error or 'no response'}.", hint=hint + kept)
     if s.failures and not no_fail:
         raise GateFailedError(f"The run failed its gate: {'; '.join(s.failures)}.",
-                              hint="The results above are kept (CSV and store); --no-fail reports without failing.")
+                              hint=("--no-fail reports without failing." + kept).strip())
+
+
+@dataclass
+class _Outputs:
+    """What a run's outputs (CSV, store, report) became: each kept, or failed with its error."""
+
+    kept: list[str] = field(default_factory=list)
+    failed: list[tuple[str, GpulensError]] = field(default_factory=list)
+    run_id: int | None = None
+
+    def kept_text(self) -> str:
+        return ", ".join(self.kept)
+
+    def raise_failure(self) -> None:
+        """The first failure, saying what was kept and what was not (its exit code kept: 4 for a full disk)."""
+        if not self.failed:
+            return
+        what, err = self.failed[0]
+        lost = ", ".join(w for w, _ in self.failed)
+        kept = f"kept: {self.kept_text()}" if self.kept else "nothing else was kept"
+        said = copy.copy(err)  # its class (and exit code) kept, whatever its constructor takes
+        said.message = f"{err.message.rstrip('.')}. The run's figures are printed above; not kept: {lost}; {kept}."
+        said.args = (said.message,)
+        raise said
+
+
+def _keep_outputs(csv_path: Path | None, report: Path | None, store: Path, no_store: bool, *,
+                  write_csv: Callable[[], int], write_report: Callable[[], None], save: Callable[[], int | None]) -> _Outputs:
+    """Write each output the run asked for; a failure of one is kept for the end and the others still go."""
+    out = _Outputs()
+    if csv_path is not None:
+        _try_output(out, f"the CSV {csv_path}", write_csv)
+    if not no_store:
+        run_id = _try_output(out, f"the run in the store {store}", save, kept=lambda rid: f"run #{rid} in the store {store}")
+        if run_id is not None:
+            out.run_id = int(run_id)  # type: ignore[call-overload]
+            console_err.print(f"[dim]stored as run #{out.run_id}[/]")
+    if report is not None:
+        _try_output(out, f"the report {report}", write_report)
+    return out
+
+
+def _try_output(out: _Outputs, what: str, write: Callable[[], object], kept: Callable[[object], str] | None = None) -> object:
+    """Run one output's write; its failure is noted in `out` (not raised), its success named as kept."""
+    try:
+        got = write()
+    except GpulensError as e:
+        out.failed.append((what, e))
+        return None
+    if got is not None or kept is None:
+        out.kept.append(kept(got) if kept is not None else what)
+    return got
+
+
+def _write_csv(load, csv_path: Path) -> int:  # noqa: ANN001
+    from gpulens.bench.serve.output import write_csv
+
+    n = write_csv(load, csv_path)
+    console_err.print(f"[dim]wrote {n} requests to {csv_path}[/]")
+    return n
+
+
+def _write_sweep_csv(result, csv_path: Path) -> int:  # noqa: ANN001
+    from gpulens.bench.serve.output import write_sweep_csv
+
+    n = write_sweep_csv(result, csv_path)
+    console_err.print(f"[dim]wrote {n} probes to {csv_path}[/]")
+    return n
 
 
 class _AllFailed(UnavailableError):

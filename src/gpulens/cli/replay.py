@@ -18,7 +18,7 @@ def replay_command(
     job: str = typer.Option("h200-demo", "--job", help="Job label for imported training steps that name none."),
     service: str = typer.Option("h200-demo", "--service", help="Service label for imported requests that name none."),
     host: str = typer.Option(None, "--host", help="Host to store the trace under (GPU samples and workload records). Default: the host the recording names, else replay."),
-    force: bool = typer.Option(False, "--force", help="Import even if this trace was already imported into this store."),
+    force: bool = typer.Option(False, "--force", help="Import all of the trace again, even what this store holds of it already (those samples are then stored twice)."),
     learn: str = typer.Option("7d", "--learn", help="How long each series is learned (from its first sample) before learned alert rules may fire."),
     rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
     notify: list[str] = typer.Option([], "--notify", help="Where alerts go: log, file:PATH, webhook:URL. Repeatable."),
@@ -26,7 +26,9 @@ def replay_command(
     """Import a recorded trace (GPU telemetry and workload events) as if it had been sampled live.
 
     Recorded times are kept, alert rules are evaluated along the recorded timeline, and a malformed
-    line is skipped and counted while the rest is imported.
+    line is skipped and counted while the rest is imported. Each sample is stored once: a trace
+    imported before imports nothing again, a grown one only its new lines, an interrupted import is
+    continued by the next, and replays of one trace running at once wait for each other.
 
         gpulens replay                                   # the bundled H200 session
         gpulens replay path/to/trace --store run.db --learn 20s
@@ -42,11 +44,19 @@ def replay_command(
     speed_f = parse_speed(speed, allow_max=True)
     path = trace or bundled_trace()
     alerts = AlertsConfig(parse_duration(learn, what="--learn", allow_zero=True), rules, list(notify))
+    def waiting(pid: str) -> None:
+        console_err.print(escape(f"another gpulens replay (pid {pid}) is importing this trace into {store}; waiting for it, "
+                                 "then importing what it did not."))
+
     with Store(store) as st, console_err.status(f"importing {path} …"):
-        summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service, host=host or ""), force=force, alerts=alerts)
+        summary = import_trace(path, st, speed=speed_f, ctx=ImportContext(job=job, service=service, host=host or ""), force=force,
+                               alerts=alerts, on_wait=waiting)
     if summary.already_imported:
         console.print(escape(f"{summary.trace} is already in {store}; nothing imported (use --force to import it again)."))
         return
+    if summary.lines_already_imported:
+        console.print(escape(f"{summary.lines_already_imported} line(s) of {summary.trace} were imported before; "
+                             "only what came after them is imported now."))
     events = ", ".join(f"{n} {k}" for k, n in sorted(summary.events.items())) or "none"
     console.print(escape(
         f"imported {summary.gpu_frames} GPU samples ({summary.gpu_values} values) over "

@@ -97,14 +97,12 @@ def _run(tune, spec, store: Path, *, ask: bool, fmt: str, html: Path | None) -> 
 
 
 def _emit(result, fmt: str, html: Path | None) -> None:  # noqa: ANN001
-    from gpulens.errors import BadInputError
     from gpulens.tune.report import html_report, terminal
 
     if html is not None:
-        try:
-            html.write_text(html_report(result), encoding="utf-8")
-        except OSError as e:
-            raise BadInputError(f"Cannot write the HTML report to {html}: {e.strerror}.", hint="Give a path in a writable folder.") from None
+        from gpulens.files import write_atomically
+
+        write_atomically(html, html_report(result), what="the HTML report", hint="Free some space or give a path in a writable folder.")
     if fmt == "json":
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from gpulens import promql as P
 from gpulens.errors import BadInputError
+from gpulens.files import write_atomically
 from gpulens.views.panels import (
     LEGEND_OWNER,
     PANELS,
@@ -231,8 +232,5 @@ def write_grafana_dashboard(out: str | Path | None, **kw: Any) -> str:
     path = Path(out)
     if not path.parent.exists():
         raise BadInputError(f"The folder {path.parent} does not exist.", hint="Create it or choose another --out.")
-    try:
-        path.write_text(text + "\n", encoding="utf-8")
-    except OSError as e:
-        raise BadInputError(f"Cannot write {path}: {e.strerror}.", hint="Choose an --out path you can write to.") from None
+    write_atomically(path, text + "\n", what="the dashboard", hint="Free some space or choose an --out path you can write to.")
     return text

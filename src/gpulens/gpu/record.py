@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
+from gpulens.files import AtomicFile
 from gpulens.gpu.backend import GpuBackend
 from gpulens.gpu.replay import RECORDING_FORMAT
 from gpulens.gpu.types import GpuSample, XidEvent
@@ -37,11 +38,16 @@ class Recorder:
         self._write({"type": "xid", **asdict(ev)})
 
 
-def open_recording(path: Path) -> IO[str]:
+def open_recording(path: Path) -> AtomicFile:
+    """The recording's file, written beside `path` and renamed onto it when done (`commit`), or cut
+    after its last complete line when a write fails (`salvage`): never a half line, never a file
+    that claims lines the disk did not take."""
     from gpulens.errors import BadInputError
 
+    if path.is_dir():  # found now, not when the recording is renamed onto it at the end
+        raise BadInputError(f"Cannot write the recording {path}: it is a folder.", hint="Give --out a file path, e.g. rec.jsonl.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return path.open("w", encoding="utf-8")
+        return AtomicFile(path)
     except OSError as e:
         raise BadInputError(f"Cannot write the recording {path}: {e.strerror}.", hint="Choose an --out path in a folder you can write to.") from None

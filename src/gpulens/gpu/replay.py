@@ -166,8 +166,12 @@ class ReplayBackend:
         loop: bool = False,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        resume_after: float | None = None,
     ):
         self.telemetry_path, self.events_path = resolve_trace(path)
+        # an import that continues a trace stored before: samples and XIDs recorded at or before this are skipped
+        self.resume_after = resume_after
+        self.lines_already_imported = 0
         if speed is not None and speed <= 0:
             raise TraceError(f"A replay speed must be above zero, not {speed}.", hint="Use --speed max or a factor such as 1 or 10.")
         self.speed = speed
@@ -274,6 +278,9 @@ class ReplayBackend:
                 self._skip(lineno, f"unreadable ({type(e).__name__})")
                 continue
             if s is None:
+                continue
+            if self.resume_after is not None and s.t <= self.resume_after:
+                self.lines_already_imported += 1
                 continue
             if isinstance(s, XidEvent):
                 self._xids.append(s)

@@ -8,13 +8,14 @@ the alert rules evaluated every `evaluate_seconds` of recorded time.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulens.errors import TraceError
-from gpulens.gpu.replay import ReplayBackend, event_hosts
+from gpulens.errors import StoreError, TraceError
+from gpulens.gpu.replay import MAX_LINE_BYTES, RECORDING_FORMAT, ReplayBackend, event_hosts, resolve_trace
 from gpulens.gpu.trace_fields import SkippedLine
 from gpulens.pipeline.loop import Frame
 from gpulens.pipeline.node import AlertsConfig, NodeConfig, build_node
@@ -22,8 +23,10 @@ from gpulens.pipeline.sinks import (
     Evaluator,
     SinkBase,
 )
-from gpulens.store import Store
-from gpulens.workload.importers import REPLAY_HOST, ImportContext
+from gpulens.store import Store, trace_claims
+from gpulens.workload.importers import REPLAY_HOST, ImportContext, event_time
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,7 +40,8 @@ class ImportSummary:
     events: dict[str, int] = field(default_factory=dict)
     start: float | None = None
     end: float | None = None
-    already_imported: bool = False
+    already_imported: bool = False  # nothing new: every sample and event of the trace was stored before
+    lines_already_imported: int = 0  # samples and XIDs of the trace an earlier import stored (skipped now)
     gpus: list[str] = field(default_factory=list)
 
     @property
@@ -45,12 +49,35 @@ class ImportSummary:
         return (self.end - self.start) if self.start is not None and self.end is not None else 0.0
 
 
-def _fingerprint(path: Path) -> str:
+def _sha256(path: Path, nbytes: int | None = None) -> str:
+    """sha256 of the file's first `nbytes` bytes (all of it when None)."""
     h = hashlib.sha256()
+    left = nbytes
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        while left is None or left > 0:
+            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
             h.update(chunk)
-    return h.hexdigest()[:16]
+            if left is not None:
+                left -= len(chunk)
+    return h.hexdigest()
+
+
+def trace_identity(telemetry_path: Path) -> str:
+    """What a trace is known by in the store: its first line that carries a time (the first sample;
+    after a `gpulens record` header, which every recording of one machine shares, the header and
+    the line after it), so a copy of it, or the file after lines were appended, is the same trace."""
+    h = hashlib.sha256()
+    with telemetry_path.open("rb") as f:
+        first = f.readline(MAX_LINE_BYTES)
+        h.update(first)
+        if RECORDING_FORMAT.encode() in first:
+            for line in f:
+                if line.strip():
+                    h.update(line[:MAX_LINE_BYTES])
+                    break
+    return h.hexdigest()
 
 
 class _Progress(SinkBase):
@@ -75,6 +102,49 @@ def map_recorded_host(ctx: ImportContext, backend: ReplayBackend) -> None:
         ctx.host_map.setdefault(own, ctx.host)
 
 
+class _WholeFrames(SinkBase):
+    """The last sink: a frame every sink has seen is whole. It is marked committable in the store
+    (never half a frame), and a batch is committed once it holds `max_rows` rows or `max_seconds`
+    of work, so a long import holds the store's write lock only in short commits (another writer,
+    the agent, waits one commit at most, never the whole import)."""
+
+    def __init__(self, store: Store, commit: Callable[[], None], max_rows: int, max_seconds: float):
+        self.store = store
+        self.commit = commit
+        self.max_rows = max_rows
+        self.max_seconds = max_seconds
+        self.last_t: float | None = None  # recorded time of the last whole frame
+        self.samples = 0  # GPU samples in whole frames
+        self.last_commit = time.monotonic()
+
+    def on_frame(self, frame: Frame) -> None:
+        self.last_t = frame.source_time if frame.source_time is not None else frame.t
+        self.samples += len(frame.samples)
+        self.store.mark()
+        if self.store.pending_count >= self.max_rows or time.monotonic() - self.last_commit >= self.max_seconds:
+            self.commit()
+
+
+# A batch of an import: at most this many rows, or this much wall time, between commits.
+IMPORT_BATCH_ROWS = 5_000
+IMPORT_BATCH_SECONDS = 0.25
+CLAIM_POLL_SECONDS = 0.2
+
+
+def _claim(store: Store, trace_id: str, path: Path, owner: str,
+           on_wait: Callable[[str], None] | None) -> trace_claims.TraceClaim:
+    """Take the trace's claim, waiting while another live import holds it (Ctrl-C ends the wait)."""
+    told = False
+    while True:
+        got = trace_claims.take(store, trace_id, str(path), owner)
+        if isinstance(got, trace_claims.TraceClaim):
+            return got
+        if not told and on_wait is not None:
+            on_wait(trace_claims.owner_pid(got))
+            told = True
+        time.sleep(CLAIM_POLL_SECONDS)
+
+
 def import_trace(
     path: str | Path,
     store: Store,
@@ -83,51 +153,115 @@ def import_trace(
     ctx: ImportContext | None = None,
     force: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    on_wait: Callable[[str], None] | None = None,
     alerts: AlertsConfig | None = None,
     evaluators: list[Evaluator] | None = None,
     evaluate_seconds: float = 1.0,
+    batch_rows: int = IMPORT_BATCH_ROWS,
+    batch_seconds: float = IMPORT_BATCH_SECONDS,
 ) -> ImportSummary:
     """Import a trace's GPU telemetry and workload events, keeping their recorded times.
 
     Telemetry and events are merged in time order, and the alert rules (`alerts`, or `evaluators` the
     caller holds and closes) run every `evaluate_seconds` of recorded time, so alerts on a replay are
-    the ones a live agent would raise. A trace already imported into this store is not imported twice
-    (unless `force`), so running `make run` again does not double every sample."""
-    backend = ReplayBackend(path, speed=speed, rebase=False)
+    the ones a live agent would raise.
+
+    Each sample is stored once, whatever runs at the same time: the import claims the trace in the
+    store (`store.trace_claims`) and commits in batches of whole frames, each with the claim's new
+    position in the same transaction. A second import of the same trace waits for the first
+    (`on_wait` is told the pid); a trace imported before imports nothing again, a grown one only its
+    new tail, and an import stopped midway (Ctrl-C, kill -9) is continued by the next. `force`
+    imports all of the trace again (its samples are then stored twice)."""
+    telemetry_path, _ = resolve_trace(path)
+    trace_id = trace_identity(telemetry_path)
+    owner = trace_claims.this_owner()
+    claim = _claim(store, trace_id, telemetry_path, owner, on_wait)
+    try:
+        return _import_claimed(path, store, claim, owner, speed=speed, ctx=ctx, force=force, on_progress=on_progress,
+                               alerts=alerts, evaluators=evaluators, evaluate_seconds=evaluate_seconds,
+                               batch_rows=batch_rows, batch_seconds=batch_seconds)
+    finally:
+        try:
+            trace_claims.release(store, trace_id, owner)
+        except StoreError:
+            log.debug("the claim on %s could not be released; the next import takes it over", telemetry_path)
+
+
+def _import_claimed(
+    path: str | Path, store: Store, claim: trace_claims.TraceClaim, owner: str, *, speed: float | None,
+    ctx: ImportContext | None, force: bool, on_progress: Callable[[int], None] | None, alerts: AlertsConfig | None,
+    evaluators: list[Evaluator] | None, evaluate_seconds: float, batch_rows: int, batch_seconds: float,
+) -> ImportSummary:
+    telemetry_path, _ = resolve_trace(path)
+    size = telemetry_path.stat().st_size
+    sha = _sha256(telemetry_path, size)
+    summary = ImportSummary(trace=str(telemetry_path))
+    if not force:
+        if claim.prefix_bytes and (size < claim.prefix_bytes or _sha256(telemetry_path, claim.prefix_bytes) != claim.prefix_sha):
+            raise TraceError(
+                f"The trace {telemetry_path} begins like one imported into this store before, but its earlier lines "
+                "differ from what was imported; nothing was imported.",
+                hint="Use --force to import all of it again (samples it shares with the earlier import are then stored twice), "
+                     "or use another --store.",
+            )
+        # a store from before trace claims marked a whole-file import in meta
+        if claim.position_t is None and store.get_meta(f"imported:{sha[:16]}"):
+            summary.already_imported = True
+            return summary
+    resume_after = None if force else claim.position_t
+    trace_claims.begin(store, claim.trace_id, owner, prefix_bytes=size, prefix_sha=sha, restart=force)
+    backend = ReplayBackend(path, speed=speed, rebase=False, resume_after=resume_after)
+    summary.gpus = [g.name for g in backend.gpus()]
     ctx = ctx or ImportContext()
-    summary = ImportSummary(trace=str(backend.telemetry_path), gpus=[g.name for g in backend.gpus()])
-    key = f"imported:{_fingerprint(backend.telemetry_path)}"
-    if store.get_meta(key) and not force:
-        backend.close()
-        summary.already_imported = True
-        rng = store.time_range()
-        if rng:
-            summary.start, summary.end = rng
-        return summary
     map_recorded_host(ctx, backend)
     ctx.gpu_model = ctx.gpu_model or next((g.name for g in backend.gpus()), "")  # the GPU's model, for peaks such as MFU's
     progress = _Progress(on_progress)
-    # One transaction per trace, its marker included: a kill or Ctrl-C midway leaves nothing
-    # behind, so the rerun imports it whole, once.
-    with store.atomic():
+    store.flush()  # what was buffered before is not this trace's
+    base_samples = 0 if force else claim.samples
+    node = None
+    whole: _WholeFrames | None = None
+
+    def progress_now() -> tuple[float | None, int]:
+        if whole is None:
+            return None, base_samples
+        whole.last_commit = time.monotonic()
+        return whole.last_t, base_samples + whole.samples
+
+    store.commit_marked_only(True)
+    store.commit_hook = trace_claims.commit_hook(claim.trace_id, owner, progress_now)
+    try:
         node = build_node(
             NodeConfig(backend=backend, host=ctx.host, alerts=alerts, evaluators=list(evaluators or ()), import_context=ctx,
                        evaluate_seconds=evaluate_seconds, view=progress.on_frame),
             store=store,
         )
+        whole = _WholeFrames(store, node.loop.flush, batch_rows, batch_seconds)
+        node.loop.sinks.append(whole)  # after every other sink: a frame is whole when it gets there
+        events = node.trace_events
+        if events is not None and resume_after is not None:
+            events.events = [r for r in events.events if event_time(r) > resume_after]  # type: ignore[operator]
+        stats = node.run()
+        if not backend.exhausted:  # stopped (a signal) before the end
+            raise TraceError(
+                f"The import of {backend.telemetry_path} was stopped before its end; what it stored is kept, "
+                "and running it again imports the rest (each sample once).",
+                hint="Run it again.")
+        last_event = events.last_event_t if events is not None else None
+        end = max((x for x in (stats.last_sample_t, last_event) if x is not None), default=None)
+        if end is not None:
+            whole.last_t = max(end, whole.last_t or end)  # the workload that outlasted the telemetry is whole too
+            store.mark()
+            node.loop.evaluate(end)  # the rules see the workload that outlasted the telemetry
+        node.loop.flush(force=True)
+        if store.pending_count:
+            store.flush()  # a failure to write the end of the trace is the import's failure, not a warning
+    finally:
         try:
-            stats = node.run()
-            if not backend.exhausted:  # stopped (a signal) before the end: keep nothing of it
-                raise TraceError(f"The import of {backend.telemetry_path} was stopped before its end; nothing of it was kept.",
-                                 hint="Run it again.")
-            events = node.trace_events
-            last_event = events.last_event_t if events is not None else None
-            end = max((x for x in (stats.last_sample_t, last_event) if x is not None), default=None)
-            if end is not None:
-                node.loop.evaluate(end)  # the rules see the workload that outlasted the telemetry
+            if node is not None:
+                node.close()
         finally:
-            node.close()
-        store.set_meta(key, f"{time.time():.0f} {backend.telemetry_path}")
+            store.commit_hook = None
+            store.commit_marked_only(False)  # a frame cut short by an interruption is not stored
     summary.gpu_frames = progress.frames
     summary.gpu_values = stats.values_written
     summary.start, summary.end = stats.first_sample_t, stats.last_sample_t
@@ -135,4 +269,7 @@ def import_trace(
     summary.skipped_lines = backend.skipped_lines
     summary.skipped = list(backend.skipped)
     summary.skipped_events = ctx.skipped_events
+    summary.lines_already_imported = backend.lines_already_imported
+    if resume_after is not None and not summary.gpu_frames and not summary.events:
+        summary.already_imported = True
     return summary

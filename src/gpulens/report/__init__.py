@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Literal
 
 from gpulens.errors import BadInputError
+from gpulens.files import write_atomically
 from gpulens.report.build import ReportData, build_report_data
 from gpulens.views.data import Window
 from gpulens.vocab.time import parse_window
+
+WRITE_HINT = "Free some space or choose an --out path you can write to."
 
 ReportFormat = Literal["html", "md"]
 
@@ -73,13 +76,10 @@ def write_report(
     )
     charts = sum(1 for p in data.panels for c in p.charts if c.has_data)
     extra: list[Path] = []
-    try:
-        if fmt == "html":
-            out.write_text(render_html(data), encoding="utf-8")
-        else:
-            extra = write_markdown(data, out)
-    except OSError as e:
-        raise BadInputError(f"Cannot write the report to {out}: {e.strerror}.", hint="Choose an --out path you can write to.") from None
+    if fmt == "html":
+        write_atomically(out, render_html(data), what="the report", hint=WRITE_HINT)
+    else:
+        extra = write_markdown(data, out)
     return ReportResult(out, fmt, charts, len(data.findings), [p.id for p in data.panels if p.has_data], extra)
 
 

@@ -178,16 +178,28 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
 
 
 def write_markdown(data: ReportData, out: Path) -> list[Path]:
-    """Write out.md and its charts under out's stem + '_files/'. Returns the PNG paths."""
+    """Write out.md and its charts under out's stem + '_files/' (each file whole or not at all; the
+    charts first, so a report never points at a chart that is not there). Returns the PNG paths."""
+    from gpulens.files import FileWriteError, kept_note, write_atomically
+
+    hint = "Free some space or choose an --out path you can write to."
     folder = out.with_name(out.stem + "_files")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FileWriteError(f"Cannot create the charts folder {folder}: {e.strerror}; the report {out} was not written.",
+                             hint=hint) from None
     written: list[Path] = []
 
     def write_png(chart: ChartOut, png: bytes) -> str:
         path = folder / f"{chart.id}.png"
-        path.write_bytes(png)
+        try:
+            write_atomically(path, png, what="the chart", hint=hint)
+        except FileWriteError as e:
+            charts = f" ({len(written)} chart(s) before it are in {folder})" if written else ""
+            raise FileWriteError(f"{e.message} The report was not written{charts}: {kept_note(out)}.", hint=hint) from None
         written.append(path)
         return f"{folder.name}/{path.name}"
 
-    out.write_text(render_markdown(data, write_png), encoding="utf-8")
+    write_atomically(out, render_markdown(data, write_png), what="the report", hint=hint)
     return written

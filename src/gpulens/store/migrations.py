@@ -22,6 +22,7 @@ from gpulens.store.schema import (
     OUTBOX_TABLES,
     ROLLUPS,
     RUN_TABLES,
+    TRACE_CLAIM_TABLES,
 )
 from gpulens.store.types import canonical_labels
 
@@ -113,6 +114,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "alert baselines", _create(BASELINE_TABLES)),
     Migration(5, "runs, run samples, run changes", _create(RUN_TABLES)),
     Migration(6, "undelivered alert notifications", _create(OUTBOX_TABLES)),
+    Migration(7, "how far each replayed trace is imported", _create(TRACE_CLAIM_TABLES)),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -138,3 +138,19 @@ ON CONFLICT (series_id, bucket) DO UPDATE SET
   vmin = min(vmin, excluded.vmin), vmax = max(vmax, excluded.vmax),
   vsum = vsum + excluded.vsum, n = n + excluded.n
 """
+
+# How far each recorded trace has been imported (`gpulens replay`): one row per trace, advanced in the
+# same transaction as the samples it covers, so concurrent, repeated or resumed imports store each
+# sample once (store/trace_claims.py).
+TRACE_CLAIM_TABLES = (
+    """CREATE TABLE IF NOT EXISTS trace_claims (
+  trace_id TEXT PRIMARY KEY,          -- sha256 of the telemetry file's first line(s): pipeline.ingest.trace_identity
+  path TEXT NOT NULL,                 -- where it was last imported from (for messages only)
+  position_t REAL,                    -- every sample and event recorded at or before this is stored
+  samples INTEGER NOT NULL DEFAULT 0, -- GPU samples imported from it, all imports together
+  prefix_bytes INTEGER NOT NULL DEFAULT 0,  -- the file's size when an import of it began ...
+  prefix_sha TEXT NOT NULL DEFAULT '',      -- ... and the sha256 of those bytes: a grown file keeps them
+  owner TEXT,                         -- "pid:start" of the import running now, NULL when none
+  updated REAL NOT NULL
+)""",
+)

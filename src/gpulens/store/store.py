@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,12 @@ class Store:
         self.max_pending_rows = max_pending_rows
         self.dropped_rows = 0  # buffered rows dropped while writes failed (see _auto_flush)
         self.write_error: StoreError | None = None  # the last flush's error, None once one succeeds
+        # Runs inside every flush's transaction, before COMMIT (an import advances its trace claim
+        # there, so the claim and the rows it covers commit together); raising rolls the flush back.
+        self.commit_hook: Callable[[sqlite3.Connection], None] | None = None
+        # With marks on (an import), a flush commits only the rows buffered before the last `mark()`:
+        # whole frames, never half of one (a Ctrl-C midway), so the trace claim's position is exact.
+        self._marked: tuple[int, int] | None = None
         self._conn = self._connect(busy_timeout_seconds)
 
     # ---------------------------------------------------------------- opening
@@ -284,13 +290,36 @@ class Store:
     def pending_count(self) -> int:
         return len(self._pending) + len(self._pending_events)
 
-    def flush(self) -> int:
-        """Commit everything buffered, roll-ups included, in one transaction. Returns rows written."""
+    def commit_marked_only(self, on: bool) -> None:
+        """Turn marks on (see `mark`) or off; turning them off drops what was buffered after the last mark."""
         with self._lock:
-            if not self._pending and not self._pending_events:
+            if not on and self._marked is not None:
+                del self._pending[self._marked[0]:]
+                del self._pending_events[self._marked[1]:]
+            self._marked = (len(self._pending), len(self._pending_events)) if on else None
+
+    def mark(self) -> None:
+        """With marks on: everything buffered so far may be committed by the next flush."""
+        with self._lock:
+            if self._marked is not None:
+                self._marked = (len(self._pending), len(self._pending_events))
+
+    def flush(self) -> int:
+        """Commit everything buffered (with marks on, what was buffered before the last mark), roll-ups
+        included, in one transaction. Returns rows written."""
+        with self._lock:
+            if self._marked is None:
+                rows, self._pending = self._pending, []
+                events, self._pending_events = self._pending_events, []
+            else:
+                (n_rows, n_events) = self._marked
+                if not n_rows and not n_events:
+                    return 0  # nothing whole yet (a full batch mid-frame waits for the frame's end)
+                self._marked = (0, 0)
+                rows, self._pending = self._pending[:n_rows], self._pending[n_rows:]
+                events, self._pending_events = self._pending_events[:n_events], self._pending_events[n_events:]
+            if not rows and not events:
                 return 0
-            rows, self._pending = self._pending, []
-            events, self._pending_events = self._pending_events, []
             conn = self._conn
             nested = conn.in_transaction  # inside `atomic`: a savepoint of its transaction
             try:
@@ -303,8 +332,10 @@ class Store:
                         conn.execute(ROLLUP_UPSERT.format(table=table, width=width))
                 if events:
                     conn.executemany("INSERT INTO events (t, kind, labels, data) VALUES (?, ?, ?, ?)", events)
+                if self.commit_hook is not None:
+                    self.commit_hook(conn)
                 conn.execute("RELEASE gpulens_flush" if nested else "COMMIT")
-            except sqlite3.Error as e:
+            except BaseException as e:
                 if conn.in_transaction:
                     if nested:
                         conn.execute("ROLLBACK TO gpulens_flush")
@@ -314,6 +345,10 @@ class Store:
                 # Keep the data for the next try rather than losing it.
                 self._pending[:0] = rows
                 self._pending_events[:0] = events
+                if self._marked is not None:
+                    self._marked = (self._marked[0] + len(rows), self._marked[1] + len(events))
+                if not isinstance(e, sqlite3.Error):
+                    raise  # the commit hook's refusal, or an interruption: not a storage fault
                 self.write_error = storage_error(e, self.path, "write to", "Check disk space and permissions.")
                 raise self.write_error from None
             self.write_error = None

@@ -13,6 +13,7 @@ from gpulens.bench.serve.api import SweepResult
 from gpulens.bench.serve.runner import LoadSpec
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
+from gpulens.files import atomic_writer
 from gpulens.store import Store
 
 RUN_KIND = "bench-serve"
@@ -45,16 +46,17 @@ def csv_cell(v: object) -> object:
 def _write_rows(path: str | Path, header: tuple[str, ...], rows) -> int:  # noqa: ANN001
     path = Path(path)
     n = 0
+    hint = "Free some space or choose a --csv path in a folder you can write to."
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            for row in rows:
-                w.writerow([csv_cell(c) for c in row])
-                n += 1
     except OSError as e:
-        raise BadInputError(f"Cannot write the CSV {path}: {e.strerror}.", hint="Choose a --csv path in a folder you can write to.") from None
+        raise BadInputError(f"Cannot create the folder of the CSV {path}: {e.strerror}.", hint=hint) from None
+    with atomic_writer(path, what="the CSV", hint=hint, newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for row in rows:
+            w.writerow([csv_cell(c) for c in row])
+            n += 1
     return n
 
 

@@ -15,6 +15,7 @@ from gpulens.bench.serve.runner import LoadSpec
 from gpulens.bench.serve.stats import SloResult
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
+from gpulens.files import write_atomically
 from gpulens.vocab.slo import Slo
 
 _CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
@@ -185,9 +186,9 @@ def write_report(path: str | Path, spec: LoadSpec, slos: list[Slo], *, load: Loa
         parts += _distributions(plt, load) + _ttft_by_prompt(plt, load) + _send_lag(plt, load)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>" + "".join(parts) + "</body></html>")
+    hint = "Free some space or choose a --report path in a folder you can write to."
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
     except OSError as e:
-        raise BadInputError(f"Cannot write the report {path}: {e.strerror}.", hint="Choose a --report path in a folder you can write to.") from None
-    return path
+        raise BadInputError(f"Cannot create the folder of the report {path}: {e.strerror}.", hint=hint) from None
+    return write_atomically(path, page, what="the report", hint=hint)

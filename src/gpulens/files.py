@@ -1,0 +1,150 @@
+"""Writing a user's output files (reports, dashboards, rule files, CSVs, recordings) so that a
+failed write never leaves a half or 0-byte file behind, and says what was kept.
+
+Every file is written to a temporary file in the same folder, flushed and fsynced, then renamed
+over the destination: readers see the old file or the whole new one, never a part. On failure the
+temporary file goes, and the error says whether the destination is as it was or absent. A
+recording (`AtomicFile.salvage`) keeps its complete lines instead: they replay.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from gpulens.errors import BadInputError
+
+
+class FileWriteError(BadInputError):
+    """An output file could not be written; nothing half-written was left at its path."""
+
+
+def kept_note(path: Path) -> str:
+    """What a failed write left at `path`: the file as it was, or none."""
+    return f"{path} is as it was before" if path.exists() else f"no file was left at {path}"
+
+
+class AtomicFile:
+    """A file written at a temporary path beside `path`, renamed onto it by `commit`."""
+
+    def __init__(self, path: str | os.PathLike[str], *, binary: bool = False, newline: str | None = None):
+        self.path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        self.tmp = Path(tmp)
+        try:
+            os.fchmod(fd, _mode_for(self.path))  # mkstemp's 0600 would hide a report from its readers
+            self.file: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline=newline)
+        except BaseException:
+            os.close(fd)
+            self.tmp.unlink(missing_ok=True)
+            raise
+
+    def commit(self) -> None:
+        """Flush, fsync, close and rename onto the destination (then fsync the folder: the rename lasts)."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.path)
+        _fsync_folder(self.path.parent)
+
+    def discard(self) -> None:
+        try:
+            self.file.close()
+        except OSError:
+            pass  # the buffered rest could not be written: it is being thrown away anyway
+        self.tmp.unlink(missing_ok=True)
+
+    def salvage(self) -> int:
+        """After a failed write: keep the complete lines that reached the disk (cut after the last
+        newline), renamed onto the destination. Returns how many lines were kept; 0 leaves no file."""
+        try:
+            self.file.close()
+        except OSError:
+            pass  # the part still buffered is lost; what is on disk is judged below
+        try:
+            lines, end = _complete_lines(self.tmp)
+            if lines == 0:
+                self.tmp.unlink(missing_ok=True)
+                return 0
+            with open(self.tmp, "r+b") as f:
+                f.truncate(end)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(self.tmp, self.path)
+            _fsync_folder(self.path.parent)
+            return lines
+        except OSError:
+            self.tmp.unlink(missing_ok=True)
+            return 0
+
+
+def _mode_for(path: Path) -> int:
+    """The destination's mode when it exists, else what a plain open() would give (0666 less the umask)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _complete_lines(path: Path) -> tuple[int, int]:
+    """(complete lines, the byte offset just after the last newline) of a file."""
+    lines = end = offset = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            n = chunk.count(b"\n")
+            if n:
+                lines += n
+                end = offset + chunk.rindex(b"\n") + 1
+            offset += len(chunk)
+    return lines, end
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse a folder fsync; the rename itself is already atomic
+    finally:
+        os.close(fd)
+
+
+def write_failed(path: Path, what: str, e: OSError, hint: str) -> FileWriteError:
+    """The one sentence for an output file that could not be written, saying what was kept."""
+    return FileWriteError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike[str], *, what: str, hint: str, binary: bool = False,
+                  newline: str | None = None) -> Iterator[IO[Any]]:
+    """Write `path` through the yielded file, all or nothing; an OSError becomes FileWriteError."""
+    path = Path(path)
+    try:
+        f = AtomicFile(path, binary=binary, newline=newline)
+    except OSError as e:
+        raise write_failed(path, what, e, hint) from None
+    try:
+        yield f.file
+        f.commit()
+    except OSError as e:
+        f.discard()
+        raise write_failed(path, what, e, hint) from None
+    except BaseException:
+        f.discard()
+        raise
+
+
+def write_atomically(path: str | os.PathLike[str], data: str | bytes, *, what: str, hint: str) -> Path:
+    """Write all of `data` to `path` or, on failure, nothing (FileWriteError says what was kept)."""
+    with atomic_writer(path, what=what, hint=hint, binary=isinstance(data, bytes)) as f:
+        f.write(data)
+    return Path(path)

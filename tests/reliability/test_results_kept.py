@@ -1,0 +1,131 @@
+"""Files a command writes are whole or absent (issue 27): `report`, `export grafana` and `alerts
+export` write through one atomic writer (gpulens.files), so a write that fails leaves no 0-byte or
+half file, keeps a file that was there before as it was, and says which of the two it did.
+
+Two real failures: a full disk (a tiny tmpfs, where mounting is allowed) and a destination that is
+a folder (everywhere; a read-only folder would not do, as root writes there anyway).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tracelib import h200_lines, write_trace
+
+from gpulens.cli.main import main
+from gpulens.files import AtomicFile, write_atomically
+from gpulens.pipeline.ingest import import_trace
+from gpulens.store import Store
+
+
+@pytest.fixture(scope="module")
+def h200_store(tmp_path_factory, h200_trace) -> Path:
+    """The first 40 lines of the H200 session: enough for every output, and a report that builds fast."""
+    folder = tmp_path_factory.mktemp("trace")
+    db = folder / "s.db"
+    with Store(db) as st:
+        import_trace(write_trace(folder / "t", h200_lines(h200_trace, 40), h200_trace), st)
+    return db
+
+
+COMMANDS = {
+    "report-html": lambda db, out: ["report", "--store", str(db), "--out", str(out)],
+    "report-md": lambda db, out: ["report", "--store", str(db), "--out", str(out)],
+    "export-grafana": lambda db, out: ["export", "grafana", "--out", str(out)],
+    "alerts-export": lambda db, out: ["alerts", "export", "--format", "prometheus", "--store", str(db), "--out", str(out)],
+}
+SUFFIX = {"report-html": ".html", "report-md": ".md", "export-grafana": ".json", "alerts-export": ".yml"}
+
+
+def _can_mount() -> bool:
+    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount") is not None
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a 256 KiB tmpfs that is full."""
+    if not _can_mount():
+        pytest.skip("needs root to mount a tiny tmpfs")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    with open(folder / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def _said(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-file", "old-file"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_write_on_a_full_disk_leaves_no_partial_file(full_disk, h200_store, capsys, command, existing):
+    out = full_disk / f"out{SUFFIX[command]}"
+    if existing:
+        out.write_text("the old file\n")
+    _fill(full_disk)
+    assert main(COMMANDS[command](h200_store, out)) == 2
+    said = _said(capsys)
+    assert "Cannot write" in said and "Traceback" not in said, said
+    if existing:
+        assert out.read_text() == "the old file\n"  # untouched, and it says so
+        assert f"{out} is as it was before" in said, said
+    else:
+        assert not out.exists()  # no 0-byte file, and it says so
+        assert "no file was left" in said or "was not written" in said, said
+    assert _leftovers(full_disk) == []
+
+
+@pytest.mark.parametrize("command", ["report-html", "export-grafana", "alerts-export"])
+def test_a_destination_that_is_a_folder_is_one_sentence_and_left_alone(tmp_path, h200_store, capsys, command):
+    out = tmp_path / f"out{SUFFIX[command]}"
+    (out / "inside").mkdir(parents=True)
+    assert main(COMMANDS[command](h200_store, out)) == 2
+    said = _said(capsys)
+    assert "Cannot write" in said and "Traceback" not in said, said
+    assert out.is_dir() and [p.name for p in out.iterdir()] == ["inside"]
+    assert _leftovers(tmp_path) == []
+
+
+def test_the_atomic_writer_replaces_whole_and_keeps_the_mode(tmp_path):
+    out = tmp_path / "f.txt"
+    out.write_text("old")
+    out.chmod(0o640)
+    write_atomically(out, "new", what="the file", hint="")
+    assert out.read_text() == "new" and out.stat().st_mode & 0o777 == 0o640
+    fresh = write_atomically(tmp_path / "g.bin", b"\x00\x01", what="the file", hint="")
+    assert fresh.read_bytes() == b"\x00\x01" and fresh.stat().st_mode & 0o077 != 0  # not mkstemp's 0600
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_salvaged_file_keeps_only_complete_lines(tmp_path):
+    out = tmp_path / "rec.jsonl"
+    f = AtomicFile(out)
+    f.file.write("one\ntwo\nthr")  # a line cut short, as by a full disk
+    f.file.flush()
+    assert f.salvage() == 2
+    assert out.read_text() == "one\ntwo\n" and _leftovers(tmp_path) == []
+    empty = AtomicFile(tmp_path / "none.jsonl")
+    empty.file.write("no newline yet")
+    assert empty.salvage() == 0 and not (tmp_path / "none.jsonl").exists()
