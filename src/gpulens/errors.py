@@ -13,9 +13,11 @@ The tree (classes defined elsewhere name their module):
   GpulensError                                 exit 2 unless a subclass says otherwise
   ├── BadInputError                            2
   │   ├── TraceError
+  │   │   └── ClaimLostError                   (store.trace_claims: another import took this trace over)
   │   ├── StoreError
   │   │   └── StorageFullError                 4
   │   ├── PortInUseError
+  │   ├── FileWriteError                       (files: an output file could not be written; says what was kept)
   │   ├── UnknownGpuError, UnsupportedPrecisionError   (plan.catalog)
   │   ├── UnknownModelTypeError                (plan.models)
   │   ├── CalibrationRefusedError              (plan.calibration)
