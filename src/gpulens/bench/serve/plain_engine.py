@@ -384,32 +384,36 @@ class PlainEngine:
         workers, worker = run.workers, run.worker
         state: dict = {"index": 0, "handle": None}  # the armed timer: its request is not sent yet
 
-        def arm() -> None:
-            rel = next(schedule, None)
-            if rel is None:
-                state["handle"] = None
-                self.feeding = False
-                if not self.active and not self.done.done():
-                    self.done.set_result(None)
-                return
-            state["handle"] = loop.call_at(self.t0 + rel + offset, fire, rel)
+        t0 = self.t0
 
-        def fire(rel: float) -> None:
-            if run.stop.is_set():
-                return  # counted as not sent below
-            i = state["index"]
-            state["index"] = i + 1
-            rec = RequestRecord(index=i * workers + worker, worker=worker, intended=rel)
-            self.start(rec, self._raw_for(rec))
-            arm()
+        def fire(rel: float | None) -> None:
+            # Send every request that is due (after a late wake-up, all of them now, rather than
+            # one per turn of the loop), then arm the timer for the next.
+            while rel is not None:
+                if t0 + rel > _perf():
+                    state["handle"] = loop.call_at(t0 + rel + offset, fire, rel)
+                    return
+                if run.stop.is_set():
+                    state["handle"] = True  # counted as not sent below
+                    return
+                i = state["index"]
+                state["index"] = i + 1
+                rec = RequestRecord(index=i * workers + worker, worker=worker, intended=rel)
+                self.start(rec, self._raw_for(rec))
+                rel = next(schedule, None)
+            state["handle"] = None
+            self.feeding = False
+            if not self.active and not self.done.done():
+                self.done.set_result(None)
 
-        arm()
+        fire(next(schedule, None))
         try:
             await self._until_done()
         finally:
             handle = state["handle"]
-            if handle is not None:
-                handle.cancel()
+            if handle is not None:  # a request due but not sent, and the rest of the schedule
+                if handle is not True:
+                    handle.cancel()
                 run.not_sent += 1 + sum(1 for _ in schedule)
 
     async def closed_loop(self, users: int, budget: int | None, end_at: float | None) -> None:
