@@ -236,7 +236,6 @@ class PlainEngine:
                 f": {body.decode(errors='replace').strip()}" if body.strip() else "")
         else:
             rec.status = "ok"
-        self.raws.pop(rec.index, None) if self.raws else None
         if keep_alive and not conn.closed:
             conn.reused = True
             conn.retried = False
@@ -288,6 +287,8 @@ class PlainEngine:
 
     def finish(self, rec: RequestRecord) -> None:
         """`rec` ended (any status): count it, batch its values, let the loop send the next."""
+        if self.raws:
+            self.raws.pop(rec.index, None)
         p = self.run.progress
         p.done += 1
         p.in_flight -= 1
