@@ -27,19 +27,32 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httptools
 
-from gpulens.bench.serve.client import REJECT_CODES, RequestRecord
-
-if TYPE_CHECKING:
-    from gpulens.bench.serve.runner import _Run
+from gpulens.bench.serve.client import CANCELLED_ERROR, REJECT_CODES, RequestRecord
 
 SWEEP_SECONDS = 0.1  # how often timeouts are checked and batches folded into the histograms
 _ERROR_BODY_BYTES = 200
 _perf = time.perf_counter
+
+
+class RunState(Protocol):
+    """What the engine reads and fills of one process's run (`runner._Run`)."""
+
+    spec: Any  # runner.LoadSpec
+    worker: int
+    workers: int
+    progress: Any  # runner.Progress
+    records: list[RequestRecord]
+    dists: dict[str, Any]  # name -> stats.Distribution
+    stop: asyncio.Event
+    t0: float
+    raw: bytes
+    plans: list[tuple[bytes, int | None, int | None]] | None
+    not_sent: int
 
 
 class _Conn(asyncio.Protocol):
@@ -112,7 +125,7 @@ class PlainEngine:
     """One process's share of an open or closed loop, for `runner._Run` (whose records, histograms,
     progress and stop event it fills and watches)."""
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: RunState) -> None:
         self.run = run
         spec = run.spec
         self.spec = spec
@@ -356,8 +369,6 @@ class PlainEngine:
 
     async def _until_done(self) -> None:
         """Wait for every request to end, or for a stop (which cancels the ones in flight)."""
-        from gpulens.bench.serve.runner import CANCELLED_ERROR
-
         self._sweep()
         if not self.active and not self.feeding and not self.done.done():
             self.done.set_result(None)

@@ -23,7 +23,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from gpulens.bench.serve import precise_loop
-from gpulens.bench.serve.client import RequestRecord, Target, send_one
+from gpulens.bench.serve.client import CANCELLED_ERROR, RequestRecord, Target, send_one
 from gpulens.bench.serve.http1 import ConnectionPool
 from gpulens.bench.serve.plain_engine import PlainEngine
 from gpulens.bench.serve.schedule import Arrival, intended_times
@@ -33,8 +33,6 @@ from gpulens.errors import BadInputError, GpulensError, UnavailableError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
 DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot")
-# The error of a request still in flight when the user stopped the run: not the server's failure.
-CANCELLED_ERROR = "cancelled: the run was stopped while this request was in flight"
 
 
 class TargetUnreachableError(UnavailableError):
