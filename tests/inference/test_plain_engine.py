@@ -2,16 +2,20 @@
 servers: the paths a task per request used to cover and the throughput work must keep, i.e. a
 connection bound with requests waiting (their clock running), a stop that cancels what is in flight
 and counts the rest of the schedule as not sent, the retry of a reused connection the server closed,
-timeouts from the sweep; and batched histogram recording equal to recording one by one."""
+timeouts from the sweep, https; and batched histogram recording equal to recording one by one."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import ssl
+import subprocess
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from testlib import which_or_skip
 
 from gpulens.bench.serve import LoadSpec, Target, precise_loop, run_load
 from gpulens.bench.serve.runner import CANCELLED_ERROR, Progress, _Run
@@ -82,20 +86,38 @@ class _CloseAfterEach(asyncio.Protocol):
             self.t.close()
 
 
-def test_a_reused_connection_the_server_closed_is_retried_once():
+class _Ok(_CloseAfterEach):
+    """Answers every request with a keep-alive 200."""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            self.seen.append(self.buf[:end])
+            self.buf = self.buf[end + 4 :]
+            self.t.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # type: ignore[attr-defined]
+
+
+@contextmanager
+def _serving(protocol, ssl_context=None):
+    """A real asyncio server on its own thread and loop; yields (port, requests seen)."""
     seen: list[bytes] = []
     loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(loop.create_server(lambda: _CloseAfterEach(seen), "127.0.0.1", 0))
-    port = server.sockets[0].getsockname()[1]
+    server = loop.run_until_complete(loop.create_server(lambda: protocol(seen), "127.0.0.1", 0, ssl=ssl_context))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        res = run_load(LoadSpec(Target(f"http://127.0.0.1:{port}/"), concurrency=1, max_requests=5,
-                                duration_seconds=None, timeout_seconds=5), max_error_ratio=1)
+        yield server.sockets[0].getsockname()[1], seen
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
         server.close()
+        loop.close()
+
+
+def test_a_reused_connection_the_server_closed_is_retried_once():
+    with _serving(_CloseAfterEach) as (port, seen):
+        res = run_load(LoadSpec(Target(f"http://127.0.0.1:{port}/"), concurrency=1, max_requests=5,
+                                duration_seconds=None, timeout_seconds=5), max_error_ratio=1)
     assert [r.http_status for r in res.records] == [500] * 5, [r.error for r in res.records]
     assert res.records[0].error == "HTTP 500 Internal Server Error: oops"
     assert len(seen) == 5  # each request reached the server exactly once
@@ -108,3 +130,20 @@ def test_timeouts_end_at_their_deadline_and_free_the_connection(timed_server):
     assert s.summary.requests.timeout == len(recs) >= 4  # each user's requests time out one after another
     assert all(r.end == pytest.approx(r.sent + 0.2, abs=1e-9) for r in recs)
     assert s.summary.latency.p50 >= 0.2
+
+
+def test_https_through_the_engine_verifies_unless_insecure(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run([which_or_skip("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    with _serving(_Ok, ctx) as (port, seen):
+        url = f"https://127.0.0.1:{port}/"
+        strict = run_load(LoadSpec(Target(url), concurrency=1, max_requests=2, duration_seconds=None,
+                                   timeout_seconds=5), max_error_ratio=1).summary
+        insecure = run_load(LoadSpec(Target(url), concurrency=2, max_requests=20, duration_seconds=None,
+                                     timeout_seconds=5, verify_tls=False)).summary
+    assert strict.requests.error == 2 and "CERTIFICATE_VERIFY_FAILED" in strict.first_error
+    assert insecure.requests.ok == 20 and len(seen) == 20

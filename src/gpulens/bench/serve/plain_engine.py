@@ -36,6 +36,7 @@ from gpulens.bench.serve.client import CANCELLED_ERROR, REJECT_CODES, RequestRec
 
 SWEEP_SECONDS = 0.1  # how often timeouts are checked and batches folded into the histograms
 _ERROR_BODY_BYTES = 200
+_READ_BYTES = 64 * 1024
 _perf = time.perf_counter
 
 
@@ -55,8 +56,9 @@ class RunState(Protocol):
     not_sent: int
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection and the request in flight on it, if any."""
+class _Conn(asyncio.BufferedProtocol):
+    """One keep-alive connection and the request in flight on it, if any. Buffered: the answer is
+    read into one buffer per connection (asyncio's plain protocols allocate 256 KiB per read)."""
 
     def __init__(self, engine: PlainEngine) -> None:
         self.engine = engine
@@ -73,6 +75,7 @@ class _Conn(asyncio.Protocol):
         self.sized = False  # Content-Length or Transfer-Encoding seen: the body does not end at close
         self.headers_done = False
         self.body: bytearray | None = None
+        self.buffer = memoryview(bytearray(_READ_BYTES))
 
     def send(self, rec: RequestRecord, raw: bytes) -> None:
         self.rec, self.raw = rec, raw
@@ -88,10 +91,13 @@ class _Conn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.answered = True
         try:
-            self.parser.feed_data(data)
+            self.parser.feed_data(self.buffer[:nbytes])
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as e:
             self.engine.failed(self, f"the server's answer is not valid HTTP/1.1 ({e})")
 
