@@ -173,8 +173,9 @@ class PlainEngine:
         raw, rec.input_tokens, rec.planned_output_tokens = plans[(rec.index if plan is None else plan) % len(plans)]
         return raw
 
-    def start(self, rec: RequestRecord, raw: bytes) -> None:
-        """Send `rec` now: on an idle connection, else a new one, else when one frees."""
+    def start(self, rec: RequestRecord, raw: bytes, now: float | None = None) -> None:
+        """Send `rec` now (`now`: perf_counter, when the caller has just read it): on an idle
+        connection, else a new one, else when one frees."""
         run = self.run
         run.records.append(rec)
         p = run.progress
@@ -182,7 +183,7 @@ class PlainEngine:
         p.in_flight += 1
         self.active += 1
         self.in_flight.append(rec)
-        rec.sent = _perf() - self.t0
+        rec.sent = (_perf() if now is None else now) - self.t0
         idle = self.idle
         while idle:
             conn = idle.pop()
@@ -258,7 +259,10 @@ class PlainEngine:
         if keep_alive and not conn.closed:
             conn.reused = True
             conn.retried = False
-            self.release(conn)
+            if self.waiting:
+                self.release(conn)
+            else:
+                self.idle.append(conn)
         else:
             self._drop(conn)
         self.finish(rec)
@@ -314,16 +318,16 @@ class PlainEngine:
         st = rec.status
         p.by_status[st] += 1
         self.active -= 1
-        sent, end = rec.sent, rec.end
+        sent, end, intended = rec.sent, rec.end, rec.intended
         if sent is not None:
-            lag = sent - rec.intended
-            self.b_lag.append(lag if lag > 0 else 0.0)
+            self.b_lag.append(sent - intended if sent > intended else 0.0)
         if end is not None and (st == "ok" or st == "timeout"):
-            self.b_latency.append(end - rec.intended)
+            self.b_latency.append(end - intended)
             if sent is not None:
                 self.b_uncorrected.append(end - sent)
-        if self.on_finished is not None:
-            self.on_finished(rec)
+        on_finished = self.on_finished
+        if on_finished is not None:
+            on_finished(rec)
         if not self.active and not self.feeding and not self.done.done():
             self.done.set_result(None)
 
@@ -438,21 +442,23 @@ class PlainEngine:
         """`users` requests in flight: each answer (or failure) sends the next at once."""
         run = self.run
         workers, worker = run.workers, run.worker
-        state = {"index": 0, "budget": budget, "users": users}
+        index, left, users_left = 0, budget, users
+        stop, t0, raw, plans = run.stop, self.t0, run.raw, run.plans
 
         def next_request(_finished: RequestRecord | None = None) -> None:
-            if run.stop.is_set() or (end_at is not None and _perf() >= end_at) or state["budget"] == 0:
-                state["users"] -= 1
-                if state["users"] <= 0:
+            nonlocal index, left, users_left
+            now = _perf()
+            if left == 0 or stop.is_set() or (end_at is not None and now >= end_at):
+                users_left -= 1
+                if users_left <= 0:
                     self.feeding = False
                 return
-            if state["budget"] is not None:
-                state["budget"] -= 1
-            i = state["index"]
-            state["index"] = i + 1
+            if left is not None:
+                left -= 1
             # A closed loop sends when the previous answer arrives: that *is* its intended time.
-            rec = RequestRecord(index=i * workers + worker, worker=worker, intended=_perf() - self.t0)
-            self.start(rec, self._raw_for(rec))
+            rec = RequestRecord(index * workers + worker, worker, now - t0)
+            index += 1
+            self.start(rec, raw if plans is None else self._raw_for(rec), now)
 
         self.on_finished = next_request
         for _ in range(users):
