@@ -2,7 +2,8 @@
 servers: the paths a task per request used to cover and the throughput work must keep, i.e. a
 connection bound with requests waiting (their clock running), a stop that cancels what is in flight
 and counts the rest of the schedule as not sent, the retry of a reused connection the server closed,
-timeouts from the sweep, https; and batched histogram recording equal to recording one by one."""
+timeouts from the sweep, https, where bodies end (chunked over many reads, at close, cut short); and
+batched histogram recording equal to recording one by one."""
 
 from __future__ import annotations
 
@@ -147,3 +148,35 @@ def test_https_through_the_engine_verifies_unless_insecure(tmp_path):
                                      timeout_seconds=5, verify_tls=False)).summary
     assert strict.requests.error == 2 and "CERTIFICATE_VERIFY_FAILED" in strict.first_error
     assert insecure.requests.ok == 20 and len(seen) == 20
+
+
+def _answering(answer: bytes, close: bool):
+    class _Fixed(_CloseAfterEach):
+        def data_received(self, data: bytes) -> None:
+            self.buf += data
+            if b"\r\n\r\n" in self.buf:
+                self.seen.append(self.buf)
+                self.buf = b""
+                self.t.write(answer)  # type: ignore[attr-defined]
+                if close:
+                    self.t.close()
+
+    return _Fixed
+
+
+@pytest.mark.parametrize(("answer", "close", "ok"), [
+    # chunked, larger than the engine's read buffer: many reads for one answer
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"10000\r\n" + b"x" * 0x10000 + b"\r\n" * 1
+     + (b"10000\r\n" + b"y" * 0x10000 + b"\r\n") * 4 + b"0\r\n\r\n", False, True),
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nthe body ends when the connection does", True, True),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ntoo short", True, False),
+])
+def test_bodies_end_where_http_says(answer, close, ok):
+    with _serving(_answering(answer, close)) as (port, seen):
+        s = run_load(LoadSpec(Target(f"http://127.0.0.1:{port}/"), concurrency=2, max_requests=6, duration_seconds=None,
+                              timeout_seconds=5), max_error_ratio=1).summary
+    assert len(seen) == 6
+    if ok:
+        assert s.requests.ok == 6, s.first_error
+    else:
+        assert s.requests.error == 6 and "closed the connection before the answer ended" in s.first_error

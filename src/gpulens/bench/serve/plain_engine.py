@@ -36,7 +36,7 @@ from gpulens.bench.serve.client import CANCELLED_ERROR, REJECT_CODES, RequestRec
 
 SWEEP_SECONDS = 0.1  # how often timeouts are checked and batches folded into the histograms
 _ERROR_BODY_BYTES = 200
-_READ_BYTES = 64 * 1024
+_READ_BYTES = 256 * 1024
 _perf = time.perf_counter
 
 
@@ -57,8 +57,10 @@ class RunState(Protocol):
 
 
 class _Conn(asyncio.BufferedProtocol):
-    """One keep-alive connection and the request in flight on it, if any. Buffered: the answer is
-    read into one buffer per connection (asyncio's plain protocols allocate 256 KiB per read)."""
+    """One keep-alive connection and the request in flight on it, if any. Buffered: answers are
+    read into the engine's one buffer (asyncio's plain protocols allocate 256 KiB per read), which
+    every connection can share because each read is parsed, and its bytes copied out, before the
+    loop reads again."""
 
     def __init__(self, engine: PlainEngine) -> None:
         self.engine = engine
@@ -75,7 +77,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.sized = False  # Content-Length or Transfer-Encoding seen: the body does not end at close
         self.headers_done = False
         self.body: bytearray | None = None
-        self.buffer = memoryview(bytearray(_READ_BYTES))
+        self.buffer = engine.buffer
 
     def send(self, rec: RequestRecord, raw: bytes) -> None:
         self.rec, self.raw = rec, raw
@@ -146,11 +148,12 @@ class PlainEngine:
                 self.ssl.check_hostname = False
                 self.ssl.verify_mode = ssl.CERT_NONE
         self.timeout = spec.timeout_seconds
+        self.buffer = memoryview(bytearray(_READ_BYTES))  # shared by the connections (see _Conn)
         self.max_connections = spec.max_connections
         self.t0 = run.t0
         self.idle: list[_Conn] = []
         self.conns: set[_Conn] = set()  # open or opening
-        self.opening = 0
+        self.opening_tasks: set[asyncio.Task] = set()
         self.waiting: deque[RequestRecord] = deque()  # sent (clock running), waiting for a connection
         self.in_flight: deque[RequestRecord] = deque()  # send order = deadline order; finished ones skipped
         self.active = 0
@@ -193,13 +196,20 @@ class PlainEngine:
         if raw is not self.run.raw:
             self.raws[rec.index] = raw
         if len(self.conns) < self.max_connections:
-            self.loop.create_task(self._open_and_send(rec, raw, retry=False))
+            self._open(rec, raw, retry=False)
         else:
             self.waiting.append(rec)
 
-    async def _open_and_send(self, rec: RequestRecord, raw: bytes, *, retry: bool) -> None:
-        placeholder = _Conn(self)  # counts against max_connections while it opens
+    def _open(self, rec: RequestRecord, raw: bytes, *, retry: bool) -> None:
+        """Open a connection and send `rec` on it. It counts against max_connections from now,
+        before its task first runs: several sends in one turn of the loop see each other's."""
+        placeholder = _Conn(self)
         self.conns.add(placeholder)
+        task = self.loop.create_task(self._open_and_send(placeholder, rec, raw, retry=retry))
+        self.opening_tasks.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self.opening_tasks.discard)
+
+    async def _open_and_send(self, placeholder: _Conn, rec: RequestRecord, raw: bytes, *, retry: bool) -> None:
         try:
             _t, conn = await asyncio.wait_for(
                 self.loop.create_connection(lambda: _Conn(self), self.host, self.port, ssl=self.ssl), self.timeout)
@@ -236,7 +246,7 @@ class PlainEngine:
         while self.waiting and len(self.conns) < self.max_connections:
             rec = self.waiting.popleft()
             if rec.end is None and rec.error is None:
-                self.loop.create_task(self._open_and_send(rec, self.raws.pop(rec.index, self.run.raw), retry=False))
+                self._open(rec, self.raws.pop(rec.index, self.run.raw), retry=False)
                 return
 
     # -- connection callbacks ---------------------------------------------------------------------
@@ -288,7 +298,7 @@ class PlainEngine:
             # A kept-alive connection the server closed as we sent (after an error answer, or at
             # its idle timeout) has most likely not read the request: send it once more on a new
             # one, as browsers, Go's net/http and urllib3 do. The latency includes it.
-            self.loop.create_task(self._open_and_send(rec, conn.raw, retry=True))
+            self._open(rec, conn.raw, retry=True)
             return
         why = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else "closed"
         if rec.end is None and rec.error is None:
@@ -392,6 +402,8 @@ class PlainEngine:
             self.feeding = False
             if not self.done.done():
                 self._cancel_all(CANCELLED_ERROR)
+            for task in list(self.opening_tasks):
+                task.cancel()
             for conn in list(self.conns) + self.idle:
                 conn.rec = None
                 conn.close()
