@@ -3,7 +3,7 @@
 Each benchmark module defines `run() -> list[dict]`, one dict per figure:
   name, value, unit, reference (what it is compared with), reference_value, ratio, goal (text), met (bool|None)
 A figure is always printed beside a reference measured in the same run, so the ratio means
-something on a noisy machine.
+something on a noisy machine. Exits 1 when any figure's goal is missed (met is False).
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ def main(argv: list[str]) -> int:
     out = HERE / "results.json"
     out.write_text(json.dumps({"generated": time.time(), "results": results}, indent=2))
     console.print(f"wrote {out}")
-    return 0
+    missed = [r["name"] for r in results if r.get("met") is False]
+    for name in missed:  # the bench fails, not the test suite, when a goal is missed
+        console.print(f"[red]goal missed[/]: {name}")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def serve(
     max_concurrency: int = typer.Option(None, "--max-concurrency", help="Sweep (closed loop): probe no more users than this."),
     max_error_ratio: float = typer.Option(0.01, "--max-error-ratio", help="Fail (exit 1) when more than this share of requests fail or time out (0.01 = 1 %); an error_rate SLO replaces it."),
     no_fail: bool = typer.Option(False, "--no-fail", help="Report missed SLOs and failures but exit 0 (not 1)."),
-    workers: int = typer.Option(1, "--workers", help="Client processes sharing the load (add them when the client is the bottleneck)."),
+    workers: int = typer.Option(1, "--workers", help="Client processes sharing the load (add them when the client is the bottleneck). Their histograms merge exactly: counts, rates and every percentile are as from one process; per-request timelines line up only to the processes' start skew (docs/inference.md)."),
     max_connections: int = typer.Option(1000, "--max-connections", help="Open connections per worker at most."),
     insecure: bool = typer.Option(False, "--insecure", "-k", help="https: do not verify the server's certificate (a self-signed test server)."),
     seed: int = typer.Option(None, "--seed", help="Seed for Poisson/gamma arrivals, for a repeatable schedule."),

@@ -16,6 +16,8 @@ from gpulens.bench.serve.http1 import ConnectionPool, HttpClientError, Response,
 TargetKind = Literal["http", "completions", "chat"]
 Status = Literal["ok", "error", "timeout", "rejected"]
 REJECT_CODES = frozenset({429, 503})  # the server said "not now": load shedding, not a failure
+# The error of a request still in flight when the user stopped the run: not the server's failure.
+CANCELLED_ERROR = "cancelled: the run was stopped while this request was in flight"
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,15 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
 from gpulens.bench.serve import precise_loop
-from gpulens.bench.serve.client import RequestRecord, Target, send_one
+from gpulens.bench.serve.client import CANCELLED_ERROR, RequestRecord, Target, send_one
 from gpulens.bench.serve.http1 import ConnectionPool
+from gpulens.bench.serve.plain_engine import PlainEngine
 from gpulens.bench.serve.schedule import Arrival, intended_times
 from gpulens.bench.serve.stats import Distribution
 from gpulens.bench.serve.workload import Workload
@@ -32,8 +33,6 @@ from gpulens.errors import BadInputError, GpulensError, UnavailableError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
 DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot")
-# The error of a request still in flight when the user stopped the run: not the server's failure.
-CANCELLED_ERROR = "cancelled: the run was stopped while this request was in flight"
 
 
 class TargetUnreachableError(UnavailableError):
@@ -241,16 +240,9 @@ class _Run:
             self._finish(rec, itl)
 
     async def _open_loop(self, pool: ConnectionPool) -> None:
-        spec = self.spec
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task] = set()
-        schedule = iter(spec.arrivals[self.worker::self.workers]) if spec.arrivals is not None else intended_times(
-            spec.rate or 0.0, arrival=spec.arrival, burstiness=spec.burstiness, ramp_to=spec.ramp_to,
-            duration=spec.duration_seconds,
-            max_requests=None if spec.max_requests is None else _share(spec.max_requests, self.worker, self.workers),
-            seed=None if spec.seed is None else spec.seed + self.worker,
-            phase=self.worker / self.workers, share=self.workers,
-        )
+        schedule = self._schedule()
         index = 0
         for rel in schedule:
             target = self.t0 + rel
@@ -267,6 +259,33 @@ class _Run:
             task.add_done_callback(tasks.discard)
             index += 1
         await self._drain(tasks)
+
+    def _plain(self) -> bool:
+        """Plain HTTP without conversations runs on the callback engine; streamed completions and
+        multi-turn workloads on a task per request."""
+        w = self.spec.workload
+        return self.spec.target.kind == "http" and not (w is not None and w.conversations)
+
+    def _schedule(self) -> Iterator[float]:
+        spec = self.spec
+        return iter(spec.arrivals[self.worker::self.workers]) if spec.arrivals is not None else intended_times(
+            spec.rate or 0.0, arrival=spec.arrival, burstiness=spec.burstiness, ramp_to=spec.ramp_to,
+            duration=spec.duration_seconds,
+            max_requests=None if spec.max_requests is None else _share(spec.max_requests, self.worker, self.workers),
+            seed=None if spec.seed is None else spec.seed + self.worker,
+            phase=self.worker / self.workers, share=self.workers,
+        )
+
+    async def _plain_loop(self) -> None:
+        spec = self.spec
+        engine = PlainEngine(self)
+        if spec.mode == "open":
+            await engine.open_loop(self._schedule())
+        else:
+            await engine.closed_loop(
+                _share(spec.concurrency or 1, self.worker, self.workers),
+                None if spec.max_requests is None else _share(spec.max_requests, self.worker, self.workers),
+                None if spec.duration_seconds is None else self.t0 + spec.duration_seconds)
 
     async def _closed_loop(self, pool: ConnectionPool) -> None:
         spec = self.spec
@@ -335,7 +354,9 @@ class _Run:
                 await _sleep_until(start_at_perf)
             self.t0 = time.perf_counter()
             self.progress.started_at = self.t0
-            if spec.mode == "open":
+            if self._plain():
+                await self._plain_loop()
+            elif spec.mode == "open":
                 await self._open_loop(pool)
             else:
                 await self._closed_loop(pool)
