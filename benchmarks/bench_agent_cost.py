@@ -26,6 +26,7 @@ floor; start-up <= 0.5 CPU-seconds. The window is GPULENS_BENCH_AGENT_SECONDS (d
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -114,6 +115,14 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+
+    def ticks_per_second(self) -> float | None:
+        """The sampling rate it reached over its life, from its last line: a loop that falls behind
+        skips ticks (and costs less), so a figure is only worth its rate. Call after `stop`."""
+        time.sleep(0.2)  # the reader thread takes the last lines
+        text = " ".join(" ".join(self.lines).split())
+        m = re.search(r"(?:stopped after|floor ticks) (\d+)\D.*?over ([\d.]+) ?s", text)
+        return int(m.group(1)) / float(m.group(2)) if m and float(m.group(2)) > 0 else None
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -221,9 +230,13 @@ def measure(cases: list[Case], window_seconds: float) -> list[dict]:
         if case.goal_core_percent is not None:
             goals.append(f"<= {case.goal_core_percent:g} %")
             met = met and a <= case.goal_core_percent
-        out.append(dict(name=f"agent CPU, {case.name} ({window_seconds:g} s window)", value=a, unit="% of a core",
+        agent_hz, floor_hz = agent.ticks_per_second(), floor.ticks_per_second()
+        kept_up = all(r is not None and r >= 0.9 * case.hz for r in (agent_hz, floor_hz))
+        behind = "" if kept_up else f"; fell behind: agent {agent_hz or 0:.3g}/s, floor {floor_hz or 0:.3g}/s of {case.hz:g}/s"
+        out.append(dict(name=f"agent CPU, {case.name} ({window_seconds:g} s window{behind})", value=a, unit="% of a core",
                         reference="floor loop (same gauges and rows), same run", reference_value=f, ratio=ratio,
-                        goal=", ".join(goals), met=met if goals else None))
+                        goal=", ".join(goals), met=(met and kept_up) if goals else None,
+                        agent_ticks_per_second=agent_hz, floor_ticks_per_second=floor_hz))
     case, agent, floor = pairs[0]
     start = agent.ready_cpu_seconds or 0.0
     out.append(dict(name=f"agent start-up until sampling, {case.name}", value=start, unit="CPU-s",
@@ -273,6 +286,7 @@ def floor_loop(gpus: int, hz: float, rows_per_gpu: int, db: str, port: int, dura
     conn.execute("CREATE INDEX samples_by_series_time ON samples (series_id, t)")
     print(FLOOR_READY, file=sys.stderr, flush=True)
     interval = 1.0 / hz
+    wall0 = time.monotonic()
     pending: list[tuple[int, float, float]] = []
     next_tick = last_commit = time.monotonic()
     n = 0
@@ -292,8 +306,12 @@ def floor_loop(gpus: int, hz: float, rows_per_gpu: int, db: str, port: int, dura
             pending = []
             last_commit = time.monotonic()
         next_tick += interval
-        stop.wait(max(0.0, next_tick - time.monotonic()))
+        delay = next_tick - time.monotonic()
+        if delay < 0:  # fell behind: skip, do not burst (as the agent does)
+            next_tick, delay = time.monotonic(), 0.0
+        stop.wait(delay)
     conn.close()
+    print(f"floor ticks {n} over {time.monotonic() - wall0:.3f} s", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
