@@ -23,7 +23,8 @@ floor; start-up <= 0.5 CPU-seconds. The window is GPULENS_BENCH_AGENT_SECONDS (d
     python benchmarks/run_all.py agent_cost          # the same in run_all's table
 """
 
-from __future__ import annotations
+# (no `from __future__ import annotations`: run_all.py loads this file outside sys.modules, where
+# dataclasses cannot resolve string annotations)
 
 import os
 import re
