@@ -35,10 +35,10 @@ from gpulens.pipeline.sinks import (
     ViewSink,
 )
 from gpulens.store import Store
-from gpulens.webconfig import WebConfig
 
 if TYPE_CHECKING:
     from gpulens.exporter.prometheus import MetricNames
+    from gpulens.webconfig import WebConfig  # (it loads ssl: only a node serving TLS needs it)
 
 
 @dataclass
