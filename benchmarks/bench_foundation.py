@@ -1,8 +1,7 @@
-"""Foundation figures: agent CPU cost, store ingest rate, a week-long chart query.
+"""Foundation figures: store ingest rate, a week-long chart query. (The agent's CPU cost is
+bench_agent_cost.py: the real `gpulens agent` process beside a floor loop doing its visible work.)
 
 Each is printed beside a reference measured in the same run:
-- agent cost: % of one core at 8 fake GPUs x 1 Hz and x 10 Hz (goal < 0.5 % at 1 Hz), against a loop
-  that only sleeps on the same schedule (the floor any agent pays);
 - ingest: samples/s through Store (batched commits + roll-ups) against a bare sqlite3 executemany
   into a plain table with the same index (goal >= 200,000/s);
 - chart query: one metric of one GPU over 7 days of 1 s samples (20 metrics of that GPU stored,
@@ -16,31 +15,10 @@ import os
 import sqlite3
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from gpulens import FakeBackend, Store
-from gpulens.pipeline import NodeConfig, build_node
-
-
-def _agent_cost(hz: float, seconds: float, tmp: Path) -> tuple[float, float]:
-    """(agent CPU % of one core, floor CPU % of one core)."""
-    with Store(tmp / f"agent-{hz}.db") as st:
-        node = build_node(NodeConfig(backend=FakeBackend(gpus=8), interval_seconds=1.0 / hz, alerts=None, colocation=False), store=st)
-        timer = threading.Timer(seconds, node.stop)
-        timer.start()
-        stats = node.run()
-        node.close()
-    # floor: the same schedule, doing nothing
-    stop = threading.Event()
-    cpu0, wall0 = time.process_time(), time.monotonic()
-    nxt = time.monotonic()
-    while time.monotonic() - wall0 < seconds:
-        nxt += 1.0 / hz
-        stop.wait(max(0.0, nxt - time.monotonic()))
-    floor = (time.process_time() - cpu0) / (time.monotonic() - wall0)
-    return 100 * stats.cpu_seconds / stats.wall_seconds, 100 * floor
+from gpulens import Store
 
 
 def _ingest(tmp: Path, n: int = 2_000_000, batch: int = 20_000) -> tuple[float, float]:
@@ -100,20 +78,6 @@ def run() -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("GPULENS_BENCH_TMP")) as tmp_s:
         tmp = Path(tmp_s)
-        for hz, seconds, goal in ((1.0, 30.0, 0.5), (10.0, 10.0, None)):
-            cost, floor = _agent_cost(hz, seconds, tmp)
-            out.append(
-                dict(
-                    name=f"agent CPU, 8 GPUs x {hz:g} Hz",
-                    value=cost,
-                    unit="% of a core",
-                    reference="sleep-only loop, same schedule",
-                    reference_value=floor,
-                    ratio=cost / floor if floor else None,
-                    goal=f"< {goal} %" if goal else "",
-                    met=(cost < goal) if goal else None,
-                )
-            )
         store_rate, bare_rate = _ingest(tmp)
         out.append(
             dict(

@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported in the functions that use it: importing this module (the alert rules do) must
+# not cost a process numpy's start-up (the agent's start-up CPU, issue 28).
 
 
 def _check(p: float) -> None:
@@ -26,6 +31,8 @@ def _check(p: float) -> None:
 
 def percentiles(values: Iterable[float], ps: Sequence[float]) -> list[float | None]:
     """The percentiles `ps` (each in [0, 100]) of `values`; None for each when there are none."""
+    import numpy as np
+
     for p in ps:
         _check(p)
     a = np.asarray(values if isinstance(values, np.ndarray | list | tuple) else list(values), dtype=float)
@@ -84,23 +91,31 @@ def percentiles_of_counts(buckets: Iterable[tuple[float, int]], ps: Sequence[flo
 def bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
     """The medians of `resamples` resamples (with replacement, same size) of `values`, drawn from
     `rng`: the one percentile bootstrap of a median that `compare` and `tune` both use."""
+    import numpy as np
+
     return np.median(values[rng.integers(0, values.size, size=(resamples, values.size))], axis=1)
 
 
 def interval95(draws: np.ndarray) -> tuple[float, float]:
     """The 95 % percentile interval of bootstrap draws (2.5th and 97.5th percentiles, type 7)."""
+    import numpy as np
+
     lo, hi = np.percentile(draws, [2.5, 97.5])
     return float(lo), float(hi)
 
 
 def median_ci95(values: np.ndarray, *, seed: int, resamples: int) -> tuple[float, float]:
     """95 % percentile-bootstrap interval of the median of `values` (one sample)."""
+    import numpy as np
+
     return interval95(bootstrap_medians(values, np.random.default_rng(seed), resamples))
 
 
 def median_ratio_ci95(a: np.ndarray, b: np.ndarray, *, seed: int, resamples: int) -> tuple[float, float]:
     """95 % percentile-bootstrap interval of median(b) / median(a) - 1, the two samples resampled
     independently from one generator (a first); NaNs when every resample of `a` has median 0."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     ma, mb = bootstrap_medians(a, rng, resamples), bootstrap_medians(b, rng, resamples)
     ok = ma != 0

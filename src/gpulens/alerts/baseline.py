@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gpulens.alerts.source import SeriesRef, StoreSource
-from gpulens.stats import percentiles
 from gpulens.store import Store
 from gpulens.store import baselines as repo
 from gpulens.vocab.directions import lookup
@@ -117,7 +116,9 @@ class Baseline:
 
 
 def robust_stats(values: list[float]) -> Stats:
-    import numpy as np
+    import numpy as np  # here, not at the top: the agent's start-up does not load numpy
+
+    from gpulens.stats import percentiles
 
     a = np.asarray(values, dtype=float)
     med = float(np.median(a))

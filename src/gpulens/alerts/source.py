@@ -37,6 +37,7 @@ class StoreSource:
         self._event_windows: dict[tuple[str, float], EventWindow] = {}
         self._used: dict[tuple, int] = {}  # window -> the refresh that last used it
         self._refreshes = 0
+        self._selected: dict[tuple[str, tuple], list[SeriesRef]] = {}  # a selector's series, until new ones come
 
     def refresh(self) -> None:
         """Pick up series created since the last call (cheap when there are none); forget windows
@@ -50,12 +51,19 @@ class StoreSource:
         max_id = self.store.max_series_id()
         if max_id == self._max_id:
             return
+        self._selected.clear()
         for row in self.store.series_since(max(self._max_id, 0)):
             self._by_name.setdefault(row.name, []).append(SeriesRef(row.id, row.name, row.labels, label_key(row.labels)))
         self._max_id = max_id
 
     def series(self, sel: Selector) -> list[SeriesRef]:
-        return [s for s in self._by_name.get(sel.name, ()) if all(m.matches(s.labels) for m in sel.matchers)]
+        """The series a selector picks: matched once, then again only after `refresh` found new series
+        (every rule asks every evaluation, and the answer changes only then)."""
+        key = (sel.name, sel.matchers)
+        hit = self._selected.get(key)
+        if hit is None:
+            hit = self._selected[key] = [s for s in self._by_name.get(sel.name, ()) if all(m.matches(s.labels) for m in sel.matchers)]
+        return list(hit)
 
     def names(self) -> set[str]:
         return set(self._by_name)

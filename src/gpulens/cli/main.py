@@ -17,9 +17,7 @@ from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.cli.help_text import keep_examples_everywhere
 from gpulens.errors import EXIT_BAD_INPUT, GpulensError
 
-app = typer.Typer(
-    name="gpulens",
-    help=(
+_HELP = (
         "GPU observability that knows training from inference.\n\n"
         "Plan (will it fit, how fast, what it costs), measure (honest baselines), watch (GPU health and "
         "workload metrics with learned thresholds) and diagnose (the bottleneck, with evidence and the fix).\n\n"
@@ -28,10 +26,6 @@ app = typer.Typer(
         "Set once in the environment: GPULENS_STORE (--store), GPULENS_BACKEND (--backend), "
         "GPULENS_METRIC_NAMES (--metric-names), GPULENS_NOTIFY (--notify), GPULENS_DASHBOARD_TOKEN (--token); "
         "a flag on the command line wins. Shell completion: `gpulens --install-completion`."
-    ),
-    no_args_is_help=True,
-    rich_markup_mode="markdown",
-    pretty_exceptions_enable=False,
 )
 
 
@@ -41,7 +35,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what gpulens does (to standard error)."),
@@ -51,25 +44,58 @@ def _root(
     )
 
 
-def _register_all() -> None:
+# Commands whose module registers them and needs no other: `gpulens agent` then loads only
+# cli/agent.py, not every command's module (the agent's start-up CPU, issue 28). A test holds this
+# table to what the modules register.
+SELF_CONTAINED_COMMANDS = {"agent": "agent", "record": "agent"}
+_NOT_COMMANDS = {"main", "common", "usage_errors", "help_text"}
+
+
+def build_app(modules: list[str] | None = None) -> typer.Typer:
+    """The `gpulens` app with the commands of `modules` (cli/<name>.py; all of them by default)."""
     import gpulens.cli as pkg
 
-    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if mod.name in {"main", "common", "usage_errors", "help_text"}:
-            continue
-        module = importlib.import_module(f"gpulens.cli.{mod.name}")
-        register = getattr(module, "register", None)
+    app = typer.Typer(name="gpulens", help=_HELP, no_args_is_help=True, rich_markup_mode="markdown",
+                      pretty_exceptions_enable=False)
+    app.callback()(_root)
+    if modules is None:
+        modules = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name not in _NOT_COMMANDS)
+    for name in modules:
+        register = getattr(importlib.import_module(f"gpulens.cli.{name}"), "register", None)
         if register is not None:
             register(app)
+    keep_examples_everywhere(app)
+    apply_env_defaults(app)
+    return app
 
 
-_register_all()
-keep_examples_everywhere(app)
-apply_env_defaults(app)
+_apps: dict[str | None, typer.Typer] = {}
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The whole app, or only the invoked command's module when it is self-contained."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    module = SELF_CONTAINED_COMMANDS.get(command or "")
+    if module is not None and "--help" not in argv[:1]:
+        if module not in _apps:
+            _apps[module] = build_app([module])
+        return _apps[module]
+    if None not in _apps:
+        _apps[None] = build_app()
+    return _apps[None]
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`from gpulens.cli.main import app`: the whole app, built on first use (PEP 562)."""
+    if name == "app":
+        return _app_for([])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the CLI and turns a GpulensError or a usage error into one sentence and its exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    app = _app_for(args)
     try:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting; prog_name keeps
         # messages saying `gpulens` under `python -m gpulens` too.
@@ -90,16 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         if usage_errors.is_help_for_no_args(e):
             e.show()  # type: ignore[attr-defined]  # the help text, as click means it
             return EXIT_BAD_INPUT
-        problem = usage_errors.describe(e, _command_path(argv))
+        problem = usage_errors.describe(e, _command_path(app, args))
         _print_error(problem.message, problem.hint)
         return problem.exit_code
     return 0
 
 
-def _command_path(argv: list[str] | None) -> str:
+def _command_path(app: typer.Typer, args: list[str]) -> str:
     import typer.main
 
-    return usage_errors.command_path_of(typer.main.get_command(app), list(sys.argv[1:] if argv is None else argv))
+    return usage_errors.command_path_of(typer.main.get_command(app), args)
 
 
 def _print_error(message: str, hint: str | None) -> None:

@@ -15,11 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gpulens.errors import BadInputError
-from gpulens.exporter.health import ReadinessCheck, stale_after_seconds
-from gpulens.exporter.prometheus import MetricNames, WorkloadTally, make_registry, serve_metrics
 from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
 from gpulens.k8s.attribution import DeviceAttribution
@@ -37,7 +35,10 @@ from gpulens.pipeline.sinks import (
     ViewSink,
 )
 from gpulens.store import Store
-from gpulens.webconfig import WebConfig
+
+if TYPE_CHECKING:
+    from gpulens.exporter.prometheus import MetricNames
+    from gpulens.webconfig import WebConfig  # (it loads ssl: only a node serving TLS needs it)
 
 
 @dataclass
@@ -224,6 +225,10 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
         node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store,
                     writer_lock=lock)
         if config.listen is not None:
+            # the exporter (and prometheus_client) load only for a node that serves /metrics
+            from gpulens.exporter.health import ReadinessCheck, stale_after_seconds
+            from gpulens.exporter.prometheus import WorkloadTally, make_registry, serve_metrics
+
             tally = None
             if store is not None:
                 tally = WorkloadTally(store)
