@@ -8,6 +8,7 @@ the alert rules evaluated every `evaluate_seconds` of recorded time.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,14 +87,18 @@ def import_trace(
     alerts: AlertsConfig | None = None,
     evaluators: list[Evaluator] | None = None,
     evaluate_seconds: float = 1.0,
+    max_gap_seconds: float | None = None,
+    stop_event: threading.Event | None = None,
 ) -> ImportSummary:
     """Import a trace's GPU telemetry and workload events, keeping their recorded times.
 
     Telemetry and events are merged in time order, and the alert rules (`alerts`, or `evaluators` the
     caller holds and closes) run every `evaluate_seconds` of recorded time, so alerts on a replay are
     the ones a live agent would raise. A trace already imported into this store is not imported twice
-    (unless `force`), so running `make run` again does not double every sample."""
-    backend = ReplayBackend(path, speed=speed, rebase=False)
+    (unless `force`), so running `make run` again does not double every sample. A set `stop_event`
+    (SIGTERM, SIGINT) ends the import at once, keeping nothing of it."""
+    gap = {} if max_gap_seconds is None else {"max_gap_seconds": max_gap_seconds}
+    backend = ReplayBackend(path, speed=speed, rebase=False, **gap)
     ctx = ctx or ImportContext()
     summary = ImportSummary(trace=str(backend.telemetry_path), gpus=[g.name for g in backend.gpus()])
     key = f"imported:{_fingerprint(backend.telemetry_path)}"
@@ -112,7 +117,7 @@ def import_trace(
     with store.atomic():
         node = build_node(
             NodeConfig(backend=backend, host=ctx.host, alerts=alerts, evaluators=list(evaluators or ()), import_context=ctx,
-                       evaluate_seconds=evaluate_seconds, view=progress.on_frame),
+                       evaluate_seconds=evaluate_seconds, view=progress.on_frame, stop_event=stop_event),
             store=store,
         )
         try:
