@@ -280,6 +280,8 @@ HANG_CASES = {
     "rate inf": (lambda t, u, s: ["bench", "serve", "--url", f"{u}/health", "--no-store", "--rate", "inf"], "--rate"),
     "a billion users": (lambda t, u, s: ["bench", "serve", "--url", f"{u}/health", "--no-store",
                                           "--concurrency", "1000000000"], "--concurrency"),
+    "a million load processes": (lambda t, u, s: ["bench", "serve", "--url", f"{u}/health", "--no-store", "--rate", "10",
+                                                   "--workers", "1000000"], "--workers"),
     "sweep limit 1e300": (lambda t, u, s: ["bench", "serve", "--url", f"{u}/health", "--no-store", "--sweep", "--rate", "1",
                                             "--slo", "p99_latency<=1s", "--max-rate", "1e300"], "--max-rate"),
     "scale 1ms over 100 years": (lambda t, u, s: ["scale", "--store", s, "--step", "1ms", "--after", "36500d"], "evaluations"),

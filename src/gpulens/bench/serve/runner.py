@@ -37,6 +37,7 @@ DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot
 # billion tasks), and no single client machine sends that much anyway.
 MAX_RATE_PER_SECOND = 1_000_000.0
 MAX_CONCURRENCY = 100_000
+MAX_WORKERS = 256  # load processes: more than any one machine has cores
 # The longest schedule a recording may set (--replay-arrivals, after --speed and --duration).
 MAX_REPLAY_SECONDS = 7 * 86400.0
 # The error of a request still in flight when the user stopped the run: not the server's failure.
@@ -116,6 +117,9 @@ class LoadSpec:
                                 hint="1 is Poisson; below 1 is burstier, above 1 is smoother.")
         if self.workers < 1:
             raise BadInputError(f"--workers must be at least 1, not {self.workers}.", hint="Give --workers 1 or more.")
+        if self.workers > MAX_WORKERS:
+            raise BadInputError(f"--workers {self.workers} is more than the {MAX_WORKERS} load processes one machine can run.",
+                                hint="Give about one --workers per CPU core.")
         if self.concurrency is not None and self.workers > self.concurrency:
             raise BadInputError(f"{self.workers} workers cannot share a concurrency of {self.concurrency}.",
                                 hint="Use at most as many --workers as --concurrency.")
