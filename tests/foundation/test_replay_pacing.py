@@ -46,9 +46,15 @@ def test_a_far_first_frame_is_skipped_when_the_two_after_it_agree():
     assert [n for n, _ in skipped] == [1] and "the lines after it" in skipped[0][1]
 
 
-def test_a_far_last_frame_is_skipped():
+def test_a_far_last_frame_is_kept_as_nothing_after_it_tells_a_jump_from_an_outlier():
     kept, skipped = _guard([T0, T0 + 1, T0 - 10 * DAY])
-    assert [f.t for f in kept] == [T0, T0 + 1] and [n for n, _ in skipped] == [3]
+    assert [f.t for f in kept] == [T0, T0 + 1, T0 - 10 * DAY] and skipped == []
+
+
+def test_a_sparse_recording_keeps_every_frame():
+    times = [T0 + 300 * i for i in range(6)]  # one sample every five minutes, each gap past the max gap
+    kept, skipped = _guard(times)
+    assert [f.t for f in kept] == times and skipped == []
 
 
 def test_a_jump_the_next_frame_continues_from_is_kept():

@@ -4,10 +4,11 @@ wait that a stop (SIGTERM, SIGINT, `--duration`) ends at once.
 
 A recording's clock can be wrong for one line (a line dated 2099 in a session of 2026) or jump for
 good (a recording resumed hours later, or taken on two machines). The two differ by what follows:
-- a frame more than `max_gap_seconds` from the frame before, whose next frame is again far from it,
-  is an outlier: its lines are skipped and counted like malformed ones;
-- a jump the next frame continues from is kept, and played as a gap of `max_gap_seconds` at most
-  (the rest of the timeline shifts with it), so a replay never sleeps longer than that between frames.
+- a frame more than `max_gap_seconds` from both the frame before and the frame after, while those
+  two are near each other, is an outlier: its lines are skipped and counted like malformed ones;
+- anything else is kept: a jump the next frame continues from, a sparse recording whose every gap
+  is long, the last frame. Each gap is played as `max_gap_seconds` at most (the rest of the
+  timeline shifts with it), so a replay never sleeps longer than that between frames.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from gpulens.errors import BadInputError
 from gpulens.gpu.types import GpuSample, XidEvent
 
 # The longest recorded gap a replay plays, in recorded seconds: longer gaps are shortened to it.
@@ -45,7 +47,7 @@ def _far(a: float, b: float, max_gap_seconds: float) -> bool:
 def guard_frames(raw: Iterator[RawFrame], max_gap_seconds: float,
                  skip: Callable[[int, str], None]) -> Iterator[RawFrame]:
     """The frames of `raw` with the outliers left out (each of their lines passed to `skip` with the
-    reason). Looks one frame ahead (two at the start, where there is no frame before to compare)."""
+    reason). Looks one frame ahead (two at the start, where the two after stand in for the one before)."""
     ahead: list[RawFrame] = []
 
     def peek(k: int) -> RawFrame | None:
@@ -65,14 +67,10 @@ def guard_frames(raw: Iterator[RawFrame], max_gap_seconds: float,
     carried: list[tuple[int, XidEvent]] = []  # XIDs read with a skipped frame go out with the next one kept
     while (cur := peek(0)) is not None:
         nxt = peek(1)
-        if prev_t is None:
-            # The first frame: an outlier when the two after it agree with each other and not with it.
-            after = peek(2) if nxt is not None else None
-            keep = nxt is None or not _far(cur.t, nxt.t, max_gap_seconds) or after is None \
-                or _far(nxt.t, after.t, max_gap_seconds)
-        else:
-            # Near the frame before, or a jump that the next frame continues from.
-            keep = not _far(prev_t, cur.t, max_gap_seconds) or (nxt is not None and not _far(cur.t, nxt.t, max_gap_seconds))
+        # Compared with the frame before and the one after; the first frame with the two after it.
+        before, after = (prev_t, nxt) if prev_t is not None else ((nxt.t if nxt is not None else None), peek(2))
+        keep = before is None or after is None or not _far(before, cur.t, max_gap_seconds) \
+            or not _far(cur.t, after.t, max_gap_seconds) or _far(before, after.t, max_gap_seconds)
         ahead.pop(0)
         if not keep:
             drop(cur, prev_t)
@@ -126,8 +124,7 @@ class Pacer:
 
 
 def check_max_gap(max_gap_seconds: float) -> float:
-    from gpulens.errors import BadInputError
-
+    """A usable max gap: a finite number of seconds above zero."""
     if not (math.isfinite(max_gap_seconds) and max_gap_seconds > 0):
         raise BadInputError(f"The replay's max gap must be above zero seconds, not {max_gap_seconds!r}.",
                             hint="Give --max-gap 60s, say.")
