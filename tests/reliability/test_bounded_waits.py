@@ -115,7 +115,7 @@ def _shows_mark(body: bytes) -> bool:
 
 
 def _wait_for_mark(proc: subprocess.Popen, port: int) -> None:
-    wait_http(f"http://127.0.0.1:{port}/metrics", proc, until=_shows_mark, what="the replay's frame before its wait")
+    wait_http(f"http://127.0.0.1:{port}/metrics", proc, until=_shows_mark, interval=0.05, what="the replay's frame before its wait")
 
 
 # ------------------------------------------------------------------ stop signals end every wait
