@@ -39,6 +39,8 @@ The tree (classes defined elsewhere name their module):
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 EXIT_OK = 0
@@ -110,9 +112,36 @@ def read_text_file(path: Path, what: str, *, hint: str, text_hint: str) -> str:
     """A file the user points at, as UTF-8 text: one wording for a file that cannot be read or is
     not text, naming it as `what` ("the rule file"); `hint` says how to point elsewhere, `text_hint`
     what the file should hold."""
+    refuse_special_file(path, what, hint=hint)
     try:
         return path.read_text(encoding="utf-8")
     except OSError as e:
         raise BadInputError(f"Cannot read {what} {path}: {e.strerror}.", hint=hint) from None
     except UnicodeDecodeError:
         raise BadInputError(f"{what[:1].upper()}{what[1:]} {path} is not UTF-8 text.", hint=text_hint) from None
+
+
+# What a path may be besides a regular file or a folder, as a person would name it. Reading one
+# blocks forever (a FIFO with no writer) or never ends (/dev/zero, /dev/urandom).
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder ("a FIFO (named pipe)", "a
+    character device", ...), else None (a missing path too: the caller's open says so). Symlinks
+    are followed, so /dev/stdin and links to devices are seen for what they point at."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((name for is_kind, name in _SPECIAL_KINDS if is_kind(mode)), None)
+
+
+def refuse_special_file(path: str | os.PathLike[str], what: str, *, hint: str,
+                        error: type[BadInputError] = BadInputError) -> None:
+    """Every reader of a file a user names calls this before opening it: a FIFO, a device or a
+    socket is refused by its kind with one sentence (`error`, exit 2), instead of a hang."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise error(f"{what[:1].upper()}{what[1:]} {path} is {kind}, not a regular file.", hint=hint)

@@ -14,6 +14,9 @@ from gpulens.errors import BadInputError
 MIN_TIME_SECONDS = 0.0
 MAX_TIME_SECONDS = 7_258_118_400.0
 MAX_ABS_VALUE = 1e18
+# A recording (a trace line, a workload record) is held tighter than the store: what a recording
+# made by a working clock can plausibly hold ends in 2100. A line dated past it is skipped.
+MAX_RECORDED_TIME_SECONDS = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 # The longest duration a user may type (100 years): beyond it no date arithmetic holds.
 MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 

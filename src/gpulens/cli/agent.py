@@ -15,6 +15,8 @@ from gpulens.store import DEFAULT_STORE_PATH
 
 WEB_CONFIG_HELP = ("TLS and basic auth from a Prometheus exporter-toolkit web-config file (the YAML node-exporter reads "
                    "with --web.config.file): tls_server_config, basic_auth_users (bcrypt; needs gpulens[auth]).")
+MAX_GAP_HELP = ("For replay backends: the longest recorded gap played (e.g. 60s, the default); a longer one is "
+                "shortened to it, and a line that far from both its neighbours is skipped and counted.")
 BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:PATH (a recorded trace; the bundled H200 session by default). Default: nvml when a driver is present."
 
 
@@ -41,6 +43,7 @@ def agent_command(
     metric_names: str = typer.Option("gpulens", "--metric-names", help="gpulens (Prometheus conventions) or dcgm (dcgm-exporter's names)."),
     speed: str = typer.Option("1", "--speed", help="For replay backends: 1 = recorded pace, N = N times faster, max = as fast as possible."),
     loop: bool = typer.Option(False, "--loop", help="For replay backends: start over at the end."),
+    max_gap: str = typer.Option("60s", "--max-gap", help=MAX_GAP_HELP),
     fault: list[str] = typer.Option([], "--fault", help=f"For the fake backend: inject a fault, {FAULT_HELP}. Repeatable."),
     learn: str = typer.Option("7d", "--learn", help="How long each series is learned before its learned alert rules may fire."),
     rules: Path = typer.Option(None, "--rules", help="Alert rules file (YAML). Default: the built-in packs."),
@@ -63,7 +66,7 @@ def agent_command(
         gpulens agent --listen '[::]:9464' --web-config web.yml   # IPv6 and IPv4, TLS and basic auth
     """
     from gpulens.errors import BadInputError
-    from gpulens.pipeline import AlertsConfig, NodeConfig, build_node
+    from gpulens.pipeline import AlertsConfig, NodeConfig, StopEvent, build_node
     from gpulens.units import parse_duration, parse_listen, parse_speed
     from gpulens.webconfig import load_web_config
 
@@ -75,6 +78,7 @@ def agent_command(
         backend=backend,
         speed=parse_speed(speed, allow_max=True),
         loop=loop,
+        max_gap_seconds=parse_duration(max_gap, what="--max-gap"),
         faults=list(fault),
         store_path=store,
         interval_seconds=interval_s,
@@ -88,9 +92,10 @@ def agent_command(
         pod_resources_socket=pod_resources,
         host=host,
         single_writer=True,
+        stop_event=(stop := StopEvent()),
     )
+    install_stop_handlers(stop)  # before the node is built: a signal while it starts ends it too
     node = build_node(config)
-    install_stop_handlers(node.loop.stop_event)
     gpus = ", ".join(f"{g.index}: {g.name}" for g in node.backend.gpus())
     from gpulens.store.store import estimate_store_bytes
     from gpulens.units import format_bytes

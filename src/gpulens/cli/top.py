@@ -6,6 +6,7 @@ from collections import deque
 
 import typer
 
+from gpulens.cli.agent import MAX_GAP_HELP
 from gpulens.cli.common import console
 from gpulens.render.top import render
 
@@ -15,6 +16,7 @@ def top_command(
     interval: str = typer.Option("1s", "--interval", help="Refresh interval."),
     duration: str = typer.Option(None, "--duration", help="Stop after this long. Default: until Ctrl-C."),
     speed: str = typer.Option("1", "--speed", help="For replay: 1 = recorded pace, N = faster."),
+    max_gap: str = typer.Option("60s", "--max-gap", help=MAX_GAP_HELP),
 ) -> None:
     """A live view of each GPU: utilization with its recent history, memory, temperature, power,
     clocks, throttle reasons and processes. Ctrl-C quits."""
@@ -24,12 +26,13 @@ def top_command(
 
     from gpulens.cli.agent import install_stop_handlers
     from gpulens.k8s.node import node_host
-    from gpulens.pipeline import Frame, NodeConfig, build_node
+    from gpulens.pipeline import Frame, NodeConfig, StopEvent, build_node
     from gpulens.units import parse_duration, parse_speed
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration else None
     speed_f = parse_speed(speed, allow_max=True)
+    max_gap_s = parse_duration(max_gap, what="--max-gap")
     history: dict[int, deque[float]] = {}
     host = node_host()
     last_draw = 0.0
@@ -45,8 +48,10 @@ def top_command(
             live.update(render(frame.samples, history, host))
             last_draw = time.monotonic()
 
-    node = build_node(NodeConfig(backend=backend, speed=speed_f, interval_seconds=interval_s, view=show, alerts=None, colocation=False))
-    install_stop_handlers(node.loop.stop_event)
+    stop = StopEvent()
+    install_stop_handlers(stop)  # before the backend opens: a signal while it starts ends the view too
+    node = build_node(NodeConfig(backend=backend, speed=speed_f, max_gap_seconds=max_gap_s, interval_seconds=interval_s, view=show,
+                                 alerts=None, colocation=False, stop_event=stop))
     try:
         with live:
             node.run(duration_s)

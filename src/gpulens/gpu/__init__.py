@@ -41,7 +41,8 @@ def nvidia_driver_present() -> bool:
     return driver_available()
 
 
-def open_backend(spec: str | None, *, speed: float | None = 1.0, rebase: bool = True, loop: bool = False) -> GpuBackend:
+def open_backend(spec: str | None, *, speed: float | None = 1.0, rebase: bool = True, loop: bool = False,
+                 max_gap_seconds: float | None = None) -> GpuBackend:
     """A backend from a command-line spec: `nvml`, `fake`, `fake:N`, `replay:PATH` (or `replay` for the
     bundled H200 session). None picks NVML when a driver is present."""
     from gpulens.errors import BackendUnavailableError
@@ -66,5 +67,6 @@ def open_backend(spec: str | None, *, speed: float | None = 1.0, rebase: bool = 
     if kind == "replay":
         from gpulens.data import bundled_trace
 
-        return ReplayBackend(arg or bundled_trace(), speed=speed, rebase=rebase, loop=loop)
+        gap = {} if max_gap_seconds is None else {"max_gap_seconds": max_gap_seconds}
+        return ReplayBackend(arg or bundled_trace(), speed=speed, rebase=rebase, loop=loop, **gap)
     raise BadInputError(f"Unknown backend {spec!r}.", hint="Use nvml, fake, fake:N, replay or replay:PATH.")

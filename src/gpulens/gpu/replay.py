@@ -5,7 +5,9 @@ Two formats are read:
   GPU's static facts; see the bundled trace's README), one GPU per line;
 - gpulens's own recording (`gpulens record`): a header line, then one line per GPU sample or XID.
 
-A malformed line is skipped and counted (`skipped_lines`), never fatal: the rest is still played.
+A malformed line is skipped and counted (`skipped_lines`), never fatal: the rest is still played; so
+is a line whose time jumps out of the recording's timeline (see `replay_pacing`: a replay never
+waits longer than `max_gap_seconds` between frames, and a stop ends any wait at once).
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import TraceError
+from gpulens.errors import TraceError, refuse_special_file
+from gpulens.gpu.replay_pacing import (
+    DEFAULT_MAX_GAP_SECONDS,
+    Pacer,
+    RawFrame,
+    Wait,
+    check_max_gap,
+    guard_frames,
+)
 from gpulens.gpu.trace_fields import (
     BadLine,
     SkippedLine,
@@ -64,6 +74,7 @@ def resolve_trace(path: str | Path) -> tuple[Path, Path | None]:
             raise TraceError(f"The folder {p} holds no telemetry.jsonl.", hint="Point at a trace folder such as the bundled h200-trace, or at a recording file.")
         events = next((p / n for n in ("events.jsonl", "coloc_events.jsonl") if (p / n).is_file()), None)
         return tel, events
+    refuse_special_file(p, "the trace", hint="Give a trace folder or a .jsonl file written by `gpulens record`.", error=TraceError)
     return p, None
 
 
@@ -153,7 +164,11 @@ def _h200_line_to_sample(d: dict[str, Any], info: GpuInfo) -> GpuSample:
 class ReplayBackend:
     """Plays a trace. `speed=None` plays as fast as possible; `speed=1.0` at the recorded pace, 2.0 twice
     as fast. With `rebase=True` sample times are shifted so the trace starts now (for a live agent);
-    otherwise they keep the recorded times (for importing). With `loop=True` it starts over at the end."""
+    otherwise they keep the recorded times (for importing). With `loop=True` it starts over at the end.
+
+    A recorded gap longer than `max_gap_seconds` is played as that long; a frame that far from both its
+    neighbours is skipped and counted. Waits go through `wait_with(wait)` (the sampling loop hands its
+    stop-aware wait), else `sleep`."""
 
     name = "replay"
 
@@ -167,6 +182,8 @@ class ReplayBackend:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         resume_after: float | None = None,
+        max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS,
+        pace_clock: Callable[[], float] | None = None,
     ):
         self.telemetry_path, self.events_path = resolve_trace(path)
         # an import that continues a trace stored before: samples and XIDs recorded at or before this are skipped
@@ -179,6 +196,10 @@ class ReplayBackend:
         self.loop = loop
         self._clock = clock
         self._sleep = sleep
+        self.max_gap_seconds = check_max_gap(max_gap_seconds)
+        # pacing runs on a monotonic clock (a wall-clock step must not stretch a wait), unless a test drives the clock
+        self._pacer = Pacer(speed, self.max_gap_seconds, pace_clock or (time.monotonic if clock is time.time else clock))
+        self._wait: Wait = self._sleep_wait
         self.skipped_lines = 0
         self.skipped: list[SkippedLine] = []  # the first MAX_SKIPPED_KEPT, with their line numbers
         self.lines_read = 0  # sample lines read (not counting skipped ones)
@@ -191,7 +212,7 @@ class ReplayBackend:
         self._next: list[GpuSample] | None = None
         self._done = False
         self._wall0: float | None = None
-        self._rec0: float | None = None
+        self._played_at: tuple[float, float] | None = None  # (recorded t, played seconds) of the frame waited for
         self.last_recorded_t: float | None = None  # recorded time of the frame last returned
         self.pass_offset_seconds = 0.0  # with loop=True: how far the current pass is shifted from the recording
         self._next_offset = 0.0
@@ -265,9 +286,9 @@ class ReplayBackend:
             raise BadLine(f"type is {str(kind)[:20]!r}, not sample or xid")
         return sample_from_fields(d)
 
-    def _read_frames(self) -> Iterator[list[GpuSample]]:
-        """Frames: the samples of every GPU at one moment."""
-        frame: list[GpuSample] = []
+    def _raw_frames(self) -> Iterator[RawFrame]:
+        """Frames as read: the lines of every GPU at one moment, with the XIDs read meanwhile."""
+        frame = RawFrame([])
         for lineno, d in self._lines():
             try:
                 s = self._parse_line(d)
@@ -283,15 +304,28 @@ class ReplayBackend:
                 self.lines_already_imported += 1
                 continue
             if isinstance(s, XidEvent):
-                self._xids.append(s)
+                frame.xids.append((lineno, s))
                 continue
-            self.lines_read += 1
-            if frame and s.t != frame[0].t:
+            if frame.samples and s.t != frame.t:
                 yield frame
-                frame = []
-            frame.append(s)
-        if frame:
+                frame = RawFrame([])
+            frame.samples.append((lineno, s))
+        if frame.samples or frame.xids:
             yield frame
+
+    def _read_frames(self) -> Iterator[list[GpuSample]]:
+        """Frames: the samples of every GPU at one moment; frames out of the timeline skipped."""
+        t_ref: float | None = None
+        for raw in guard_frames(self._raw_frames(), self.max_gap_seconds, self._skip):
+            t_ref = raw.t if raw.samples else t_ref
+            for lineno, x in raw.xids:
+                if t_ref is not None and abs(x.t - t_ref) > self.max_gap_seconds:
+                    self._skip(lineno, f"t is {x.t:.0f}, more than the max gap of {self.max_gap_seconds:g} s from the samples beside it")
+                else:
+                    self._xids.append(x)
+            if raw.samples:
+                self.lines_read += len(raw.samples)
+                yield [s for _, s in raw.samples]
 
     def _frames_forever(self) -> Iterator[list[GpuSample]]:
         span = 0.0
@@ -318,6 +352,16 @@ class ReplayBackend:
         if self._next is None:
             self._done = True
 
+    # ------------------------------------------------------------ pacing
+    def _sleep_wait(self, seconds: float) -> bool:
+        self._sleep(seconds)
+        return False
+
+    def wait_with(self, wait: Wait) -> None:
+        """Wait for each recorded moment through `wait(seconds)`, which returns True to stop (the sampling
+        loop's: it wakes on SIGTERM, SIGINT and the end of --duration)."""
+        self._wait = wait
+
     # ------------------------------------------------------------ backend
     def gpus(self) -> list[GpuInfo]:
         return list(self._infos)
@@ -335,36 +379,43 @@ class ReplayBackend:
         return self.last_recorded_t
 
     def sample(self) -> list[GpuSample]:
-        """The next recorded frame (waiting for its moment when a speed is set). [] at the end."""
+        """The next recorded frame (waiting for its moment when a speed is set). [] at the end, and []
+        when the wait was told to stop (the frame is kept for the next call)."""
         if self._done or self._next is None:
             return []
         frame = self._next
         rec_t = frame[0].t
+        if self._wall0 is None:
+            self._wall0 = self._clock()
+        if self._pacer.wait_for(self._played_seconds(rec_t), self._wait):
+            return []
+        self._played_at = None
         self.last_recorded_t = rec_t
         self.pass_offset_seconds = self._offset_of_next
-        if self._rec0 is None:
-            self._rec0 = rec_t
-            self._wall0 = self._clock()
-        if self.speed is not None:
-            due = self._wall0 + (rec_t - self._rec0) / self.speed  # type: ignore[operator]
-            delay = due - self._clock()
-            if delay > 0:
-                self._sleep(delay)
         if self.rebase:
             scale = 1.0 / self.speed if self.speed else 1.0
             for s in frame:
-                s.t = self._wall0 + (s.t - self._rec0) * scale  # type: ignore[operator]
+                s.t = self._wall0 + self._pacer_time(s.t) * scale
         self.samples_read += len(frame)
         self._advance()
         return frame
 
+    def _played_seconds(self, rec_t: float) -> float:
+        """The frame's place on the played timeline, computed once per frame (a stopped wait retries it)."""
+        if self._played_at is None or self._played_at[0] != rec_t:
+            self._played_at = (rec_t, self._pacer.timeline(rec_t))
+        return self._played_at[1]
+
+    def _pacer_time(self, recorded_t: float) -> float:
+        return recorded_t - (self._pacer.rec0 or 0.0) - self._pacer.removed_seconds
+
     def live_time(self, recorded_t: float) -> float:
         """Where a recorded moment (pass offset included) lands on the sample timeline: itself unless
-        rebased, else shifted (and scaled by the speed) like the frames."""
-        if not self.rebase or self._rec0 is None:
+        rebased, else shifted (and scaled by the speed) like the frames, long gaps shortened."""
+        if not self.rebase or self._pacer.rec0 is None or self._wall0 is None:
             return recorded_t
         scale = 1.0 / self.speed if self.speed else 1.0
-        return self._wall0 + (recorded_t - self._rec0) * scale  # type: ignore[operator]
+        return self._wall0 + self._pacer_time(recorded_t) * scale
 
     def drain_xid_events(self) -> list[XidEvent]:
         out, self._xids = self._xids, []

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample
-from gpulens.units import MAX_ABS_VALUE, MAX_TIME_SECONDS, MIN_TIME_SECONDS
+from gpulens.units import MAX_ABS_VALUE, MAX_RECORDED_TIME_SECONDS, MIN_TIME_SECONDS
 
 MAX_INT = 2**63 - 1
 
@@ -36,15 +36,16 @@ def _show(v: Any) -> str:
 
 
 def time_seconds(v: Any, name: str = "t") -> float:
-    """A sample time: a finite number of unix seconds in the sane range."""
+    """A recorded time: a finite number of unix seconds from 1970 to 2100 (what a recording made by
+    a working clock can hold; the store's own bound, 2200, is wider)."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise BadLine(f"{name} is {_show(v)}, not a number of seconds")
     try:
         t = float(v)
     except OverflowError:
         raise BadLine(f"{name} is too large to be a time") from None
-    if not (MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS):  # also NaN
-        raise BadLine(f"{name} is {_show(v)}, outside 1970..2200")
+    if not (MIN_TIME_SECONDS <= t <= MAX_RECORDED_TIME_SECONDS):  # also NaN
+        raise BadLine(f"{name} is {_show(v)}, outside 1970..2100")
     return t
 
 

@@ -4,7 +4,7 @@
                                           alert rules, engine scrapers, a trace's workload events)
 """
 
-from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
+from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink, StopEvent
 from gpulens.pipeline.node import AlertsConfig, Node, NodeConfig, build_node
 
-__all__ = ["AlertsConfig", "Frame", "LoopStats", "Node", "NodeConfig", "SamplingLoop", "Sink", "build_node"]
+__all__ = ["AlertsConfig", "Frame", "LoopStats", "Node", "NodeConfig", "SamplingLoop", "Sink", "StopEvent", "build_node"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from gpulens.errors import StoreError, TraceError
 from gpulens.gpu.replay import MAX_LINE_BYTES, RECORDING_FORMAT, ReplayBackend, event_hosts, resolve_trace
 from gpulens.gpu.trace_fields import SkippedLine
-from gpulens.pipeline.loop import Frame
+from gpulens.pipeline.loop import Frame, StopEvent
 from gpulens.pipeline.node import AlertsConfig, NodeConfig, build_node
 from gpulens.pipeline.sinks import (
     Evaluator,
@@ -159,6 +159,8 @@ def import_trace(
     evaluate_seconds: float = 1.0,
     batch_rows: int = IMPORT_BATCH_ROWS,
     batch_seconds: float = IMPORT_BATCH_SECONDS,
+    max_gap_seconds: float | None = None,
+    stop_event: StopEvent | None = None,
 ) -> ImportSummary:
     """Import a trace's GPU telemetry and workload events, keeping their recorded times.
 
@@ -171,7 +173,9 @@ def import_trace(
     position in the same transaction. A second import of the same trace waits for the first
     (`on_wait` is told the pid); a trace imported before imports nothing again, a grown one only its
     new tail, and an import stopped midway (Ctrl-C, kill -9) is continued by the next. `force`
-    imports all of the trace again (its samples are then stored twice)."""
+    imports all of the trace again (its samples are then stored twice). A set `stop_event` (SIGTERM,
+    SIGINT) ends the import at once, keeping the whole frames it committed; a replay never waits
+    longer than `max_gap_seconds` between frames (`gpu.replay_pacing`)."""
     telemetry_path, _ = resolve_trace(path)
     trace_id = trace_identity(telemetry_path)
     owner = trace_claims.this_owner()
@@ -179,7 +183,8 @@ def import_trace(
     try:
         return _import_claimed(path, store, claim, owner, speed=speed, ctx=ctx, force=force, on_progress=on_progress,
                                alerts=alerts, evaluators=evaluators, evaluate_seconds=evaluate_seconds,
-                               batch_rows=batch_rows, batch_seconds=batch_seconds)
+                               batch_rows=batch_rows, batch_seconds=batch_seconds, max_gap_seconds=max_gap_seconds,
+                               stop_event=stop_event)
     finally:
         try:
             trace_claims.release(store, trace_id, owner)
@@ -191,6 +196,7 @@ def _import_claimed(
     path: str | Path, store: Store, claim: trace_claims.TraceClaim, owner: str, *, speed: float | None,
     ctx: ImportContext | None, force: bool, on_progress: Callable[[int], None] | None, alerts: AlertsConfig | None,
     evaluators: list[Evaluator] | None, evaluate_seconds: float, batch_rows: int, batch_seconds: float,
+    max_gap_seconds: float | None, stop_event: StopEvent | None,
 ) -> ImportSummary:
     telemetry_path, _ = resolve_trace(path)
     size = telemetry_path.stat().st_size
@@ -210,7 +216,8 @@ def _import_claimed(
             return summary
     resume_after = None if force else claim.position_t
     trace_claims.begin(store, claim.trace_id, owner, prefix_bytes=size, prefix_sha=sha, restart=force)
-    backend = ReplayBackend(path, speed=speed, rebase=False, resume_after=resume_after)
+    gap = {} if max_gap_seconds is None else {"max_gap_seconds": max_gap_seconds}
+    backend = ReplayBackend(path, speed=speed, rebase=False, resume_after=resume_after, **gap)
     summary.gpus = [g.name for g in backend.gpus()]
     ctx = ctx or ImportContext()
     map_recorded_host(ctx, backend)
@@ -232,7 +239,7 @@ def _import_claimed(
     try:
         node = build_node(
             NodeConfig(backend=backend, host=ctx.host, alerts=alerts, evaluators=list(evaluators or ()), import_context=ctx,
-                       evaluate_seconds=evaluate_seconds, view=progress.on_frame),
+                       evaluate_seconds=evaluate_seconds, view=progress.on_frame, stop_event=stop_event),
             store=store,
         )
         whole = _WholeFrames(store, node.loop.flush, batch_rows, batch_seconds)

@@ -5,6 +5,9 @@ and `top` all run this loop (built by `pipeline.node.build_node`); only their si
 Pacing comes from the backend: a live backend (NVML, fake) is sampled every `interval_seconds` of
 wall clock; a paced one (a replay) waits for each recorded moment itself, and flushing and
 evaluation follow the recorded timeline instead, so a replay raises the alerts a live agent would.
+
+Every wait, the loop's own and a replay's, is `wait_or_stop`: it ends at once on `stop()` (SIGTERM,
+SIGINT) and at the end of the run's duration, so no recorded gap or interval outlasts either.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class SamplingLoop:
         flush_seconds: float = 5.0,
         evaluate_seconds: float = 1.0,
         clock: Callable[[], float] = time.time,
+        stop_event: StopEvent | None = None,
     ):
         self.backend = backend
         self.sinks = list(sinks)
@@ -118,7 +122,7 @@ class SamplingLoop:
         self.flush_seconds = max(flush_seconds, interval_seconds)
         self.evaluate_seconds = max(evaluate_seconds, interval_seconds)
         self.clock = clock
-        self.stop_event = StopEvent()
+        self.stop_event = stop_event if stop_event is not None else StopEvent()  # set: the run ends
         self.stats = LoopStats()
         self._failed: set[int] = set()
         self._ticking = [s for s in self.sinks if s.ticks]
@@ -126,6 +130,20 @@ class SamplingLoop:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def _waiter(self, deadline: float | None) -> Callable[[float], bool]:
+        """wait(seconds) -> True when the loop must end: stopped, or the duration's `deadline`
+        (monotonic) reached. Never waits past the deadline."""
+
+        def wait_or_stop(seconds: float) -> bool:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= seconds:
+                    self.stop_event.wait(max(left, 0.0))
+                    return True
+            return self.stop_event.wait(max(seconds, 0.0))
+
+        return wait_or_stop
 
     def _each(self, method: str, *args: object, sinks: list[Sink] | None = None) -> None:
         for sink in self.sinks if sinks is None else sinks:
@@ -202,6 +220,10 @@ class SamplingLoop:
         next_tick = last_flush = last_eval = time.monotonic()
         sample_t_last_eval: float | None = None
         paced = self.backend.paced
+        wait = self._waiter(None if duration_seconds is None else wall0 + duration_seconds)
+        hand_wait = getattr(self.backend, "wait_with", None)  # a replay waits for its frames through it
+        if callable(hand_wait):
+            hand_wait(wait)
         try:
             while not self.stop_event.is_set():
                 if duration_seconds is not None and time.monotonic() - wall0 >= duration_seconds:
@@ -228,7 +250,7 @@ class SamplingLoop:
                 if delay < 0:  # fell behind (a slow NVML call): skip, do not burst
                     next_tick = time.monotonic()
                     delay = 0
-                if self.stop_event.wait(delay):
+                if wait(delay):
                     break
         finally:
             self.flush(force=True)

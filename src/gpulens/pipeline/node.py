@@ -22,7 +22,7 @@ from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
 from gpulens.k8s.attribution import DeviceAttribution
 from gpulens.k8s.node import node_host
-from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink
+from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink, StopEvent
 from gpulens.pipeline.sinks import (
     ColocationWatch,
     EvaluatorSink,
@@ -56,6 +56,7 @@ class NodeConfig:
     speed: float | None = 1.0  # replays: 1 = recorded pace, None = as fast as possible
     rebase: bool = True  # replays: shift the recording to start now (False keeps recorded times)
     loop: bool = False  # replays: start over at the end
+    max_gap_seconds: float | None = None  # replays: the longest recorded gap played (None: replay_pacing's default)
     faults: list[str] = field(default_factory=list)  # fake backend: injected faults (gpu.fake.schedule_fault)
     store_path: Path | None = None  # None: no store (top, record)
     interval_seconds: float = 1.0
@@ -81,6 +82,8 @@ class NodeConfig:
     pod_resources_socket: str | None = None
     pod_resources_seconds: float = 10.0
     single_writer: bool = False  # take the store's writer lock (agents): a second agent on it is refused
+    # set to end the run (signal handlers installed before the node is built hold it); None: the loop's own
+    stop_event: StopEvent | None = None
 
 
 @dataclass
@@ -135,7 +138,7 @@ def _open_backend(config: NodeConfig) -> GpuBackend:
     from gpulens.gpu import FakeBackend, open_backend
 
     be = config.backend if config.backend is not None and not isinstance(config.backend, str) else open_backend(
-        config.backend, speed=config.speed, rebase=config.rebase, loop=config.loop
+        config.backend, speed=config.speed, rebase=config.rebase, loop=config.loop, max_gap_seconds=config.max_gap_seconds
     )
     if config.faults:
         if not isinstance(be, FakeBackend):
@@ -218,7 +221,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                     scrapers.append(scraper)
                 sinks.append(ScrapeSink(scrapers, config.scrape_seconds))
         loop = SamplingLoop(backend, sinks, store=store, interval_seconds=config.interval_seconds,
-                            evaluate_seconds=config.evaluate_seconds, flush_seconds=config.flush_seconds)
+                            evaluate_seconds=config.evaluate_seconds, flush_seconds=config.flush_seconds,
+                            stop_event=config.stop_event)
         for sink in sinks:
             if isinstance(sink, ScrapeSink):
                 loop.stop_event.on_set(sink.interrupt)  # SIGTERM cuts a scrape blocked on its socket

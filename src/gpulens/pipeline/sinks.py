@@ -248,7 +248,7 @@ class TraceEventsSink(SinkBase):
         self._time = event_time
         timed = [r for r in events if event_time(r) is not None]
         if hasattr(ctx, "skipped_events"):
-            ctx.skipped_events += len(events) - len(timed)  # no time, or one outside 1970..2200
+            ctx.skipped_events += len(events) - len(timed)  # no time, or one outside 1970..2100
         self.events = sorted(timed, key=event_time)  # type: ignore[arg-type,return-value]
         self._next = 0
         self._pass_offset = 0.0

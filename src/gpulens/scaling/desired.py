@@ -24,6 +24,9 @@ from gpulens.vocab.gpu import GPU_UP
 
 DEFAULT_WINDOW_SECONDS = 60.0  # the recording rule's default too (4 scrapes at 15 s)
 DEFAULT_STEP_SECONDS = 5.0
+# The most evaluations per service one answer makes (two weeks at a 5 s step is 241,920; each costs
+# about 50 us): past it a tiny step over a long range (1 ms over 100 years) would run for days.
+MAX_EVALUATIONS = 250_000
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,12 @@ def desired_replicas(store: Store, *, service: str | None = None, window_seconds
         return []
     rng = (min(r[0] for r in ranges), max(r[1] for r in ranges))
     lo, hi = rng[0] if start is None else start, (rng[1] if end is None else end) + after_seconds
-    steps = int(math.floor((hi - lo) / step_seconds)) + 1
+    span = hi - lo
+    if not span / step_seconds < MAX_EVALUATIONS:  # also a span that is not finite
+        raise BadInputError(f"A step of {step_seconds:g} s over {span:.6g} s is {span / step_seconds:.3g} evaluations per service, "
+                            f"more than the {MAX_EVALUATIONS:,} gpulens makes.",
+                            hint="Give a longer --step, or a shorter --after.")
+    steps = int(math.floor(span / step_seconds)) + 1
     out: list[ScalePoint] = []
     for name in names:
         scaler = ServiceScaler(name, request_log(store, name), window_seconds=window_seconds, targets=targets,

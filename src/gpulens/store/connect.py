@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from gpulens.errors import StorageFullError, StoreError
+from gpulens.errors import StorageFullError, StoreError, refuse_special_file
 from gpulens.store import migrations
 from gpulens.store.migrations import SCHEMA_VERSION
 
@@ -50,6 +50,8 @@ def _newer_schema(path: Path, version: int) -> StoreError:
 
 def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlite3.Connection:
     """Open the store file in WAL mode and migrate it to this gpulens' schema (see `migrations`)."""
+    # SQLite would block forever opening a FIFO, and read a device without end
+    refuse_special_file(path, "the store", hint="Point --store at a gpulens store (an SQLite file) or a new path.", error=StoreError)
     if path.is_dir():  # SQLite would answer "disk I/O error"
         inside = sorted(path.glob("*.db"))
         raise StoreError(

@@ -9,7 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpulens.bench.serve.runner import LoadSpec, Progress, check_reachable, run_processes, run_worker
+from gpulens.bench.serve.runner import (
+    MAX_CONCURRENCY,
+    MAX_RATE_PER_SECOND,
+    LoadSpec,
+    Progress,
+    check_reachable,
+    run_processes,
+    run_worker,
+)
 from gpulens.bench.serve.stats import DEFAULT_MAX_ERROR_RATIO
 from gpulens.bench.serve.summary import LoadResult, summarize
 from gpulens.errors import BadInputError
@@ -153,8 +161,15 @@ def sweep(
                             hint="Replay it at several --speed values instead, or sweep with --rate.")
     if max_value is not None and not max_value > 0:
         raise BadInputError(f"The sweep's upper limit must be above zero, not {max_value:g}.", hint="Give e.g. --max-rate 1000.")
-    asyncio.run(check_reachable(spec.target.url))
     closed = spec.mode == "closed"
+    # the doubling stops at what one load run can send (LoadSpec.validate refuses more)
+    limit = float(MAX_CONCURRENCY) if closed else MAX_RATE_PER_SECOND
+    if max_value is not None and not max_value <= limit:
+        name = "--max-concurrency" if closed else "--max-rate"
+        raise BadInputError(f"{name} {max_value:g} is more than one load run can send ({limit:,.0f}).",
+                            hint=f"Give at most {name} {limit:.0f}.")
+    max_value = limit if max_value is None else max_value
+    asyncio.run(check_reachable(spec.target.url))
     probes: list[Probe] = []
 
     def probe(value: float) -> bool:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, refuse_special_file
+from gpulens.units import MAX_RECORDED_TIME_SECONDS
 from gpulens.vocab.names import EV_REQUEST
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -59,6 +60,7 @@ def load_arrivals(source: str | Path, *, speed: float = 1.0, service: str | None
     p = Path(source)
     if p.is_dir():
         p = p / "events.jsonl"
+    refuse_special_file(p, "the recording", hint=SOURCE_HINT)
     try:
         with p.open("rb") as f:
             head = f.read(len(SQLITE_MAGIC))
@@ -130,5 +132,8 @@ def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]],
             else:
                 continue
             if row is not None:
+                if not 0 <= row[0] <= MAX_RECORDED_TIME_SECONDS:  # also inf and nan: a wait without end
+                    raise BadInputError(f"Line {n} of the recording {path} has the arrival time {row[0]:g} s, "
+                                        "not a time from 1970 to 2100.", hint=SOURCE_HINT)
                 rows.append(row)
     return rows, fmt or "trace", (blocks if fmt == "mooncake" and len(blocks) == len(rows) else None)

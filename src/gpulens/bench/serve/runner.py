@@ -33,6 +33,14 @@ from gpulens.errors import BadInputError, GpulensError, UnavailableError
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
 DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot")
+# The most one load run may ask for: past these a schedule or a user pool is never built in any
+# useful time (a rate of 1e300 is an endless loop planning the first microsecond; a billion users a
+# billion tasks), and no single client machine sends that much anyway.
+MAX_RATE_PER_SECOND = 1_000_000.0
+MAX_CONCURRENCY = 100_000
+MAX_WORKERS = 256  # load processes: more than any one machine has cores
+# The longest schedule a recording may set (--replay-arrivals, after --speed and --duration).
+MAX_REPLAY_SECONDS = 7 * 86400.0
 
 
 class TargetUnreachableError(UnavailableError):
@@ -81,6 +89,18 @@ class LoadSpec:
                                 hint="Give --rate 10 or more; use --concurrency for a fixed number of users.")
         if self.ramp_to is not None and not self.ramp_to > 0:
             raise BadInputError(f"The ramp's end rate must be above zero, not {self.ramp_to:g}.", hint="Give --ramp-to 200, say.")
+        for name, r in (("--rate", self.rate), ("--ramp-to", self.ramp_to)):
+            if r is not None and not r <= MAX_RATE_PER_SECOND:  # also inf
+                raise BadInputError(f"{name} {r:g} is more than the {MAX_RATE_PER_SECOND:,.0f} requests per second one load run can send.",
+                                    hint=f"Give at most {name} {MAX_RATE_PER_SECOND:.0f}; for more, run several clients.")
+        if self.concurrency is not None and self.concurrency > MAX_CONCURRENCY:
+            raise BadInputError(f"--concurrency {self.concurrency} is more than the {MAX_CONCURRENCY:,} users one load run can hold.",
+                                hint=f"Give at most --concurrency {MAX_CONCURRENCY}; for more, run several clients.")
+        if self.arrivals is not None:
+            span = self.arrivals[-1] - self.arrivals[0]
+            if not span <= MAX_REPLAY_SECONDS:
+                raise BadInputError(f"The recorded arrivals span {span:.3g} s, more than the {MAX_REPLAY_SECONDS / 86400:g} days one replay may run.",
+                                    hint="Replay a part of it with --duration, or faster with --speed.")
         if self.ramp_to is not None and self.rate is None:
             raise BadInputError("--ramp-to needs a starting --rate.", hint="E.g. --rate 10 --ramp-to 200 --duration 60s.")
         if self.ramp_to is not None and self.duration_seconds is None:
@@ -96,6 +116,9 @@ class LoadSpec:
                                 hint="1 is Poisson; below 1 is burstier, above 1 is smoother.")
         if self.workers < 1:
             raise BadInputError(f"--workers must be at least 1, not {self.workers}.", hint="Give --workers 1 or more.")
+        if self.workers > MAX_WORKERS:
+            raise BadInputError(f"--workers {self.workers} is more than the {MAX_WORKERS} load processes one machine can run.",
+                                hint="Give about one --workers per CPU core.")
         if self.concurrency is not None and self.workers > self.concurrency:
             raise BadInputError(f"{self.workers} workers cannot share a concurrency of {self.concurrency}.",
                                 hint="Use at most as many --workers as --concurrency.")

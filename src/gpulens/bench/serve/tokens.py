@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, refuse_special_file
+
+# The longest prompt or output a length spec may ask for: 2^20 tokens, past the context window of
+# nearly every served model. Beyond it a prompt is not a benchmark but a hang (building 1e30 words).
+MAX_LENGTH_TOKENS = 1 << 20
 
 TokenBasis = Literal["tokenizer", "server", "estimate"]
 SPEC_HINT = "Give N, uniform:A-B, normal:MEAN,SD or file:PATH (one observed length per line), e.g. --input-tokens uniform:100-300."
@@ -53,7 +57,7 @@ class LengthSpec:
             n = round(rng.gauss(self.a, self.b))
         else:
             n = rng.choice(self.observed)
-        return max(1, int(n))
+        return max(1, min(int(n), MAX_LENGTH_TOKENS))
 
     @property
     def mean(self) -> float:
@@ -75,36 +79,47 @@ def parse_length_spec(text: str, what: str = "--input-tokens") -> LengthSpec:
             n = int(raw)
             if n < 1:
                 raise ValueError
-            return LengthSpec(raw, "fixed", float(n))
-        if kind == "uniform":
+            spec = LengthSpec(raw, "fixed", float(n))
+        elif kind == "uniform":
             lo, _, hi = rest.partition("-")
             a, b = int(lo), int(hi)
             if not 1 <= a <= b:
                 raise ValueError
-            return LengthSpec(raw, "uniform", a, b)
-        if kind == "normal":
+            spec = LengthSpec(raw, "uniform", a, b)
+        elif kind == "normal":
             m, _, sd = rest.partition(",")
             mean, dev = float(m), float(sd)
             if not (mean >= 1 and dev >= 0 and math.isfinite(mean + dev)):
                 raise ValueError
-            return LengthSpec(raw, "normal", mean, dev)
+            spec = LengthSpec(raw, "normal", mean, dev)
+        elif kind == "file":
+            return LengthSpec(raw, "file", observed=_observed_lengths(Path(rest), what))
+        else:
+            raise BadInputError(f"Cannot read {what} {raw!r}: unknown kind {kind!r}.", hint=SPEC_HINT)
     except ValueError:
         raise BadInputError(f"Cannot read {what} {raw!r}.", hint=SPEC_HINT) from None
-    if kind == "file":
-        return LengthSpec(raw, "file", observed=_observed_lengths(Path(rest), what))
-    raise BadInputError(f"Cannot read {what} {raw!r}: unknown kind {kind!r}.", hint=SPEC_HINT)
+    if max(spec.a, spec.b) > MAX_LENGTH_TOKENS:
+        raise BadInputError(f"{what} {raw!r} asks for more than {MAX_LENGTH_TOKENS:,} tokens.",
+                            hint=f"Give lengths of at most {MAX_LENGTH_TOKENS:,} tokens, e.g. {what} uniform:100-300.")
+    return spec
 
 
 def _observed_lengths(path: Path, what: str) -> tuple[int, ...]:
+    refuse_special_file(path, "the lengths file", hint="Give a text file with one token count per line.")
     try:
-        lines = path.read_text().split()
+        lines = path.read_text(encoding="utf-8", errors="replace").split()
     except OSError as e:
         raise BadInputError(f"Cannot read the lengths file {path} of {what}: {e.strerror}.", hint=SPEC_HINT) from None
     try:
-        values = tuple(int(float(x)) for x in lines)
+        floats = [float(x) for x in lines]
     except ValueError:
         raise BadInputError(f"The lengths file {path} of {what} holds something other than numbers.",
                             hint="Write one token count per line.") from None
+    big = next((x for x in floats if not x <= MAX_LENGTH_TOKENS), None)  # also inf and nan
+    if big is not None:
+        raise BadInputError(f"The lengths file {path} of {what} holds {big:g}, more than {MAX_LENGTH_TOKENS:,} tokens.",
+                            hint=f"Write token counts of at most {MAX_LENGTH_TOKENS:,}, one per line.")
+    values = tuple(int(x) for x in floats)
     values = tuple(v for v in values if v >= 1)
     if not values:
         raise BadInputError(f"The lengths file {path} of {what} has no length of 1 or more.", hint="Write one token count per line.")
