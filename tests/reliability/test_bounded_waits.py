@@ -179,13 +179,13 @@ def test_top_duration_ends_a_day_long_replay_gap(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_replay_in_a_day_long_gap_stops_on_sigterm_and_keeps_nothing(tmp_path):
+def test_replay_in_a_day_long_gap_stops_on_sigterm_and_keeps_what_it_committed(tmp_path):
     trace = gap_trace(tmp_path)
     proc = _start(["replay", str(trace), "--speed", "1", "--store", str(tmp_path / "r.db")])
     wait_until(lambda: _holds_open(proc.pid, trace) or proc.poll() is not None, what="replay to open the trace")
     proc.send_signal(signal.SIGTERM)
     rc, out = _ends_within(proc, EXIT_WITHIN_SECONDS)
-    assert rc == 2 and "stopped before its end; nothing of it was kept" in out and "Traceback" not in out, out
+    assert rc == 2 and "stopped before its end; what it stored is kept" in out and "Traceback" not in out, out
 
 
 @pytest.mark.parametrize(("far_t", "why"), [(YEAR_2199, "outside 1970..2100"), (YEAR_2099, "more than the max gap of 60 s")],
