@@ -31,7 +31,8 @@ import yaml
 
 from gpulens.alerts.baseline import BandSpec
 from gpulens.alerts.expr import ExprError, ParsedExpr, parse_expr
-from gpulens.errors import BadInputError, read_text_file
+from gpulens.errors import BadInputError
+from gpulens.safe_parse import UnsafeYaml, read_text, yaml_value
 from gpulens.units import parse_duration
 from gpulens.vocab.gpu import GPU_UP, GPU_XID_TOTAL
 
@@ -149,14 +150,9 @@ def _check_template(text: str, path: str, line: int, fname: str) -> None:
 def parse_rules(text: str, path: str = "<rules>", *, pack: str = "custom", base: RuleSet | None = None) -> RuleSet:
     """Rules from YAML text, checked. With `base`, the file adds to (and overrides) those rules."""
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as e:
-        line = e.problem_mark.line + 1 if e.problem_mark else None
-        raise RuleFileError(path, line, None, f"is not valid YAML ({e.problem})") from None
-    except yaml.YAMLError as e:  # e.g. a control character the reader refuses
-        raise RuleFileError(path, None, None, f"is not valid YAML ({e})") from None
-    except (TypeError, ValueError, RecursionError):  # a list as a key, a nesting too deep
-        raise RuleFileError(path, None, None, "is not a rules file YAML can read (a key that is not a name?)") from None
+        doc = yaml_value(text, loader=_LineLoader)  # a SafeLoader subclass; depth and alias expansion bounded
+    except UnsafeYaml as e:
+        raise RuleFileError(path, e.line, None, f"cannot be read: {e}") from None
     if doc is None:
         doc = _Map()
     if not isinstance(doc, dict):
@@ -257,8 +253,7 @@ def load_rules(rules_file: str | Path | None = None, *, packs: tuple[str, ...] =
         rs = parse_rules(pack_text(p), f"packs/{p}.yaml", pack=p, base=rs)
     if rules_file is not None:
         path = Path(rules_file)
-        text = read_text_file(path, "the rule file", hint="Check the --rules path.",
-                              text_hint="Give a YAML rules file (see docs/alerts.md).")
+        text = read_text(path, "the rule file", hint="Check the --rules path; give a YAML rules file (see docs/alerts.md).")
         rs = parse_rules(text, str(path), pack="custom", base=rs)
     return rs
 

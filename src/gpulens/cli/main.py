@@ -15,6 +15,7 @@ from gpulens import __version__
 from gpulens.cli import usage_errors
 from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.cli.help_text import keep_examples_everywhere
+from gpulens.cli.number_bounds import bound_numbers
 from gpulens.errors import EXIT_BAD_INPUT, GpulensError
 
 app = typer.Typer(
@@ -66,6 +67,7 @@ def _register_all() -> None:
 _register_all()
 keep_examples_everywhere(app)
 apply_env_defaults(app)
+bound_numbers(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,6 @@ A malformed line is skipped and counted (`skipped_lines`), never fatal: the rest
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from gpulens.gpu.trace_fields import (
 )
 from gpulens.gpu.trace_fields import processes as tf_processes
 from gpulens.gpu.types import GpuInfo, GpuSample, XidEvent
+from gpulens.safe_parse import UnsafeValue, json_value
 from gpulens.vocab import gpu_fields as F
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,11 @@ _UNREADABLE = object()
 
 
 def _parse(line: str) -> Any:
-    """One JSON line, or _UNREADABLE (bad JSON, nesting too deep, a number too long)."""
+    """One JSON line, or _UNREADABLE (bad JSON, NaN, nesting too deep, a number too long). Each field's
+    number is checked where it is read (trace_fields.number), so the per-number checks are left out here."""
     try:
-        return json.loads(line) if line.strip() else _UNREADABLE
-    except (ValueError, RecursionError):
+        return json_value(line, check_numbers=False) if line.strip() else _UNREADABLE
+    except UnsafeValue:
         return _UNREADABLE
 
 
@@ -73,8 +74,8 @@ def _probe_info(folder: Path) -> GpuInfo | None:
     if not probe_path.is_file():
         return None
     try:
-        probe = json.loads(probe_path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError, RecursionError):
+        probe = json_value(probe_path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, UnsafeValue):
         return None
     if not isinstance(probe, dict):
         return None

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from gpulens.errors import BadInputError
 from gpulens.runs.diff import Change, diff
 from gpulens.runs.fingerprint import FINGERPRINT_KEYS, fingerprint_dict
+from gpulens.safe_parse import load_json, read_text
 from gpulens.store import Store
 from gpulens.store import runs as repo
 
@@ -245,10 +246,8 @@ def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, A
         return "this machine now", fingerprint_dict()
     p = Path(ref)
     if p.is_file():
-        try:
-            data = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadInputError(f"{ref} is not a fingerprint JSON file ({e}).", hint="Write one with `gpulens env --format json > env.json`.") from None
+        hint = "Write one with `gpulens env --format json > env.json`."
+        data = load_json(read_text(p, "the fingerprint file", hint=hint), f"the fingerprint file {ref}", hint=hint)
         if not isinstance(data, dict):
             raise BadInputError(f"{ref} holds JSON but not a fingerprint object.", hint="Write one with `gpulens env --format json > env.json`.")
         missing = [k for k in FINGERPRINT_KEYS if k not in data]

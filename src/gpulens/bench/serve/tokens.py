@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from gpulens.errors import BadInputError
+from gpulens.safe_parse import json_value
 
 TokenBasis = Literal["tokenizer", "server", "estimate"]
 SPEC_HINT = "Give N, uniform:A-B, normal:MEAN,SD or file:PATH (one observed length per line), e.g. --input-tokens uniform:100-300."
@@ -158,7 +159,7 @@ class ServerTokenizer:
         req = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                data = json.loads(resp.read())
+                data = json_value(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise BadInputError(f"The server's {self.url} did not count tokens ({e}).",
                                 hint="Give --tokenizer PATH to a local tokenizer.json instead.") from None
