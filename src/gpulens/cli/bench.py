@@ -295,7 +295,12 @@ def _render_summary(s, run_id: int | None) -> None:
 
     from gpulens.render import print_table
 
-    target = f"{s.target_rate:g} req/s {s.arrival}" if s.mode == "open" else f"concurrency {s.target_concurrency}"
+    if s.mode != "open":
+        target = f"concurrency {s.target_concurrency}"
+    elif s.target_rate is None:  # --replay-arrivals: the recording's own times set the rate
+        target = f"{s.arrival} arrivals"
+    else:
+        target = f"{s.target_rate:g} req/s {s.arrival}"
     rates = s.rates_per_second
     console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s (first intended send to end of run): "
                   f"achieved {s.achieved_rate:.1f} req/s ok, {rates.error:.1f} errors/s, "

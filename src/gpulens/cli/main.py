@@ -3,10 +3,12 @@ commands; business logic lives in the library, never here."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import pkgutil
 import sys
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting; prog_name keeps
         # messages saying `gpulens` under `python -m gpulens` too.
-        rc = app(args=argv, prog_name="gpulens", standalone_mode=False)
+        rc = _click_command()(args=argv, prog_name="gpulens", standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool):
             return rc
     except GpulensError as e:
@@ -98,10 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _command_path(argv: list[str] | None) -> str:
+@functools.cache
+def _click_command() -> Any:
+    """The click command tree, built once per process: typer rebuilds it on every `app()` call (60 ms,
+    twice for a usage error), which a test suite running main() a thousand times pays in full."""
     import typer.main
 
-    return usage_errors.command_path_of(typer.main.get_command(app), list(sys.argv[1:] if argv is None else argv))
+    return typer.main.get_command(app)
+
+
+def _command_path(argv: list[str] | None) -> str:
+    return usage_errors.command_path_of(_click_command(), list(sys.argv[1:] if argv is None else argv))
 
 
 def _print_error(message: str, hint: str | None) -> None:

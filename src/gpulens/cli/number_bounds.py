@@ -58,26 +58,32 @@ def bound_numbers(app: typer.Typer) -> list[tuple[str, str]]:
 
     done: list[tuple[str, str]] = []
 
-    def visit(t: typer.Typer, path: str) -> None:
-        for cmd in t.registered_commands:
-            if cmd.callback is None:
+    def bound(callback: Callable[..., Any] | None, name: str) -> None:
+        if not callable(callback):  # None, or typer's placeholder for "no callback"
+            return
+        try:
+            hints = typing.get_type_hints(callback)
+        except Exception:  # noqa: BLE001 - a hint that does not resolve: the signature's own annotation
+            hints = {}
+        for pname, p in inspect.signature(callback).parameters.items():
+            info = p.default
+            if not isinstance(info, OptionInfo | ArgumentInfo) or _number_kind(hints.get(pname, p.annotation)) is None:
                 continue
-            name = f"{path} {cmd.name or cmd.callback.__name__.replace('_', '-')}".strip()
-            try:
-                hints = typing.get_type_hints(cmd.callback)
-            except Exception:  # noqa: BLE001 - a hint that does not resolve: the signature's own annotation
-                hints = {}
-            for pname, p in inspect.signature(cmd.callback).parameters.items():
-                info = p.default
-                if not isinstance(info, OptionInfo | ArgumentInfo) or _number_kind(hints.get(pname, p.annotation)) is None:
-                    continue
-                if getattr(info, "_gpulens_bounded", False):
-                    continue
-                # an existing callback takes only the value (the only form the CLI uses)
-                info.callback = _checker(info.callback)
-                info._gpulens_bounded = True  # type: ignore[attr-defined]
-                done.append((name, pname))
+            if getattr(info, "_gpulens_bounded", False):
+                continue
+            # an existing callback takes only the value (the only form the CLI uses)
+            info.callback = _checker(info.callback)
+            info._gpulens_bounded = True  # type: ignore[attr-defined]
+            done.append((name, pname))
+
+    def visit(t: typer.Typer, path: str) -> None:
+        if t.registered_callback is not None:  # a group's own options (`gpulens plan --batch ...`)
+            bound(t.registered_callback.callback, path)
+        for cmd in t.registered_commands:
+            if cmd.callback is not None:
+                bound(cmd.callback, f"{path} {cmd.name or cmd.callback.__name__.replace('_', '-')}".strip())
         for group in t.registered_groups:
+            bound(group.callback, f"{path} {group.name or ''}".strip())
             if group.typer_instance is not None:
                 visit(group.typer_instance, f"{path} {group.name or ''}".strip())
 

@@ -129,9 +129,12 @@ def load_measurements(path: Path) -> list[Measurement]:
     rows: list[tuple[str, dict[str, Any]]] = []
     if text.lstrip().startswith("["):
         items = load_json(text, f"the measurements file {path}", hint=hint)
-        rows = [(f"{path} item {i + 1}", d) for i, d in enumerate(items)]
+        rows = [(f"{path} item {i + 1}", d) for i, d in enumerate(items if isinstance(items, list) else [items])]
     else:
         rows = [(f"{path} line {n}", d) for n, d in json_lines(text, f"the measurements file {path}", hint=hint)]
+    for where, d in rows:
+        if not isinstance(d, dict):
+            raise BadInputError(f"{where} is not a JSON object.", hint=hint)
     if not rows:
         raise BadInputError(f"{path} holds no measurements.", hint="Add one JSON object per measured configuration.")
     return [parse_measurement(d, where=w) for w, d in rows]
