@@ -156,26 +156,27 @@ def read_text(path: str | Path, where: str, *, hint: str, max_bytes: int = MAX_F
     """A regular file's text: one sentence for a file that is missing, not a regular file (a folder,
     a FIFO, a device such as /dev/zero), larger than `max_bytes`, unreadable or not UTF-8."""
     p = Path(path)
+    shown = _short(str(p), 120)
     try:
         info = p.stat()
     except OSError as e:
-        raise BadInputError(f"Cannot read {where} {p}: {e.strerror or e}.", hint=hint) from None
+        raise BadInputError(f"Cannot read {where} {shown}: {e.strerror or e}.", hint=hint) from None
     if not stat.S_ISREG(info.st_mode):
         kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise BadInputError(f"{_capital(where)} {p} is {kind}.", hint=hint)
+        raise BadInputError(f"{_capital(where)} {shown} is {kind}.", hint=hint)
     if info.st_size > max_bytes:
-        raise BadInputError(f"{_capital(where)} {p} is {info.st_size:,} bytes, more than the {max_bytes:,} gpulens reads.", hint=hint)
+        raise BadInputError(f"{_capital(where)} {shown} is {info.st_size:,} bytes, more than the {max_bytes:,} gpulens reads.", hint=hint)
     try:
         with p.open("rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as e:
-        raise BadInputError(f"Cannot read {where} {p}: {e.strerror or e}.", hint=hint) from None
+        raise BadInputError(f"Cannot read {where} {shown}: {e.strerror or e}.", hint=hint) from None
     if len(data) > max_bytes:
-        raise BadInputError(f"{_capital(where)} {p} grew past the {max_bytes:,} bytes gpulens reads.", hint=hint)
+        raise BadInputError(f"{_capital(where)} {shown} grew past the {max_bytes:,} bytes gpulens reads.", hint=hint)
     try:
         return decode_utf8(data)
     except UnsafeValue as e:
-        raise BadInputError(f"{_capital(where)} {p} cannot be read: {e}.", hint=hint) from None
+        raise BadInputError(f"{_capital(where)} {shown} cannot be read: {e}.", hint=hint) from None
 
 
 def finite(value: float, what: str) -> float:

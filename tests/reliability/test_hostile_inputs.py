@@ -154,6 +154,55 @@ def test_hostile_number_is_refused_naming_its_option(env, cmd, flag, value):
     assert_one_sentence(rc, out, err, {2}, names=(flag,))
 
 
+# ------------------------------------------------------------------ class 1b: hostile ids where a run is named
+
+HOSTILE_IDS = ["9223372036854775808", "#9223372036854775808", "1" * 5000, "\u0661\u0662", "0", "1e20", "nan", "  ", "latest\u202e", "-0"]
+ID_COMMANDS = {
+    "runs show": ["runs", "show", "{id}", "--store", "{db}"],
+    "runs baseline": ["runs", "baseline", "{id}", "--store", "{db}"],
+    "compare A": ["compare", "{id}", "--store", "{db}"],
+    "compare 1 B": ["compare", "1", "{id}", "--store", "{db}"],
+    "env diff": ["env", "diff", "{id}", "--store", "{db}"],
+}
+ID_CASES = [(c, i) for c in ID_COMMANDS for i in HOSTILE_IDS]
+
+
+@TIMEOUT
+@pytest.mark.parametrize(("cmd", "run_id"), ID_CASES, ids=[f"{c} {i[:12]!r}" for c, i in ID_CASES])
+def test_hostile_run_id_is_no_run(env, cmd, run_id):
+    rc, out, err = run_cli([a.replace("{id}", run_id).format(db=env["db"]) for a in ID_COMMANDS[cmd]])
+    assert_one_sentence(rc, out, err, {2})
+
+
+# ------------------------------------------------------------------ class 1c: paths the file system cannot hold
+
+HOSTILE_PATHS = ["x" * 5000, "d/" * 3000 + "x", "/tmp/" + "y" * 300 + ".db"]
+PATH_COMMANDS = {
+    "alerts list --store": ["alerts", "list", "--store", "{p}"],
+    "runs list --store": ["runs", "list", "--store", "{p}"],
+    "query --store": ["query", "gpu_up", "--store", "{p}"],
+    "diagnose --store": ["diagnose", "--store", "{p}"],
+    "baseline show --store": ["baseline", "show", "--store", "{p}"],
+    "energy --store": ["energy", "--store", "{p}"],
+    "replay TRACE": ["replay", "{p}", "--store", "{dir}/long.db"],
+    "replay --store": ["replay", "--store", "{p}"],
+    "env diff FILE": ["env", "diff", "{p}", "--store", "{db}"],
+    "eval compare FILE": ["eval", "compare", "{p}", "{p}", "--metric", "acc"],
+    "alerts export --rules": ["alerts", "export", "--rules", "{p}"],
+    "bench serve --dataset": ["bench", "serve", "--url", DEAD_URL, "--dataset", "{p}", "--no-store", "--rate", "1"],
+    "plan --model": ["plan", "--model", "{p}.json", "--gpu", "h100-sxm"],
+}
+PATH_CASES = [(c, i) for c in PATH_COMMANDS for i in range(len(HOSTILE_PATHS))]
+
+
+@TIMEOUT
+@pytest.mark.parametrize(("cmd", "which"), PATH_CASES, ids=[f"{c} path{i}" for c, i in PATH_CASES])
+def test_a_path_too_long_is_one_sentence(env, cmd, which):
+    path = HOSTILE_PATHS[which]
+    rc, out, err = run_cli([a.replace("{p}", path).format(db=env["db"], dir=env["dir"]) for a in PATH_COMMANDS[cmd]])
+    assert_one_sentence(rc, out, err, {2})
+
+
 # ------------------------------------------------------------------ class 2: hostile files × readers
 
 ALIAS_BOMB = ('a: &a ["x","x","x","x","x","x","x","x","x"]\n'
@@ -341,5 +390,5 @@ def test_hostile_objective_is_refused(env, cmd, slo):
 
 
 def test_the_table_holds_at_least_700_cases():
-    n = len(NUMBER_CASES) + len(FILE_CASES) + 4 * 3 + len(FUNCTION_CASES) + len(HOSTILE_RULES) + len(SLO_CASES)
+    n = len(NUMBER_CASES) + len(ID_CASES) + len(PATH_CASES) + len(FILE_CASES) + 4 * 3 + len(FUNCTION_CASES) + len(HOSTILE_RULES) + len(SLO_CASES)
     assert n >= 700, n

@@ -3,6 +3,7 @@ commands; business logic lives in the library, never here."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import logging
@@ -90,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except KeyboardInterrupt:
         return 130
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        # a path the file system cannot even look up: pathlib's exists()/is_file() raise for it, anywhere
+        name = str(e.filename or "")
+        shown = name if len(name) <= 60 else f"{name[:60]}… ({len(name):,} characters)"
+        _print_error(f"The path {shown} is too long for the file system.", "Give a shorter path.")
+        return EXIT_BAD_INPUT
     except usage_errors.CLICK_ERRORS as e:
         if usage_errors.is_help_for_no_args(e):
             e.show()  # type: ignore[attr-defined]  # the help text, as click means it
