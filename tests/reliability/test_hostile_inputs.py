@@ -154,6 +154,19 @@ def test_hostile_number_is_refused_naming_its_option(env, cmd, flag, value):
     assert_one_sentence(rc, out, err, {2}, names=(flag,))
 
 
+# Counts below zero: refused by every count option (a seed may be any integer).
+SIGNED = {"--seed"}
+NEGATIVE_CASES = [(cmd, flag) for cmd, flag, kind in NUMBER_OPTIONS if kind == "int" and flag not in SIGNED]
+RUNNABLE = {"bench serve": ["--rate", "1"], "tune train": ["--", "true"]}  # so that only the count can be wrong
+
+
+@TIMEOUT
+@pytest.mark.parametrize(("cmd", "flag"), NEGATIVE_CASES, ids=[f"{c} {f} -1" for c, f in NEGATIVE_CASES])
+def test_a_negative_count_is_refused(env, cmd, flag):
+    rc, out, err = run_cli([*_fill(BASE[cmd], env), flag, "-1", *RUNNABLE.get(cmd, [])])
+    assert_one_sentence(rc, out, err, {2})
+
+
 # ------------------------------------------------------------------ class 1b: hostile ids where a run is named
 
 HOSTILE_IDS = ["9223372036854775808", "#9223372036854775808", "1" * 5000, "\u0661\u0662", "0", "1e20", "nan", "  ", "latest\u202e", "-0"]
@@ -390,5 +403,5 @@ def test_hostile_objective_is_refused(env, cmd, slo):
 
 
 def test_the_table_holds_at_least_700_cases():
-    n = len(NUMBER_CASES) + len(ID_CASES) + len(PATH_CASES) + len(FILE_CASES) + 4 * 3 + len(FUNCTION_CASES) + len(HOSTILE_RULES) + len(SLO_CASES)
+    n = len(NUMBER_CASES) + len(NEGATIVE_CASES) + len(ID_CASES) + len(PATH_CASES) + len(FILE_CASES) + 4 * 3 + len(FUNCTION_CASES) + len(HOSTILE_RULES) + len(SLO_CASES)
     assert n >= 700, n
