@@ -202,6 +202,7 @@ def _capital(text: str) -> str:
 # ---------------------------------------------------------------- YAML
 
 MAX_YAML_NODES = 200_000  # nodes after aliases are expanded: a "billion laughs" file is refused, not walked
+MAX_YAML_DEPTH = 64  # counted as the composer descends, so the refusal never depends on the stack left
 
 
 class UnsafeYaml(UnsafeValue):
@@ -230,6 +231,25 @@ def _expanded_nodes_within(root: Any, limit: int) -> bool:
     return True
 
 
+def _bound_depth(ld: Any, limit: int) -> None:
+    """Refuse nesting past `limit` inside the (recursive) composer, before it can run out of stack."""
+    compose = ld.compose_node
+    depth = 0
+
+    def bounded(parent: Any, index: Any) -> Any:
+        nonlocal depth
+        depth += 1
+        try:
+            if depth > limit:
+                mark = ld.peek_event().start_mark
+                raise UnsafeYaml(f"it nests deeper than {limit} levels (line {mark.line + 1})", mark.line + 1)
+            return compose(parent, index)
+        finally:
+            depth -= 1
+
+    ld.compose_node = bounded
+
+
 def yaml_value(text: str, *, loader: Any = None, max_nodes: int = MAX_YAML_NODES) -> Any:
     """One YAML document with a safe loader (`loader`: a SafeLoader subclass): UnsafeYaml for bad YAML
     (with its line), a nesting too deep for the reader, a document whose aliases expand past
@@ -239,6 +259,7 @@ def yaml_value(text: str, *, loader: Any = None, max_nodes: int = MAX_YAML_NODES
     ld = None
     try:
         ld = (loader or yaml.SafeLoader)(text)
+        _bound_depth(ld, MAX_YAML_DEPTH)
         node = ld.get_single_node()
         if node is None:
             return None

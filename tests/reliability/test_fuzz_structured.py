@@ -187,7 +187,7 @@ def _combine(inner):
     )
 
 
-exprs = st.recursive(st.one_of(selectors, numbers), _combine, max_leaves=12)
+exprs = st.recursive(st.one_of(selectors, numbers), lambda inner: _combine(inner), max_leaves=12)
 
 
 @FUZZ
