@@ -40,6 +40,7 @@ RECORDING_FORMAT = "gpulens-recording"
 MAX_SKIPPED_KEPT = 20  # skipped lines remembered with their reasons (all are counted)
 MAX_LINE_BYTES = 1 << 20  # the header is read up to this much
 _UNREADABLE = object()
+UNREADABLE_EVENT = "unreadable"  # the kind iter_events gives a line it cannot read (no time: skipped, counted)
 
 
 def _parse(line: str) -> Any:
@@ -369,7 +370,9 @@ class ReplayBackend:
 
 
 def iter_events(events_path: Path | None) -> Iterator[dict[str, Any]]:
-    """The workload records beside a trace (events.jsonl), malformed lines skipped."""
+    """The workload records beside a trace (events.jsonl). A line that is not JSON, or that the parsing
+    discipline refuses (NaN, a nesting or number past the limits), comes as a record with neither a
+    kind nor a time, so that the import skips it and counts it with the records it cannot read."""
     if events_path is None:
         return
     with events_path.open("r", encoding="utf-8", errors="replace") as f:
@@ -377,6 +380,8 @@ def iter_events(events_path: Path | None) -> Iterator[dict[str, Any]]:
             d = _parse(line)
             if isinstance(d, dict) and isinstance(d.get("kind"), str):
                 yield d
+            elif d is _UNREADABLE and line.strip():
+                yield {"kind": UNREADABLE_EVENT}
 
 
 def event_hosts(events_path: Path | None) -> set[str]:
