@@ -125,7 +125,7 @@ def json_value(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, check_numb
     except RecursionError:
         raise UnsafeValue(f"it nests deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:
-        raise UnsafeValue(f"it is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        raise UnsafeValue(f"it is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except ValueError as e:  # Python's own integer digit limit, reached only off the slow path
         raise UnsafeValue(f"it holds a number Python cannot read ({e})") from None
     if text.count("[") + text.count("{") > max_depth and not _depth_within(value, max_depth):

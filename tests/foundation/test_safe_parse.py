@@ -50,7 +50,7 @@ def test_the_fast_path_reads_what_the_checked_one_does():
 
 
 def test_json_lines_names_the_line():
-    with pytest.raises(BadInputError, match=r"^Line 3 of the dataset d\.jsonl cannot be read: it is not valid JSON"):
+    with pytest.raises(BadInputError, match=r"^Line 3 of the dataset d\.jsonl cannot be read: it is not JSON"):
         list(json_lines('{"a": 1}\n\n{"a": \n', "the dataset d.jsonl", hint="One object per line."))
 
 
