@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpulens.errors import BadInputError, UnavailableError
+from gpulens.safe_parse import json_value
 
 DEFAULT_MAX_BYTES = 16 * 2**20
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -77,8 +78,8 @@ class Response:
         return self.body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        """The body as JSON (ValueError when it is not)."""
-        return json.loads(self.body)
+        """The body as JSON (ValueError when it is not, or holds NaN, a nesting or a number past the limits)."""
+        return json_value(self.body)
 
 
 class Cancel:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError
+from gpulens.safe_parse import UnsafeYaml, read_text, yaml_value
 
 # The toolkit's client_auth_type values that Python's ssl can enforce: it has no "ask for a
 # certificate but do not verify it" mode, so RequestClientCert and RequireAnyClientCert are refused.
@@ -157,17 +158,12 @@ def require_bcrypt() -> Any:
 
 def load_web_config(path: str | Path) -> WebConfig:
     """Read and check the file; every mistake is one sentence naming the key (exit 2)."""
-    import yaml
-
     path = Path(path)
+    text = read_text(path, "the web config", hint="Pass the path of an existing YAML file.")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise _bad(path, f"cannot be read ({e.strerror or e}).", hint="Pass the path of an existing YAML file.") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise _bad(path, f"is not valid YAML{where}.") from None
+        doc = yaml_value(text)
+    except UnsafeYaml as e:
+        raise _bad(path, f"cannot be read: {e}.") from None
     doc = {} if doc is None else doc
     if not isinstance(doc, dict):
         raise _bad(path, "must be a YAML mapping (tls_server_config, basic_auth_users).")

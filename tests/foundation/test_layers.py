@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpu", "store", "plan", "k8s"),
     ("promql", "http_client", "webconfig"),
     ("vocab",),
-    ("units", "stats", "mfu", "data", "clock", "files"),
+    ("units", "stats", "mfu", "data", "clock", "files", "safe_parse"),
     ("errors",),
 )
 # The public facade (gpulens/__init__.py) re-exports from every layer (lazily, by name).

@@ -60,6 +60,18 @@ def test_replay_from_a_store_and_with_recorded_lengths(test_server, replayed_sto
     assert set(out["input_lens"]) == {256} and set(out["output_lens"]) == {32}
 
 
+def test_replayed_arrivals_print_their_table(test_server, tmp_path, capsys):
+    """Issue 27: the table format crashed on a valid file (a replay has no target rate to print)."""
+    f = tmp_path / "mooncake.jsonl"
+    f.write_text("\n".join(json.dumps({"timestamp": t, "input_length": 8, "output_length": 2}) for t in (0, 10, 20)) + "\n")
+    rc = main(["bench", "serve", "--url", f"{test_server}/v1/completions?ttft_ms=1&itl_ms=0.1", "--replay-arrivals", str(f),
+               "--no-store", "--format", "table"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "replay arrivals" in out.out and "requests: 3 (3 ok" in out.out, out.out
+    assert "Traceback" not in out.out + out.err
+
+
 def test_mooncake_trace_is_read_in_milliseconds_with_its_lengths(tmp_path):
     f = tmp_path / "mooncake.jsonl"
     rows = [{"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [0, 1]},

@@ -18,6 +18,7 @@ rule's label values mean the same here and on Prometheus.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,10 @@ BAND_FUNCTIONS = {"upper_band", "lower_band"}
 EVENT_FUNCTIONS = {"count_events_over_time"}
 AGGREGATIONS = {"sum", "max", "min", "avg", "count"}
 COMPARISONS = {">", "<", ">=", "<=", "==", "!="}
+# Bounds on what a rule file may ask for: the parser and every walk of the tree recurse, and the lexer
+# rescans the rest of the text per token; no real rule is near either.
+MAX_EXPR_CHARS = 4096
+MAX_EXPR_DEPTH = 40  # nested parentheses, functions, negations and operators, counted together
 SET_OPS = {"and", "or", "unless"}
 
 
@@ -137,6 +142,21 @@ def walk(node: Node, kind: type | None = None):
         yield from walk(c, kind)
 
 
+def _depth(root: Node) -> int:
+    """The tree's depth, counted without recursion."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(node, Call):
+            stack.extend((c, d + 1) for c in node.args)
+        elif isinstance(node, Aggregate | Neg):
+            stack.append((node.expr, d + 1))
+        elif isinstance(node, Binary):
+            stack.extend(((node.left, d + 1), (node.right, d + 1)))
+    return deepest
+
+
 # ------------------------------------------------------------------ lexer
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -182,6 +202,7 @@ class _Parser:
         self.text = text
         self.toks = _lex(text)
         self.i = 0
+        self.nesting = 0
         self.metrics: set[str] = set()
         self.event_kinds: set[str] = set()
 
@@ -206,6 +227,8 @@ class _Parser:
         node = self.binary(0)
         if self.tok.kind != "end":
             raise self.fail(f"unexpected {self.tok.text!r}")
+        if _depth(node) > MAX_EXPR_DEPTH:  # a long chain of operators builds a deep tree without nesting
+            raise ExprError(f"the expression nests deeper than {MAX_EXPR_DEPTH} levels (split it into rules)", 1)
         self._no_bare_ranges(node)
         return node
 
@@ -237,16 +260,27 @@ class _Parser:
         return left
 
     def unary(self) -> Node:
-        if self.tok.text == "-":
-            self.take()
-            return Neg(self.unary())
-        return self.primary()
+        # every nested sub-expression (parentheses, a function's or an aggregation's argument, a
+        # negation) passes here: refuse it before the recursion runs out of stack
+        self.nesting += 1
+        try:
+            if self.nesting > MAX_EXPR_DEPTH:
+                raise self.fail(f"the expression nests deeper than {MAX_EXPR_DEPTH} levels")
+            if self.tok.text == "-":
+                self.take()
+                return Neg(self.unary())
+            return self.primary()
+        finally:
+            self.nesting -= 1
 
     def primary(self) -> Node:
         t = self.tok
         if t.kind == "number":
             self.take()
-            return Number(float(t.text))
+            value = float(t.text)
+            if not math.isfinite(value):
+                raise self.fail(f"the number {t.text[:24]} is too large", t)
+            return Number(value)
         if t.text == "(":
             self.take("(")
             node = self.binary(0)
@@ -376,6 +410,8 @@ def parse_expr(text: str) -> ParsedExpr:
     """Parse a rule expression. Raises ExprError (with the column) when it cannot be read."""
     if not isinstance(text, str) or not text.strip():
         raise ExprError("the expression is empty", 1)
+    if len(text) > MAX_EXPR_CHARS:
+        raise ExprError(f"the expression is {len(text):,} characters long (at most {MAX_EXPR_CHARS:,})", 1)
     p = _Parser(text)
     root = p.parse()
     return ParsedExpr(text=text, root=root, metrics=p.metrics, event_kinds=p.event_kinds)

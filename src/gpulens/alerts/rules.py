@@ -21,6 +21,7 @@ A file given with `--rules` adds to the packs; a rule with a pack rule's name re
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -31,7 +32,8 @@ import yaml
 
 from gpulens.alerts.baseline import BandSpec
 from gpulens.alerts.expr import ExprError, ParsedExpr, parse_expr
-from gpulens.errors import BadInputError, read_text_file
+from gpulens.errors import BadInputError
+from gpulens.safe_parse import UnsafeYaml, read_text, yaml_value
 from gpulens.units import parse_duration
 from gpulens.vocab.gpu import GPU_UP, GPU_XID_TOTAL
 
@@ -42,6 +44,11 @@ _TOP_KEYS = {"pack", "rules", "baseline", "metrics", "description"}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}")
 _TEMPLATE_FORMS = re.compile(r'^\s*(\$value|\$labels\.[A-Za-z_][A-Za-z0-9_]*|printf\s+"%\.\d+f"\s+\$value)\s*$')
+_PRINTF = re.compile(r'printf\s+"%\.(\d+)f"\s+\$value')
+MAX_PRINTF_DIGITS = 12  # digits after the point: %.3000000000f passed a check of the form and then failed (or
+#                         wrote 50 MB) at every evaluation, so the precision is checked when the file loads
+MAX_TEMPLATE_CHARS = 2000  # a summary or advice as written in the file
+MAX_RENDERED_CHARS = 4000  # what one filled template may grow to (label values are the alert's own)
 
 
 class RuleFileError(BadInputError):
@@ -138,25 +145,36 @@ def _band(raw: Any, path: str, line: int, base: BandSpec) -> BandSpec:
 
 
 def _check_template(text: str, path: str, line: int, fname: str) -> None:
+    if len(text) > MAX_TEMPLATE_CHARS:
+        raise RuleFileError(path, line, fname, f"is {len(text):,} characters long (at most {MAX_TEMPLATE_CHARS:,})")
     for m in _TEMPLATE.finditer(text):
         if not _TEMPLATE_FORMS.match(m.group(1)):
             raise RuleFileError(
                 path, line, fname,
-                f"cannot use the template {m.group(0)!r} (use {{{{ $value }}}}, {{{{ $labels.NAME }}}} or {{{{ printf \"%.2f\" $value }}}})",
+                f"cannot use the template {m.group(0)[:60]!r} (use {{{{ $value }}}}, {{{{ $labels.NAME }}}} or {{{{ printf \"%.2f\" $value }}}})",
             )
+        p = _PRINTF.search(m.group(1))
+        if p and int(p.group(1)) > MAX_PRINTF_DIGITS:
+            raise RuleFileError(path, line, fname, f"asks for {p.group(1)[:24]} digits after the point in {m.group(0)[:60]!r} "
+                                                   f"(at most {MAX_PRINTF_DIGITS})")
+
+
+def _template_text(raw: Any, default: str, path: str, line: int, fname: str) -> str:
+    """A summary or advice as written: text (a number is taken as its text), never a list or mapping
+    (str() of an alias-built list would be walked in full)."""
+    if raw is None or raw == "":
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise RuleFileError(path, line, fname, "must be text")
+    return str(raw)
 
 
 def parse_rules(text: str, path: str = "<rules>", *, pack: str = "custom", base: RuleSet | None = None) -> RuleSet:
     """Rules from YAML text, checked. With `base`, the file adds to (and overrides) those rules."""
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as e:
-        line = e.problem_mark.line + 1 if e.problem_mark else None
-        raise RuleFileError(path, line, None, f"is not valid YAML ({e.problem})") from None
-    except yaml.YAMLError as e:  # e.g. a control character the reader refuses
-        raise RuleFileError(path, None, None, f"is not valid YAML ({e})") from None
-    except (TypeError, ValueError, RecursionError):  # a list as a key, a nesting too deep
-        raise RuleFileError(path, None, None, "is not a rules file YAML can read (a key that is not a name?)") from None
+        doc = yaml_value(text, loader=_LineLoader)  # a SafeLoader subclass; depth and alias expansion bounded
+    except UnsafeYaml as e:
+        raise RuleFileError(path, e.line, None, f"cannot be read: {e}") from None
     if doc is None:
         doc = _Map()
     if not isinstance(doc, dict):
@@ -212,7 +230,8 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
     try:
         expr = parse_expr(expr_text)
     except ExprError as e:
-        raise RuleFileError(path, at("expr"), "expr", f"cannot read {expr_text!r}: {e.message}") from None
+        shown = expr_text if len(expr_text) <= 80 else f"{expr_text[:80]}…"
+        raise RuleFileError(path, at("expr"), "expr", f"cannot read {shown!r}: {e.message}") from None
     for m in sorted(expr.metrics | expr.event_kinds):
         if m not in known:
             close = difflib.get_close_matches(m, sorted(known), n=1)
@@ -227,8 +246,8 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
         raise RuleFileError(path, at("severity"), "severity", f"must be one of {', '.join(SEVERITIES)}, not {severity!r}")
     if severity == "xid" and GPU_XID_TOTAL not in expr.metrics:
         raise RuleFileError(path, at("severity"), "severity", f"'xid' takes severity from the XID catalog and needs {GPU_XID_TOTAL} in expr")
-    summary = str(raw.get("summary") or name)
-    advice = str(raw.get("advice") or "")
+    summary = _template_text(raw.get("summary"), name, path, at("summary"), "summary")
+    advice = _template_text(raw.get("advice"), "", path, at("advice"), "advice")
     _check_template(summary, path, at("summary"), "summary")
     _check_template(advice, path, at("advice"), "advice")
     labels = raw.get("labels") or {}
@@ -257,8 +276,7 @@ def load_rules(rules_file: str | Path | None = None, *, packs: tuple[str, ...] =
         rs = parse_rules(pack_text(p), f"packs/{p}.yaml", pack=p, base=rs)
     if rules_file is not None:
         path = Path(rules_file)
-        text = read_text_file(path, "the rule file", hint="Check the --rules path.",
-                              text_hint="Give a YAML rules file (see docs/alerts.md).")
+        text = read_text(path, "the rule file", hint="Check the --rules path; give a YAML rules file (see docs/alerts.md).")
         rs = parse_rules(text, str(path), pack="custom", base=rs)
     return rs
 
@@ -272,7 +290,12 @@ def render_template(text: str, labels: dict[str, str], value: float) -> str:
             return f"{value:.6g}"
         if inner.startswith("$labels."):
             return labels.get(inner[len("$labels."):], "")
-        fm = re.match(r'printf\s+"(%\.\d+f)"\s+\$value', inner)
-        return (fm.group(1) % value) if fm else m.group(0)
+        fm = _PRINTF.match(inner)
+        if not fm:
+            return m.group(0)
+        if not math.isfinite(value):
+            return f"{value}"
+        return f"{value:.{min(int(fm.group(1)), MAX_PRINTF_DIGITS)}f}"  # a rule built in code is held to the bound too
 
-    return _TEMPLATE.sub(sub, text)
+    filled = _TEMPLATE.sub(sub, text)
+    return filled if len(filled) <= MAX_RENDERED_CHARS else filled[: MAX_RENDERED_CHARS - 1] + "…"

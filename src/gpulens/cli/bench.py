@@ -91,11 +91,11 @@ def serve(
     body: str = typer.Option(None, "--body", help="Request body, or @FILE to read it from a file."),
     header: list[str] = typer.Option([], "--header", "-H", help='Extra header "Name: value" (repeatable).'),
     sweep: bool = typer.Option(False, "--sweep", help="Find the highest rate/concurrency meeting every --slo."),
-    max_concurrency: int = typer.Option(None, "--max-concurrency", help="Sweep (closed loop): probe no more users than this."),
+    max_concurrency: int = typer.Option(None, "--max-concurrency", min=1, help="Sweep (closed loop): probe no more users than this."),
     max_error_ratio: float = typer.Option(0.01, "--max-error-ratio", help="Fail (exit 1) when more than this share of requests fail or time out (0.01 = 1 %); an error_rate SLO replaces it."),
     no_fail: bool = typer.Option(False, "--no-fail", help="Report missed SLOs and failures but exit 0 (not 1)."),
-    workers: int = typer.Option(1, "--workers", help="Client processes sharing the load (add them when the client is the bottleneck). Their histograms merge exactly: counts, rates and every percentile are as from one process; per-request timelines line up only to the processes' start skew (docs/inference.md)."),
-    max_connections: int = typer.Option(1000, "--max-connections", help="Open connections per worker at most."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Client processes sharing the load (add them when the client is the bottleneck). Their histograms merge exactly: counts, rates and every percentile are as from one process; per-request timelines line up only to the processes' start skew (docs/inference.md)."),
+    max_connections: int = typer.Option(1000, "--max-connections", min=1, help="Open connections per worker at most."),
     insecure: bool = typer.Option(False, "--insecure", "-k", help="https: do not verify the server's certificate (a self-signed test server)."),
     seed: int = typer.Option(None, "--seed", help="Seed for Poisson/gamma arrivals, for a repeatable schedule."),
     input_tokens: str = typer.Option(None, "--input-tokens", help="Prompt length in tokens: N, uniform:A-B, normal:MEAN,SD or file:PATH (observed lengths)."),
@@ -366,7 +366,12 @@ def _render_summary(s, run_id: int | None) -> None:
 
     from gpulens.render import print_table
 
-    target = f"{s.target_rate:g} req/s {s.arrival}" if s.mode == "open" else f"concurrency {s.target_concurrency}"
+    if s.mode != "open":
+        target = f"concurrency {s.target_concurrency}"
+    elif s.target_rate is None:  # --replay-arrivals: the recording's own times set the rate
+        target = f"{s.arrival} arrivals"
+    else:
+        target = f"{s.target_rate:g} req/s {s.arrival}"
     rates = s.rates_per_second
     console.print(f"[bold]{target}[/] over {s.duration_seconds:.1f} s (first intended send to end of run): "
                   f"achieved {s.achieved_rate:.1f} req/s ok, {rates.error:.1f} errors/s, "

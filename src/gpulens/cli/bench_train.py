@@ -24,7 +24,7 @@ def bench_train_command(
     steps: int = typer.Option(20, "--steps", help="Measured steps; each is one sample for `gpulens compare`."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA if available), cuda or cpu."),
     sweep: bool = typer.Option(False, "--sweep-batch", help="Double the batch until it no longer fits; report the largest and where tokens/s stops growing."),
-    max_batch: int = typer.Option(1024, "--max-batch", help="Upper end of --sweep-batch (the CPU never runs out of memory quickly)."),
+    max_batch: int = typer.Option(1024, "--max-batch", min=1, help="Upper end of --sweep-batch (the CPU never runs out of memory quickly)."),
     name: str = typer.Option(None, "--name", help="Run name to compare under. Default: size-precision-device."),
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     record: bool = typer.Option(True, "--record/--no-record", help="Store the result as a run with its environment fingerprint."),

@@ -3,10 +3,12 @@ commands; business logic lives in the library, never here."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import pkgutil
 import sys
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -15,6 +17,7 @@ from gpulens import __version__
 from gpulens.cli import usage_errors
 from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.cli.help_text import keep_examples_everywhere
+from gpulens.cli.number_bounds import bound_numbers
 from gpulens.errors import EXIT_BAD_INPUT, GpulensError
 
 _HELP = (
@@ -66,6 +69,7 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
             register(app)
     keep_examples_everywhere(app)
     apply_env_defaults(app)
+    bound_numbers(app)
     return app
 
 
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting; prog_name keeps
         # messages saying `gpulens` under `python -m gpulens` too.
-        rc = app(args=argv, prog_name="gpulens", standalone_mode=False)
+        rc = _click_command(app)(args=args, prog_name="gpulens", standalone_mode=False)
         if isinstance(rc, int) and not isinstance(rc, bool):
             return rc
     except GpulensError as e:
@@ -112,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except KeyboardInterrupt:
         return 130
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        # a path the file system cannot even look up: pathlib's exists()/is_file() raise for it, anywhere
+        name = str(e.filename or "")
+        shown = name if len(name) <= 60 else f"{name[:60]}… ({len(name):,} characters)"
+        _print_error(f"The path {shown} is too long for the file system.", "Give a shorter path.")
+        return EXIT_BAD_INPUT
     except usage_errors.CLICK_ERRORS as e:
         if usage_errors.is_help_for_no_args(e):
             e.show()  # type: ignore[attr-defined]  # the help text, as click means it
@@ -122,10 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _command_path(app: typer.Typer, args: list[str]) -> str:
+_click_commands: dict[int, Any] = {}
+
+
+def _click_command(app: typer.Typer) -> Any:
+    """The click command tree of `app`, built once per process: typer rebuilds it on every `app()` call (60 ms,
+    twice for a usage error), which a test suite running main() a thousand times pays in full."""
     import typer.main
 
-    return usage_errors.command_path_of(typer.main.get_command(app), args)
+    if id(app) not in _click_commands:
+        _click_commands[id(app)] = typer.main.get_command(app)
+    return _click_commands[id(app)]
+
+
+def _command_path(app: typer.Typer, args: list[str]) -> str:
+    return usage_errors.command_path_of(_click_command(app), args)
 
 
 def _print_error(message: str, hint: str | None) -> None:

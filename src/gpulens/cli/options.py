@@ -17,9 +17,11 @@ import typer
 from gpulens.errors import BadInputError
 
 
-def option(flags: tuple[str, ...], help: str, default: Any = MISSING, **kw: Any) -> Any:  # noqa: A002 - the CLI's word
-    """A dataclass field that is a command-line option; no default makes the option required."""
-    meta = {"flags": flags, "help": help}
+def option(flags: tuple[str, ...], help: str, default: Any = MISSING, *, min: int | None = None,  # noqa: A002 - the CLI's words
+           **kw: Any) -> Any:
+    """A dataclass field that is a command-line option; no default makes the option required; `min`
+    is the smallest number it takes (a count of zero or less is refused before the command runs)."""
+    meta = {"flags": flags, "help": help, "min": min}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta, **kw)
     return field(default=default, metadata=meta, **kw)
@@ -47,7 +49,8 @@ def with_options(cls: type, param: str = "opts") -> Callable[[Callable[..., Any]
         hints = typing.get_type_hints(cls)
         own_hints = typing.get_type_hints(func)
         shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=_option_type(hints[f.name]),
-                                    default=typer.Option(_default(f), *f.metadata["flags"], help=f.metadata["help"]))
+                                    default=typer.Option(_default(f), *f.metadata["flags"], help=f.metadata["help"],
+                                                                            min=f.metadata.get("min")))
                   for f in fields(cls)]
         names = [f.name for f in fields(cls)]
         params: list[inspect.Parameter] = []

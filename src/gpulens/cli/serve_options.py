@@ -29,11 +29,11 @@ class ServeOptions:
     method: str | None = option(("--method",), "HTTP method (default GET; POST for completions or with --body).", None)
     model: str = option(("--model",), "Model name sent to an OpenAI-compatible endpoint.", "default")
     prompt: str = option(("--prompt",), "Prompt for completions.", "Explain how a GPU schedules warps.")
-    max_tokens: int = option(("--max-tokens",), "Tokens to generate per completion.", 64)
+    max_tokens: int = option(("--max-tokens",), "Tokens to generate per completion.", 64, min=1)
     stream: bool = option(("--stream/--no-stream",), "Stream completions (needed for TTFT and ITL).", True)
     slo: list[str] = option(("--slo",), 'Objective, e.g. "p99_latency<=500ms", "p95_ttft<=200ms", "error_rate<=1%".', [])
     tolerance: str = option(("--tolerance",), "Sweep: stop bisecting when the bracket is this close (a ratio: 0.05 or 5%).", "0.05")
-    max_probes: int = option(("--max-probes",), "Sweep: at most this many probes.", 14)
+    max_probes: int = option(("--max-probes",), "Sweep: at most this many probes.", 14, min=1)
     max_rate: float | None = option(("--max-rate",), "Sweep (open loop): probe no higher than this many requests/s.", None)
 
     def validate(self) -> None:

@@ -126,10 +126,10 @@ def _ask(yes: bool, fmt: str) -> bool:
 def train_command(
     command: list[str] = typer.Argument(None, help="Your training command after --, with {NAME} placeholders for the knobs."),
     knob: list[str] = typer.Option(None, "--knob", help=KNOB_HELP),
-    steps: int = typer.Option(25, "--steps", help="Steps per run of the command, warm-up included ({steps} in the command gets it; otherwise gpulens stops the command after that many)."),
-    warmup: int = typer.Option(5, "--warmup", help="Steps dropped at the start of each run (compilation, allocator growth, a loader's prefetch burst)."),
-    block: int = typer.Option(4, "--block", help="Steps per throughput sample."),
-    repeats: int = typer.Option(3, "--repeats", help="Most runs of the command pooled into one trial, until the estimate is tight."),
+    steps: int = typer.Option(25, "--steps", min=1, help="Steps per run of the command, warm-up included ({steps} in the command gets it; otherwise gpulens stops the command after that many)."),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Steps dropped at the start of each run (compilation, allocator growth, a loader's prefetch burst)."),
+    block: int = typer.Option(4, "--block", min=1, help="Steps per throughput sample."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Most runs of the command pooled into one trial, until the estimate is tight."),
     tight: str = typer.Option("5%", "--tight", help="Stop repeating when the 95 % interval's half-width is within this share of the median."),
     min_gain: str = typer.Option("5%", "--min-gain", help="Keep a change only when it is faster by at least this much (and significant)."),
     budget: str = typer.Option("20m", "--budget", help="Wall-clock budget for the whole tune."),
@@ -137,7 +137,7 @@ def train_command(
     model: str = typer.Option(None, "--model", help="The model trained (a preset, a config.json or a size such as 1b): the planner "
                               "then checks each setting fits before it runs, and skips one it predicts will not."),
     gpu: str = typer.Option(None, "--gpu", help="The GPU type for the planner's check (gpulens plan gpus); needed with --model."),
-    seq: int = typer.Option(2048, "--seq", help="Tokens per sequence, for the planner's check."),
+    seq: int = typer.Option(2048, "--seq", min=1, help="Tokens per sequence, for the planner's check."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run every trial without asking (beginner mode asks on a terminal)."),
     store: Path = store_option(),
     fmt: str = typer.Option("table", "--format", help="table or json."),

@@ -8,12 +8,12 @@ A folder is searched for lm-eval sample files (lm-eval writes them under
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpulens.errors import BadInputError
+from gpulens.safe_parse import json_lines, read_text
 
 LM_EVAL_FORMAT = "lm-eval"
 PLAIN_FORMAT = "jsonl"
@@ -63,18 +63,9 @@ def _number(v: object) -> float | None:
 def read_scores(path: Path, metric: str, *, task: str | None = None, filter_name: str | None = None) -> ExampleScores:
     """The per-example values of `metric` in the file (or folder) `path`."""
     file = find_sample_file(path, task)
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInputError(f"Cannot read {file}: {e}.") from e
+    hint = "Each line must be one JSON object."
     rows = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BadInputError(f"Line {n} of {file} is not JSON ({e.msg}).", hint="Each line must be one JSON object.") from e
+    for n, row in json_lines(read_text(file, "the samples file", hint=hint), str(file), hint=hint):
         if not isinstance(row, dict):
             raise BadInputError(f"Line {n} of {file} is not a JSON object.")
         rows.append((n, row))

@@ -12,7 +12,6 @@ waits longer than `max_gap_seconds` between frames, and a stop ends any wait at 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +41,7 @@ from gpulens.gpu.trace_fields import (
 )
 from gpulens.gpu.trace_fields import processes as tf_processes
 from gpulens.gpu.types import GpuInfo, GpuSample, XidEvent
+from gpulens.safe_parse import UnsafeValue, json_value
 from gpulens.vocab import gpu_fields as F
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,15 @@ RECORDING_FORMAT = "gpulens-recording"
 MAX_SKIPPED_KEPT = 20  # skipped lines remembered with their reasons (all are counted)
 MAX_LINE_BYTES = 1 << 20  # the header is read up to this much
 _UNREADABLE = object()
+UNREADABLE_EVENT = "unreadable"  # the kind iter_events gives a line it cannot read (no time: skipped, counted)
 
 
 def _parse(line: str) -> Any:
-    """One JSON line, or _UNREADABLE (bad JSON, nesting too deep, a number too long)."""
+    """One JSON line, or _UNREADABLE (bad JSON, NaN, nesting too deep, a number too long). Each field's
+    number is checked where it is read (trace_fields.number), so the per-number checks are left out here."""
     try:
-        return json.loads(line) if line.strip() else _UNREADABLE
-    except (ValueError, RecursionError):
+        return json_value(line, check_numbers=False) if line.strip() else _UNREADABLE
+    except UnsafeValue:
         return _UNREADABLE
 
 
@@ -84,8 +86,8 @@ def _probe_info(folder: Path) -> GpuInfo | None:
     if not probe_path.is_file():
         return None
     try:
-        probe = json.loads(probe_path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError, RecursionError):
+        probe = json_value(probe_path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, UnsafeValue):
         return None
     if not isinstance(probe, dict):
         return None
@@ -426,7 +428,9 @@ class ReplayBackend:
 
 
 def iter_events(events_path: Path | None) -> Iterator[dict[str, Any]]:
-    """The workload records beside a trace (events.jsonl), malformed lines skipped."""
+    """The workload records beside a trace (events.jsonl). A line that is not JSON, or that the parsing
+    discipline refuses (NaN, a nesting or number past the limits), comes as a record with neither a
+    kind nor a time, so that the import skips it and counts it with the records it cannot read."""
     if events_path is None:
         return
     with events_path.open("r", encoding="utf-8", errors="replace") as f:
@@ -434,6 +438,8 @@ def iter_events(events_path: Path | None) -> Iterator[dict[str, Any]]:
             d = _parse(line)
             if isinstance(d, dict) and isinstance(d.get("kind"), str):
                 yield d
+            elif d is _UNREADABLE and line.strip():
+                yield {"kind": UNREADABLE_EVENT}
 
 
 def event_hosts(events_path: Path | None) -> set[str]:

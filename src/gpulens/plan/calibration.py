@@ -33,6 +33,7 @@ from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
 from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
 from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, training_speed
+from gpulens.safe_parse import json_lines, json_value, load_json, read_text
 
 # weak pull toward the defaults, so that a factor no run constrains stays sensible
 _PRIOR_WEIGHT = 0.15
@@ -123,15 +124,17 @@ def load_measurements(path: Path) -> list[Measurement]:
     """Read a JSON-lines file (or a JSON list) of measured configurations."""
     if not path.exists():
         raise BadInputError(f"The measurements file {path} does not exist.", hint="Pass the path of a .jsonl file.")
-    text = path.read_text()
+    hint = "One JSON object per line."
+    text = read_text(path, "the measurements file", hint=hint)
     rows: list[tuple[str, dict[str, Any]]] = []
-    try:
-        if text.lstrip().startswith("["):
-            rows = [(f"{path} item {i + 1}", d) for i, d in enumerate(json.loads(text))]
-        else:
-            rows = [(f"{path} line {i + 1}", json.loads(line)) for i, line in enumerate(text.splitlines()) if line.strip()]
-    except json.JSONDecodeError as e:
-        raise BadInputError(f"{path} is not JSON lines: {e}.", hint="One JSON object per line.") from None
+    if text.lstrip().startswith("["):
+        items = load_json(text, f"the measurements file {path}", hint=hint)
+        rows = [(f"{path} item {i + 1}", d) for i, d in enumerate(items if isinstance(items, list) else [items])]
+    else:
+        rows = [(f"{path} line {n}", d) for n, d in json_lines(text, f"the measurements file {path}", hint=hint)]
+    for where, d in rows:
+        if not isinstance(d, dict):
+            raise BadInputError(f"{where} is not a JSON object.", hint=hint)
     if not rows:
         raise BadInputError(f"{path} holds no measurements.", hint="Add one JSON object per measured configuration.")
     return [parse_measurement(d, where=w) for w, d in rows]
@@ -509,11 +512,8 @@ def drop_unhelpful(eff: Efficiency, checks: list[FigureCheck], base: Efficiency 
 def _read_store(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"version": 1, "gpus": {}}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise BadInputError(f"Cannot read the calibration file {path}: {e}.",
-                            hint="Delete it and run `gpulens plan calibrate` again.") from None
+    hint = "Delete it and run `gpulens plan calibrate` again."
+    data = load_json(read_text(path, "the calibration file", hint=hint), f"the calibration file {path}", hint=hint)
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), dict):
         raise BadInputError(f"The calibration file {path} is not in gpulens's format.", hint="Delete it and calibrate again.")
     return data
@@ -563,7 +563,7 @@ def gpu_from_env_json(measurements_path: Path) -> str | None:
     """gpulens recordings keep an env.json (device name, versions) beside their files."""
     env = measurements_path.parent / "env.json"
     try:
-        name = json.loads(env.read_text()).get("device", {}).get("name")
+        name = json_value(env.read_bytes()).get("device", {}).get("name")
     except (OSError, ValueError, AttributeError):
         return None
     return str(name) if name else None

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from gpulens.errors import BadInputError
+from gpulens.safe_parse import load_yaml, read_text
 
 TERA = 1e12
 GIGA = 1e9
@@ -225,10 +226,8 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     path = path or config_path()
     if not path.exists():
         return UserConfig(path=path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise BadInputError(f"Cannot read the plan config {path}: {e}.", hint="Fix the YAML or remove the file.") from None
+    hint = "Fix the YAML or remove the file."
+    data = load_yaml(read_text(path, "the plan config", hint=hint), f"the plan config {path}", hint=hint) or {}
     if not isinstance(data, dict):
         raise BadInputError(f"The plan config {path} is not a mapping.", hint="See docs/plan.md for its layout.")
     gpus = tuple(_spec_from_entry(e, user=True, where=str(path)) for e in data.get("gpus") or ())

@@ -7,7 +7,6 @@ choices that change memory or FLOPs (gated MLP, norm kind, fused q/k/v, learned 
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from gpulens.errors import BadInputError
+from gpulens.safe_parse import load_json, read_text
 
 # model_type -> family traits. A model_type not listed is refused (UnknownModelTypeError) unless
 # the caller asks for a dense LLaMA-like reading (`assume_dense`, `--assume-dense`), which the
@@ -598,10 +598,8 @@ def load_model(ref: str | Path, *, assume_dense: bool = False) -> ModelSpec:
     if p.suffix == ".json" or p.exists():
         if not p.exists():
             raise BadInputError(f"The model config {p} does not exist.", hint="Give the path of a config.json.")
-        try:
-            cfg = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise BadInputError(f"Cannot read the model config {p}: {e}.", hint="Pass a valid config.json.") from None
+        cfg = load_json(read_text(p, "the model config", hint="Pass a valid config.json."), f"the model config {p}",
+                        hint="Pass a valid config.json.")
         if not isinstance(cfg, dict):
             raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
         # the config's own name, else the file itself: a folder's name ("snapshots/3f2a…", "tmp")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from gpulens.errors import BadInputError
 from gpulens.runs.diff import Change, diff
 from gpulens.runs.fingerprint import FINGERPRINT_KEYS, fingerprint_dict
+from gpulens.safe_parse import UnsafeValue, json_value, read_text, sqlite_int
 from gpulens.store import Store
 from gpulens.store import runs as repo
 
@@ -196,9 +197,24 @@ def resolve_run(store: Store, ref: str, *, other: Run | None = None) -> Run:
         if other is None:
             raise BadInputError("'baseline' needs the other run to know which job it belongs to.", hint="E.g. `gpulens compare baseline 12`.")
         return baseline_for(store, other)
-    if not r.isdigit():
-        raise BadInputError(f"{ref!r} is not a run.", hint="Use a run id from `gpulens runs list`, 'latest' or 'baseline'.")
-    return get_run(store, int(r))
+    run_id = _run_id(r)
+    if run_id is None:
+        raise BadInputError(f"{_shown(ref)} is not a run.", hint="Use a run id from `gpulens runs list`, 'latest' or 'baseline'.")
+    return get_run(store, run_id)
+
+
+def _run_id(text: str) -> int | None:
+    """A run id as typed: ASCII digits a SQLite INTEGER holds (int() takes "١٢" and 5,000 digits too)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    try:
+        return sqlite_int(int(text), "a run id")
+    except UnsafeValue:
+        return None
+
+
+def _shown(ref: str) -> str:
+    return repr(ref) if len(ref) <= 40 else repr(ref[:40] + "…")
 
 
 def add_note(store: Store, text: str, t: float | None = None, labels: Mapping[str, str] | None = None) -> float:
@@ -245,10 +261,11 @@ def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, A
         return "this machine now", fingerprint_dict()
     p = Path(ref)
     if p.is_file():
+        hint = "Write one with `gpulens env --format json > env.json`."
         try:
-            data = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadInputError(f"{ref} is not a fingerprint JSON file ({e}).", hint="Write one with `gpulens env --format json > env.json`.") from None
+            data = json_value(read_text(p, "the fingerprint file", hint=hint))
+        except UnsafeValue as e:
+            raise BadInputError(f"{ref} is not a fingerprint JSON file ({e}).", hint=hint) from None
         if not isinstance(data, dict):
             raise BadInputError(f"{ref} holds JSON but not a fingerprint object.", hint="Write one with `gpulens env --format json > env.json`.")
         missing = [k for k in FINGERPRINT_KEYS if k not in data]
@@ -258,14 +275,14 @@ def load_fingerprint(ref: str, store_path: Any = None) -> tuple[str, dict[str, A
                 hint="Write one with `gpulens env --format json > env.json`.",
             )
         return str(p), data
-    r = ref.lstrip("#")
-    if r.isdigit():
+    run_id = _run_id(ref.lstrip("#"))
+    if run_id is not None:
         if store_path is None or not Path(store_path).exists():
-            raise BadInputError(f"There is no store at {store_path} to look up run #{r} in.", hint="Point --store at your gpulens store.")
+            raise BadInputError(f"There is no store at {store_path} to look up run #{run_id} in.", hint="Point --store at your gpulens store.")
         with Store(store_path) as st:
-            run = get_run(st, int(r), with_samples=False)
+            run = get_run(st, run_id, with_samples=False)
         return run.label, run.fingerprint
     raise BadInputError(
-        f"{ref!r} is neither a file, a run id nor 'current'.",
+        f"{_shown(ref)} is neither a file, a run id nor 'current'.",
         hint="Give a JSON file from `gpulens env --format json`, a run id from `gpulens runs list`, or 'current'.",
     )

@@ -6,6 +6,7 @@ per second that meet every SLO) each request is checked against the same bounds 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -57,6 +58,8 @@ def parse_slo(text: str) -> Slo:
         raise BadInputError(f"Cannot read the SLO {text!r}.", hint=GRAMMAR_HINT)
     metric, stat, unit = m.group("metric"), m.group("stat"), m.group("unit")
     value = float(m.group("num"))
+    if not math.isfinite(value):  # 400 digits read as a float are infinity: a bound that always holds
+        raise BadInputError(f"The bound in the SLO {_shown(text)} is too large to be a number.", hint=GRAMMAR_HINT)
     if metric == "error_rate":
         if stat is not None:
             raise BadInputError(f"The SLO {text!r} puts a statistic on error_rate.", hint="Write error_rate<=1% (no p99_).")
@@ -75,6 +78,10 @@ def parse_slo(text: str) -> Slo:
     if bound <= 0:
         raise BadInputError(f"The bound in the SLO {text!r} must be above zero.", hint=GRAMMAR_HINT)
     return Slo(text.strip(), metric, stat, bound, m.group("op") == "<")  # type: ignore[arg-type]
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:60] + "…")
 
 
 def parse_slos(texts: list[str] | tuple[str, ...]) -> list[Slo]:

@@ -11,12 +11,12 @@ Times come back in seconds from the first arrival, in order, divided by `speed`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BadInputError, refuse_special_file
+from gpulens.safe_parse import UnsafeValue, json_value
 from gpulens.units import MAX_RECORDED_TIME_SECONDS
 from gpulens.vocab.names import EV_REQUEST
 
@@ -114,9 +114,9 @@ def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]],
             if not line.strip():
                 continue
             try:
-                d = json.loads(line)
-            except ValueError:
-                raise BadInputError(f"Line {n} of the recording {path} is not JSON.", hint=SOURCE_HINT) from None
+                d = json_value(line)
+            except UnsafeValue as e:
+                raise BadInputError(f"Line {n} of the recording {path} cannot be read: {e}.", hint=SOURCE_HINT) from None
             if not isinstance(d, dict):
                 continue
             if d.get("kind") == EV_REQUEST:

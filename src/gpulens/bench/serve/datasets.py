@@ -10,12 +10,12 @@ line (or entry) that is wrong.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError, read_text_file
+from gpulens.errors import BadInputError
+from gpulens.safe_parse import json_lines, load_json, read_text
 
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
           "bing": "assistant", "assistant": "assistant", "model": "assistant", "system": "system"}
@@ -44,24 +44,16 @@ class Dataset:
 
 def load_dataset(path: str | Path) -> Dataset:
     p = Path(path)
-    text = read_text_file(p, "the dataset", hint="Give --dataset PATH of a readable file.", text_hint=FORMAT_HINT)
+    text = read_text(p, "the dataset", hint=f"Give --dataset PATH of a readable file. {FORMAT_HINT}")
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise BadInputError(f"The dataset {p} is not valid JSON ({e}).", hint=FORMAT_HINT) from None
+        data = load_json(text, f"the dataset {p}", hint=FORMAT_HINT)
+        if not isinstance(data, list):
+            raise BadInputError(f"The dataset {p} is not a JSON list.", hint=FORMAT_HINT)
         convs = tuple(c for i, entry in enumerate(data) if (c := _sharegpt(entry, p, i)) is not None)
         fmt = "sharegpt"
     else:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((n, json.loads(line)))
-            except ValueError:
-                raise BadInputError(f"Line {n} of the dataset {p} is not JSON.", hint=FORMAT_HINT) from None
+        rows = list(json_lines(text, f"the dataset {p}", hint=FORMAT_HINT))
         convs = tuple(c for n, row in rows if (c := _jsonl(row, p, n)) is not None)
         fmt = "chat-jsonl" if rows and isinstance(rows[0][1], dict) and "messages" in rows[0][1] else "jsonl"
     if not convs:

@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from gpulens.errors import BadInputError, refuse_special_file
+from gpulens.safe_parse import json_value
 
 # The longest prompt or output a length spec may ask for: 2^20 tokens, past the context window of
 # nearly every served model. Beyond it a prompt is not a benchmark but a hang (building 1e30 words).
@@ -173,7 +174,7 @@ class ServerTokenizer:
         req = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                data = json.loads(resp.read())
+                data = json_value(resp.read())
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise BadInputError(f"The server's {self.url} did not count tokens ({e}).",
                                 hint="Give --tokenizer PATH to a local tokenizer.json instead.") from None
