@@ -63,7 +63,7 @@ def _checked_int(text: str) -> int:
     return int(text)
 
 
-def _locate(text: str, e: _BadNumber) -> UnsafeValue:
+def _locate(text: str, e: _BadNumber, in_line: bool = False) -> UnsafeValue:
     """The number's line, column and key, found in the text (its first bare occurrence)."""
     m = re.search(r"(?<![\w.\"])%s(?![\w.\"])" % re.escape(e.token), text)
     if m is None:
@@ -71,7 +71,7 @@ def _locate(text: str, e: _BadNumber) -> UnsafeValue:
     line = text.count("\n", 0, m.start()) + 1
     col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
     key = re.search(r'"([^"\\]{1,64})"\s*:\s*$', text[max(0, m.start() - 100):m.start()])
-    where = f"at line {line}, column {col}" + (f" (key {key.group(1)!r})" if key else "")
+    where = (f"at column {col}" if in_line else f"at line {line}, column {col}") + (f" (key {key.group(1)!r})" if key else "")
     return UnsafeValue(f"it holds {_short(e.token)} {where}, {e.problem}")
 
 
@@ -107,25 +107,27 @@ def decode_utf8(data: bytes) -> str:
         raise UnsafeValue(f"it is not UTF-8 text (byte {e.start + 1} is 0x{data[e.start]:02x})") from None
 
 
-def json_value(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, check_numbers: bool = True) -> Any:
+def json_value(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, check_numbers: bool = True, in_line: bool = False) -> Any:
     """One JSON document, checked: UnsafeValue for bad JSON (with its line and column), NaN or
     Infinity, a number that overflows to infinity, an integer of more than MAX_INT_DIGITS digits, a
     nesting deeper than `max_depth`, or bytes that are not UTF-8.
 
     `check_numbers=False` is for a hot reader that checks every field's number itself (a recording:
     gpu.trace_fields.number): overflowing floats and long integers are then its job; NaN, Infinity,
-    depth and Python's own digit limit are still refused here."""
+    depth and Python's own digit limit are still refused here. `in_line`: the text is one line of a
+    JSONL file whose caller names the line, so a position is its column only."""
     if isinstance(text, bytes | bytearray):
         text = decode_utf8(bytes(text))
     slow = check_numbers and (_LONG_DIGITS.search(text) is not None or _BIG_EXPONENT.search(text) is not None)
     try:
         value = (_CHECKED if slow else _FAST).decode(text)
     except _BadNumber as e:
-        raise _locate(text, e) from None
+        raise _locate(text, e, in_line) from None
     except RecursionError:
         raise UnsafeValue(f"it nests deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:
-        raise UnsafeValue(f"it is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        at = f"column {e.colno}" if in_line else f"line {e.lineno}, column {e.colno}"
+        raise UnsafeValue(f"it is not JSON ({e.msg} at {at})") from None
     except ValueError as e:  # Python's own integer digit limit, reached only off the slow path
         raise UnsafeValue(f"it holds a number Python cannot read ({e})") from None
     if text.count("[") + text.count("{") > max_depth and not _depth_within(value, max_depth):
@@ -147,7 +149,7 @@ def json_lines(text: str, where: str, *, hint: str) -> Iterator[tuple[int, Any]]
         if not line.strip():
             continue
         try:
-            yield n, json_value(line)
+            yield n, json_value(line, in_line=True)
         except UnsafeValue as e:
             raise BadInputError(f"Line {n} of {where} cannot be read: {e}.", hint=hint) from None
 

@@ -114,7 +114,7 @@ def _from_jsonl(path: Path) -> tuple[list[tuple[float, int | None, int | None]],
             if not line.strip():
                 continue
             try:
-                d = json_value(line)
+                d = json_value(line, in_line=True)
             except UnsafeValue as e:
                 raise BadInputError(f"Line {n} of the recording {path} cannot be read: {e}.", hint=SOURCE_HINT) from None
             if not isinstance(d, dict):
