@@ -158,7 +158,10 @@ def _case_agent(base: str, tmp: Path, seen: list) -> str:
 
 def _case_replay(base: str, tmp: Path, seen: list) -> str:
     trace = Path(__file__).parents[2] / "src" / "gpulens" / "data" / "h200-trace"
-    r = subprocess.run(_cli("replay", str(trace), "--store", str(tmp / "s.db"), "--notify", f"webhook:{base}/hook?token={TOKEN}"),
+    rules = tmp / "rules.yml"  # an alert that fires at once, so the webhook is called
+    rules.write_text("rules:\n  - name: Warm\n    expr: gpu_temperature_celsius > 0\n    for: 0s\n    severity: info\n")
+    r = subprocess.run(_cli("replay", str(trace), "--store", str(tmp / "s.db"), "--rules", str(rules),
+                            "--notify", f"webhook:{base}/hook?token={TOKEN}"),
                        cwd=tmp, env=_env(), capture_output=True, text=True, timeout=120)
     return r.stdout + r.stderr
 
@@ -189,7 +192,7 @@ def _case_bench_serve(base: str, tmp: Path, seen: list) -> str:
 def _case_bench_serve_tokenizer(base: str, tmp: Path, seen: list) -> str:
     r = subprocess.run(_cli("bench", "serve", "--url", f"{base}/v1/completions?token={TOKEN}", "--model", "m",
                             "--tokenizer", "server", "--input-tokens", "12", "--requests", "2", "--concurrency", "1",
-                            "--no-stream", "--store", str(tmp / "s.db")),
+                            "--no-stream", "--store", str(tmp / "s.db"), "--format", "json"),
                        cwd=tmp, env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout + r.stderr
@@ -223,7 +226,7 @@ def _case_diagnose_unreachable(base: str, tmp: Path, seen: list) -> str:
 CASES = {"agent --scrape --notify": _case_agent, "replay --notify": _case_replay, "diagnose --prometheus": _case_diagnose,
          "dashboard --prometheus": _case_dashboard, "bench serve --url": _case_bench_serve,
          "bench serve --tokenizer server": _case_bench_serve_tokenizer, "tune serve --url": _case_tune_serve, "bench serve --url (failing)": _case_bench_serve_failing, "diagnose --prometheus (failing)": _case_diagnose_unreachable}
-SENDS_CREDENTIALS = {"tune serve --url": "/generate", "bench serve --tokenizer server": "/tokenize", "agent --scrape --notify": "/metrics", "bench serve --url (failing)": "/fail/v1/completions", "diagnose --prometheus": "/api/v1/",
+SENDS_CREDENTIALS = {"replay --notify": "/hook", "tune serve --url": "/generate", "bench serve --tokenizer server": "/tokenize", "agent --scrape --notify": "/metrics", "bench serve --url (failing)": "/fail/v1/completions", "diagnose --prometheus": "/api/v1/",
                      "dashboard --prometheus": "/api/v1/", "bench serve --url": "/v1/completions"}
 
 
