@@ -182,6 +182,17 @@ def test_on_a_cpu_machine_it_says_so_and_exits_0(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "no-gpu"
 
 
+@pytest.mark.skipif(nvidia_driver_present(), reason="a driver is present: the real check runs instead (gpu test)")
+def test_a_report_that_cannot_be_written_is_one_sentence_and_leaves_nothing(tmp_path):
+    out = tmp_path / "r.json"
+    (out / "inside").mkdir(parents=True)  # a destination that is a folder: the write fails
+    done = subprocess.run([sys.executable, "-m", "gpulens.gpucheck", "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Cannot write" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert [p.name for p in out.iterdir()] == ["inside"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 @pytest.mark.gpu
 def test_the_real_gpu_check(tmp_path):
     if not nvidia_driver_present():

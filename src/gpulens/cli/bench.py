@@ -201,7 +201,9 @@ def serve(
             hint = "The server's TLS certificate is not trusted here: add --insecure for a test server with a self-signed one."
         else:
             hint = "Check the URL, method and body against the server's API."
-        raise _AllFailed(f"Every request to {opts.url} failed: {s.first_error or 'no response'}.", hint=hint + kept)
+        from gpulens.http_client import redact_url
+
+        raise _AllFailed(f"Every request to {redact_url(opts.url)} failed: {s.first_error or 'no response'}.", hint=hint + kept)
     if s.failures and not no_fail:
         raise GateFailedError(f"The run failed its gate: {'; '.join(s.failures)}.",
                               hint=("--no-fail reports without failing." + kept).strip())

@@ -99,15 +99,16 @@ def _run(tune, spec, store: Path, *, ask: bool, fmt: str, html: Path | None) -> 
 def _emit(result, fmt: str, html: Path | None) -> None:  # noqa: ANN001
     from gpulens.tune.report import html_report, terminal
 
-    if html is not None:
-        from gpulens.files import write_atomically
-
-        write_atomically(html, html_report(result), what="the HTML report", hint="Free some space or give a path in a writable folder.")
+    # The result first: a report that cannot be written (a full disk) must not lose what the tune found.
     if fmt == "json":
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         console.print(terminal(result))
-        if html is not None:
+    if html is not None:
+        from gpulens.files import write_atomically
+
+        write_atomically(html, html_report(result), what="the HTML report", hint="Free some space or give a path in a writable folder.")
+        if fmt != "json":
             console.print(f"HTML report: {html}", highlight=False)
 
 

@@ -216,8 +216,15 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    """Whole or absent (gpulens.files): a failed write leaves no 0-byte or half report."""
+    from gpulens.files import write_atomically
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # write_atomically says what is wrong with the path, in one sentence
+    write_atomically(out, json.dumps(report, indent=2, default=str) + "\n", what="the GPU check report",
+                     hint="Give --out a path in a writable folder with free space.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds < 2:
         print("--seconds must be at least 2 (one idle and one loaded pair).", file=sys.stderr)
         return 2
-    report = run_check(seconds=args.seconds, out=args.out)
+    from gpulens.files import FileWriteError
+
+    try:
+        report = run_check(seconds=args.seconds, out=args.out)
+    except FileWriteError as e:
+        print(f"error: {e.message}" + (f"\n→ {e.hint}" if e.hint else ""), file=sys.stderr)
+        return 2
     if report["status"] == "no-gpu":
         print(report["message"])
         print(f"Wrote {args.out} (status no-gpu).")

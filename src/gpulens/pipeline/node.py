@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 from gpulens.errors import BadInputError
 from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
+from gpulens.http_client import redact_url
 from gpulens.k8s.attribution import DeviceAttribution
 from gpulens.k8s.node import node_host
 from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink, StopEvent
@@ -272,7 +273,7 @@ def check_scrape_url(url: str) -> None:
     except ValueError:
         ok = False
     if not ok:
-        raise BadInputError(f"--scrape {url!r} is not an http(s) URL.",
+        raise BadInputError(f"--scrape {redact_url(url)!r} is not an http(s) URL.",
                             hint="Write the engine's metrics address, e.g. --scrape http://127.0.0.1:8000/metrics.")
 
 

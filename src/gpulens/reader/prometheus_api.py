@@ -32,13 +32,17 @@ class PrometheusApi:
     def __init__(self, url: str, *, timeout_seconds: float = TIMEOUT_SECONDS):
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise BadInputError(f"Cannot read the Prometheus URL {url!r}.", hint="Write it as http://HOST:9090.")
-        self.url = url.rstrip("/")
+            raise BadInputError(f"Cannot read the Prometheus URL {http_client.redact_url(url)!r}.", hint="Write it as http://HOST:9090.")
+        # A query string on the base (a proxy's ?token=...) goes with every request; the path goes before it.
+        self._base = urllib.parse.urlunparse(parsed._replace(query="", fragment="")).rstrip("/")
+        self._base_params = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+        self.url = http_client.redact_url(url.rstrip("/"))  # as shown: in errors, hints and descriptions
         self.timeout_seconds = timeout_seconds
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         try:
-            r = http_client.get(f"{self.url}{path}", params=params, timeout_seconds=self.timeout_seconds, max_bytes=MAX_ANSWER_BYTES)
+            r = http_client.get(f"{self._base}{path}", params={**self._base_params, **(params or {})},
+                                timeout_seconds=self.timeout_seconds, max_bytes=MAX_ANSWER_BYTES)
         except http_client.HttpUnavailableError as e:
             raise PrometheusUnavailableError(
                 f"Cannot reach Prometheus at {self.url}: {e.reason}.", hint="Check the --prometheus URL and that the server is up.",

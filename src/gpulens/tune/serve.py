@@ -23,6 +23,7 @@ from gpulens.bench.compare import compare_samples
 from gpulens.bench.serve import LoadSpec, Probe, Slo, SweepResult, TargetUnreachableError, sweep
 from gpulens.diagnose import DiagnoseScope, Finding, diagnose
 from gpulens.errors import BadInputError
+from gpulens.http_client import redact_url
 from gpulens.runs import save_run, set_verdict
 from gpulens.store import Store
 from gpulens.tune.command import CommandTemplate, shell_line
@@ -230,7 +231,7 @@ class _ServeSteps(TuneSteps):
             extra.update(capacity_interval=[sw.best, sw.lowest_failing], limit_found=sw.limit_found,
                          probes=[_probe_brief(p) for p in sw.probes], sweep_note=sw.note)
         est = Estimate(len(sw.probes), sw.best, sw.best, sw.lowest_failing) if sw is not None else Estimate(0, None, None, None)
-        line = shell_line(argv) if argv is not None else f"gpulens bench serve --url {spec.load.target.url}"
+        line = shell_line(argv) if argv is not None else f"gpulens bench serve --url {redact_url(spec.load.target.url)}"
         return Trial(index=index, knobs=dict(setting), changed={change.knob.name: change.value} if change else {},
                      verdict="failed" if failure else "baseline", reason=failure or "", metric=METRIC, estimate=est,
                      samples=[sw.best] if sw is not None and sw.best is not None else [], command=line,
@@ -287,7 +288,7 @@ class _ServeSteps(TuneSteps):
         trial.run_id = save_run(
             self.store, RUN_KIND, self.spec.name,
             config={"command": trial.command, "knobs": trial.knobs, "changed": trial.changed, "tune": self.tag, "trial": trial.index,
-                    "url": self.spec.load.target.url, "slos": [s.text for s in self.spec.slos]},
+                    "url": redact_url(self.spec.load.target.url), "slos": [s.text for s in self.spec.slos]},
             summary={"verdict": trial.verdict, "reason": trial.reason, METRIC: trial.estimate.median,
                      "capacity_interval": trial.extra.get("capacity_interval"), "cold_start_seconds": trial.extra.get("cold_start_seconds")},
             samples={"latency_seconds": _latencies(best_probe)} if best_probe is not None else None,
@@ -313,7 +314,7 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
     def line(t: Trial) -> str:
         argv = steps.server_argv(t.knobs)
         client = " ".join(_bench_flag(k, v) for k, v in t.knobs.items() if k in CLIENT_KNOBS)
-        bench = (f"gpulens bench serve --url {spec.load.target.url} --rate {spec.load.rate:g} --sweep "
+        bench = (f"gpulens bench serve --url {redact_url(spec.load.target.url)} --rate {spec.load.rate:g} --sweep "
                  + " ".join(f"--slo {shell_line([s.text])}" for s in spec.slos) + (f" {client}" if client else ""))
         return (shell_line(argv) + "  # then: " + bench) if argv is not None else bench
 
@@ -323,7 +324,7 @@ def tune_serve(spec: ServeTuneSpec, store: Store, observer: Observer | None = No
         skipped=out.skipped, notes=steps.notes, seconds=time.monotonic() - t0,
     )
     result.run_id = save_run(store, TUNE_KIND, spec.name, config={
-        "mode": "serve", "url": spec.load.target.url, "slos": [s.text for s in spec.slos],
+        "mode": "serve", "url": redact_url(spec.load.target.url), "slos": [s.text for s in spec.slos],
         "server_command": shell_line(spec.server_command.argv) if spec.server_command else None,
         "knobs": {k.name: list(k.values) for k in knobs}, "tune": steps.tag}, summary=result.to_dict())
     return result

@@ -98,6 +98,6 @@ def start_server(argv: Sequence[str], ready_url: str, *, timeout_seconds: float,
     except KeyboardInterrupt:
         server.stop()
         raise
-    server.failure = f"the server did not answer at {ready_url} within {timeout_seconds:.0f} s"
+    server.failure = f"the server did not answer at {http_client.redact_url(ready_url)} within {timeout_seconds:.0f} s"
     server.stop()
     return server

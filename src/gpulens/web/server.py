@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpulens.errors import BadInputError, PortInUseError
+from gpulens.http_client import redact_url
 from gpulens.webconfig import WebConfig
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -103,7 +104,7 @@ def serve(
     sock = bind(plan.host, plan.port)
     actual_port = sock.getsockname()[1]
     url = plan.url(actual_port)
-    source = f"Prometheus at {prometheus_url}" if prometheus_url else f"the store {store_path}"
+    source = f"Prometheus at {redact_url(prometheus_url)}" if prometheus_url else f"the store {store_path}"
     print(f"gpulens dashboard on {url} reading {source} (Ctrl+C to stop)", file=out, flush=True)
     if plan.token_generated:
         print(f"It listens beyond this machine, so it needs this token (generated now): {plan.token}", file=out, flush=True)

@@ -19,6 +19,8 @@ from urllib.parse import quote, urlsplit
 
 import httptools
 
+from gpulens.http_client import split_credentials
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -40,6 +42,10 @@ def build_request(method: str, url: str, headers: Mapping[str, str], body: bytes
     if parts.port and parts.port != _DEFAULT_PORTS.get(parts.scheme):
         host = f"{host}:{parts.port}"
     names = {k.lower() for k in headers}
+    if "@" in parts.netloc and "authorization" not in names:
+        # credentials in the URL (http://user:pw@host/) are sent as http_client sends them
+        headers = {**headers, "Authorization": split_credentials(url)[1] or ""}
+        names.add("authorization")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
         if any(c in f"{name}{value}" for c in "\r\n"):

@@ -14,6 +14,7 @@ from gpulens.bench.serve.runner import LoadSpec
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
 from gpulens.files import atomic_writer
+from gpulens.http_client import redact_url
 from gpulens.store import Store
 
 RUN_KIND = "bench-serve"
@@ -117,6 +118,7 @@ def spec_config(spec: LoadSpec, slos: list[str] | None = None) -> dict[str, Any]
     target = asdict(spec.target)
     target.pop("body", None)  # prompts can be large; the shape of the load is what matters
     target["headers"] = sorted(target.get("headers", {}))  # names only: values may be secrets
+    target["url"] = redact_url(target["url"])  # userinfo and a ?token= are secrets too
     return {**d, "target": target, "slos": list(slos or [])}
 
 

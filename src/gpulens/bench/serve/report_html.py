@@ -16,6 +16,7 @@ from gpulens.bench.serve.stats import SloResult
 from gpulens.bench.serve.summary import LoadResult
 from gpulens.errors import BadInputError
 from gpulens.files import write_atomically
+from gpulens.http_client import redact_url
 from gpulens.vocab.slo import Slo
 
 _CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}"
@@ -170,7 +171,7 @@ def write_report(path: str | Path, spec: LoadSpec, slos: list[Slo], *, load: Loa
     """Write the page; returns its path. Give `load` for one run, `sweep` for a sweep."""
     plt = _pyplot()
     path = Path(path)
-    title = f"bench serve: {spec.target.url}"
+    title = f"bench serve: {redact_url(spec.target.url)}"
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if sweep is not None:
         best = "none met every SLO" if sweep.best is None else (

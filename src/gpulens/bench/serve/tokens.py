@@ -15,15 +15,13 @@ import json
 import math
 import random
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from gpulens import http_client
 from gpulens.errors import BadInputError, refuse_special_file
-from gpulens.safe_parse import json_value
 
 # The longest prompt or output a length spec may ask for: 2^20 tokens, past the context window of
 # nearly every served model. Beyond it a prompt is not a benchmark but a hang (building 1e30 words).
@@ -164,25 +162,27 @@ class ServerTokenizer:
 
     def __init__(self, url: str, model: str, timeout_seconds: float = 10.0):
         p = urlsplit(url)
-        self.url = urlunsplit((p.scheme, p.netloc, "/tokenize", "", ""))
+        self.url = urlunsplit((p.scheme, p.netloc, "/tokenize", p.query, ""))  # a ?token= goes along
         self.model = model
         self.timeout = timeout_seconds
         self.count("probe")  # fails now, with a clear sentence, where the server has no /tokenize
 
     def count(self, text: str) -> int:
         body = json.dumps({"model": self.model, "prompt": text, "add_special_tokens": False}).encode()
-        req = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                data = json_value(resp.read())
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise BadInputError(f"The server's {self.url} did not count tokens ({e}).",
+            resp = http_client.post(self.url, body=body, headers={"Content-Type": "application/json"},
+                                    timeout_seconds=self.timeout, idempotent=True, max_bytes=16 * 2**20)
+            if not resp.ok:
+                raise ValueError(f"HTTP {resp.status}")
+            data = resp.json()
+        except (http_client.HttpUnavailableError, ValueError) as e:
+            raise BadInputError(f"The server's {http_client.redact_url(self.url)} did not count tokens ({getattr(e, 'reason', e)}).",
                                 hint="Give --tokenizer PATH to a local tokenizer.json instead.") from None
         n = data.get("count") if isinstance(data, dict) else None
         if n is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
             n = len(data["tokens"])
         if not isinstance(n, int):
-            raise BadInputError(f"The server's {self.url} answered without a token count.",
+            raise BadInputError(f"The server's {http_client.redact_url(self.url)} answered without a token count.",
                                 hint="Give --tokenizer PATH to a local tokenizer.json instead.")
         return n
 

@@ -113,11 +113,11 @@ class EngineScraper:
             r = http_client.get(self.url, timeout_seconds=self.timeout, max_bytes=self.max_bytes, cancel=self._cancel)
         except http_client.HttpUnavailableError as e:
             if not e.retryable:  # the body is past max_bytes
-                raise ScrapeRefusedError(f"The scrape of {self.url} was refused: its answer is larger than {self.max_bytes} bytes.",
+                raise ScrapeRefusedError(f"The scrape of {http_client.redact_url(self.url)} was refused: its answer is larger than {self.max_bytes} bytes.",
                                          cause="body too large", hint="Point --scrape at one engine's /metrics.") from None
-            raise ScrapeUnavailableError(f"Cannot scrape {self.url}: {e.reason}.", hint="Check that the engine runs and exposes its metrics port.") from None
+            raise ScrapeUnavailableError(f"Cannot scrape {http_client.redact_url(self.url)}: {e.reason}.", hint="Check that the engine runs and exposes its metrics port.") from None
         if not r.ok:
-            raise ScrapeUnavailableError(f"{self.url} answered HTTP {r.status}.", hint="Check the metrics path (usually /metrics).")
+            raise ScrapeUnavailableError(f"{http_client.redact_url(self.url)} answered HTTP {r.status}.", hint="Check the metrics path (usually /metrics).")
         return r.text()
 
     def scrape_once(self, text: str | None = None) -> ScrapeResult:
@@ -125,7 +125,7 @@ class EngineScraper:
         text = self.fetch() if text is None else text
         lines = _sample_lines(text)
         if lines > self.max_samples:
-            raise ScrapeRefusedError(f"The scrape of {self.url} was refused: its answer has {lines} samples, more than {self.max_samples}.",
+            raise ScrapeRefusedError(f"The scrape of {http_client.redact_url(self.url)} was refused: its answer has {lines} samples, more than {self.max_samples}.",
                                      cause="too many samples", hint="Point --scrape at one engine's /metrics.")
         samples = parse_exposition(text)
         engine = self.engine or detect_engine(samples)
@@ -196,7 +196,7 @@ class EngineScraper:
         if len(pending) > self.max_series:
             self._hist_prev, self._ctr_prev = remembered  # a refused reading leaves no trace
             raise ScrapeRefusedError(
-                f"The scrape of {self.url or label_source} was refused: it would write {len(pending)} series "
+                f"The scrape of {http_client.redact_url(self.url) if self.url else label_source} was refused: it would write {len(pending)} series "
                 f"({len(models)} models), more than {self.max_series}.",
                 cause="too many series", hint="Scrape an engine that serves fewer models, or one engine per --scrape.")
         for name, labels, value in pending:
@@ -235,7 +235,7 @@ class EngineScraper:
                 return  # stopping: a cut scrape is not news
             self.errors += 1
             if self.errors == 1 or self.errors % 100 == 0:
-                log.warning("scrape of %s failed (%d so far): %s", self.url, self.errors, e)
+                log.warning("scrape of %s failed (%d so far): %s", http_client.redact_url(self.url), self.errors, e)
 
     def run(self, interval_seconds: float = 5.0, stop: threading.Event | None = None, iterations: int | None = None) -> int:
         """Scrape every `interval_seconds` until `stop` is set (or `iterations` scrapes). The first
