@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from gpulens.bench.serve import precise_loop
 from gpulens.bench.serve.client import CANCELLED_ERROR, RequestRecord, Target, send_one
+from gpulens.bench.serve.gc_pauses import ShortGcPauses
 from gpulens.bench.serve.http1 import ConnectionPool
 from gpulens.bench.serve.plain_engine import PlainEngine
 from gpulens.bench.serve.schedule import Arrival, intended_times
@@ -371,6 +372,8 @@ class _Run:
                 pass
         pool = ConnectionPool(spec.target.url, max_connections=spec.max_connections,
                               connect_timeout_seconds=spec.timeout_seconds, verify_tls=spec.verify_tls)
+        gc_pauses = ShortGcPauses(loop)
+        gc_pauses.start()
         cpu0 = time.process_time()
         try:
             if start_at_perf is not None:
@@ -384,6 +387,7 @@ class _Run:
             else:
                 await self._closed_loop(pool)
         finally:
+            gc_pauses.stop()
             pool.close()
             if installed:
                 loop.remove_signal_handler(signal.SIGINT)
