@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -169,35 +170,61 @@ _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 def _wrk(url: str, threads: int, connections: int, seconds: int) -> tuple[float, float]:
     """(requests/s, p50 seconds) from `wrk -t threads -c connections --latency`."""
+    rate, p50, _cpu = _wrk_cpu(url, threads, connections, seconds)
+    return rate, p50
+
+
+def _wrk_cpu(url: str, threads: int, connections: int, seconds: int) -> tuple[float, float, float]:
+    """(requests/s, p50 seconds, CPU seconds per request) of one wrk run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", url],
                          capture_output=True, text=True, check=True, timeout=seconds + 30).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     p50 = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-    if not rate or not p50:
+    requests = re.search(r"(\d+) requests in", out)
+    if not rate or not p50 or not requests:
         raise RuntimeError(f"cannot read wrk's output: {out[-500:]}")
-    return float(rate[1]), float(p50[1]) * _UNITS[p50[2]]
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return float(rate[1]), float(p50[1]) * _UNITS[p50[2]], cpu / max(int(requests[1]), 1)
 
 
 def _ours(url: str, connections: int, seconds: float, workers: int = 1):
+    return _ours_result(url, connections, seconds, workers).summary
+
+
+def _ours_result(url: str, connections: int, seconds: float, workers: int = 1):
     from gpulens.bench.serve import LoadSpec, Target, run_load
 
     return run_load(LoadSpec(Target(url), concurrency=connections, duration_seconds=seconds, timeout_seconds=10,
-                             workers=workers)).summary
+                             workers=workers))
 
 
 def _throughput_rounds(url: str, tmp: Path) -> dict[str, list[float]]:
     """Interleaved rounds of wrk -t1, gpulens (1 process), locust (1 process), wrk -t2, gpulens
-    --workers 2; all closed loops on USERS connections for ROUND_SECONDS."""
-    out: dict[str, list[float]] = {k: [] for k in ("wrk1", "ours1", "locust", "wrk2", "ours2")}
+    --workers 2; all closed loops on USERS connections for ROUND_SECONDS. Also, per round: CPU
+    seconds per request of wrk -t1 and of gpulens, and the share of the run each gpulens worker spent
+    on a CPU and waiting for one."""
+    keys = ("wrk1", "ours1", "locust", "wrk2", "ours2", "wrk1_cpu", "ours1_cpu", "ours1_wait", "ours2_busy", "ours2_wait")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     _ours(url, USERS, 1)  # warm-up: imports, first connections
     for _ in range(ROUNDS):
-        out["wrk1"].append(_wrk(url, 1, USERS, ROUND_SECONDS)[0])
-        s = _ours(url, USERS, ROUND_SECONDS)
+        rate, _p50, cpu = _wrk_cpu(url, 1, USERS, ROUND_SECONDS)
+        out["wrk1"].append(rate)
+        out["wrk1_cpu"].append(cpu)
+        res = _ours_result(url, USERS, ROUND_SECONDS)
+        s = res.summary
         out["ours1"].append(s.requests.ok / s.duration_seconds)
+        (w,) = res.workers
+        out["ours1_cpu"].append(w.cpu_seconds / max(w.ok, 1))
+        out["ours1_wait"].append((w.cpu_wait_seconds or 0.0) / w.wall_seconds)
         out["locust"].append(_locust(url, tmp, ROUND_SECONDS))
         out["wrk2"].append(_wrk(url, 2, USERS, ROUND_SECONDS)[0])
-        s = _ours(url, USERS, ROUND_SECONDS, workers=2)
+        res = _ours_result(url, USERS, ROUND_SECONDS, workers=2)
+        s = res.summary
         out["ours2"].append(s.requests.ok / s.duration_seconds)
+        out["ours2_busy"].append(statistics.mean(w.cpu_seconds / w.wall_seconds for w in res.workers))
+        out["ours2_wait"].append(statistics.mean((w.cpu_wait_seconds or 0.0) / w.wall_seconds for w in res.workers))
     return out
 
 
@@ -234,17 +261,6 @@ def _locust(url: str, tmp: Path, seconds: float = SECONDS) -> float:
 SCHEDULE_RATE = 1000.0
 SCHEDULE_BOUND = 0.002  # a send "on time" leaves within 2 ms of its intended time
 SCHEDULE_SOCKETS = 16  # the bare sender's connections, used in turn
-
-
-def _runq_wait_seconds() -> float | None:
-    """Seconds this thread has been runnable but waiting for a CPU (/proc/thread-self/schedstat,
-    or the process's main thread where that is missing): what contention took from it."""
-    for path in ("/proc/thread-self/schedstat", "/proc/self/schedstat"):
-        try:
-            return int(Path(path).read_text().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
 
 
 def _bare_sender(port: int, seconds: float) -> list[float]:
@@ -294,6 +310,8 @@ def _schedule(url: str, port: int) -> dict:
     """Interleaved rounds of gpulens and the bare sender, each on the same schedule to the same
     server: the share of sends within SCHEDULE_BOUND and the p99 lag of each, pooled over the rounds,
     with the share of each run's time its thread waited for a CPU and the host's steal meanwhile."""
+    from gpulens.bench.serve.cpu_wait import runnable_wait_seconds
+
     _ours_sends(url, 1)  # warm-up, not counted
     lags: dict[str, list[float]] = {"ours": [], "bare": []}
     waited = {"ours": 0.0, "bare": 0.0}
@@ -301,9 +319,9 @@ def _schedule(url: str, port: int) -> dict:
     before = _steal_counters()
     for _ in range(ROUNDS):
         for who, send in (("ours", lambda: _ours_sends(url, ROUND_SECONDS)), ("bare", lambda: _bare_sender(port, ROUND_SECONDS))):
-            q0, w0 = _runq_wait_seconds(), time.perf_counter()
+            q0, w0 = runnable_wait_seconds(), time.perf_counter()
             lags[who] += send()
-            q1 = _runq_wait_seconds()
+            q1 = runnable_wait_seconds()
             wall[who] += time.perf_counter() - w0
             if q0 is not None and q1 is not None:
                 waited[who] += q1 - q0
@@ -357,9 +375,22 @@ def run() -> list[dict]:
             out.append(dict(name=f"client throughput, 1 process vs locust FastHttpUser, 1 process; {where}", value=ours1,
                             unit="req/s", reference="locust FastHttpUser", reference_value=statistics.median(t["locust"]),
                             ratio=vs_locust, goal=">= 3x locust", met=vs_locust >= 3.0))
-            out.append(dict(name=f"client throughput, --workers 2 (2 processes) vs wrk -t2 (2 threads); {where}",
+            cores = os.cpu_count() or 1
+            busy, wait = statistics.median(t["ours2_busy"]), statistics.median(t["ours2_wait"])
+            shared = (f"{cores} cores for the server, the client and the rest of the machine: each worker was on a CPU "
+                      f"{busy:.0%} of the run and runnable but waiting for one {wait:.0%}")
+            out.append(dict(name=f"client throughput, --workers 2 (2 processes) vs wrk -t2 (2 threads); {where}; {shared}",
                             value=ours2, unit="req/s", reference="wrk -t2", reference_value=statistics.median(t["wrk2"]),
                             ratio=vs_wrk2, goal=">= 0.8x wrk", met=vs_wrk2 >= 0.8))
+            out.append(dict(name="client throughput, --workers 2 vs 1 process, same rounds: what the second process adds",
+                            value=ours2, unit="req/s", reference="1 process", reference_value=ours1,
+                            ratio=_median_ratio(t["ours2"], t["ours1"]), goal="-", met=None))
+            ours_cpu, wrk_cpu = statistics.median(t["ours1_cpu"]), statistics.median(t["wrk1_cpu"])
+            out.append(dict(name=f"client CPU per request, 1 process vs wrk -t1 (its thread waited for a CPU "
+                                 f"{statistics.median(t['ours1_wait']):.0%} of the run): where the CPUs are few, "
+                                 "throughput against wrk tends to this ratio's inverse",
+                            value=ours_cpu * 1e6, unit="us", reference="wrk -t1", reference_value=wrk_cpu * 1e6,
+                            ratio=ours_cpu / max(wrk_cpu, 1e-12), goal="-", met=None))
             out.append(dict(name=f"client throughput vs a bare aiohttp loop, {USERS} users", value=ours1, unit="req/s",
                             reference="aiohttp ClientSession, same loop", reference_value=bare, ratio=ours1 / bare,
                             goal="-", met=None))
