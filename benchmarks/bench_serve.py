@@ -9,6 +9,10 @@
   share them: "0.8x wrk -t2" then compares two clients that each take cores from the server they
   measure, and the row says how many cores there were. Runs are interleaved
   and the ratio is the median of per-round ratios, so a noisy neighbour moves both sides;
+  Beside them, where the throughput goes: each worker's share of the run on a CPU and runnable
+  but waiting for one (Linux schedstat), --workers 2 against 1 process in the same rounds, and the
+  client CPU per request of one process against wrk -t1's (getrusage of the wrk child): where the
+  cores are the limit, the throughput ratio to wrk tends to the inverse of that one;
 - a bare aiohttp closed loop, the client gpulens used before its own;
 - schedule keeping: the share of sends within 2 ms of their intended time at 1,000 req/s, in
   interleaved rounds with a bare sender (blocking sleeps and sends, no event loop) on the same
