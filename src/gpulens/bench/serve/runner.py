@@ -497,7 +497,8 @@ def run_processes(spec: LoadSpec, progress: Progress, on_tick: Callable[[], None
             except Exception:  # queue.Empty: refresh the view, notice dead workers
                 if not any(p.is_alive() for p in procs) and queue.empty():
                     break
-            if not go.is_set() and ready + len(errors) >= n:
+            # A worker that died before saying anything must not hold the others back.
+            if not go.is_set() and ready + len(errors) + sum(not p.is_alive() for p in procs) >= n:
                 start.value = time.perf_counter() + WORKER_START_MARGIN_SECONDS  # the same monotonic clock in every process
                 go.set()
             _collect(progress, counters, n)
