@@ -4,11 +4,23 @@
   FastHttpUser on the same trivial local server (C, epoll, one thread, compiled from
   trivial_server.c when a C compiler is there; else a Python asyncio one, and the table says so).
   Cores, kept fair: one gpulens process and one locust process (one core each) against `wrk -t1`
-  (one thread); `--workers 2` against `wrk -t2`. Same connections for all. Runs are interleaved
+  (one thread); `--workers 2` against `wrk -t2`. Same connections for all. On a machine with
+  fewer than 3 cores the one-thread server, the client and (with two workers) its second process
+  share them: "0.8x wrk -t2" then compares two clients that each take cores from the server they
+  measure, and the row says how many cores there were. Runs are interleaved
   and the ratio is the median of per-round ratios, so a noisy neighbour moves both sides;
+  Beside them, where the throughput goes: each worker's share of the run on a CPU and runnable
+  but waiting for one (Linux schedstat), --workers 2 against 1 process in the same rounds, and the
+  client CPU per request of one process against wrk -t1's (getrusage of the wrk child): where the
+  cores are the limit, the throughput ratio to wrk tends to the inverse of that one;
 - a bare aiohttp closed loop, the client gpulens used before its own;
-- schedule keeping: the share of sends within 2 ms of their intended time at 1,000 req/s, with the
-  CPU time the VM's host took away meanwhile ("steal"), which no client can keep a schedule through;
+- schedule keeping: the share of sends within 2 ms of their intended time at 1,000 req/s, in
+  interleaved rounds with a bare sender (blocking sleeps and sends, no event loop) on the same
+  schedule to the same server. Both goals are reported: >= 98 % absolute, and >= 0.98x the bare
+  sender's share. On a machine whose cores are busy a send is late when the sender's thread is
+  runnable but waiting for a CPU, which no client can keep a schedule through: each row carries
+  that wait (/proc schedstat) for both senders and the VM host's steal, so that a missed absolute
+  goal with a met relative one reads as the machine's contention, not the tool's;
 - p50 against a 10 ms server, closed loop on 2 connections, against wrk's p50 on the same;
 - coordinated omission: a 10 ms server with a 1 s stall at 200 req/s for 10 s, open loop (latency
   from the intended send) vs a closed loop against the same server.
@@ -23,6 +35,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -161,35 +174,61 @@ _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 def _wrk(url: str, threads: int, connections: int, seconds: int) -> tuple[float, float]:
     """(requests/s, p50 seconds) from `wrk -t threads -c connections --latency`."""
+    rate, p50, _cpu = _wrk_cpu(url, threads, connections, seconds)
+    return rate, p50
+
+
+def _wrk_cpu(url: str, threads: int, connections: int, seconds: int) -> tuple[float, float, float]:
+    """(requests/s, p50 seconds, CPU seconds per request) of one wrk run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", url],
                          capture_output=True, text=True, check=True, timeout=seconds + 30).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     p50 = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-    if not rate or not p50:
+    requests = re.search(r"(\d+) requests in", out)
+    if not rate or not p50 or not requests:
         raise RuntimeError(f"cannot read wrk's output: {out[-500:]}")
-    return float(rate[1]), float(p50[1]) * _UNITS[p50[2]]
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return float(rate[1]), float(p50[1]) * _UNITS[p50[2]], cpu / max(int(requests[1]), 1)
 
 
 def _ours(url: str, connections: int, seconds: float, workers: int = 1):
+    return _ours_result(url, connections, seconds, workers).summary
+
+
+def _ours_result(url: str, connections: int, seconds: float, workers: int = 1):
     from gpulens.bench.serve import LoadSpec, Target, run_load
 
     return run_load(LoadSpec(Target(url), concurrency=connections, duration_seconds=seconds, timeout_seconds=10,
-                             workers=workers)).summary
+                             workers=workers))
 
 
 def _throughput_rounds(url: str, tmp: Path) -> dict[str, list[float]]:
     """Interleaved rounds of wrk -t1, gpulens (1 process), locust (1 process), wrk -t2, gpulens
-    --workers 2; all closed loops on USERS connections for ROUND_SECONDS."""
-    out: dict[str, list[float]] = {k: [] for k in ("wrk1", "ours1", "locust", "wrk2", "ours2")}
+    --workers 2; all closed loops on USERS connections for ROUND_SECONDS. Also, per round: CPU
+    seconds per request of wrk -t1 and of gpulens, and the share of the run each gpulens worker spent
+    on a CPU and waiting for one."""
+    keys = ("wrk1", "ours1", "locust", "wrk2", "ours2", "wrk1_cpu", "ours1_cpu", "ours1_wait", "ours2_busy", "ours2_wait")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     _ours(url, USERS, 1)  # warm-up: imports, first connections
     for _ in range(ROUNDS):
-        out["wrk1"].append(_wrk(url, 1, USERS, ROUND_SECONDS)[0])
-        s = _ours(url, USERS, ROUND_SECONDS)
+        rate, _p50, cpu = _wrk_cpu(url, 1, USERS, ROUND_SECONDS)
+        out["wrk1"].append(rate)
+        out["wrk1_cpu"].append(cpu)
+        res = _ours_result(url, USERS, ROUND_SECONDS)
+        s = res.summary
         out["ours1"].append(s.requests.ok / s.duration_seconds)
+        (w,) = res.workers
+        out["ours1_cpu"].append(w.cpu_seconds / max(w.ok, 1))
+        out["ours1_wait"].append((w.cpu_wait_seconds or 0.0) / w.wall_seconds)
         out["locust"].append(_locust(url, tmp, ROUND_SECONDS))
         out["wrk2"].append(_wrk(url, 2, USERS, ROUND_SECONDS)[0])
-        s = _ours(url, USERS, ROUND_SECONDS, workers=2)
+        res = _ours_result(url, USERS, ROUND_SECONDS, workers=2)
+        s = res.summary
         out["ours2"].append(s.requests.ok / s.duration_seconds)
+        out["ours2_busy"].append(statistics.mean(w.cpu_seconds / w.wall_seconds for w in res.workers))
+        out["ours2_wait"].append(statistics.mean((w.cpu_wait_seconds or 0.0) / w.wall_seconds for w in res.workers))
     return out
 
 
@@ -223,20 +262,82 @@ def _locust(url: str, tmp: Path, seconds: float = SECONDS) -> float:
     raise RuntimeError("locust wrote no aggregate row")
 
 
-def _schedule(url: str) -> tuple[float, float, float | None]:
-    """(share of sends within 2 ms, p99 send lag, host steal share of CPU time during the run)."""
+SCHEDULE_RATE = 1000.0
+SCHEDULE_BOUND = 0.002  # a send "on time" leaves within 2 ms of its intended time
+SCHEDULE_SOCKETS = 16  # the bare sender's connections, used in turn
+
+
+def _bare_sender(port: int, seconds: float) -> list[float]:
+    """The reference for schedule keeping: the least a Python sender can do. Blocking sleeps
+    (clock_nanosleep, at the same 1 ns timer slack), a send on one of SCHEDULE_SOCKETS kept-alive
+    connections in turn, answers drained without waiting and never parsed: no event loop, records,
+    histograms or timeouts. Returns each send's lag behind its intended time, in seconds."""
+    from gpulens.bench.serve import precise_loop
+
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(SCHEDULE_SOCKETS)]
+    for s in socks:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    req = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    lags = []
+    n = int(SCHEDULE_RATE * seconds)
+    try:
+        with precise_loop.fine_timer_slack():
+            t0 = time.perf_counter() + 0.01
+            for i in range(n):
+                due = t0 + i / SCHEDULE_RATE
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                now = time.perf_counter()
+                s = socks[i % SCHEDULE_SOCKETS]
+                s.send(req)
+                lags.append(max(now - due, 0.0))
+                try:
+                    while s.recv(65536, socket.MSG_DONTWAIT):
+                        pass
+                except BlockingIOError:
+                    pass
+    finally:
+        for s in socks:
+            s.close()
+    return lags
+
+
+def _ours_sends(url: str, seconds: float) -> list[float]:
     from gpulens.bench.serve import LoadSpec, Target, run_load
 
-    run_load(LoadSpec(Target(url), rate=1000, duration_seconds=1, timeout_seconds=10))  # warm-up, not counted
+    res = run_load(LoadSpec(Target(url), rate=SCHEDULE_RATE, duration_seconds=seconds, timeout_seconds=10))
+    return [max(r.sent - r.intended, 0.0) for r in res.records if r.sent is not None]
+
+
+def _schedule(url: str, port: int) -> dict:
+    """Interleaved rounds of gpulens and the bare sender, each on the same schedule to the same
+    server: the share of sends within SCHEDULE_BOUND and the p99 lag of each, pooled over the rounds,
+    with the share of each run's time its thread waited for a CPU and the host's steal meanwhile."""
+    from gpulens.bench.serve.cpu_wait import runnable_wait_seconds
+
+    _ours_sends(url, 1)  # warm-up, not counted
+    lags: dict[str, list[float]] = {"ours": [], "bare": []}
+    waited = {"ours": 0.0, "bare": 0.0}
+    wall = {"ours": 0.0, "bare": 0.0}
     before = _steal_counters()
-    res = run_load(LoadSpec(Target(url), rate=1000, duration_seconds=SECONDS, timeout_seconds=10))
+    for _ in range(ROUNDS):
+        for who, send in (("ours", lambda: _ours_sends(url, ROUND_SECONDS)), ("bare", lambda: _bare_sender(port, ROUND_SECONDS))):
+            q0, w0 = runnable_wait_seconds(), time.perf_counter()
+            lags[who] += send()
+            q1 = runnable_wait_seconds()
+            wall[who] += time.perf_counter() - w0
+            if q0 is not None and q1 is not None:
+                waited[who] += q1 - q0
     after = _steal_counters()
-    steal = None
+    out: dict = {"steal": None}
     if before and after and after[1] > before[1]:
-        steal = (after[0] - before[0]) / (after[1] - before[1])
-    lags = [r.sent - r.intended for r in res.records if r.sent is not None]
-    within = sum(1 for x in lags if abs(x) <= 0.002) / max(len(lags), 1)
-    return within, res.summary.send_lag.p99, steal
+        out["steal"] = (after[0] - before[0]) / (after[1] - before[1])
+    for who, xs in lags.items():
+        xs.sort()
+        out[who] = dict(within=sum(1 for x in xs if x <= SCHEDULE_BOUND) / max(len(xs), 1),
+                        p99=xs[int(0.99 * (len(xs) - 1))] if xs else 0.0, cpu_wait=waited[who] / max(wall[who], 1e-9))
+    return out
 
 
 def _stall(base: str) -> tuple[float, float, float]:
@@ -263,7 +364,7 @@ def run() -> list[dict]:
         timed, tport = _start([str(TEST_SERVERS), "timed"])
         try:
             url = f"http://127.0.0.1:{port}/"
-            within, p99, steal = _schedule(url)  # first: nothing else of this benchmark is running yet
+            sched = _schedule(url, port)  # first: nothing else of this benchmark is running yet
             t = _throughput_rounds(url, tmp)
             bare = _aiohttp_closed(url)
             one_body, bodies, bodies_ratio = _ours_closed_bodies(url)
@@ -278,9 +379,22 @@ def run() -> list[dict]:
             out.append(dict(name=f"client throughput, 1 process vs locust FastHttpUser, 1 process; {where}", value=ours1,
                             unit="req/s", reference="locust FastHttpUser", reference_value=statistics.median(t["locust"]),
                             ratio=vs_locust, goal=">= 3x locust", met=vs_locust >= 3.0))
-            out.append(dict(name=f"client throughput, --workers 2 (2 processes) vs wrk -t2 (2 threads); {where}",
+            cores = os.cpu_count() or 1
+            busy, wait = statistics.median(t["ours2_busy"]), statistics.median(t["ours2_wait"])
+            shared = (f"{cores} cores for the server, the client and the rest of the machine: each worker was on a CPU "
+                      f"{busy:.0%} of the run and runnable but waiting for one {wait:.0%}")
+            out.append(dict(name=f"client throughput, --workers 2 (2 processes) vs wrk -t2 (2 threads); {where}; {shared}",
                             value=ours2, unit="req/s", reference="wrk -t2", reference_value=statistics.median(t["wrk2"]),
                             ratio=vs_wrk2, goal=">= 0.8x wrk", met=vs_wrk2 >= 0.8))
+            out.append(dict(name="client throughput, --workers 2 vs 1 process, same rounds: what the second process adds",
+                            value=ours2, unit="req/s", reference="1 process", reference_value=ours1,
+                            ratio=_median_ratio(t["ours2"], t["ours1"]), goal="-", met=None))
+            ours_cpu, wrk_cpu = statistics.median(t["ours1_cpu"]), statistics.median(t["wrk1_cpu"])
+            out.append(dict(name=f"client CPU per request, 1 process vs wrk -t1 (its thread waited for a CPU "
+                                 f"{statistics.median(t['ours1_wait']):.0%} of the run): where the CPUs are few, "
+                                 "throughput against wrk tends to this ratio's inverse",
+                            value=ours_cpu * 1e6, unit="us", reference="wrk -t1", reference_value=wrk_cpu * 1e6,
+                            ratio=ours_cpu / max(wrk_cpu, 1e-12), goal="-", met=None))
             out.append(dict(name=f"client throughput vs a bare aiohttp loop, {USERS} users", value=ours1, unit="req/s",
                             reference="aiohttp ClientSession, same loop", reference_value=bare, ratio=ours1 / bare,
                             goal="-", met=None))
@@ -288,11 +402,22 @@ def run() -> list[dict]:
                             value=bodies, unit="req/s", reference="the same POST with one body, just before",
                             reference_value=one_body, ratio=bodies_ratio, goal=">= 0.95 of one body",
                             met=bodies_ratio >= 0.95))
-            stolen = "" if steal is None else f" (host steal {steal:.1%} of CPU time)"
-            out.append(dict(name=f"sends within 2 ms of schedule at 1,000 req/s{stolen}", value=within * 100, unit="%",
-                            reference="goal", reference_value=98.0, ratio=within / 0.98, goal=">= 98 %", met=within >= 0.98))
-            out.append(dict(name="send lag p99 at 1,000 req/s", value=p99 * 1e3, unit="ms", reference="2 ms bound",
-                            reference_value=2.0, ratio=p99 * 1e3 / 2.0, goal="<= 2 ms", met=p99 <= 0.002))
+            ours_s, bare_s = sched["ours"], sched["bare"]
+            stolen = "" if sched["steal"] is None else f", host steal {sched['steal']:.1%} of CPU time"
+            machine = (f"{os.cpu_count()} cores shared with the server{stolen}; runnable but waiting for a CPU: "
+                       f"gpulens {ours_s['cpu_wait']:.1%} of its time, the bare sender {bare_s['cpu_wait']:.1%}")
+            out.append(dict(name=f"sends within 2 ms of schedule at 1,000 req/s ({machine})", value=ours_s["within"] * 100,
+                            unit="%", reference="goal", reference_value=98.0, ratio=ours_s["within"] / 0.98,
+                            goal=">= 98 %", met=ours_s["within"] >= 0.98))
+            rel = ours_s["within"] / max(bare_s["within"], 1e-9)
+            out.append(dict(name="sends within 2 ms at 1,000 req/s vs a bare sender (blocking sleeps, no loop) in the "
+                                 "same rounds: what this machine's contention leaves any Python client",
+                            value=ours_s["within"] * 100, unit="%", reference="bare perf_counter/sleep sender",
+                            reference_value=bare_s["within"] * 100, ratio=rel, goal=">= 0.98x the bare sender",
+                            met=rel >= 0.98))
+            out.append(dict(name=f"send lag p99 at 1,000 req/s (the bare sender's: {bare_s['p99'] * 1e3:.2f} ms)",
+                            value=ours_s["p99"] * 1e3, unit="ms", reference="2 ms bound", reference_value=2.0,
+                            ratio=ours_s["p99"] * 1e3 / 2.0, goal="<= 2 ms", met=ours_s["p99"] <= SCHEDULE_BOUND))
             base = f"http://127.0.0.1:{tport}"
             ours_p50, wrk_p50 = _p50_rounds(f"{base}/fixed/p50?ms=10")
             vs = _median_ratio(ours_p50, wrk_p50)

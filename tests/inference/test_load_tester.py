@@ -110,6 +110,13 @@ def test_ramp_and_worker_split():
 
 
 def test_multiple_worker_processes_share_the_load(timed_server):
-    s = run_load(LoadSpec(Target(f"{timed_server}/fixed/w?ms=2"), rate=100, duration_seconds=1, workers=2)).summary
+    res = run_load(LoadSpec(Target(f"{timed_server}/fixed/w?ms=2"), rate=100, duration_seconds=1, workers=2))
+    s = res.summary
     assert s.requests.total == 100 and s.requests.ok == 100
     assert s.latency.count == 100
+    # Each process's own account comes back; they started together, once both were ready (the
+    # start is read from one shared value, so only their wake-ups differ).
+    a, b = sorted(res.workers, key=lambda w: w.worker)
+    assert (a.worker, a.ok, b.worker, b.ok) == (0, 50, 1, 50)
+    assert a.cpu_seconds > 0 and b.cpu_seconds > 0 and a.wall_seconds >= 0.9 and b.wall_seconds >= 0.9
+    assert abs(a.started_perf - b.started_perf) < 0.05

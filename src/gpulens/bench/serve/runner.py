@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from gpulens.bench.serve import precise_loop
 from gpulens.bench.serve.client import CANCELLED_ERROR, RequestRecord, Target, send_one
+from gpulens.bench.serve.cpu_wait import runnable_wait_seconds
+from gpulens.bench.serve.gc_pauses import ShortGcPauses
 from gpulens.bench.serve.http1 import ConnectionPool
 from gpulens.bench.serve.plain_engine import PlainEngine
 from gpulens.bench.serve.schedule import Arrival, intended_times
@@ -40,6 +42,8 @@ DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot
 MAX_RATE_PER_SECOND = 1_000_000.0
 MAX_CONCURRENCY = 100_000
 MAX_WORKERS = 256  # load processes: more than any one machine has cores
+WORKER_START_MARGIN_SECONDS = 0.1  # from "all workers ready" to their common start: time to read it
+WORKER_READY_TIMEOUT_SECONDS = 120.0  # a worker gives up waiting for the others after this
 # The longest schedule a recording may set (--replay-arrivals, after --speed and --duration).
 MAX_REPLAY_SECONDS = 7 * 86400.0
 
@@ -168,6 +172,9 @@ class WorkerResult:
     interrupted: bool = False
     cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
+    # Runnable but waiting for a CPU during the run (cpu_wait.py); None where the kernel does not say.
+    cpu_wait_seconds: float | None = None
+    started_perf: float = 0.0  # the run's t0 on the host's monotonic clock (perf_counter), shared by processes
 
     def to_wire(self) -> dict:
         return {**self.__dict__, "dists": {k: d.encode() for k, d in self.dists.items()}}
@@ -372,10 +379,14 @@ class _Run:
                 pass
         pool = ConnectionPool(spec.target.url, max_connections=spec.max_connections,
                               connect_timeout_seconds=spec.timeout_seconds, verify_tls=spec.verify_tls)
+        gc_pauses = ShortGcPauses(loop)
+        gc_pauses.start()
         cpu0 = time.process_time()
+        wait0: float | None = None
         try:
             if start_at_perf is not None:
                 await _sleep_until(start_at_perf)
+            wait0 = runnable_wait_seconds()
             self.t0 = time.perf_counter()
             self.progress.started_at = self.t0
             if self._plain():
@@ -385,13 +396,16 @@ class _Run:
             else:
                 await self._closed_loop(pool)
         finally:
+            gc_pauses.stop()
             pool.close()
             if installed:
                 loop.remove_signal_handler(signal.SIGINT)
+        wait1 = runnable_wait_seconds()
         return WorkerResult(
             worker=self.worker, records=self.records, dists=self.dists, not_sent=self.not_sent,
             interrupted=self.stop.is_set(), cpu_seconds=time.process_time() - cpu0,
             wall_seconds=time.perf_counter() - self.t0,
+            cpu_wait_seconds=None if wait0 is None or wait1 is None else wait1 - wait0, started_perf=self.t0,
         )
 
 
@@ -408,14 +422,18 @@ def _share(total: int, worker: int, workers: int) -> int:
 
 
 def run_worker(spec: LoadSpec, worker: int = 0, workers: int = 1, progress: Progress | None = None,
-               start_at_perf: float | None = None) -> WorkerResult:
+               start_at_perf: float | None = None, ready: Callable[[], float] | None = None) -> WorkerResult:
     """Run one process's share of the load on a fresh event loop, one whose timers keep the
-    schedule to tens of microseconds (`precise_loop`)."""
+    schedule to tens of microseconds (`precise_loop`). `ready`: called once the share is prepared
+    (request bytes built), it blocks until every worker is, and returns their common start."""
     progress = progress or Progress()
-    return precise_loop.run(_Run(spec, worker, workers, progress).run(start_at_perf))
+    run = _Run(spec, worker, workers, progress)
+    if ready is not None:
+        start_at_perf = ready()
+    return precise_loop.run(run.run(start_at_perf))
 
 
-def _worker_main(spec: LoadSpec, worker: int, workers: int, start_at_perf: float, queue, counters) -> None:
+def _worker_main(spec: LoadSpec, worker: int, workers: int, start, go, queue, counters) -> None:
     progress = Progress()
     stop = threading.Event()
 
@@ -423,10 +441,16 @@ def _worker_main(spec: LoadSpec, worker: int, workers: int, start_at_perf: float
         while not stop.wait(0.2):
             _publish(progress, counters, worker)
 
+    def ready() -> float:
+        queue.put(("ready", worker))
+        if not go.wait(WORKER_READY_TIMEOUT_SECONDS):
+            raise TimeoutError(f"the other workers were not ready within {WORKER_READY_TIMEOUT_SECONDS:g} s")
+        return start.value
+
     threading.Thread(target=publish, daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     try:
-        result = run_worker(spec, worker, workers, progress, start_at_perf)
+        result = run_worker(spec, worker, workers, progress, ready=ready)
         queue.put(("ok", result.to_wire()))
     except BaseException as e:  # reported to the parent, which raises it as one sentence
         queue.put(("error", f"{type(e).__name__}: {e}"))
@@ -451,20 +475,33 @@ def run_processes(spec: LoadSpec, progress: Progress, on_tick: Callable[[], None
     n = spec.workers
     counters = ctx.Array("q", n * 7, lock=False)
     queue = ctx.Queue()
-    start_at = time.perf_counter() + 1.0 + 0.25 * n  # time for the spawned interpreters to import
-    procs = [ctx.Process(target=_worker_main, args=(spec, i, n, start_at, queue, counters), daemon=True) for i in range(n)]
+    # The workers start together once all have imported and prepared their share (a spawned
+    # interpreter takes from a fraction of a second to several on a busy machine): no worker runs
+    # alone at the start, and nobody waits for a fixed guess.
+    start, go = ctx.Value("d", 0.0, lock=False), ctx.Event()
+    procs = [ctx.Process(target=_worker_main, args=(spec, i, n, start, go, queue, counters), daemon=True) for i in range(n)]
     for p in procs:
         p.start()
     results: list[WorkerResult] = []
     errors: list[str] = []
+    ready = 0
     try:
         while len(results) + len(errors) < n:
             try:
                 kind, payload = queue.get(timeout=0.2)
-                (results.append(WorkerResult.from_wire(payload)) if kind == "ok" else errors.append(payload))
+                if kind == "ready":
+                    ready += 1
+                elif kind == "ok":
+                    results.append(WorkerResult.from_wire(payload))
+                else:
+                    errors.append(payload)
             except Exception:  # queue.Empty: refresh the view, notice dead workers
                 if not any(p.is_alive() for p in procs) and queue.empty():
                     break
+            # A worker that died before saying anything must not hold the others back.
+            if not go.is_set() and ready + len(errors) + sum(not p.is_alive() for p in procs) >= n:
+                start.value = time.perf_counter() + WORKER_START_MARGIN_SECONDS  # the same monotonic clock in every process
+                go.set()
             _collect(progress, counters, n)
             if on_tick:
                 on_tick()

@@ -4,7 +4,7 @@ warnings a user needs (the client was the bottleneck, every request failed, the 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpulens.bench.serve.client import RequestRecord
 from gpulens.bench.serve.runner import CANCELLED_ERROR, DIST_NAMES, LoadSpec, WorkerResult
@@ -29,6 +29,18 @@ class LoadResult:
     summary: LoadSummary
     records: list[RequestRecord]
     wall_start_unix: float  # the run's start on the wall clock, for the store and the CSV
+    # Each process's own account (CPU time, time waiting for a CPU), records and histograms aside.
+    workers: list[WorkerCpu] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerCpu:
+    worker: int
+    ok: int
+    cpu_seconds: float
+    wall_seconds: float
+    cpu_wait_seconds: float | None
+    started_perf: float
 
 
 def _request_value(rec: RequestRecord, metric: str) -> float | None:
@@ -139,7 +151,9 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
     )
     _verdicts(summary, records, slos, min_goodput_ratio)
     _warnings(summary, spec, cpu, wall)
-    return LoadResult(summary, records, wall_start_unix)
+    workers = [WorkerCpu(r.worker, sum(1 for rec in r.records if rec.status == "ok"), r.cpu_seconds, r.wall_seconds,
+                         r.cpu_wait_seconds, r.started_perf) for r in results]
+    return LoadResult(summary, records, wall_start_unix, workers)
 
 
 def concurrency_distribution(records: list[RequestRecord]) -> Concurrency | None:
