@@ -67,6 +67,7 @@ def diagnose_command(
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
     start_t, end_t = _window(start, end, window, prometheus)
     notes: list[str] = []
+    energy_lines: list[str] = []
     where: Path | str = store
     if prometheus:
         if slo:
@@ -82,6 +83,8 @@ def diagnose_command(
             try:
                 _check_selection(st, job, service)
                 findings = diagnose(StoreReader(st), DiagnoseScope(start=start_t, end=end_t, job=job, service=service))
+                if fmt == "text":
+                    energy_lines = _energy_lines(st, start_t, end_t, job, service)
             except StorageFullError:
                 raise
             except StoreError as e:  # the store turns SQLite's errors into these
@@ -100,7 +103,7 @@ def diagnose_command(
 
     from gpulens.diagnose.render import render_incidents
 
-    render_incidents(console, incidents, where, job, service)
+    render_incidents(console, incidents, where, job, service, energy_lines)
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
 
@@ -144,6 +147,14 @@ def _diagnose_prometheus(url: str, match: str, start: float | None, end: float |
                                 hint=f"Check the spelling and the window, or leave out {option}.")
     got = diagnose_fleet(reader, DiagnoseScope(start=reader.start, end=reader.end, job=job, service=service))
     return got.findings, got.notes, reader.description
+
+
+def _energy_lines(st: Any, start: float | None, end: float | None, job: str | None, service: str | None) -> list[str]:
+    """`gpulens energy`'s rows over the same window and selection, one summary line each."""
+    from gpulens.energy import energy_line, workload_energy
+    from gpulens.reader import StoreReader
+
+    return [energy_line(r) for r in workload_energy(StoreReader(st), job=job, service=service, start=start, end=end)]
 
 
 def _keep_slos(store: Path, slos: list[str], service: str | None) -> None:

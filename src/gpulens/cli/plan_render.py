@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -166,6 +167,13 @@ def render_plan(res: Any) -> None:
         if c.break_even_months is not None:
             parts.append(f"buying pays off after {c.break_even_months:,.1f} months of renting 24/7")
         console.print("[bold]Cost[/]  " + " · ".join(parts))
+    if res.electricity:
+        e = res.electricity
+        parts = [f"{e.kilowatts:,.3g} kW", f"{e.usd_per_hour:,.3f} USD/hour at {e.usd_per_kwh:g} USD/kWh"]
+        if e.usd_per_million_tokens is not None:
+            parts.append(f"{e.usd_per_million_tokens:.3g} USD per million {'trained' if r.workload == 'train' else 'output'} tokens")
+        console.print("[bold]Electricity[/]  " + " · ".join(parts), highlight=False)
+        console.print(f"[dim]  ({escape(e.assumption)})[/]")
     if res.replicas:
         rt = Table(title="more cards or more replicas", box=None, header_style="bold", padding=(0, 2))
         for col in ("replicas", "× TP", "= GPUs", "batch", "TTFT", "TPOT", "cost/hour"):

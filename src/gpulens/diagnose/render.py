@@ -64,17 +64,30 @@ def _nothing_found(console: Console, what: str, where: str) -> None:
                   "memory, utilization, throttling, loss). Keep this run as your baseline.[/]")
 
 
-def render_incidents(console: Console, incidents: list[Incident], store: Path | str, job: str | None, service: str | None) -> None:
+def _energy(console: Console, lines: list[str]) -> None:
+    """The summary's energy lines (`gpulens energy`'s figures, one per workload and GPU)."""
+    if lines:
+        console.print("[bold]Energy[/] [dim](gpulens energy)[/]")
+        for line in lines:
+            console.print(f"   {escape(line)}", highlight=False)
+        console.print()
+
+
+def render_incidents(console: Console, incidents: list[Incident], store: Path | str, job: str | None, service: str | None,
+                     energy_lines: list[str] | None = None) -> None:
     """Each incident: its cause (what it measured, the symptoms it explains, its evidence and its
-    advice), then its symptoms folded under it, one line each, with no advice of their own."""
+    advice), then its symptoms folded under it, one line each, with no advice of their own. The
+    summary ends with each workload's energy (`energy_lines`) when there is any."""
     what, where = _scope(job, service), escape(str(store))
     if not incidents:
         _nothing_found(console, what, where)
+        _energy(console, energy_lines or [])
         return
     n_findings = sum(len(inc.members) for inc in incidents)
     console.print(f"[bold]{len(incidents)} incident(s)[/] ({n_findings} finding(s)) for {what} in {where}: GPU faults first, then oldest first.")
     console.print("[dim]Each incident is one root cause and the symptoms it explains; fix the cause, not the symptoms. "
                   "Start with the critical ones, change one thing, then re-measure against the baseline.[/]\n")
+    _energy(console, energy_lines or [])
     for inc in incidents:
         _head(console, inc.id, inc.cause, inc.severity)
         console.print(f"   [dim]{_span(inc.start, inc.end)}[/]")

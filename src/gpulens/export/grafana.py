@@ -29,10 +29,11 @@ from gpulens.views.panels import (
     legend_name,
     selection_label,
 )
-from gpulens.views.promql import series_expr, stat_expr
+from gpulens.views.promql import joules_per_output_token_expr, series_expr, stat_expr
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import (
     GPU_CLOCK_EVENT_ACTIVE,
+    GPU_ENERGY_JOULES_TOTAL,
     GPU_PROCESS_MEMORY,
     GPU_UP,
     GPU_XID_TOTAL,
@@ -135,6 +136,12 @@ def _timeseries(chart: ChartSpec, panel: PanelSpec, pid: int, x: int, y: int, na
 def _stats(panel: PanelSpec, pid: int, y: int, names: MetricNames = "gpulens") -> dict[str, Any] | None:
     targets = []
     for st in panel.stats:
+        if st.agg == "joules_per_token":
+            expr = _joules_per_token(panel, names)
+            if expr:
+                targets.append({"refId": chr(ord("A") + len(targets)), "expr": expr, "legendFormat": st.label,
+                                "instant": True, "datasource": DS_REF})
+            continue
         read = _gpu_series(st.metric, panel.id, names)
         if read is None:
             continue
@@ -157,6 +164,17 @@ def _stats(panel: PanelSpec, pid: int, y: int, names: MetricNames = "gpulens") -
         "options": {"reduceOptions": {"calcs": ["lastNotNull"]}, "textMode": "value_and_name", "colorMode": "none"},
         "targets": targets,
     }
+
+
+def _joules_per_token(panel: PanelSpec, names: MetricNames) -> str | None:
+    """Serving's J per generated token over the range (views.promql says what is exact); None for
+    training, whose tokens reach Prometheus only as a tokens-per-second gauge, not a count."""
+    if panel.id != "inference":
+        return None
+    energy, scale = _gpu_series(GPU_ENERGY_JOULES_TOTAL, "gpu", names) or (GPU_ENERGY_JOULES_TOTAL, 1.0)
+    host = selection_label("host")
+    return joules_per_output_token_expr(energy, {DCGM_HOST_LABEL if names == "dcgm" else host: "$host"},
+                                        _regex("inference", "gpulens"), "$__range", scale)
 
 
 def grafana_dashboard(title: str = "gpulens: training | inference | GPU health", uid: str = DEFAULT_UID,

@@ -17,7 +17,7 @@ from gpulens.plan.advice import (
 )
 from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
-from gpulens.plan.cost import Cost, serving_cost, training_cost
+from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
@@ -60,6 +60,10 @@ class PlanRequest:
     assume_dense: bool = False  # plan an unknown model_type as a dense LLaMA-like decoder
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
+    # electricity (plan/cost.py: an estimate from TDP)
+    electricity_usd_per_kwh: float | None = None
+    power_fraction: float = 1.0  # the share of TDP the GPUs draw on average
+    pue: float = 1.0  # the site's power usage effectiveness
 
     def validate(self) -> None:
         if self.workload not in ("train", "infer"):
@@ -101,6 +105,7 @@ class PlanResult:
     replicas: list[ReplicaOption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cost_basis: str = ""  # "at batch N (why that batch)": what the cost per token is priced at
+    electricity: ElectricityCost | None = None  # with --electricity-usd-per-kwh
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
@@ -114,6 +119,7 @@ class PlanResult:
             "memory": self.memory.to_dict(),
             "speed": dict(self.speed),
             "cost": self.cost.to_dict() if self.cost else None,
+            "electricity": self.electricity.to_dict() if self.electricity else None,
             "advice": [asdict(a) for a in self.advice],
             "replicas": [o.to_dict() for o in self.replicas],
             "calibration": {"calibrated": self.efficiency.calibrated, "source": self.efficiency.source,
@@ -164,8 +170,25 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
     notes.append(f"Efficiency factors: {eff.source}." + ("" if eff.calibrated else
                  " Run `gpulens plan calibrate --measurements FILE --gpu NAME` with measured runs to fit them."))
     if req.workload == "train":
-        return _plan_train(req, model, gpu, eff, ctx, user, notes)
-    return _plan_serve(req, model, gpu, eff, ctx, user, notes)
+        res = _plan_train(req, model, gpu, eff, ctx, user, notes)
+    else:
+        res = _plan_serve(req, model, gpu, eff, ctx, user, notes)
+    return _with_electricity(res)
+
+
+def _with_electricity(res: PlanResult) -> PlanResult:
+    """The electricity cost at --electricity-usd-per-kwh, from the GPUs' TDP (an estimate, said so)."""
+    req = res.request
+    if req.electricity_usd_per_kwh is None:
+        return res
+    train = req.workload == "train"
+    gpus = req.gpus if train else req.tensor_parallel
+    tps = res.speed.get("tokens_per_second" if train else "output_tokens_per_second") or 0.0
+    res.electricity = electricity_cost(res.gpu.tdp_watts, gpus, float(tps), req.electricity_usd_per_kwh,
+                                       power_fraction=req.power_fraction, pue=req.pue)
+    if res.electricity is None:
+        res.notes.append(f"No TDP for {res.gpu.name} in the catalog: add tdp_watts to it in your config to see the electricity cost.")
+    return res
 
 
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,

@@ -18,7 +18,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "gpus": (1, 1 << 20), "batch": (1, 1 << 24), "seq": (1, 1 << 26), "grad_accum": (1, 1 << 20),
     "lora_rank": (1, 1 << 16), "nodes": (1, 1 << 16), "gpus_per_node": (1, 1 << 12), "inter_node_gbps": (1e-3, 1e6),
     "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
-    "target_rps": (1e-9, 1e9),
+    "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
 }
 
 def _num(v: float) -> str:
@@ -79,6 +79,12 @@ class PlanOptions:
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
     target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
+    electricity_usd_per_kwh: float | None = _opt(("--electricity-usd-per-kwh",), "Electricity price: adds the GPUs' "
+                                                 "electricity cost, estimated from their TDP (see --power-fraction, --pue).")
+    power_fraction: float = _opt(("--power-fraction",), "With --electricity-usd-per-kwh: the share of TDP the GPUs "
+                                 "draw on average (default 1: TDP, an upper bound for most runs).", 1.0)
+    pue: float = _opt(("--pue",), "With --electricity-usd-per-kwh: the site's power usage effectiveness (facility "
+                      "power over IT power; default 1: the GPUs only).", 1.0)
     assume_dense: bool = _opt(("--assume-dense/--no-assume-dense",), "Plan a config whose model_type is not a "
                                                                       "supported family as a dense LLaMA-like model "
                                                                       "(the plan warns).", False)
@@ -116,6 +122,12 @@ class PlanOptions:
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "finetune", "zero", "zero_layout", "pp",
                       "sp", "lora_rank", "lora_targets")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps")
+        if self.electricity_usd_per_kwh is None:
+            for name in ("power_fraction", "pue"):
+                if getattr(self, name) != defaults[name]:
+                    flag = "--" + name.replace("_", "-")
+                    raise BadInputError(f"{flag} shapes the electricity cost, and no --electricity-usd-per-kwh is given.",
+                                        hint=f"Add --electricity-usd-per-kwh PRICE, or drop {flag}.")
         other = train_only if workload == "infer" else serve_only
         for name in other:
             if getattr(self, name) != defaults[name]:
@@ -165,4 +177,5 @@ class PlanOptions:
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,
             gpus_per_node=self.gpus_per_node, inter_node_bytes_per_second=self.inter_node_gbps * 1e9,
+            electricity_usd_per_kwh=self.electricity_usd_per_kwh, power_fraction=self.power_fraction, pue=self.pue,
         )

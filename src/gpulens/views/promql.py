@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from gpulens import promql as P
 from gpulens.promql import Window, selector
 from gpulens.views.panels import SeriesSpec, StatSpec
-from gpulens.vocab.names import HISTOGRAM_BUCKETS
+from gpulens.vocab.names import HISTOGRAM_BUCKETS, INFER_OUTPUT_TOKENS_TOTAL, INFER_REQUEST_OUTPUT_TOKENS
 
-__all__ = ["histogram_mean_expr", "histogram_quantile_expr", "is_histogram", "selector", "series_expr", "stat_expr"]
+__all__ = ["histogram_mean_expr", "histogram_quantile_expr", "is_histogram", "joules_per_output_token_expr", "selector",
+           "series_expr", "stat_expr"]
 
 
 def is_histogram(metric: str) -> bool:
@@ -88,3 +89,20 @@ def stat_expr(stat: StatSpec, match: Mapping[str, str], window: Window, regex: M
     if stat.agg in _QUANT:
         return P.over_time("quantile", sel, window, _QUANT[stat.agg])
     return None
+
+
+def joules_per_output_token_expr(energy_metric: str, energy_regex: Mapping[str, str], tokens_regex: Mapping[str, str],
+                                 window: Window, energy_scale: float = 1.0) -> str:
+    """Joules per generated token over `window`, as Prometheus can tell it: the increase of the GPUs'
+    energy counter on the selected hosts over the output tokens the selected services generated
+    (the engine's token counter, else the sum of gpulens's per-request histogram). The energy
+    counter carries a GPU and a host, not a service, so every GPU of the hosts counts: exact for a
+    host that only serves the selected services, an upper bound where it also trains or idles
+    (gpulens energy attributes by the GPU each workload ran on). `energy_scale` divides a counter
+    kept in smaller units (dcgm-exporter's mJ)."""
+    joules = _sum_of("increase", selector(energy_metric, {}, energy_regex), window)
+    if energy_scale != 1.0:
+        joules = P.ratio(P.paren(joules), P.number(energy_scale))
+    tokens = P.set_op(_sum_of("increase", selector(INFER_OUTPUT_TOKENS_TOTAL, {}, tokens_regex), window), "or",
+                      _sum_of("increase", selector(INFER_REQUEST_OUTPUT_TOKENS + "_sum", {}, tokens_regex), window))
+    return P.ratio(P.paren(joules), P.paren(tokens))
