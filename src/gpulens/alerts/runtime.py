@@ -59,7 +59,11 @@ class AlertRuntime:
         packs: tuple[str, ...] = PACKS,
         rules: RuleSet | None = None,
         lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
+        recent_seconds: float | None = None,
     ):
+        """`recent_seconds`: read the samples this process wrote in the last that many seconds from
+        memory (`store.recent`), so `evaluate` needs no flush first (a live agent, which commits every
+        flush interval: give at least twice that). None: every read goes to the store (flush first)."""
         if not learn_seconds > 0:
             raise BadInputError(f"--learn must be above zero, not {learn_seconds!r} seconds.", hint="Give e.g. --learn 7d, or 30s for a demo.")
         self.store = store
@@ -67,7 +71,8 @@ class AlertRuntime:
         self.learn_seconds = float(learn_seconds)
         self.rules = rules if rules is not None else load_rules(rules_file, packs=packs)
         self.compiled = [compile_rule(r, self.learn_seconds) for r in self.rules.rules]
-        self.source = StoreSource(store)
+        self.feed = store.keep_recent(recent_seconds) if recent_seconds is not None and not store.readonly else None
+        self.source = StoreSource(store, self.feed)
         self.evaluator = Evaluator(self.source, lookback_seconds)
         self.baselines = Baselines(store, self.source, BaselineConfig(learn_seconds=self.learn_seconds, band=self.rules.band))
         self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
@@ -75,6 +80,11 @@ class AlertRuntime:
         self.timeline = AlertTimeline(self.clock)  # alert times and durations, monotonic under clock steps
         self._behind: Evaluator | None = None  # reads the rules at the alert time while the clock is set back
         self.evaluations = 0
+
+    @property
+    def reads_unflushed(self) -> bool:
+        """Whether `evaluate` sees what the store buffered, so the loop need not flush before it."""
+        return self.feed is not None
 
     def _band_fn(self, spec: BandSpec) -> BandFn:
         def band(ref: SeriesRef, t: float, upper: bool, q: float | None) -> float | None:
@@ -94,7 +104,7 @@ class AlertRuntime:
         self.baselines.update(at.t, self._held_series())
         if at.behind:
             if self._behind is None:  # windows of its own, so that both readings' windows stay incremental
-                self._behind = Evaluator(StoreSource(self.store), self.evaluator.lookback_seconds)
+                self._behind = Evaluator(StoreSource(self.store, self.feed), self.evaluator.lookback_seconds)
             self._behind.source.refresh()
         results = [RuleResult(c.rule, c.for_seconds, self._vector(c, now, at.t if at.behind else None)) for c in self.compiled]
         pending_events = self.store.pending_count
