@@ -173,14 +173,40 @@ class ColocationWatch(_Every):
 
     reads_unflushed = True
 
-    def __init__(self, store: Store, every_seconds: float = 5.0):
+    def __init__(self, store: Store, every_seconds: float = 5.0, window_seconds: float = 60.0):
         super().__init__(every_seconds)
         self.store = store
+        self.window_seconds = window_seconds
+        # A pair needs two processes on one GPU within the window: the frames say when one last did,
+        # so a node whose GPUs each run one process (most) skips the analysis's reads.
+        self._seen: dict[int, dict[int, float]] = {}  # GPU -> pid -> last frame time it held memory
+        self._marked = True  # a mark of 1 may be in the store (from an earlier run): analyse to resolve it
+
+    def on_frame(self, frame: Frame) -> None:
+        for s in frame.samples:
+            if s.processes:
+                seen = self._seen.setdefault(s.gpu, {})
+                for p in s.processes:
+                    if p.used_memory_bytes is not None:
+                        seen[p.pid] = frame.t
+
+    def _shared_lately(self, now: float) -> bool:
+        edge = now - self.window_seconds - self.every_seconds  # with slack for the cadence
+        for gpu, seen in list(self._seen.items()):
+            for pid in [pid for pid, t in seen.items() if t < edge]:
+                del seen[pid]
+            if not seen:
+                del self._seen[gpu]
+            elif len(seen) > 1:
+                return True
+        return False
 
     def on_tick(self, now: float) -> None:
         if not self.due(now):
             return
-        write_colocation_series(self.store, now, flush=False)
+        if not self._marked and not self._shared_lately(now):
+            return  # no GPU held two processes lately and no mark is left to resolve: no pair to find
+        self._marked = write_colocation_series(self.store, now, self.window_seconds, flush=False) > 0
 
 
 def write_colocation_series(store: Store, now: float, window_seconds: float = 60.0, *, flush: bool = True) -> int:

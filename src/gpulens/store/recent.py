@@ -20,19 +20,18 @@ class RecentSamples:
         self.keep_seconds = keep_seconds
         self._rows: dict[int, deque[tuple[float, float]]] = {}
         self._after: dict[int, float] = {}
-        self._watched: set[int] = set()
+        self.watched_ids: set[int] = set()  # writers test membership before calling `add` (a hot path)
         self.disordered = False  # some series was given up on: the reader flushes before reading it
 
     def watch(self, series_ids: set[int] | list[int]) -> None:
         """Keep the samples of these series from now on (the store holds what came before)."""
-        self._watched.update(series_ids)
+        self.watched_ids.update(series_ids)
 
     def watched(self, sid: int) -> bool:
-        return sid in self._watched
+        return sid in self.watched_ids
 
     def add(self, sid: int, t: float, value: float) -> None:
-        if sid not in self._watched:
-            return
+        """Keep one sample of a watched series (the caller checked `watched_ids`)."""
         rows = self._rows.get(sid)
         if rows is None:
             self._rows[sid] = deque(((t, value),))

@@ -230,7 +230,7 @@ class Store:
             self._refuse("a sample", t, value)
             return
         self._pending.append((series_id, t, value))
-        if self.recent is not None:
+        if self.recent is not None and series_id in self.recent.watched_ids:
             self.recent.add(series_id, t, value)
         if len(self._pending) >= self.batch_size:
             self._auto_flush()
@@ -249,13 +249,14 @@ class Store:
         """Buffer many (series_id, t, value) rows at once: the fast path for bulk imports."""
         with self._lock:
             pending = self._pending
-            recent = self.recent.add if self.recent is not None else None
+            recent = self.recent
+            watched = recent.watched_ids if recent is not None else ()
             for r in rows:
                 t, v = r[1], r[2]
                 if MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:
                     pending.append(r)
-                    if recent is not None:
-                        recent(r[0], t, v)
+                    if r[0] in watched:
+                        recent.add(r[0], t, v)  # type: ignore[union-attr]
                 elif v == v:  # NaN is a missing value, not a refusal
                     self._refuse("a sample", t, v)
             if len(self._pending) >= self.batch_size:
