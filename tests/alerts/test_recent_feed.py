@@ -57,8 +57,8 @@ def test_rules_over_the_feed_answer_as_over_a_store_flushed_before_each_evaluati
         temps = {gpu: 40 + rng.random() * 50 for gpu in range(3 if step > 30 else 2) if not (gpu == 1 and 50 < step < 65)}
         xid += step % 17 == 0
         for s in (live, ref):
-            for gpu, v in temps.items():  # GPU 1 goes quiet for a while, GPU 2 appears late
-                s.write("temp_c", {"gpu": str(gpu)}, t, v)
+            # GPU 1 goes quiet for a while, GPU 2 appears late; a frame's rows come in one call, as the agent's
+            s.write_many([(s.series_id("temp_c", {"gpu": str(gpu)}), t, v) for gpu, v in temps.items()])
             if step % 17 == 0:
                 s.write("xid_total", {"gpu": "0"}, t, xid)
         if rng.random() < 0.15:

@@ -49,6 +49,17 @@ class RecentSamples:
         while rows[0][0] <= edge:
             self._after[sid] = rows.popleft()[0]
 
+    def add_many(self, rows: list[tuple[int, float, float]]) -> None:
+        """`add` for the watched ones of many (series_id, t, value) rows (a frame's)."""
+        watched, kept, add = self.watched_ids, self._rows, self.add
+        for sid, t, v in rows:
+            if sid in watched:
+                rows_of = kept.get(sid)
+                if rows_of and t > rows_of[-1][0] and t - rows_of[0][0] < self.keep_seconds:
+                    rows_of.append((t, v))  # the common case, inline: in order, nothing to drop
+                else:
+                    add(sid, t, v)
+
     def after(self, sid: int) -> float | None:
         """Every sample of `sid` written here with t above this is kept; None: read the store."""
         a = self._after.get(sid)

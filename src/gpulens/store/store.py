@@ -249,16 +249,15 @@ class Store:
         """Buffer many (series_id, t, value) rows at once: the fast path for bulk imports."""
         with self._lock:
             pending = self._pending
-            recent = self.recent
-            watched = recent.watched_ids if recent is not None else ()
+            first = len(pending)
             for r in rows:
                 t, v = r[1], r[2]
                 if MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:
                     pending.append(r)
-                    if r[0] in watched:
-                        recent.add(r[0], t, v)  # type: ignore[union-attr]
                 elif v == v:  # NaN is a missing value, not a refusal
                     self._refuse("a sample", t, v)
+            if self.recent is not None:
+                self.recent.add_many(pending[first:])
             if len(self._pending) >= self.batch_size:
                 self._auto_flush()
 
