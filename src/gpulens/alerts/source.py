@@ -107,6 +107,17 @@ class StoreSource:
         end = min(t, kept)
         return self.store.last_value(sid, end, end - lo)
 
+    def last_values(self, sel: Selector, t: float, lookback_seconds: float) -> dict[LabelKey, float]:
+        """`last` of every series the selector picks, by label key (an instant selector's vector)."""
+        out: dict[LabelKey, float] = {}
+        feed, lo = self.feed, t - lookback_seconds
+        for s in self.series(sel):
+            row = feed.last(s.id, t) if feed is not None and feed.after(s.id) is not None else None
+            v = (row[1] if row[0] > lo else None) if row is not None else self.last(s.id, t, lookback_seconds)
+            if v is not None:
+                out[s.key] = v
+        return out
+
     def before(self, sid: int, t: float) -> float | None:
         """The newest value at or before t, however old (the base of a counter's increase)."""
         kept = self._kept_after(sid)
