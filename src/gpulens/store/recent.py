@@ -14,7 +14,8 @@ from gpulens.store.types import Sample
 
 
 class RecentSamples:
-    """Per watched series, (t, value) of the last `keep_seconds` (of the series' own newest time)."""
+    """Per watched series, (t, value) of the last `keep_seconds` (of the series' own newest time) at
+    least, twice that at most (trimmed in bursts: most rows are one append)."""
 
     def __init__(self, keep_seconds: float):
         self.keep_seconds = keep_seconds
@@ -55,8 +56,8 @@ class RecentSamples:
         for sid, t, v in rows:
             if sid in watched:
                 rows_of = kept.get(sid)
-                if rows_of and t > rows_of[-1][0] and t - rows_of[0][0] < self.keep_seconds:
-                    rows_of.append((t, v))  # the common case, inline: in order, nothing to drop
+                if rows_of and t > rows_of[-1][0] and t - rows_of[0][0] < 2 * self.keep_seconds:
+                    rows_of.append((t, v))  # the common case, inline: in order; `add` trims now and then
                 else:
                     add(sid, t, v)
 
