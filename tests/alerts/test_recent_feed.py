@@ -117,3 +117,15 @@ def test_a_live_loop_whose_rules_read_the_feed_commits_only_every_flush_interval
     assert evaluations >= 6 and commits == 0
     commits, evaluations = _commits_during_run(tmp_path, recent_seconds=None)  # rules that read SQL only
     assert evaluations >= 6 and commits >= evaluations - 1
+
+
+def test_a_rule_without_series_waits_for_them_and_then_answers(tmp_path):
+    """Rules whose selectors match no series (training rules on a GPU-only node) are not evaluated
+    again until one appears; then they answer at once."""
+    store = Store(tmp_path / "g.db")
+    rt = AlertRuntime(store, learn_seconds=3600, rules=parse_rules(RULES.replace("for: 30s", "for: 0s")), recent_seconds=12.0)
+    assert rt.evaluate(T0) == [] and rt.evaluate(T0 + 1) == []
+    store.write("temp_c", {"gpu": "3"}, T0 + 2, 95.0)
+    (state,) = rt.evaluate(T0 + 2)
+    assert (state.state, state.labels["gpu"], state.value) == ("firing", "3", 95.0)
+    rt.close()
