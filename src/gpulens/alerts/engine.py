@@ -161,7 +161,8 @@ class AlertEngine:
             self._carried.clear()
         if self._unsaved:
             self._retry_unsaved()
-        silences = list_silences(self.store, now)
+        # Silences mark alerts only: with no alert to mark (most evaluations) the store is not asked.
+        silences = list_silences(self.store, now) if self.active or any(r.vector for r in results) else []
         seen: set[str] = set()
         to_notify: list[AlertState] = []
         resolved: list[AlertState] = []

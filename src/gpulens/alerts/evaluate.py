@@ -48,12 +48,7 @@ class Evaluator:
         if isinstance(node, Number):
             return node.value
         if isinstance(node, Selector):
-            out: Vector = {}
-            for s in self.source.series(node):
-                v = self.source.last(s.id, t, self.lookback_seconds)
-                if v is not None:
-                    out[s.key] = v
-            return out
+            return self.source.last_values(node, t, self.lookback_seconds)
         if isinstance(node, Neg):
             inner = self._eval(node.expr, t, band)
             return -inner if isinstance(inner, float) else {k: -v for k, v in inner.items()}

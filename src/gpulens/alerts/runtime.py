@@ -18,7 +18,7 @@ from pathlib import Path
 from gpulens.alerts.baseline import BandSpec, BaselineConfig, Baselines
 from gpulens.alerts.engine import AlertEngine, AlertState, RuleResult
 from gpulens.alerts.evaluate import DEFAULT_LOOKBACK_SECONDS, BandFn, Evaluator
-from gpulens.alerts.expr import Node, band_selectors, cap_ranges
+from gpulens.alerts.expr import Node, Selector, band_selectors, cap_ranges, walk
 from gpulens.alerts.notify import build_notifier
 from gpulens.alerts.rules import PACKS, Rule, RuleSet, load_rules
 from gpulens.alerts.source import SeriesRef, StoreSource
@@ -38,13 +38,18 @@ class CompiledRule:
     for_seconds: float
     learned: bool = False  # computed once: the property walks the expression
     band_selectors: tuple = ()
+    selectors: tuple = ()  # every series selector; empty when the rule reads store events
+    reads_events: bool = False
 
 
 def compile_rule(rule: Rule, learn_seconds: float) -> CompiledRule:
+    reads_events = rule.expr.local_only
     if not rule.learned:
-        return CompiledRule(rule, rule.expr.root, rule.for_seconds)
+        root = rule.expr.root
+        return CompiledRule(rule, root, rule.for_seconds, selectors=tuple(walk(root, Selector)), reads_events=reads_events)
     root = cap_ranges(rule.expr.root, learn_seconds)
-    return CompiledRule(rule, root, min(rule.for_seconds, learn_seconds / 2), True, tuple(band_selectors(root)))
+    return CompiledRule(rule, root, min(rule.for_seconds, learn_seconds / 2), True, tuple(band_selectors(root)),
+                        tuple(walk(root, Selector)), reads_events)
 
 
 class AlertRuntime:
@@ -59,7 +64,11 @@ class AlertRuntime:
         packs: tuple[str, ...] = PACKS,
         rules: RuleSet | None = None,
         lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
+        recent_seconds: float | None = None,
     ):
+        """`recent_seconds`: read the samples this process wrote in the last that many seconds from
+        memory (`store.recent`), so `evaluate` needs no flush first (a live agent, which commits every
+        flush interval: give at least twice that). None: every read goes to the store (flush first)."""
         if not learn_seconds > 0:
             raise BadInputError(f"--learn must be above zero, not {learn_seconds!r} seconds.", hint="Give e.g. --learn 7d, or 30s for a demo.")
         self.store = store
@@ -67,14 +76,24 @@ class AlertRuntime:
         self.learn_seconds = float(learn_seconds)
         self.rules = rules if rules is not None else load_rules(rules_file, packs=packs)
         self.compiled = [compile_rule(r, self.learn_seconds) for r in self.rules.rules]
-        self.source = StoreSource(store)
+        self.feed = store.keep_recent(recent_seconds) if recent_seconds is not None and not store.readonly else None
+        self.source = StoreSource(store, self.feed)
         self.evaluator = Evaluator(self.source, lookback_seconds)
         self.baselines = Baselines(store, self.source, BaselineConfig(learn_seconds=self.learn_seconds, band=self.rules.band))
         self.notifier = build_notifier(list(notify), store=None if store.readonly else store)
         self.engine = AlertEngine(store, self.notifier.send)
         self.timeline = AlertTimeline(self.clock)  # alert times and durations, monotonic under clock steps
         self._behind: Evaluator | None = None  # reads the rules at the alert time while the clock is set back
+        # Rules that answered nothing while none of their selectors matched a series: with no data to
+        # read they answer nothing again (a GPU node has no training or serving series), so they wait
+        # until one of their series appears.
+        self._empty_without_series: set[int] = set()
         self.evaluations = 0
+
+    @property
+    def reads_unflushed(self) -> bool:
+        """Whether `evaluate` sees what the store buffered, so the loop need not flush before it."""
+        return self.feed is not None
 
     def _band_fn(self, spec: BandSpec) -> BandFn:
         def band(ref: SeriesRef, t: float, upper: bool, q: float | None) -> float | None:
@@ -94,9 +113,10 @@ class AlertRuntime:
         self.baselines.update(at.t, self._held_series())
         if at.behind:
             if self._behind is None:  # windows of its own, so that both readings' windows stay incremental
-                self._behind = Evaluator(StoreSource(self.store), self.evaluator.lookback_seconds)
+                self._behind = Evaluator(StoreSource(self.store, self.feed), self.evaluator.lookback_seconds)
             self._behind.source.refresh()
-        results = [RuleResult(c.rule, c.for_seconds, self._vector(c, now, at.t if at.behind else None)) for c in self.compiled]
+        results = [RuleResult(c.rule, c.for_seconds, self._vector_unless_unread(i, c, now, at.t if at.behind else None))
+                   for i, c in enumerate(self.compiled)]
         pending_events = self.store.pending_count
         out = self.engine.step(at.t, results, duration_clock=at.duration_clock)
         if self.store.pending_count > pending_events and self.store.write_error is None:
@@ -106,6 +126,17 @@ class AlertRuntime:
                 pass  # buffered; the sampling loop retries and raises GpulensStoreWriteFailing
         self.evaluations += 1
         return out
+
+    def _vector_unless_unread(self, i: int, c: CompiledRule, now: float, also_at: float | None) -> dict:
+        unread = not c.reads_events and bool(c.selectors) and not any(self.source.series(sel) for sel in c.selectors)
+        if unread and i in self._empty_without_series:
+            return {}
+        vector = self._vector(c, now, also_at)
+        if unread and not vector:
+            self._empty_without_series.add(i)
+        elif not unread:
+            self._empty_without_series.discard(i)
+        return vector
 
     def _vector(self, c: CompiledRule, now: float, also_at: float | None) -> dict:
         """The rule's answer at `now`; with `also_at` (the wall clock was set back behind the alert

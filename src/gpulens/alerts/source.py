@@ -1,6 +1,11 @@
 """Reads the samples and events a rule needs from the store, with the series of each metric cached
 so one evaluation is a handful of indexed lookups (the agent and `gpulens replay` evaluate every
-interval)."""
+interval).
+
+With a feed (`store.recent.RecentSamples`, a live agent's), the samples this process wrote lately
+are read from memory instead: an evaluation then needs neither a commit first nor a query per series,
+and sees every sample the loop buffered. Samples older than the feed keeps, and series this process
+does not write (other writers'), still come from the store."""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from dataclasses import dataclass
 
 from gpulens.alerts.expr import Selector
 from gpulens.alerts.windows import EventWindow, RangeWindow
+from gpulens.errors import StoreError
 from gpulens.store import Store
+from gpulens.store.recent import RecentSamples
 from gpulens.store.types import Event, Sample
 
 LabelKey = tuple[tuple[str, str], ...]
@@ -29,8 +36,9 @@ class SeriesRef:
 class StoreSource:
     """Sample access for the evaluator. Every read sees what was flushed to the store."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, feed: RecentSamples | None = None):
         self.store = store
+        self.feed = feed
         self._by_name: dict[str, list[SeriesRef]] = {}
         self._max_id = -1
         self._windows: dict[tuple[int, float, bool], RangeWindow] = {}
@@ -48,6 +56,8 @@ class StoreSource:
                 self._windows.pop(key, None)  # type: ignore[arg-type]
                 self._event_windows.pop(key, None)  # type: ignore[arg-type]
                 self._used.pop(key, None)
+        if self.feed is not None and self.feed.disordered:
+            self._flush()  # a series the feed gave up on (the clock set back) is read from the store
         max_id = self.store.max_series_id()
         if max_id == self._max_id:
             return
@@ -63,25 +73,87 @@ class StoreSource:
         hit = self._selected.get(key)
         if hit is None:
             hit = self._selected[key] = [s for s in self._by_name.get(sel.name, ()) if all(m.matches(s.labels) for m in sel.matchers)]
+            feed = self.feed
+            if feed is not None and any(not feed.watched(s.id) for s in hit):
+                # what is buffered of them goes to the store, the feed keeps what comes next
+                self._flush()
+                feed.watch([s.id for s in hit])
         return list(hit)
+
+    def _flush(self) -> None:
+        try:
+            self.store.flush()
+        except StoreError:
+            pass  # buffered; the sampling loop retries and raises GpulensStoreWriteFailing
+
+    def _kept_after(self, sid: int) -> float | None:
+        """The time after which the feed holds every sample of `sid`; None: ask the store."""
+        return None if self.feed is None else self.feed.after(sid)
 
     def names(self) -> set[str]:
         return set(self._by_name)
 
     def last(self, sid: int, t: float, lookback_seconds: float) -> float | None:
         """The newest value in (t - lookback, t]."""
-        return self.store.last_value(sid, t, lookback_seconds)
+        kept = self._kept_after(sid)
+        if kept is None:
+            return self.store.last_value(sid, t, lookback_seconds)
+        lo = t - lookback_seconds
+        row = self.feed.last(sid, t)  # type: ignore[union-attr]
+        if row is not None:  # every later sample up to t would be kept too
+            return row[1] if row[0] > lo else None
+        if lo >= kept:
+            return None
+        end = min(t, kept)
+        return self.store.last_value(sid, end, end - lo)
+
+    def last_values(self, sel: Selector, t: float, lookback_seconds: float) -> dict[LabelKey, float]:
+        """`last` of every series the selector picks, by label key (an instant selector's vector)."""
+        out: dict[LabelKey, float] = {}
+        feed, lo = self.feed, t - lookback_seconds
+        for s in self.series(sel):
+            row = feed.last(s.id, t) if feed is not None and feed.after(s.id) is not None else None
+            v = (row[1] if row[0] > lo else None) if row is not None else self.last(s.id, t, lookback_seconds)
+            if v is not None:
+                out[s.key] = v
+        return out
 
     def before(self, sid: int, t: float) -> float | None:
         """The newest value at or before t, however old (the base of a counter's increase)."""
-        return self.store.value_at_or_before(sid, t)
+        kept = self._kept_after(sid)
+        if kept is None:
+            return self.store.value_at_or_before(sid, t)
+        row = self.feed.last(sid, t)  # type: ignore[union-attr]
+        return row[1] if row is not None else self.store.value_at_or_before(sid, min(t, kept))
 
     def window(self, sid: int, start: float, end: float) -> list[Sample]:
         """(t, value) in (start, end], oldest first."""
-        return self.store.window(sid, start, end)
+        kept = self._kept_after(sid)
+        if kept is None:
+            return self.store.window(sid, start, end)
+        stored = self.store.window(sid, start, min(end, kept)) if start < kept else []
+        return stored + self.feed.window(sid, max(start, kept), end)  # type: ignore[union-attr]
 
     def window_after(self, sid: int, start: float, end: float, after_position: int) -> tuple[list[Sample], int]:
-        return self.store.window_after(sid, start, end, after_position)
+        """Samples in (start, end] committed after `after_position` (a rowid), with the newest
+        position; with a feed, plus the kept ones that may not be committed yet."""
+        kept = self._kept_after(sid)
+        if kept is None:
+            return self.store.window_after(sid, start, end, after_position)
+        rows, position = self.store.window_after(sid, start, min(end, kept), after_position) if start < kept else ([], after_position)
+        return rows + self.feed.window(sid, max(start, kept), end), position  # type: ignore[union-attr]
+
+    def window_new(self, sid: int, start: float, end: float, after_position: int, seen_until: float) -> tuple[list[Sample], int]:
+        """What a kept window (`windows.RangeWindow`) has not read yet: as `window_after`; for a series
+        in the feed, only its samples after `seen_until` (this process writes them in time order),
+        from memory when the feed reaches back that far."""
+        kept = self._kept_after(sid)
+        if kept is None:
+            return self.store.window_after(sid, start, end, after_position)
+        if seen_until >= kept:
+            return self.feed.window(sid, max(start, seen_until), end), after_position  # type: ignore[union-attr]
+        rows, position = self.window_after(sid, start, end, after_position)
+        return [r for r in rows if r.t > seen_until], position
 
     def range_window(self, sid: int, range_seconds: float, t: float, *, sorted_values: bool = False) -> RangeWindow:
         """The series' window (t - range, t], kept from the last evaluation and brought up to `t`."""
@@ -93,16 +165,28 @@ class StoreSource:
         return win.advance(self, sid, t)
 
     def first_time(self, sid: int) -> float | None:
-        return self.store.first_sample_time(sid)
+        first = self.store.first_sample_time(sid)
+        if first is None and self._kept_after(sid) is not None:
+            kept = self.feed.window(sid, -float("inf"), float("inf"))  # type: ignore[union-attr]
+            first = kept[0].t if kept else None
+        return first
+
+    def _events_committed(self) -> None:
+        """Events this process buffered (an XID, a monitor's step) count at once: commit them first
+        (rare; the feed holds samples only)."""
+        if self.feed is not None and self.store.pending_events:
+            self._flush()
 
     def events(self, kind: str, start: float, end: float) -> list[tuple[float, dict[str, str]]]:
         return [(e.t, e.labels) for e in self.events_in(kind, start, end)]
 
     def events_in(self, kind: str, start: float, end: float) -> list[Event]:
         """Events of `kind` in (start, end], oldest first."""
+        self._events_committed()
         return self.store.events(kind, start=start, end=end, include_start=False)
 
     def event_labels_after(self, kind: str, start: float, end: float, *, after_id: int, after_t: float) -> list[tuple[int, float, dict[str, str]]]:
+        self._events_committed()
         return self.store.event_labels_after(kind, start, end, after_id=after_id, after_t=after_t)
 
     def event_window(self, kind: str, range_seconds: float, t: float) -> EventWindow:

@@ -127,7 +127,11 @@ class RangeWindow:
             self._rebuild(reader, sid, start, t)
         else:
             since = max(start, self.end - LATE_GRACE_SECONDS)
-            new, self.position = reader.window_after(sid, since, t, self.position)
+            read_new = getattr(reader, "window_new", None)  # a reader with a feed of what is not committed yet
+            if read_new is not None:
+                new, self.position = read_new(sid, since, t, self.position, self.end)
+            else:
+                new, self.position = reader.window_after(sid, since, t, self.position)
             last_t = self.points[-1][1] if self.points else -float("inf")
             if new and new[0].t < last_t:  # a late sample inside the window: rare, start over
                 self._rebuild(reader, sid, start, t)

@@ -62,7 +62,8 @@ class Sink(Protocol):
     """Something the loop feeds. `on_frame` runs for every frame (keep it cheap); `on_tick` runs on the
     evaluation cadence, after the store was flushed, with the current time (the samples' time for a
     replay), for sinks whose `ticks` is true; `close` once at the end. A sink that raises is logged
-    and never stops the loop."""
+    and never stops the loop. A live loop whose ticking sinks all have `reads_unflushed` true (they
+    see what the store buffered, or need no fresh data) commits only every flush interval."""
 
     ticks: bool
 
@@ -126,6 +127,8 @@ class SamplingLoop:
         self.stats = LoopStats()
         self._failed: set[int] = set()
         self._ticking = [s for s in self.sinks if s.ticks]
+        # Whether a live evaluation must commit first: yes unless every ticking sink reads the buffer.
+        self._flush_before_tick = any(not getattr(s, "reads_unflushed", False) for s in self._ticking)
         self.write_health = _WriteHealth()
 
     def stop(self) -> None:
@@ -209,8 +212,9 @@ class SamplingLoop:
         sinks = [s for s in self.sinks if hasattr(s, "on_store_health")]
         self._each("on_store_health", writable, message, self.clock(), sinks=sinks)  # type: ignore[arg-type]
 
-    def evaluate(self, now: float) -> None:
-        self.flush()
+    def evaluate(self, now: float, *, flush: bool = True) -> None:
+        if flush:
+            self.flush()
         self._each("on_tick", now, sinks=self._ticking)
         self.stats.evaluations += 1
 
@@ -240,8 +244,10 @@ class SamplingLoop:
                     continue
                 now_m = time.monotonic()
                 if self._ticking and now_m - last_eval >= self.evaluate_seconds:
-                    self.evaluate(self.clock())
-                    last_eval = last_flush = now_m
+                    flush = self._flush_before_tick or (self.store is not None and now_m - last_flush >= self.flush_seconds)
+                    self.evaluate(self.clock(), flush=flush)
+                    last_eval = now_m
+                    last_flush = now_m if flush else last_flush
                 elif self.store is not None and now_m - last_flush >= self.flush_seconds:
                     self.flush()
                     last_flush = now_m

@@ -210,7 +210,9 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             if config.colocation:
                 sinks.append(ColocationWatch(store))  # before the alert rules, which read its series
             if config.alerts is not None:
-                sinks.append(EvaluatorSink(_alert_runtime(store, config.alerts)))
+                # live: the rules read the loop's buffer, so the store commits every flush interval
+                recent = None if backend.paced else 2 * max(config.flush_seconds, config.interval_seconds) + 2 * config.evaluate_seconds
+                sinks.append(EvaluatorSink(_alert_runtime(store, config.alerts, recent)))
             sinks += [EvaluatorSink(ev, owned=False) for ev in config.evaluators]
             if config.scrape_urls:
                 from gpulens.workload.inference.scrape import EngineScraper
@@ -277,7 +279,8 @@ def check_scrape_url(url: str) -> None:
                             hint="Write the engine's metrics address, e.g. --scrape http://127.0.0.1:8000/metrics.")
 
 
-def _alert_runtime(store: Store, cfg: AlertsConfig) -> Any:
+def _alert_runtime(store: Store, cfg: AlertsConfig, recent_seconds: float | None = None) -> Any:
     from gpulens.alerts.runtime import AlertRuntime
 
-    return AlertRuntime(store, learn_seconds=cfg.learn_seconds, rules_file=cfg.rules_file, notify=list(cfg.notify))
+    return AlertRuntime(store, learn_seconds=cfg.learn_seconds, rules_file=cfg.rules_file, notify=list(cfg.notify),
+                        recent_seconds=recent_seconds)

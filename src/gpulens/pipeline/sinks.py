@@ -24,6 +24,7 @@ class SinkBase:
     """No-op defaults: a sink overrides what it needs."""
 
     ticks = False  # True: on_tick runs on the evaluation cadence
+    reads_unflushed = False  # True: on_tick needs no commit first (see loop.Sink)
 
     def on_frame(self, frame: Frame) -> None:
         pass
@@ -133,6 +134,8 @@ class EvaluatorSink(SinkBase):
     def __init__(self, evaluator: Evaluator, *, owned: bool = True):
         self.evaluator = evaluator
         self.owned = owned  # False: the caller closes it
+        # The alert runtime with a feed reads the store's buffer (AlertRuntime.reads_unflushed).
+        self.reads_unflushed = bool(getattr(evaluator, "reads_unflushed", False))
 
     def on_tick(self, now: float) -> None:
         self.evaluator.evaluate(now)
@@ -164,34 +167,68 @@ class _Every(SinkBase):
 
 
 class ColocationWatch(_Every):
-    """Every few seconds, marks GPUs shared by a training job and a serving process."""
+    """Every few seconds, marks GPUs shared by a training job and a serving process. It reads what
+    was committed (a minute's window, at most a flush interval behind) and leaves its marks to the
+    loop's next commit; the alert rules see them at once (their feed holds what this process wrote)."""
 
-    def __init__(self, store: Store, every_seconds: float = 5.0):
+    reads_unflushed = True
+
+    def __init__(self, store: Store, every_seconds: float = 5.0, window_seconds: float = 60.0):
         super().__init__(every_seconds)
         self.store = store
+        self.window_seconds = window_seconds
+        # A pair needs two processes on one GPU within the window: the frames say when one last did,
+        # so a node whose GPUs each run one process (most) skips the analysis's reads.
+        self._seen: dict[int, dict[int, float]] = {}  # GPU -> pid -> last frame time it held memory
+        self._marked = True  # a mark of 1 may be in the store (from an earlier run): analyse to resolve it
+
+    def on_frame(self, frame: Frame) -> None:
+        for s in frame.samples:
+            if s.processes:
+                seen = self._seen.setdefault(s.gpu, {})
+                for p in s.processes:
+                    if p.used_memory_bytes is not None:
+                        seen[p.pid] = frame.t
+
+    def _shared_lately(self, now: float) -> bool:
+        edge = now - self.window_seconds - self.every_seconds  # with slack for the cadence
+        for gpu, seen in list(self._seen.items()):
+            for pid in [pid for pid, t in seen.items() if t < edge]:
+                del seen[pid]
+            if not seen:
+                del self._seen[gpu]
+            elif len(seen) > 1:
+                return True
+        return False
 
     def on_tick(self, now: float) -> None:
         if not self.due(now):
             return
-        write_colocation_series(self.store, now)
+        if not self._marked and not self._shared_lately(now):
+            return  # no GPU held two processes lately and no mark is left to resolve: no pair to find
+        self._marked = write_colocation_series(self.store, now, self.window_seconds, flush=False) > 0
 
 
-def write_colocation_series(store: Store, now: float, window_seconds: float = 60.0) -> int:
-    """Write the co-location marks (gpulens.diagnose.colocation.colocation_marks) at `now` and flush:
-    the analysis only reads, the watch writes. Returns how many marks were written."""
+def write_colocation_series(store: Store, now: float, window_seconds: float = 60.0, *, flush: bool = True) -> int:
+    """Write the co-location marks (gpulens.diagnose.colocation.colocation_marks) at `now` and flush
+    (unless `flush` is false: the caller commits): the analysis only reads, the watch writes. Returns
+    how many marks were written."""
     from gpulens.diagnose.colocation import COLOCATION_SERIES, colocation_marks
     from gpulens.reader import StoreReader
 
     marks = colocation_marks(StoreReader(store), now, window_seconds)
     for m in marks:
         store.write(COLOCATION_SERIES, m.labels, now, m.value)
-    store.flush()
+    if flush:
+        store.flush()
     return len(marks)
 
 
 class ScrapeSink(_Every):
     """Reads serving engines' `/metrics` every `every_seconds` into the store, in the loop's thread.
     The exporter passes their histograms through (see `export.prometheus.EngineHistogramCollector`)."""
+
+    reads_unflushed = True  # writes only
 
     def __init__(self, scrapers: list[Any], every_seconds: float = 5.0):
         super().__init__(every_seconds)
@@ -215,6 +252,8 @@ class ScrapeSink(_Every):
 class PodResourcesSink(_Every):
     """Asks the kubelet which pod holds which GPU every `every_seconds`, for the exporter's pod labels
     (a `gpulens.k8s.podresources.PodResourcesPoller`)."""
+
+    reads_unflushed = True  # no store
 
     def __init__(self, poller: Any, every_seconds: float = 10.0):
         super().__init__(every_seconds)

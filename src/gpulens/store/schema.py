@@ -130,14 +130,21 @@ ROLLUPS: dict[str, int] = {"rollup_1m": 60, "rollup_1h": 3600}
 
 # Folds the pending batch (temp.batch) into a roll-up table: incremental, so a bucket written in
 # several flushes ends with the same min/max/sum/count as a recomputation from raw samples.
-ROLLUP_UPSERT = """
-INSERT INTO {table} (series_id, bucket, vmin, vmax, vsum, n)
-SELECT series_id, CAST(t / {width} AS INTEGER) * {width}, min(value), max(value), sum(value), count(*)
-FROM temp.batch WHERE true GROUP BY 1, 2
+_ROLLUP_UPSERT_FROM = """
+INSERT INTO {{table}} (series_id, bucket, vmin, vmax, vsum, n)
+SELECT series_id, CAST(t / {{width}} AS INTEGER) * {{width}}, min(value), max(value), sum(value), count(*)
+FROM {source} GROUP BY 1, 2
 ON CONFLICT (series_id, bucket) DO UPDATE SET
   vmin = min(vmin, excluded.vmin), vmax = max(vmax, excluded.vmax),
   vsum = vsum + excluded.vsum, n = n + excluded.n
 """
+ROLLUP_UPSERT = _ROLLUP_UPSERT_FROM.format(source="temp.batch WHERE true")
+# The same fold read straight from the rows this flush just inserted (rowid above the table's largest
+# before it, one parameter): no copy of the batch into temp.batch.
+ROLLUP_UPSERT_INSERTED = _ROLLUP_UPSERT_FROM.format(source="samples NOT INDEXED WHERE rowid > ?")
+# Rowids are handed out above the largest while it stays below SQLite's limit; near it they are
+# random, and the fold goes through temp.batch.
+ROWID_SEQUENTIAL_BELOW = 1 << 62
 
 # How far each recorded trace has been imported (`gpulens replay`): one row per trace, advanced in the
 # same transaction as the samples it covers, so concurrent, repeated or resumed imports store each

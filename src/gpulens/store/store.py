@@ -26,7 +26,8 @@ from typing import Any
 from gpulens.errors import StoreError
 from gpulens.store import migrations
 from gpulens.store.connect import ACCESS_HINT, connect, storage_error
-from gpulens.store.schema import ROLLUP_UPSERT, ROLLUPS
+from gpulens.store.recent import RecentSamples
+from gpulens.store.schema import ROLLUP_UPSERT, ROLLUP_UPSERT_INSERTED, ROLLUPS, ROWID_SEQUENTIAL_BELOW
 from gpulens.store.types import (
     DataVersion,
     Event,
@@ -98,6 +99,9 @@ class Store:
         # With marks on (an import), a flush commits only the rows buffered before the last `mark()`:
         # whole frames, never half of one (a Ctrl-C midway), so the trace claim's position is exact.
         self._marked: tuple[int, int] | None = None
+        # The samples written here lately, for readers that must see them before the next commit
+        # (the alert rules of a live agent: `keep_recent`); None until one asks.
+        self.recent: RecentSamples | None = None
         self._conn = self._connect(busy_timeout_seconds)
 
     # ---------------------------------------------------------------- opening
@@ -226,6 +230,8 @@ class Store:
             self._refuse("a sample", t, value)
             return
         self._pending.append((series_id, t, value))
+        if self.recent is not None and series_id in self.recent.watched_ids:
+            self.recent.add(series_id, t, value)
         if len(self._pending) >= self.batch_size:
             self._auto_flush()
 
@@ -243,12 +249,15 @@ class Store:
         """Buffer many (series_id, t, value) rows at once: the fast path for bulk imports."""
         with self._lock:
             pending = self._pending
+            first = len(pending)
             for r in rows:
                 t, v = r[1], r[2]
                 if MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS and -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:
                     pending.append(r)
                 elif v == v:  # NaN is a missing value, not a refusal
                     self._refuse("a sample", t, v)
+            if self.recent is not None:
+                self.recent.add_many(pending[first:])
             if len(self._pending) >= self.batch_size:
                 self._auto_flush()
 
@@ -297,9 +306,29 @@ class Store:
             cached = self._labels_cache[key] = canonical_labels(dict(labels))
         return cached
 
+    def keep_recent(self, keep_seconds: float) -> RecentSamples:
+        """From now on, keep the samples written here of the series the caller watches for
+        `keep_seconds` in memory (see `store.recent`). Flushes first, so that nothing written before
+        is in neither place."""
+        with self._lock:
+            if self.recent is None:
+                try:
+                    self.flush()
+                except StoreError:
+                    pass  # buffered; those rows reach readers once a flush succeeds
+                self.recent = RecentSamples(keep_seconds)
+            else:
+                self.recent.keep_seconds = max(self.recent.keep_seconds, keep_seconds)
+            return self.recent
+
     @property
     def pending_count(self) -> int:
         return len(self._pending) + len(self._pending_events)
+
+    @property
+    def pending_events(self) -> int:
+        """Events buffered, not committed yet."""
+        return len(self._pending_events)
 
     def commit_marked_only(self, on: bool) -> None:
         """Turn marks on (see `mark`) or off; turning them off drops what was buffered after the last mark."""
@@ -339,11 +368,17 @@ class Store:
                     # In the index's order, (series_id, t), the inserts walk its pages in turn: about a
                     # quarter less CPU per commit of many ticks. Stable, so equal times keep their order.
                     rows.sort(key=_SERIES_TIME)
+                    # The write lock is held from here: every row above `base` is this flush's.
+                    base = conn.execute("SELECT coalesce(max(rowid), 0) FROM samples").fetchone()[0]
                     conn.executemany("INSERT INTO samples (series_id, t, value) VALUES (?, ?, ?)", rows)
-                    conn.execute("DELETE FROM temp.batch")  # the batch again, for the roll-ups to fold
-                    conn.executemany("INSERT INTO temp.batch VALUES (?, ?, ?)", rows)
-                    for table, width in ROLLUPS.items():
-                        conn.execute(ROLLUP_UPSERT.format(table=table, width=width))
+                    if base < ROWID_SEQUENTIAL_BELOW:
+                        for table, width in ROLLUPS.items():
+                            conn.execute(ROLLUP_UPSERT_INSERTED.format(table=table, width=width), (base,))
+                    else:
+                        conn.execute("DELETE FROM temp.batch")  # the batch again, for the roll-ups to fold
+                        conn.executemany("INSERT INTO temp.batch VALUES (?, ?, ?)", rows)
+                        for table, width in ROLLUPS.items():
+                            conn.execute(ROLLUP_UPSERT.format(table=table, width=width))
                 if events:
                     conn.executemany("INSERT INTO events (t, kind, labels, data) VALUES (?, ?, ?, ?)", events)
                 if self.commit_hook is not None:
