@@ -58,8 +58,19 @@ def test_a_stop_cancels_what_is_in_flight_and_counts_the_rest_as_not_sent(timed_
 
     async def main():
         run = _Run(spec, 0, 1, Progress())
-        asyncio.get_running_loop().call_later(0.3, run.stop.set)
-        return await run.run(None)
+
+        async def stop_once_running():
+            # 0.3 s after the run's clock starts: before it, a run collects garbage once (gc_pauses), which
+            # in a whole suite's large heap can itself outlast 0.3 s
+            while run.progress.started_at is None:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.3)
+            run.stop.set()
+
+        stopper = asyncio.get_running_loop().create_task(stop_once_running())
+        result = await run.run(None)
+        await stopper
+        return result
 
     result = precise_loop.run(main())
     assert result.interrupted and 3 <= len(result.records) <= 15  # ~7 sent in the first 0.3 s

@@ -55,7 +55,8 @@ def test_an_existing_freeze_is_left_alone():
             pauses.stop()
 
         asyncio.run(main())
-        assert gc.get_freeze_count() == frozen
+        # not undone (unfreeze would empty it) and not added to; frozen objects that die leave it, so <=
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 
