@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 EXIT_OK = 0
 EXIT_GATE = 1
@@ -106,19 +105,6 @@ class BackendUnavailableError(UnavailableError):
 
 class MonitorUsageError(GpulensError):
     """A monitor API is used in the wrong order (e.g. a step inside a step)."""
-
-
-def read_text_file(path: Path, what: str, *, hint: str, text_hint: str) -> str:
-    """A file the user points at, as UTF-8 text: one wording for a file that cannot be read or is
-    not text, naming it as `what` ("the rule file"); `hint` says how to point elsewhere, `text_hint`
-    what the file should hold."""
-    refuse_special_file(path, what, hint=hint)
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise BadInputError(f"Cannot read {what} {path}: {e.strerror}.", hint=hint) from None
-    except UnicodeDecodeError:
-        raise BadInputError(f"{what[:1].upper()}{what[1:]} {path} is not UTF-8 text.", hint=text_hint) from None
 
 
 # What a path may be besides a regular file or a folder, as a person would name it. Reading one
