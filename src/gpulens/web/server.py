@@ -105,23 +105,38 @@ def serve(
     actual_port = sock.getsockname()[1]
     url = plan.url(actual_port)
     source = f"Prometheus at {redact_url(prometheus_url)}" if prometheus_url else f"the store {store_path}"
-    print(f"gpulens dashboard on {url} reading {source} (Ctrl+C to stop)", file=out, flush=True)
-    if plan.token_generated:
-        print(f"It listens beyond this machine, so it needs this token (generated now): {plan.token}", file=out, flush=True)
 
-    import uvicorn
+    def announce() -> None:
+        print(f"gpulens dashboard on {url} reading {source} (Ctrl+C to stop)", file=out, flush=True)
+        if plan.token_generated:
+            print(f"It listens beyond this machine, so it needs this token (generated now): {plan.token}", file=out, flush=True)
+        if open_browser:
+            import webbrowser
+
+            threading.Timer(1.0, webbrowser.open, args=(url,)).start()
 
     from gpulens.web.guard import uvicorn_config
 
-    server = uvicorn.Server(_with_tls(uvicorn_config(app), tls))
-    if open_browser:
-        import webbrowser
-
-        threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+    server = _announcing_server(_with_tls(uvicorn_config(app), tls), announce)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _announcing_server(config: Any, announce: Any) -> Any:
+    """A uvicorn server that prints its address once it serves: by then its own Ctrl-C handling is
+    in place, so an interrupt right after the address is shown ends it cleanly (one sent between the
+    print and the event loop's start left a half-built loop's traceback)."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and not self.should_exit:
+                announce()
+
+    return AnnouncingServer(config)
 
 
 def _with_tls(config: Any, tls: Any) -> Any:
