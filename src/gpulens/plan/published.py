@@ -169,7 +169,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     out = [f"{'part':<9} {'kind':<15} {'n':>4} {'median':>8} {'worst':>8} {'bound':>11}  worst figure / wrong verdicts"]
     for r in rows:
         if r["kind"] == "fit verdicts":
-            out.append(f"{r['part']:<9} {r['kind']:<15} {r['figures']:>4} {'':>8} {'':>8} {'all right':>11}  "
+            verdict = "all right" if r["within"] else f"{len(r['wrong'])} wrong"
+            out.append(f"{r['part']:<9} {r['kind']:<15} {r['figures']:>4} {'':>8} {'':>8} {verdict:>11}  "
                        f"{', '.join(r['wrong']) or '-'}")
             continue
         bound = f"{r['bound_median']:.0%}/{r['bound_worst']:.0%}"
