@@ -5,7 +5,11 @@
   SGD in bf16, as in the ZeRO paper's accounting);
 - leave-one-out (fit on all runs but one, predict the one left out) of training step time, HF
   decode TPOT, prefill and peak memory after calibration, beside the uncalibrated defaults' errors;
-- serving-engine decode: Llama-3-8B and Qwen3-30B-A3B batch 1 on H100 SXM under --runtime vllm.
+- serving-engine decode: Llama-3-8B and Qwen3-30B-A3B batch 1 on H100 SXM under --runtime vllm;
+- published figures (`gpulens/plan/data/published_figures.jsonl`): median and worst |error| per
+  kind, all figures and the held-out ones, beside the issue's bound (`python -m
+  gpulens.plan.published` prints the same table). A kind that misses its bound is a known miss
+  (xfail in tests/plan/test_published_figures.py): `met` is None there and the goal says so.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def run() -> list[dict]:
                 "reference": "uncalibrated defaults", "reference_value": ref * 100, "ratio": v / ref if ref else None,
                 "goal": f"<= {goal:.0%}" + ("" if c.used else " (fit not used: no better than the defaults)"),
                 "met": v <= goal})
-    rest = _engine_rows()
+    rest = _engine_rows() + _published_rows()
     return [
         {"name": "peak memory median error (H200 runs)", "value": mem_ours * 100, "unit": "%",
          "reference": "weights x optimizer multiplier rule", "reference_value": mem_naive * 100,
@@ -99,6 +103,27 @@ def _engine_rows() -> list[dict]:
          "reference": "Llama-3-8B, same setup", "reference_value": llama * 1000, "ratio": moe / llama,
          "goal": "faster than Llama-3-8B (a MoE reads only the experts it routes to)", "met": moe < llama},
     ]
+
+
+def _published_rows() -> list[dict]:
+    from gpulens.plan.published import evaluate, table_rows
+
+    rows = []
+    for r in table_rows(evaluate()):
+        if r["kind"] == "fit verdicts":
+            rows.append({"name": f"published figures ({r['part']}): configurations planned with the wrong fit verdict",
+                         "value": len(r["wrong"]), "unit": "figures", "reference": "figures with a verdict",
+                         "reference_value": r["figures"], "ratio": len(r["wrong"]) / max(1, r["figures"]),
+                         "goal": "none: every configuration that ran fits, every OOM does not", "met": not r["wrong"]})
+            continue
+        for stat, bound in (("median", r["bound_median"]), ("worst", r["bound_worst"])):
+            v = r[f"{stat}_abs_error"]
+            rows.append({"name": f"published figures ({r['part']}): {r['kind']} {stat} |error| ({r['figures']} figures)",
+                         "value": v * 100, "unit": "%", "reference": "issue 25's bound", "reference_value": bound * 100,
+                         "ratio": v / bound, "goal": f"<= {bound:.0%}" + ("" if r["within"] else
+                                                                         " (MISSED: known, xfail in the tests)"),
+                         "met": True if r["within"] else None})
+    return rows
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 MiB = 1 << 20
 GiB = 1 << 30
 
+LOSSES = ("torch", "fused")
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw8bit")
 
@@ -63,11 +64,12 @@ class TrainSetup:
     grad_ckpt: bool = False
     zero_stage: int = 0
     num_gpus: int = 1
-    zero_layout: str = "fsdp"  # fsdp (PyTorch: fp32 weights under autocast) | deepspeed (16-bit weights, sharded fp32 master)
+    zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16: what --zero shards under amp (plan/zero.py)
     tensor_parallel: int = 1  # Megatron-style model parallelism inside --gpus (gpus = dp x tp x pp)
     pipeline_parallel: int = 1
     sequence_parallel: bool = False
     finetune: str = "full"  # full | lora | qlora
+    loss: str = "torch"  # torch (transformers: fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
     lora_rank: int = 16
     lora_targets: str = "all"
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
@@ -80,8 +82,13 @@ class TrainSetup:
         return self.zero_layout == "deepspeed" and self.precision in ("amp_bf16", "amp_fp16")
 
     @property
+    def low_precision_module(self) -> bool:
+        """The module computes in 16-bit without autocast (DeepSpeed; FSDP MixedPrecision)."""
+        return self.zero_layout in ("deepspeed", "fsdp-bf16") and self.precision in ("amp_bf16", "amp_fp16")
+
+    @property
     def activation_precision(self) -> str:
-        if self.deepspeed_amp:
+        if self.low_precision_module:
             return "bf16" if self.precision == "amp_bf16" else "fp16"
         return self.precision
 
@@ -97,6 +104,11 @@ class TrainSetup:
         if self.zero_stage not in (0, 1, 2, 3):
             raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
         check_layout(self.zero_layout)
+        if self.zero_layout == "fsdp-bf16" and self.precision != "amp_bf16":
+            raise BadInputError(f"--zero-layout fsdp-bf16 is bf16 mixed precision over fp32 shards, not {self.precision}.",
+                                hint="Use --precision amp_bf16 with it, or another layout.")
+        if self.loss not in LOSSES:
+            raise BadInputError(f"Unknown loss kernel {self.loss!r}.", hint="Use --loss torch or --loss fused.")
         if self.tensor_parallel < 1 or self.pipeline_parallel < 1:
             raise BadInputError("Tensor and pipeline parallel degrees must be at least 1.", hint="Pass --tp 1 or more.")
         if self.num_gpus % self.model_parallel:
@@ -289,10 +301,13 @@ def _head_bytes_per_token(m: ModelSpec, mode: _Mode) -> int:
     return _norm_internal(m, mode) + _norm_out(m, mode, 1)
 
 
-def _loss_bytes(m: ModelSpec, precision: str, tokens: int) -> int:
+def _loss_bytes(m: ModelSpec, precision: str, tokens: int, loss: str = "torch") -> int:
     """Logits and loss alive at the start of the backward. transformers upcasts logits to fp32;
     log_softmax keeps its fp32 output, and its gradient plus the logits' gradient are allocated
-    before it is released: 3 x 4 bytes per vocabulary entry per token."""
+    before it is released: 3 x 4 bytes per vocabulary entry per token. A fused kernel (flash-attn's
+    in-place CrossEntropyLoss, llm-foundry's default) keeps the 16-bit logits and one fp32 lse."""
+    if loss == "fused":
+        return tokens * (_mode(precision).compute * m.vocab_size + 4)
     per_tok = 12 * m.vocab_size
     if m.encoder and precision in ("bf16", "fp16"):
         per_tok = 6 * m.vocab_size  # BERT's MLM loss does not upcast
@@ -360,7 +375,8 @@ def training_memory(
     zero = setup.zero_stage if gpus > 1 else 0
     if setup.zero_stage and gpus == 1:
         notes.append("ZeRO/FSDP shards across GPUs: with --gpus 1 it changes nothing")
-    zs = zero_states(n, stage=zero, gpus=gpus, layout=setup.zero_layout, weight_bytes=mode.weight,
+    shard_weight = _mode(setup.precision).weight if setup.zero_layout == "fsdp-bf16" else mode.weight
+    zs = zero_states(n, stage=zero, gpus=gpus, layout=setup.zero_layout, weight_bytes=shard_weight,  # fp32 shards
                      state_bytes_per_param=states / n, amp=setup.deepspeed_amp,
                      largest_module_params=largest_module_params(m))
     weights, grads, states = int(zs.weights), int(zs.gradients), int(zs.optimizer_states)
@@ -387,7 +403,7 @@ def training_memory(
     else:
         saved = m.num_layers * per_layer + head + embed_dropout
     saved = int(saved * activation_scale)
-    loss = _loss_bytes(m, setup.activation_precision, tokens)
+    loss = _loss_bytes(m, setup.activation_precision, tokens, setup.loss)
     # autocast keeps a 16-bit copy of each Linear weight while the layers that saved it wait for
     # their backward (freed after the forward when the layers are checkpointed)
     cast_cache = 2 * m.linear_params if (mode.amp and not setup.grad_ckpt) else 0
@@ -413,7 +429,7 @@ def training_memory(
     # still cached even when checkpointed layers saved nothing; logits (16-bit), their fp32 copy and
     # the log-softmax output are alive
     mode_c = mode.compute
-    fwd_logits = tokens * m.vocab_size * ((mode_c + 4 + 4) if mode_c != 4 else 8)
+    fwd_logits = loss if setup.loss == "fused" else tokens * m.vocab_size * ((mode_c + 4 + 4) if mode_c != 4 else 8)
     cands["forward end"] = static | {
         "gradients": live_grads,
         "autocast_weight_copies": 2 * m.linear_params // (gpus if zero >= 3 else 1) if mode.amp else 0,

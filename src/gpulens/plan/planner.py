@@ -41,7 +41,8 @@ class PlanRequest:
     grad_accum: int = 1
     grad_ckpt: bool = False
     zero: int = 0
-    zero_layout: str = "fsdp"  # fsdp | deepspeed (see plan/zero.py)
+    zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16 (see plan/zero.py)
+    loss: str = "torch"  # torch (transformers' fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
     finetune: str = "full"  # full | lora | qlora (see plan/lora.py)
     lora_rank: int = 16
     lora_targets: str = "all"
@@ -197,13 +198,15 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
                        lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
-                       sequence_parallel=req.sequence_parallel,
+                       sequence_parallel=req.sequence_parallel, loss=req.loss,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second)
     setup.validate()
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
             "16-bit weights and gradients in the module, the fp32 master copy sharded with the Adam moments "
             "(DeepSpeed, ZeRO paper)." if setup.deepspeed_amp else
+            "fp32 shards of weights, gradients and moments; each unit gathered and computed in bf16 without "
+            "autocast (FSDP MixedPrecision, as Composer / llm-foundry run it)." if req.zero_layout == "fsdp-bf16" else
             "weights and gradients in the precision's storage dtype (fp32 under amp), as PyTorch FSDP keeps them."))
     mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
                           cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)

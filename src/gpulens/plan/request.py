@@ -63,8 +63,12 @@ class PlanOptions:
     zero: int = _opt(("--zero",), "Training: ZeRO stage 0-3 across --gpus (3 = FSDP full sharding).", 0)
     zero_layout: str = _opt(("--zero-layout",), "Training: what --zero shards under amp: fsdp (PyTorch: fp32 weights "
                                                 "and gradients, moments sharded) or deepspeed (16-bit weights and "
-                                                "gradients, fp32 master copy sharded with the moments: ZeRO paper).",
+                                                "gradients, fp32 master copy sharded with the moments: ZeRO paper) "
+                                                "or fsdp-bf16 (FSDP MixedPrecision, Composer/llm-foundry: fp32 shards, "
+                                                "each unit gathered and computed in bf16).",
                             "fsdp")
+    loss: str = _opt(("--loss",), "Training: torch (transformers upcasts the logits to fp32) or fused (an in-place "
+                                  "16-bit cross-entropy kernel, llm-foundry's default).", "torch")
     dtype: str = _opt(("--dtype",), "Serving: weight format fp32, bf16, fp16, fp8, int8, int4.", "bf16")
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
@@ -120,7 +124,7 @@ class PlanOptions:
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "finetune", "zero", "zero_layout", "pp",
-                      "sp", "lora_rank", "lora_targets")
+                      "sp", "loss", "lora_rank", "lora_targets")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
@@ -169,7 +173,7 @@ class PlanOptions:
             model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
             seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero,
-            zero_layout=self.zero_layout.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
+            zero_layout=self.zero_layout.lower(), loss=self.loss.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
             lora_targets=self.lora_targets.lower(), pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,

@@ -43,6 +43,13 @@ RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory la
 VLLM_BLOCK_TOKENS = 16
 VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
+# Weight-only kernels (int8: gpt-fast's int8 Linear / AWQ-GPTQ int8; int4: tinygemm / Marlin style,
+# grouped scales and zero points) turn every weight back into 16-bit on the CUDA cores before the
+# multiply: operations per weight, counted from the kernel's arithmetic. int8: convert, then the
+# FMA (2); int4: shift and mask out of the packed byte, convert, scale and zero point (one FMA, 2),
+# then the FMA with the activation (2). Priced at the GPU's non-tensor FP32 rate and not
+# overlapped with the weight stream (the GEMV waits on its dequantized registers).
+DEQUANT_OPS_PER_WEIGHT = {"int8": 3.0, "int4": 6.0}
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,12 @@ class ServeSetup:
     @property
     def compute_dtype(self) -> str:
         return self.dtype if self.dtype in ("fp32", "fp16") else "bf16"
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The tensor-core format the GEMMs run in: FP8 weights with FP8 activations (TensorRT-LLM,
+        vLLM's fp8 W8A8) use the FP8 peak; weight-only int8/int4 dequantize to 16-bit first."""
+        return "fp8" if self.dtype == "fp8" else self.compute_dtype
 
     @property
     def kv_bytes(self) -> float:
@@ -282,7 +295,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     rt = eff.runtime(setup.runtime)
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
-    fmt = setup.compute_dtype
+    fmt = setup.matmul_dtype
     # hf is PyTorch eager, as training is: it shares the training fit's matmul efficiency; an
     # engine has its own prefill efficiency for its compute bound
     matmul_ratio = eff.fp32_compute_ratio if fmt == "fp32" else eff.compute_ratio
@@ -299,7 +312,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     # a prefill is one forward of the same layers: their launch cost per layer, plus its own fixed cost
     prefill = (prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
                + m.num_layers * rt.decode_layer_overhead_seconds)
-    elementwise = m.num_layers * b * p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[fmt])
+    elementwise = m.num_layers * b * p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[setup.compute_dtype])
     pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
     prefill += elementwise / pre_bw
     ctx = p + k / 2  # mean context during decode
@@ -315,7 +328,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         else:
             rep = m.num_heads // m.num_kv_heads
             kv_read *= 3 + (2 * rep if rep > 1 else 0)
-    mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw
+    mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw + dequantize_seconds(m, setup, gpu)
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
@@ -343,6 +356,19 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         tensor_parallel_link=step_ar.link.name if tp > 1 else "",
         tensor_parallel_protocol=step_ar.protocol,
     )
+
+
+def dequantize_seconds(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec) -> float:
+    """One decode step's weight-only dequantization on the CUDA cores (DEQUANT_OPS_PER_WEIGHT),
+    split over the TP group; 0 for 16-bit and FP8 weights and for a GPU without an FP32 figure."""
+    ops = DEQUANT_OPS_PER_WEIGHT.get(setup.dtype)
+    if not ops or not gpu.fp32_flops:
+        return 0.0
+    weights = m.block_params
+    if m.is_moe:  # only the experts the batch routes to are read (and dequantized)
+        touched = expected_experts_touched(m.num_experts, m.experts_per_token, setup.batch) / m.num_experts
+        weights -= m.moe_layers * m.expert_params_per_layer() * (1 - touched)
+    return ops * weights / (gpu.fp32_flops * setup.tensor_parallel)
 
 
 def tensor_parallel_all_reduce(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, message_bytes: float) -> AllReduceCost:

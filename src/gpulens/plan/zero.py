@@ -14,7 +14,14 @@
   `estimate_zero2/3_model_states_mem_needs` (whose "zero2" figure keeps the 16-bit gradients
   whole, i.e. counts stage 1).
 
-With fp32 or pure 16-bit training there is no separate master copy and both layouts coincide.
+- `fsdp-bf16` (PyTorch FSDP with `MixedPrecision(param_dtype=bf16)`: Composer / llm-foundry's
+  `DEFAULT` and `PURE` modes): the sharded FlatParameters keep their fp32 dtype (the master copy,
+  sharded at stage 3), gradients are reduce-scattered into fp32 shards, the Adam moments are fp32;
+  but each unit is gathered as bf16 and the module computes in bf16 without autocast, so the
+  activations are pure 16-bit ones (a 16-bit residual stream, no per-Linear casts). Model states
+  are the `fsdp` layout's; activations are the `deepspeed` layout's.
+
+With fp32 or pure 16-bit training there is no separate master copy and the layouts coincide.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass
 from gpulens.errors import BadInputError
 from gpulens.plan.models import ModelSpec
 
-ZERO_LAYOUTS = ("fsdp", "deepspeed")
+ZERO_LAYOUTS = ("fsdp", "deepspeed", "fsdp-bf16")
 
 
 @dataclass(frozen=True)
@@ -53,8 +60,9 @@ class ZeroStates:
 def check_layout(layout: str) -> None:
     if layout not in ZERO_LAYOUTS:
         raise BadInputError(f"Unknown ZeRO layout {layout!r}.",
-                            hint="Use --zero-layout fsdp (PyTorch: fp32 weights under autocast) or deepspeed "
-                                 "(16-bit weights, fp32 master copy sharded with the optimizer states).")
+                            hint="Use --zero-layout fsdp (PyTorch: fp32 weights under autocast), deepspeed "
+                                 "(16-bit weights, fp32 master copy sharded with the optimizer states) or fsdp-bf16 "
+                                 "(FSDP MixedPrecision: fp32 shards, bf16 compute).")
 
 
 def zero_states(params: float, *, stage: int, gpus: int, layout: str, weight_bytes: int, state_bytes_per_param: float,

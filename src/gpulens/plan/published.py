@@ -1,0 +1,183 @@
+"""Published figures as a check: each measured result from a paper or an official benchmark page
+(`data/published_figures.jsonl`, one per line, with its source and configuration) predicted with
+the planner's library API, and the error summarized per kind.
+
+Kinds and what is compared:
+- `training_time`: tokens per second per GPU (`speed.tokens_per_second / gpus`);
+- `serving_speed`, `moe`: output tokens per second of one sequence (1 / TPOT; LitGPT's figure is
+  tokens over the whole call, so it includes the prefill);
+- `serving_memory`: peak allocated bytes (GB = 1e9), or the KV blocks of a paged engine per GPU;
+- `lora_memory`: peak allocated bytes of a LoRA / QLoRA step;
+- `*_fit`: a verdict (a configuration that ran out of memory); and every figure with `ran: true`
+  must be planned as fitting.
+Nothing here is fitted: the planner's defaults predict every figure, and `held_out` ones are
+reported apart (they were not looked at while the mechanisms were written).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpulens.plan.catalog import UserConfig
+from gpulens.plan.models import ModelSpec, from_hf_config, load_model
+from gpulens.plan.planner import PlanRequest, PlanResult, plan
+from gpulens.plan.serve import VLLM_BLOCK_TOKENS
+
+KINDS = ("training_time", "serving_speed", "serving_memory", "lora_memory", "moe")
+FIT_KINDS = ("serving_fit", "lora_fit", "moe_fit", "training_fit")
+# The issue's Done-when: (median, worst) absolute relative error per kind.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "training_time": (0.08, 0.20), "serving_speed": (0.08, 0.25), "serving_memory": (0.05, 0.10),
+    "lora_memory": (0.05, 0.10), "moe": (0.10, 0.20),
+}
+# Composer's FSDP mixed-precision modes as the planner expresses them (docs/plan.md).
+# DEFAULT reduces gradients in fp32, PURE in bf16: the memory held is the same.
+_COMPOSER_PRECISION = {("amp_bf16", "DEFAULT"): ("amp_bf16", "fsdp-bf16"), ("bf16", "PURE"): ("amp_bf16", "fsdp-bf16")}
+
+
+def figures_path() -> Path:
+    return Path(str(resources.files("gpulens.plan") / "data" / "published_figures.jsonl"))
+
+
+def load_figures(path: Path | None = None) -> list[dict[str, Any]]:
+    with open(path or figures_path(), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class Outcome:
+    id: str
+    kind: str
+    held_out: bool
+    measured: float | bool
+    predicted: float | bool
+    error: float | None  # predicted / measured - 1; None for a verdict
+    fits: bool  # what the plan says
+    ran: bool  # the configuration was really run (so it must be said to fit)
+    unit: str = ""
+
+    @property
+    def verdict_ok(self) -> bool:
+        if self.kind in FIT_KINDS:
+            return self.fits == bool(self.measured)
+        return self.fits or not self.ran
+
+
+def _model(cfg: dict[str, Any], fid: str) -> ModelSpec:
+    m = cfg["model"]
+    return from_hf_config(m, name=fid) if isinstance(m, dict) else load_model(m)
+
+
+def _request(fig: dict[str, Any]) -> PlanRequest:
+    c = fig["config"]
+    kind = fig["kind"]
+    name = c["model"] if isinstance(c["model"], str) else fig["id"]
+    if kind in ("training_time", "training_fit"):
+        precision, layout = _COMPOSER_PRECISION[(c["precision"], c["mixed_precision"])]
+        zero = 3 if c.get("sharding") == "FULL_SHARD" else 0
+        return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=precision,
+                           batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], grad_ckpt=c["grad_ckpt"],
+                           zero=zero, zero_layout=layout, loss="fused" if c.get("loss") == "fused_crossentropy" else "torch")
+    if kind in ("lora_memory", "lora_fit"):
+        return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c.get("gpus", 1), precision=c["precision"],
+                           batch=c["batch"], seq=c["seq"], finetune=c["finetune"], lora_rank=c["lora_rank"],
+                           lora_targets=c["lora_targets"])
+    return PlanRequest(model=name, workload="infer", gpu=c["gpu"], dtype=c["dtype"], batch=c["batch"],
+                       prompt=c["prompt"], new_tokens=c["new_tokens"], runtime=c["runtime"],
+                       tensor_parallel=c["tensor_parallel"])
+
+
+def _predicted(fig: dict[str, Any], res: PlanResult) -> float:
+    kind, c = fig["kind"], fig["config"]
+    if kind == "training_time":
+        return float(res.speed["tokens_per_second"]) / c["gpus"]
+    if kind in ("serving_speed", "moe"):
+        if c.get("engine", "").startswith("LitGPT"):  # tokens over the whole call, prefill included
+            return c["new_tokens"] / (res.speed["ttft_seconds"] + c["new_tokens"] * res.speed["tpot_seconds"])
+        return 1.0 / float(res.speed["tpot_seconds"])
+    if kind == "serving_memory" and "block_tokens" in c:
+        per_block = res.speed["kv_cache_bytes_per_token"] * VLLM_BLOCK_TOKENS / c["tensor_parallel"]
+        return res.memory.breakdown.get("kv_cache", 0) / per_block
+    return res.memory.peak_bytes / 1e9
+
+
+def predict(fig: dict[str, Any], *, user: UserConfig | None = None) -> Outcome:
+    """Plan one figure's configuration with the defaults (no calibration file, no user config)."""
+    req = _request(fig)
+    res = plan(req, model=_model(fig["config"], fig["id"]), user=user or UserConfig(),
+               calibration_path=Path("/nonexistent/gpulens-calibration.json"))
+    kind = fig["kind"]
+    if kind in FIT_KINDS:
+        return Outcome(fig["id"], kind, fig["held_out"], bool(fig["value"]), res.fits, None, res.fits, fig["ran"], "fits")
+    p = _predicted(fig, res)
+    return Outcome(fig["id"], kind, fig["held_out"], float(fig["value"]), p, p / float(fig["value"]) - 1, res.fits,
+                   fig["ran"], fig.get("unit") or "")
+
+
+@dataclass
+class KindSummary:
+    kind: str
+    count: int
+    median_abs_error: float
+    worst_abs_error: float
+    worst_id: str
+    bounds: tuple[float, float]
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def within_bounds(self) -> bool:
+        return self.median_abs_error <= self.bounds[0] and self.worst_abs_error <= self.bounds[1]
+
+
+def summarize(outcomes: list[Outcome], kind: str) -> KindSummary | None:
+    rows = [o for o in outcomes if o.kind == kind and o.error is not None]
+    if not rows:
+        return None
+    errs = [abs(o.error) for o in rows if o.error is not None]
+    worst = max(rows, key=lambda o: abs(o.error or 0.0))
+    return KindSummary(kind, len(rows), statistics.median(errs), max(errs), worst.id, BOUNDS[kind], rows)
+
+
+def evaluate(figures: list[dict[str, Any]] | None = None) -> list[Outcome]:
+    return [predict(f) for f in (figures if figures is not None else load_figures())]
+
+
+def table_rows(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """Per kind, all figures and the held-out ones: count, median and worst |error|, the bound."""
+    rows = []
+    for part, sel in (("all", outcomes), ("held-out", [o for o in outcomes if o.held_out])):
+        for kind in KINDS:
+            s = summarize(sel, kind)
+            if s is None:
+                continue
+            rows.append({"part": part, "kind": kind, "figures": s.count, "median_abs_error": s.median_abs_error,
+                         "worst_abs_error": s.worst_abs_error, "worst": s.worst_id,
+                         "bound_median": s.bounds[0], "bound_worst": s.bounds[1], "within": s.within_bounds})
+        verdicts = [o for o in sel if o.ran or o.kind in FIT_KINDS]
+        wrong = [o.id for o in verdicts if not o.verdict_ok]
+        rows.append({"part": part, "kind": "fit verdicts", "figures": len(verdicts), "wrong": wrong,
+                     "within": not wrong})
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    out = [f"{'part':<9} {'kind':<15} {'n':>4} {'median':>8} {'worst':>8} {'bound':>11}  worst figure / wrong verdicts"]
+    for r in rows:
+        if r["kind"] == "fit verdicts":
+            verdict = "all right" if r["within"] else f"{len(r['wrong'])} wrong"
+            out.append(f"{r['part']:<9} {r['kind']:<15} {r['figures']:>4} {'':>8} {'':>8} {verdict:>11}  "
+                       f"{', '.join(r['wrong']) or '-'}")
+            continue
+        bound = f"{r['bound_median']:.0%}/{r['bound_worst']:.0%}"
+        out.append(f"{r['part']:<9} {r['kind']:<15} {r['figures']:>4} {r['median_abs_error']:>8.1%} "
+                   f"{r['worst_abs_error']:>8.1%} {bound:>11}  {r['worst']}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m gpulens.plan.published
+    print(format_table(table_rows(evaluate())))

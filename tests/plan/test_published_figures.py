@@ -1,0 +1,101 @@
+"""Published figures (src/gpulens/plan/data/published_figures.jsonl) predicted with the planner's
+defaults, per kind, against issue 25's bounds (median / worst absolute relative error).
+
+`python -m gpulens.plan.published` prints the table. A kind that misses its bound is marked
+xfail(strict=True) with the error measured when it was marked: nothing is fitted to these figures,
+and a mechanism that brings a kind within its bound turns its xfail into a failure to update."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from gpulens.plan.models import from_hf_config
+from gpulens.plan.published import BOUNDS, FIT_KINDS, KINDS, evaluate, load_figures, summarize
+
+
+@pytest.fixture(scope="module")
+def figures():
+    return load_figures()
+
+
+@pytest.fixture(scope="module")
+def outcomes(figures):
+    return evaluate(figures)
+
+
+def test_the_file_holds_sixty_figures_across_every_kind_each_with_its_source(figures):
+    assert len(figures) >= 60
+    kinds = Counter(f["kind"] for f in figures)
+    assert set(KINDS) <= set(kinds), kinds
+    assert len({f["id"] for f in figures}) == len(figures)
+    for f in figures:
+        src = f["source"]
+        assert src.get("url") or (src.get("repo") and src.get("path") and len(src.get("commit", "")) == 40), f["id"]
+        assert f["kind"] in KINDS + FIT_KINDS and isinstance(f["held_out"], bool) and "ran" in f
+        assert f["value"] is not None
+    held = [f for f in figures if f["held_out"]]
+    assert held and len(held) < len(figures)
+    assert {f["kind"] for f in held} >= set(KINDS)  # every kind has figures held out
+
+
+def test_mpt_benchmark_shapes_give_the_row_parameter_counts(figures):
+    """The GPT-2-shaped configs standing in for llm-foundry's MPT benchmark models reproduce each
+    row's NumParams exactly (learned positions sized to the row's sequence length)."""
+    rows = [f for f in figures if "published_params" in f["config"]]
+    assert len(rows) > 100
+    for f in rows:
+        m = from_hf_config(f["config"]["model"], name=f["id"])
+        assert m.params == f["config"]["published_params"], f["id"]
+
+
+def test_every_configuration_that_ran_is_said_to_fit_and_every_oom_is_not(outcomes):
+    ran = [o for o in outcomes if o.ran and o.kind not in FIT_KINDS]
+    assert len(ran) > 200
+    assert [o.id for o in ran if not o.fits] == []
+    ooms = [o for o in outcomes if o.kind in FIT_KINDS]
+    assert len(ooms) >= 4
+    assert [o.id for o in ooms if o.fits] == []  # the planner does not say everything fits
+
+
+# Measured when marked (python -m gpulens.plan.published); all / held-out.
+KNOWN_MISSES = {
+    "training_time": "median 15.4 % / worst 73.9 % (held-out 16.8 % / 33.2 %): MPT-13B at micro-batch 2 on 16-64 H100s "
+                     "73 % too slow (ZeRO-3 gathers not hidden behind so short a compute); H100 at 16k-64k tokens "
+                     "43-64 % too fast (flash attention priced at the dense matmul efficiency)",
+    "serving_speed": "median 8.7 % / worst 27.5 % (held-out 25.0 % / 27.5 %): TP4/TP8 decode 12-28 % too fast "
+                     "(a per-step cost tensor parallelism does not divide)",
+    "serving_memory": "median 0.4 % / worst 48.2 % (held-out 24.2 % / 48.2 %): vLLM's Llama-2-70B TP4 KV pool "
+                      "48 % too large (NCCL buffers, per-rank profiling not modelled)",
+    "lora_memory": "median 16.9 % / worst 19.1 % (held-out 16.9 % / 19.0 %): LitGPT's QLoRA peaks are 17-19 % above "
+                   "the model (LoRA itself within 3 %); the missing allocation is not identified",
+    "moe": "median 19.0 % / worst 28.8 % (held-out 14.5 % / 28.8 %): Mixtral TP4/TP8 decode too fast, as for "
+           "dense TP",
+}
+
+
+def _check(outcomes, kind: str, held_out_only: bool) -> None:
+    sel = [o for o in outcomes if o.held_out] if held_out_only else outcomes
+    s = summarize(sel, kind)
+    assert s is not None and s.count >= 1
+    med, worst = BOUNDS[kind]
+    assert s.median_abs_error <= med and s.worst_abs_error <= worst, (
+        f"{kind}: median {s.median_abs_error:.1%} (bound {med:.0%}), worst {s.worst_abs_error:.1%} "
+        f"(bound {worst:.0%}) at {s.worst_id}")
+
+
+def _param(kind: str):
+    if kind in KNOWN_MISSES:
+        return pytest.param(kind, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[kind]))
+    return kind
+
+
+@pytest.mark.parametrize("kind", [_param(k) for k in KINDS])
+def test_kind_within_its_bound(outcomes, kind):
+    _check(outcomes, kind, held_out_only=False)
+
+
+@pytest.mark.parametrize("kind", [_param(k) for k in KINDS])
+def test_held_out_kind_within_its_bound(outcomes, kind):
+    _check(outcomes, kind, held_out_only=True)
