@@ -97,3 +97,42 @@ def test_prometheus_gives_the_incidents_of_the_stores(fleet):
     assert _places(from_prom) == _places(from_stores), (sorted(_places(from_prom) ^ _places(from_stores), key=str))
     # Over Prometheus only what needs per-request or OOM / NaN records is skipped; the training analyses ran.
     assert "per-step records" not in p.stderr
+
+
+def test_energy_answers_for_the_whole_job(fleet):
+    rig, end = fleet
+    p = _gpulens("energy", "--prometheus", rig.prom_url, "--job", JOB, "--format", "json", *_window(end))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    # Every rank, on its own node's GPU, with the joules of that GPU's scraped energy counter.
+    assert sorted((r["host"], r["gpu"], r["rank"]) for r in rows) == sorted(
+        (rig.host(r // rig.gpus_per_node), str(r % rig.gpus_per_node), str(r)) for r in range(rig.ranks))
+    assert all(r["method"] == "energy_counter" and r["joules"] > 0 and 100 < r["mean_watts"] < 700 for r in rows), rows
+    from gpulens.energy import workload_energy
+    from gpulens.reader import StoreReader
+    from gpulens.reader.combined import CombinedReader
+
+    readers = [StoreReader(rig.store(i)) for i in range(rig.nodes)]
+    try:
+        local = {(r.host, r.rank): r for r in workload_energy(CombinedReader(readers), job=JOB)}
+    finally:
+        for r in readers:
+            r.close()
+    for r in rows:  # the same steps; the span ends at a scrape, up to an interval off each side
+        mine = local[(r["host"], r["rank"])]
+        assert r["steps"] == mine.steps
+        assert abs(r["seconds"] - mine.seconds) <= 2 * rig.scrape_seconds + 0.5, (r, mine)
+
+
+def test_report_answers_for_the_whole_job(fleet, tmp_path):
+    rig, end = fleet
+    out = tmp_path / "fleet.md"
+    p = _gpulens("report", "--prometheus", rig.prom_url, "--job", JOB, "--out", str(out), *_window(end))
+    assert p.returncode == 0, p.stderr
+    text = out.read_text()
+    assert "straggler" in text and f"rank {rig.straggler_rank}" in text.lower() and rig.host(rig.straggler_node) in text, text[:3000]
+    assert "Prometheus" in text
+    bad = _gpulens("report", "--prometheus", rig.prom_url, "--match", '{cluster="rig"}', "--out", str(out), *_window(end))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--match" in bad.stderr, bad.stderr
+    none = _gpulens("energy", "--prometheus", rig.prom_url, "--job", "nope", *_window(end))
+    assert none.returncode == 2 and "no series of --job 'nope'" in none.stderr and "Traceback" not in none.stderr, none.stderr
