@@ -107,9 +107,9 @@ class FleetRig:
         return {"stores": [str(self.store(i)) for i in range(self.nodes)], "hosts": [self.host(i) for i in range(self.nodes)],
                 "ranks": self.ranks, "straggler": self.straggler_rank, "seconds": self.job_seconds}
 
-    def finish(self, timeout: float = 120.0) -> float:
+    def finish(self, timeout: float = 120.0, *, stop_agents: bool = True) -> float:
         """Wait for the job to end and for Prometheus to hold every step it wrote and the XID; stop
-        the agents (their stores are then final). Returns the wall time of the last scrape."""
+        the agents (their stores are then final) unless told not to. Returns the wall time then."""
         job = self.procs["job"]
         job.wait(timeout)
         assert job.returncode == 0, self.log("job")
@@ -118,6 +118,8 @@ class FleetRig:
                    f"Prometheus to hold all {steps} steps", interval=0.5)
         wait_until(lambda: self.value(f'sum(gpu_xid_errors_total{{xid="{XID}"}})') == 1, 60, "the XID in Prometheus", interval=0.5)
         end = time.time()
+        if not stop_agents:
+            return end
         for i in range(self.nodes):
             self.procs[f"agent{i}"].terminate()
         for i in range(self.nodes):
