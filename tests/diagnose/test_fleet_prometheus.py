@@ -95,7 +95,8 @@ def test_prometheus_gives_the_incidents_of_the_store(scraped):
     xid = next(f for f in from_prom if f["kind"] == "gpu_xid")
     assert xid["evidence"]["xid"] == 79 and xid["evidence"]["count"] == 1 and xid["evidence"]["uuid"].endswith("0001")
     # What needs records that Prometheus does not keep is said once, not failed and not invented.
-    assert "per-step records" in notes and "per-request records" in notes and notes.count("Skipped over") == 1
+    assert "per-request records" in notes and notes.count("Skipped over") == 1
+    assert "per-step records" not in notes  # the training analyses read per-interval means (tests/diagnose/test_fleet_rig.py)
 
 
 def test_the_selector_scopes_the_fleet(scraped):
@@ -127,7 +128,8 @@ def test_the_reader_reads_what_was_scraped(scraped):
     xids = r.event_rows("xid", match={"host": HOST})
     assert [(e.labels["gpu"], e.data["xid"]) for e in xids] == [(e.labels["gpu"], e.data["xid"]) for e in stored_xids] == [("1", 79)]
     assert r.event_rows("xid", match={"xid": "48"}) == [] and r.series_labels(GPU_XID_TOTAL)[0]["xid"] == "79"
-    assert r.event_rows("train_step") == [] and "per-step records" in (r.skipped_note() or "")
+    assert r.event_rows("train_step") == [] and r.event_rows("train_start") == [] and r.skipped_note() is None  # no job ran
+    assert r.event_rows("request") == [] and "per-request records" in (r.skipped_note() or "")
     assert r.setting("slos") is None
     assert diagnose_fleet(r).findings  # the library path the CLI takes
 

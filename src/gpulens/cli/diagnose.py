@@ -9,13 +9,12 @@ from typing import Any
 import typer
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
+from gpulens.cli.fleet import DEFAULT_PROMETHEUS_WINDOW, refuse_match_without_prometheus, time_window
 from gpulens.errors import BadInputError, StorageFullError, StoreError
 from gpulens.store import DEFAULT_STORE_PATH
-from gpulens.vocab.gpu import GPU_UP
-from gpulens.vocab.names import INFER_LATENCY_SECONDS, TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
+from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
 
 FORMATS = ("text", "json")
-DEFAULT_PROMETHEUS_WINDOW = "1h"
 
 
 def diagnose_command(
@@ -65,7 +64,7 @@ def diagnose_command(
 
     if fmt not in FORMATS:
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
-    start_t, end_t = _window(start, end, window, prometheus)
+    start_t, end_t = time_window(start, end, window, prometheus)
     notes: list[str] = []
     energy_lines: list[str] = []
     where: Path | str = store
@@ -75,8 +74,7 @@ def diagnose_command(
                                 hint="Leave out --slo with --prometheus, or run it with --store on the node.")
         findings, notes, where = _diagnose_prometheus(prometheus, match, start_t, end_t, job, service)
     else:
-        if match:
-            raise BadInputError("--match selects series in a Prometheus server: it needs --prometheus URL.", hint="Add --prometheus, or leave out --match.")
+        refuse_match_without_prometheus(match, prometheus)
         if slo:
             _keep_slos(store, slo, service)
         with Store(store, readonly=True) as st:
@@ -108,43 +106,13 @@ def diagnose_command(
         console.print(f"[dim]{escape(note)}[/]")
 
 
-def _window(start: str | None, end: str | None, window: str | None, prometheus: str | None) -> tuple[float | None, float | None]:
-    """--start / --end as unix seconds; over Prometheus, a missing start is --window before the end."""
-    from gpulens.units import parse_duration
-    from gpulens.vocab.time import parse_time
-
-    if window and not prometheus:
-        raise BadInputError("--window is the span read from a Prometheus server: it needs --prometheus URL.", hint="Use --start and --end with a store.")
-    if window and start:
-        raise BadInputError("Give --start or --window, not both.", hint="--window counts back from --end (default now).")
-    start_t = parse_time(start, "start") if start else None
-    end_t = parse_time(end, "end") if end else None
-    if start_t is not None and end_t is not None and end_t <= start_t:
-        raise BadInputError(f"--end {end} is not after --start {start}.", hint="Give the window's start first, then a later end.")
-    if prometheus and start_t is None:
-        import time
-
-        end_t = end_t if end_t is not None else time.time()
-        start_t = end_t - parse_duration(window or DEFAULT_PROMETHEUS_WINDOW, what="--window")
-    return start_t, end_t
-
-
 def _diagnose_prometheus(url: str, match: str, start: float | None, end: float | None, job: str | None,
                          service: str | None) -> tuple[list[Any], list[str], str]:
+    from gpulens.cli.fleet import open_prometheus
     from gpulens.diagnose import DiagnoseScope
     from gpulens.diagnose.fleet import diagnose_fleet
-    from gpulens.reader.prometheus import PrometheusAnalysisReader
 
-    reader = PrometheusAnalysisReader(url, match=match, start=start, end=end)
-    reader.check()  # one sentence, exit 3, when the server is not there
-    if not reader.series_labels(GPU_UP) and not reader.series_labels(TRAIN_STEP_SECONDS) and not reader.series_labels(INFER_LATENCY_SECONDS):
-        raise BadInputError(f"{reader.description} holds no GPU series, training steps or requests in the window.",
-                            hint="Check --match and the window (--start, --end, --window), and that Prometheus scrapes the agents.")
-    for option, value, metric, label in (("--job", job, TRAIN_STEP_SECONDS, TRAIN_JOB_LABEL), ("--service", service, INFER_LATENCY_SECONDS, "service")):
-        if value and not reader.series_labels(metric, {label: value}):
-            have = ", ".join(sorted({s.get(label, "") for s in reader.series_labels(metric)} - {""})) or "none"
-            raise BadInputError(f"{reader.description} has no series of {option} {value!r} in the window (there: {have}).",
-                                hint=f"Check the spelling and the window, or leave out {option}.")
+    reader = open_prometheus(url, match, start, end, job, service)
     got = diagnose_fleet(reader, DiagnoseScope(start=reader.start, end=reader.end, job=job, service=service))
     return got.findings, got.notes, reader.description
 

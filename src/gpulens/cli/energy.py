@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from gpulens.cli.common import console, open_existing_store, store_option
+from gpulens.cli.fleet import match_option, prometheus_option, window_option
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -19,6 +20,12 @@ def energy_command(
     job: str = typer.Option(None, "--job", help="Only this training job (its train_job label)."),
     service: str = typer.Option(None, "--service", help="Only this inference service."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
+    prometheus: str = prometheus_option(),
+    match: str = match_option(),
+    start: str = typer.Option(None, "--start", help="Window start (unix seconds or ISO time): only steps and requests in it count. "
+                              "Default: all of the store; with --prometheus, --window before the end."),
+    end: str = typer.Option(None, "--end", help="Window end. Default: the store's last record; with --prometheus, now."),
+    window: str = window_option(),
 ) -> None:
     """Energy per training job and per service, from NVML's cumulative energy counter (power
     integrated where the counter is missing, and said so), on the GPU each ran on. The dashboard's
@@ -27,6 +34,11 @@ def energy_command(
         gpulens energy                                # every job and service
         gpulens energy --job h200-demo --format json  # one training job, as JSON
         gpulens energy --service h200-demo            # one service
+        gpulens energy --prometheus http://prometheus:9090 --job pretrain --window 6h   # a job across its nodes
+
+    Over --prometheus each rank's span and steps come from its scraped step histogram (per scrape
+    interval) and joules from the scraped energy counter of the GPU it ran on (docs/fleet.md); steps'
+    tokens and samples do not reach Prometheus, so J/token and J/sample are left out for training.
     """
     from gpulens.energy import workload_energy
     from gpulens.errors import BadInputError
@@ -34,16 +46,24 @@ def energy_command(
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")
-    with open_existing_store(store, "workloads to measure") as st:
-        rows = workload_energy(StoreReader(st), job=job, service=service)
+    from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
+
+    refuse_match_without_prometheus(match, prometheus)
+    start_t, end_t = time_window(start, end, window, prometheus)
+    if prometheus:
+        reader = open_prometheus(prometheus, match, start_t, end_t, job, service)
+        rows, where = workload_energy(reader, job=job, service=service, start=reader.start, end=reader.end), reader.description
+    else:
+        with open_existing_store(store, "workloads to measure") as st:
+            rows, where = workload_energy(StoreReader(st), job=job, service=service, start=start_t, end=end_t), f"The store {store}"
     if not rows and (job or service):
         which = " or ".join(filter(None, [job and f"job {job!r}", service and f"service {service!r}"]))
-        raise BadInputError(f"The store {store} has no records of {which}.", hint="Leave out --job/--service to list every workload.")
+        raise BadInputError(f"{where} has no records of {which}.", hint="Leave out --job/--service to list every workload.")
     if fmt == "json":
         typer.echo(json.dumps([r.to_json() for r in rows]))
         return
     if not rows:
-        console.print("No training steps or requests in the store, so no energy to attribute.")
+        console.print(f"No training steps or requests in {'the window' if prometheus else 'the store'}, so no energy to attribute.")
         return
     from rich.table import Table
 

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from gpulens.cli.common import console, store_option
+from gpulens.cli.fleet import prometheus_option, window_option
 
 
 def report(
@@ -19,6 +20,10 @@ def report(
     end: str = typer.Option(None, "--end", help="Window end. Default: the store's last sample."),
     baseline: str = typer.Option(None, "--baseline", help="A window to compare with, START,END (unix seconds or ISO times): a run you trust."),
     fmt: str = typer.Option(None, "--format", help="html (default; one file, charts embedded) or md (charts in a folder beside it)."),
+    prometheus: str = prometheus_option(),
+    match: str = typer.Option("", "--match", help="Not taken by report yet (its charts cannot be scoped by a label selector): "
+                              "select with --job / --service; docs/fleet.md."),
+    window: str = window_option(),
 ) -> None:
     """Write a run report: summary numbers, the dashboard's charts, findings with advice, alerts,
     and the comparison with a baseline window.
@@ -30,15 +35,27 @@ def report(
     * `gpulens report --out report.html`
     * `gpulens report --job llama-ft --out run.md`
     * `gpulens report --baseline 1796002127,1796002132 --out vs-baseline.html`
+    * `gpulens report --prometheus http://prometheus:9090 --job pretrain --window 6h --out fleet.html`
+
+    Over --prometheus the report covers every node: charts from PromQL (percentiles are
+    `histogram_quantile` bucket estimates), findings from `diagnose --prometheus` (docs/fleet.md).
     """
+    from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
     from gpulens.errors import BadInputError
     from gpulens.report import write_report
-    from gpulens.vocab.time import parse_time
 
-    start_t = parse_time(start, "start") if start else None
-    end_t = parse_time(end, "end") if end else None
-    if start_t is not None and end_t is not None and end_t <= start_t:
-        raise BadInputError(f"--end {end} is not after --start {start}.", hint="Give the window's start first, then a later end.")
+    refuse_match_without_prometheus(match, prometheus)
+    start_t, end_t = time_window(start, end, window, prometheus)
+    readers = None
+    if prometheus:
+        if match:
+            raise BadInputError("report --prometheus draws its charts over every series of the --job / --service; a --match "
+                                "selector would scope its findings only.", hint="Leave out --match and select with --job or --service.")
+        from gpulens.views.prometheus import PrometheusReader
+
+        analysis = open_prometheus(prometheus, match, start_t, end_t, job, service)
+        readers = (PrometheusReader(prometheus), analysis)
+        start_t, end_t = analysis.start, analysis.end
     res = write_report(
         store,
         out,
@@ -48,6 +65,7 @@ def report(
         start=start_t,
         end=end_t,
         baseline=baseline,
+        readers=readers,
     )
     panels = ", ".join(res.panels_with_data) or "none"
     console.print(escape(f"wrote {res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}"))

@@ -112,7 +112,8 @@ def _row(reader: AnalysisReader, gpu: GpuRef, occ: Occupant, since: float | None
             return None
         start, end, tokens, samples = span
         row = WorkloadEnergy("training", labels.get(N.TRAIN_JOB_LABEL, ""), gpu.gpu, gpu.host, start, end, end - start,
-                             tokens=tokens, samples=samples or None, rank=labels.get("rank"), steps=len(steps))
+                             tokens=tokens, samples=samples or None, rank=labels.get("rank"),
+                             steps=sum(int(_num(e.data.get("steps")) or 1) for e in steps))  # a Prometheus record is a scrape interval's steps
     else:
         reqs = reader.event_rows(N.EV_REQUEST, start=since, end=until, match=labels)
         sspan = _serving_span(reqs)

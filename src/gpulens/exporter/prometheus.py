@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens.exporter.health import HealthCollector, Readiness
+from gpulens.exporter.ranks import RankInfoCollector
 from gpulens.exporter.readings import LatestReadings
 from gpulens.exporter.scaling import ScalingCollector
 from gpulens.gpu.metrics import MIG_METRICS, gpu_labels, sample_values
@@ -423,6 +424,7 @@ def make_registry(
     registry.register(HealthCollector(readings))  # type: ignore[arg-type]
     if store is not None:
         registry.register(WorkloadCollector(store, tally=tally))  # type: ignore[arg-type]
+        registry.register(RankInfoCollector(store))  # type: ignore[arg-type]
         registry.register(ScalingCollector(store))  # type: ignore[arg-type]
     if scrapers:
         registry.register(EngineHistogramCollector(scrapers))  # type: ignore[arg-type]

@@ -10,7 +10,10 @@ What Prometheus holds is what the agents' scrapes gave it, and the answers say n
   percentiles are bucket estimates (`histogram_quantile`), which no analysis question asks for;
 - an XID is the increase of `gpu_xid_errors_total{xid=CODE}`: one event per increment, with its code
   and GPU, at the scrape that first showed it (its own time is lost, to within a scrape interval);
-- per-step and per-request records (`train_step`, `request`, cold starts, OOMs...) do not reach
+- a training step is read as one record per rank per scrape interval (gpulens.reader.prometheus_records):
+  the mean step time and the mean of each part over the steps of that interval, exact as means; a
+  rank's `train_start` is its `train_rank_info` (pid, CUDA device), so GPU faults join to ranks;
+- per-request records and the rest (`request`, cold starts, OOMs, NaN losses...) do not reach
   Prometheus: `event_rows` answers none and keeps a sentence in `skipped`, which the caller shows;
 - settings (the SLOs kept in a store) are not there: `setting` answers None, so defaults apply.
 A window bound of None is the reader's own window (`start`, `end`: the last hour by default).
@@ -27,6 +30,7 @@ from gpulens import promql as P
 from gpulens.promql import Matcher, parse_matchers
 from gpulens.reader.answers import EventRow, LatestValue, SeriesWindow
 from gpulens.reader.prometheus_api import TIMEOUT_SECONDS, PrometheusApi
+from gpulens.reader.prometheus_records import rank_processes, step_records
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_UP, GPU_XID_TOTAL
 
@@ -42,11 +46,9 @@ TIME_POINTS = 1000
 # The series whose samples say that something was there: the GPUs, the training steps, the requests.
 PRESENCE_SERIES = (GPU_UP, N.TRAIN_STEP_SECONDS + "_count", N.INFER_LATENCY_SECONDS + "_count")
 # What leaves out each record kind that Prometheus does not keep, for the note in `skipped_note`.
-_JOIN = "joining GPU findings to the ranks and services on the GPU (their start, step and request records)"
+_JOIN = "joining GPU findings to the services on the GPU (their start and request records)"
 _INFER = "the inference analyses: SLOs, queueing, errors, timeouts, cold starts (per-request records)"
 RECORD_ANALYSES = {
-    N.EV_TRAIN_STEP: "the training analyses: input-bound, checkpoint stalls, stragglers, step-time regressions (per-step records)",
-    N.EV_TRAIN_START: _JOIN,
     N.EV_INFER_START: _JOIN,
     N.EV_REQUEST: _INFER,
     N.EV_COLD_START: _INFER,
@@ -94,6 +96,7 @@ class PrometheusAnalysisReader:
         shown = ", ".join(m.promql() for m in self.matchers)
         self.description = f"Prometheus {self.api.url}" + (f" {{{shown}}}" if shown else "")
         self.skipped: dict[str, str] = {}  # record kind asked for -> what its absence leaves out
+        self._records: dict[tuple, list[EventRow]] = {}  # training records read, by (kind, window, match)
 
     def close(self) -> None:
         pass
@@ -233,6 +236,8 @@ class PrometheusAnalysisReader:
     def event_rows(
         self, kind: str, *, start: float | None = None, end: float | None = None, match: Mapping[str, str] | None = None,
     ) -> list[EventRow]:
+        if kind in (N.EV_TRAIN_STEP, N.EV_TRAIN_START):
+            return self._training_records(kind, start, end, match)
         if kind != XID_EVENT_KIND:
             self.skipped.setdefault(kind, RECORD_ANALYSES.get(kind, f"findings from {kind} records"))
             return []
@@ -251,6 +256,16 @@ class PrometheusAnalysisReader:
                 if ts >= lo:
                     out.extend(EventRow(ts, XID_EVENT_KIND, dict(labels), dict(data)) for _ in range(int(round(n))))
         return sorted(out, key=lambda e: e.t)
+
+    def _training_records(self, kind: str, start: float | None, end: float | None, match: Mapping[str, str] | None) -> list[EventRow]:
+        """Per-interval step records or per-rank start records (gpulens.reader.prometheus_records),
+        read once per window and selection."""
+        lo, hi = self._bounds(start, end)
+        key = (kind, lo, hi, _key({k: str(v) for k, v in (match or {}).items()}))
+        if key not in self._records:
+            read = step_records if kind == N.EV_TRAIN_STEP else rank_processes
+            self._records[key] = read(self._raw, match, lo, hi, LOOKBACK_SECONDS)
+        return [EventRow(e.t, e.kind, dict(e.labels), dict(e.data)) for e in self._records[key]]
 
     def skipped_note(self) -> str | None:
         """One sentence: what the analyses asked for that Prometheus does not keep, so was skipped."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gpulens.errors import BadInputError
 from gpulens.files import write_atomically
@@ -56,6 +56,7 @@ def write_report(
     start: float | None = None,
     end: float | None = None,
     baseline: str | None = None,
+    readers: tuple[Any, Any] | None = None,
 ) -> ReportResult:
     """Build the report of a store's run and write it to `out` (format from `fmt` or the suffix)."""
     from gpulens.report.render import render_html, write_markdown
@@ -66,13 +67,13 @@ def write_report(
         raise BadInputError(f"Unknown report format {fmt!r}.", hint="Use --format html or --format md.")
     if job and service:
         raise BadInputError("Give --job or --service, not both.", hint="A report covers one training job or one service.")
-    if not Path(store_path).exists():
+    if readers is None and not Path(store_path).exists():
         raise BadInputError(f"There is no store at {store_path}.", hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote.")
     if not out.parent.exists():
         raise BadInputError(f"The folder {out.parent} does not exist.", hint="Create it or choose another --out.")
     data = build_report_data(
         store_path, job=job, service=service, start=start, end=end,
-        baseline=Window(*parse_window(baseline)) if baseline else None,
+        baseline=Window(*parse_window(baseline)) if baseline else None, readers=readers,
     )
     charts = sum(1 for p in data.panels for c in p.charts if c.has_data)
     extra: list[Path] = []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpulens.diagnose import Finding
 from gpulens.errors import BadInputError
-from gpulens.reader import AlertRow, StoreReader
+from gpulens.reader import AlertRow, AnalysisReader, PanelReader
 from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
 from gpulens.views.format import format_value
 from gpulens.views.integrations import findings as find_all
@@ -85,11 +85,16 @@ def build_report_data(
     start: float | None = None,
     end: float | None = None,
     baseline: Window | None = None,
+    readers: tuple[PanelReader, AnalysisReader] | None = None,
 ) -> ReportData:
-    """Everything a report shows, read from a store. The window defaults to all of the store's data."""
-    reader = store_reader(store_path)
+    """Everything a report shows, read from a store, or from `readers` (a fleet's Prometheus: the
+    panel reader and the analysis reader, over the same window). The window defaults to all of the
+    store's data."""
+    reader: PanelReader = store_reader(store_path) if readers is None else readers[0]
+    analysis: AnalysisReader = reader if readers is None else readers[1]  # type: ignore[assignment]
+    where = f"The store {store_path}" if readers is None else reader.description
     try:
-        rng = reader.data_range()
+        rng = reader.data_range() if start is None or end is None else (start, end)
         if rng is None:
             raise BadInputError(f"The store {store_path} holds no data.", hint="Run `gpulens agent` or `gpulens replay` first.")
         window = Window(start if start is not None else rng[0], end if end is not None else rng[1])
@@ -98,22 +103,23 @@ def build_report_data(
         sel = Selection(job=job, service=service)
         panels = [build_panel(reader, pid, window, sel, REPORT_POINTS) for pid in PANELS]
         if job and not panels[0].has_data:
-            raise BadInputError(f"The store has no training data for job {job!r}.", hint=f"Jobs in it: {', '.join(reader.label_values()['job']) or 'none'}.")
+            raise BadInputError(f"{where} has no training data for job {job!r}.", hint=f"Jobs in it: {', '.join(reader.label_values()['job']) or 'none'}.")
         if service and not panels[1].has_data:
             raise BadInputError(
-                f"The store has no inference data for service {service!r}.",
+                f"{where} has no inference data for service {service!r}.",
                 hint=f"Services in it: {', '.join(reader.label_values()['service']) or 'none'}.",
             )
-        res = find_all(reader, window.start, window.end, job, service)
+        res = find_all(analysis, window.start, window.end, job, service)
+        skipped = getattr(analysis, "skipped_note", lambda: None)()  # over Prometheus: what it cannot answer
         data = ReportData(
             title=_title(job, service),
-            source=str(store_path),
+            source=str(store_path) if readers is None else reader.description,
             generated_at=time.time(),
             window=window,
             selection=sel,
             panels=panels,
             findings=res.findings,
-            findings_note=res.note,
+            findings_note=" ".join(filter(None, [res.note, skipped])),
             alerts=reader.alerts(window.start, window.end),
         )
         if baseline is None:
@@ -137,7 +143,7 @@ def _title(job: str | None, service: str | None) -> str:
     return "gpulens report"
 
 
-def _compare(reader: StoreReader, panels: list[PanelOut], window: Window, base: Window, sel: Selection) -> list[BaselineRow]:
+def _compare(reader: PanelReader, panels: list[PanelOut], window: Window, base: Window, sel: Selection) -> list[BaselineRow]:
     rows = []
     for out in panels:
         spec = PANELS[out.id]

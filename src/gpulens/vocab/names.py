@@ -27,6 +27,13 @@ TRAIN_LOSS = "train_loss"
 TRAIN_LOSS_SCALE = "train_loss_scale"
 TRAIN_BATCH_SIZE = "train_batch_size"
 
+# ---- which process ran each rank: an info gauge (value 1) the agent exports from the rank's
+# `train_start` event while the rank's steps are fresh, so a fleet's Prometheus can join a GPU's
+# series to the ranks on it (labels train_job, rank, host, pid, cuda_device). Not a store series.
+RANK_INFO = "train_rank_info"
+PID_LABEL = "pid"
+CUDA_DEVICE_LABEL = "cuda_device"  # the CUDA index the rank reported (remapped by CUDA_VISIBLE_DEVICES)
+
 # ---- training events (Store.event kinds)
 EV_TRAIN_STEP = "train_step"  # data: the whole step record (incl. pid, rank)
 EV_TRAIN_OOM = "train_oom"  # data: allocated/reserved/largest free block bytes, message

@@ -1,0 +1,138 @@
+"""The fleet rig (tests/fleet_rig.py): 8 fake-GPU agents as 8 nodes, a 32-rank job, a straggler rank
+on node 5 (its GPU thermally throttled), an XID on node 2's GPU 1 during the job, one real Prometheus
+scraping them all. `gpulens diagnose --prometheus` names the straggler rank and its node, joins the
+XID to the rank on that GPU, and gives the same incidents (kind and place) as the nodes' own stores
+read together (issue 24)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fleet_rig import JOB, XID, FleetRig  # noqa: E402
+from testlib import which_or_skip  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    which_or_skip("prometheus")
+    rig = FleetRig(tmp_path_factory.mktemp("fleet-rig"), nodes=8, ranks=32)
+    try:
+        rig.start()
+        end = rig.finish()
+        yield rig, end
+    finally:
+        rig.stop()
+
+
+def _gpulens(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpulens.cli.main", *args], capture_output=True, text=True, timeout=180)
+
+
+def _window(end: float) -> list[str]:
+    return ["--start", f"{end - 300:.3f}", "--end", f"{end:.3f}"]
+
+
+def _places(dicts: list[dict]) -> set[tuple]:
+    """Each incident's cause as (kind, host, GPU, job, rank), and each symptom under its cause's kind."""
+    keys = ("host", "gpu", "train_job", "rank")
+    out = set()
+    for d in dicts:
+        place = tuple(d["labels"].get(k) for k in keys)
+        out.add((d["role"], d["kind"], *place, d.get("explained_by", {}).get("kind")))
+    return out
+
+
+def _from_stores(rig: FleetRig, end: float) -> list[dict]:
+    from gpulens.diagnose import DiagnoseScope, diagnose
+    from gpulens.diagnose.incidents import group
+    from gpulens.reader import StoreReader
+    from gpulens.reader.combined import CombinedReader
+
+    readers = [StoreReader(rig.store(i)) for i in range(rig.nodes)]
+    try:
+        findings = diagnose(CombinedReader(readers), DiagnoseScope(start=end - 300, end=end))
+    finally:
+        for r in readers:
+            r.close()
+    return [d for inc in group(findings) for d in inc.finding_dicts()]
+
+
+def test_prometheus_names_the_straggler_and_joins_the_xid(fleet):
+    rig, end = fleet
+    p = _gpulens("diagnose", "--prometheus", rig.prom_url, "--match", '{cluster="rig"}', "--format", "json", *_window(end))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    straggler = [d for d in got if d["kind"] == "straggler"]
+    assert len(straggler) == 1, got
+    s = straggler[0]
+    assert s["labels"]["rank"] == str(rig.straggler_rank) and s["labels"]["host"] == rig.host(rig.straggler_node), s
+    assert s["evidence"]["slow_vs_others"] == pytest.approx(1.6, abs=0.05)
+    # The straggler is explained by its GPU's clock cut, on that node and GPU.
+    assert s["role"] == "symptom", s
+    cause = next(d for d in got if d["incident"] == s["incident"] and d["role"] == "cause")
+    assert (cause["labels"]["host"], cause["labels"]["gpu"]) == (rig.host(rig.straggler_node), str(rig.gpus_per_node - 1)), cause
+    # The XID on node 2's GPU 1 is joined to exactly the rank there.
+    xid = [d for d in got if d["kind"] == "gpu_xid"]
+    assert len(xid) == 1 and xid[0]["evidence"]["xid"] == XID, xid
+    assert (xid[0]["labels"]["host"], xid[0]["labels"]["gpu"]) == (rig.host(rig.xid_node), str(rig.xid_gpu))
+    assert xid[0]["labels"].get("train_job") == JOB and xid[0]["labels"].get("rank") == str(rig.xid_rank), xid[0]
+    assert f"job {JOB} rank {rig.xid_rank}" in json.dumps(xid[0]["evidence"]), xid[0]["evidence"]
+    assert f"rank {rig.xid_rank - 1} " not in json.dumps(xid[0]["evidence"])
+
+
+def test_prometheus_gives_the_incidents_of_the_stores(fleet):
+    rig, end = fleet
+    p = _gpulens("diagnose", "--prometheus", rig.prom_url, "--format", "json", *_window(end))
+    assert p.returncode == 0, p.stderr
+    from_prom = json.loads(p.stdout)
+    from_stores = _from_stores(rig, end)
+    assert _places(from_prom) == _places(from_stores), (sorted(_places(from_prom) ^ _places(from_stores), key=str))
+    # Over Prometheus only what needs per-request or OOM / NaN records is skipped; the training analyses ran.
+    assert "per-step records" not in p.stderr
+
+
+def test_energy_answers_for_the_whole_job(fleet):
+    rig, end = fleet
+    p = _gpulens("energy", "--prometheus", rig.prom_url, "--job", JOB, "--format", "json", *_window(end))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    # Every rank, on its own node's GPU, with the joules of that GPU's scraped energy counter.
+    assert sorted((r["host"], r["gpu"], r["rank"]) for r in rows) == sorted(
+        (rig.host(r // rig.gpus_per_node), str(r % rig.gpus_per_node), str(r)) for r in range(rig.ranks))
+    assert all(r["method"] == "energy_counter" and r["joules"] > 0 and 100 < r["mean_watts"] < 700 for r in rows), rows
+    from gpulens.energy import workload_energy
+    from gpulens.reader import StoreReader
+    from gpulens.reader.combined import CombinedReader
+
+    readers = [StoreReader(rig.store(i)) for i in range(rig.nodes)]
+    try:
+        local = {(r.host, r.rank): r for r in workload_energy(CombinedReader(readers), job=JOB)}
+    finally:
+        for r in readers:
+            r.close()
+    for r in rows:  # the same steps; the span ends at a scrape, up to an interval off each side
+        mine = local[(r["host"], r["rank"])]
+        assert r["steps"] == mine.steps
+        assert abs(r["seconds"] - mine.seconds) <= 2 * rig.scrape_seconds + 0.5, (r, mine)
+
+
+def test_report_answers_for_the_whole_job(fleet, tmp_path):
+    rig, end = fleet
+    out = tmp_path / "fleet.md"
+    p = _gpulens("report", "--prometheus", rig.prom_url, "--job", JOB, "--out", str(out), *_window(end))
+    assert p.returncode == 0, p.stderr
+    text = out.read_text()
+    assert "straggler" in text and f"rank {rig.straggler_rank}" in text.lower() and rig.host(rig.straggler_node) in text, text[:3000]
+    assert "Prometheus" in text
+    bad = _gpulens("report", "--prometheus", rig.prom_url, "--match", '{cluster="rig"}', "--out", str(out), *_window(end))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--match" in bad.stderr, bad.stderr
+    none = _gpulens("energy", "--prometheus", rig.prom_url, "--job", "nope", *_window(end))
+    assert none.returncode == 2 and "no series of --job 'nope'" in none.stderr and "Traceback" not in none.stderr, none.stderr
