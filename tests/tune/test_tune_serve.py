@@ -111,6 +111,14 @@ def test_serving_proposals_go_smaller_first_when_memory_is_short():
     assert propose_serving("max_num_seqs", "256", ["memory_headroom"]).values == ("256", "128", "512", "1024")
     assert propose_serving("max_num_seqs", "1").values == ("1", "2", "4")
     assert propose_serving("temperature", "1") is None
+    # the engine's token budget per step and its KV-cache memory share (issue 26: not only batch limits)
+    assert propose_serving("max_num_batched_tokens", "8192").values == ("8192", "16384", "32768", "4096")
+    assert propose_serving("gpu_memory_utilization", "0.9").values == ("0.9", "0.95", "0.8")
+    assert propose_serving("mem_fraction_static", "0.9", ["memory_headroom"]).values == ("0.9", "0.8", "0.95")
+    assert propose_serving("cuda_memory_fraction", "0.95").values == ("0.95", "0.85")
+    assert propose_serving("gpu_memory_utilization", "0.5").values == ("0.5", "0.55")
+    assert propose_serving("gpu_memory_utilization", "1.5") is None
+    assert propose_serving("gpu_memory_utilization", "most") is None
 
 
 def test_a_server_that_dies_under_load_fails_its_trial_and_is_rolled_back(capsys, tmp_path, server_script):

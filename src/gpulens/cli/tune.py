@@ -200,8 +200,8 @@ def serve_command(
     swept with `bench serve --sweep` and stopped; without it only the client's knobs are tuned.
     The load, SLO and sweep options are `bench serve`'s, with its defaults (a `stream` knob
     overrides --stream). Without --knob (beginner mode) gpulens proposes values for the batching
-    limits written in the server command with their value, such as {max_num_seqs=256}, and asks
-    before each trial.
+    limits, token budgets and KV-cache memory shares written in the server command with their
+    value, such as {max_num_seqs=256} or {gpu_memory_utilization=0.9}, and asks before each trial.
 
         gpulens tune serve --url http://127.0.0.1:8000/v1/completions --slo "p99_latency<=2s" --server-cmd "vllm serve my-model --port {port} --max-num-seqs {max_num_seqs}" --knob max_num_seqs=64,128,256
         gpulens tune serve --url http://127.0.0.1:8000/generate --slo "p99_latency<=500ms" --knob max_connections=8,32,128

@@ -136,17 +136,45 @@ def propose(name: str, baseline: str, cpu_count: int | None = None) -> Knob | No
 # the latency of a larger batch says stop.
 SERVING_BATCH_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_running_requests", "max_batch", "max_batch_size",
                        "max_batch_prefill_tokens", "max_batch_total_tokens", "max_concurrent_requests")
+# Serving engines' share of GPU memory for weights and KV cache (vLLM --gpu-memory-utilization,
+# SGLang --mem-fraction-static, TGI --cuda-memory-fraction, TensorRT-LLM's
+# kv_cache_free_gpu_mem_fraction): a larger share holds more KV blocks, so more sequences run at
+# once before the engine queues or preempts; a smaller one leaves room for what else needs the GPU.
+SERVING_KV_FRACTION_KNOBS = ("gpu_memory_utilization", "mem_fraction_static", "cuda_memory_fraction",
+                             "kv_cache_free_gpu_mem_fraction")
+KV_FRACTION_STEP_UP, KV_FRACTION_STEP_DOWN = 0.05, 0.10
+KV_FRACTION_CEILING, KV_FRACTION_FLOOR = 0.95, 0.50  # past 0.95 the CUDA context and activations no longer fit
 # Serving findings (`diagnose` kinds) that say memory, not batching, is the limit: smaller first.
 SERVING_MEMORY_FINDINGS = ("memory_headroom",)
 
 
 def propose_serving(name: str, baseline: str, finding_kinds: list[str] | tuple[str, ...] = ()) -> Knob | None:
-    """Beginner mode for `tune serve`: values for a batching limit written in the server command
-    (`{max_num_seqs=256}`): twice and four times it, then half, or half first when the diagnosis
-    found the server short of memory. None for other names or values."""
+    """Beginner mode for `tune serve`: values for an engine setting written in the server command.
+    A batching limit or token budget per step (`{max_num_seqs=256}`, `{max_num_batched_tokens=8192}`):
+    twice and four times it, then half. A KV-cache memory share (`{gpu_memory_utilization=0.9}`):
+    0.05 more (at most 0.95), then 0.1 less (at least 0.5). Smaller first when the diagnosis found the
+    server short of memory. None for other names or values."""
+    short_of_memory = any(k in SERVING_MEMORY_FINDINGS for k in finding_kinds)
+    if name.lower() in SERVING_KV_FRACTION_KNOBS:
+        return _propose_fraction(name, baseline, short_of_memory)
     if name.lower() not in SERVING_BATCH_KNOBS or not baseline.strip().isdigit() or int(baseline) < 1:
         return None
     b = int(baseline)
     bigger, smaller = [str(2 * b), str(4 * b)], [str(b // 2)] if b >= 2 else []
-    order = smaller + bigger if any(k in SERVING_MEMORY_FINDINGS for k in finding_kinds) else bigger + smaller
+    order = smaller + bigger if short_of_memory else bigger + smaller
     return Knob(name, (str(b), *order), None, proposed=True)
+
+
+def _propose_fraction(name: str, baseline: str, short_of_memory: bool) -> Knob | None:
+    try:
+        b = float(baseline)
+    except ValueError:
+        return None
+    if not 0 < b <= 1:
+        return None
+    up = round(min(KV_FRACTION_CEILING, b + KV_FRACTION_STEP_UP), 2)
+    down = round(max(KV_FRACTION_FLOOR, b - KV_FRACTION_STEP_DOWN), 2)
+    bigger = [f"{up:g}"] if up > b else []
+    smaller = [f"{down:g}"] if down < b else []
+    order = smaller + bigger if short_of_memory else bigger + smaller
+    return Knob(name, (baseline.strip(), *order), None, proposed=True) if order else None
