@@ -78,6 +78,7 @@ CASES: dict[str, Case] = {
 for _line in ("gpulens bench serve", "gpulens tune serve"):
     CASES[_line] = Case(skip="needs the HTTP server the example points at")
 CASES["gpulens tune train"] = Case(skip="needs the user's train.py")
+CASES["gpulens quant check"] = Case(skip="needs the user's model folder and evaluation (tests/evals/test_quant_check.py runs both ways on a tiny model)")
 
 
 def _examples() -> list[tuple[str, str]]:

@@ -89,3 +89,55 @@ def test_each_target_quantizes_and_still_runs(tmp_path: Path, to: str) -> None:
     assert weights_bytes(model) < before
     seconds, tokens_per_second = _speed(model, int(model.config.vocab_size), "cpu")
     assert seconds > 0 and tokens_per_second > 0
+
+
+# The user's own evaluation (issue 26: `quant check --eval-cmd`): a script that loads the model folder
+# it is given the way any harness does (from_pretrained) and writes one line per example.
+ADDER_EVAL = """
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model_dir, out = sys.argv[1], sys.argv[2]
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32").eval()
+tok = AutoTokenizer.from_pretrained(model_dir)
+pairs = [(a, b) for a in range(10) for b in range(10)]
+x = torch.tensor([tok.convert_tokens_to_ids([str(a), "+", str(b), "="]) for a, b in pairs])
+with torch.no_grad():
+    got = model(x).logits[:, -1, :].argmax(-1).tolist()
+with open(out, "w") as f:
+    for (a, b), g in zip(pairs, got):
+        f.write(json.dumps({"id": f"{a}+{b}", "acc": int(tok.convert_ids_to_tokens(g) == str((a + b) % 10))}) + "\\n")
+"""
+
+
+@pytest.mark.slow
+def test_eval_cmd_scores_both_model_folders(model_and_task, tmp_path: Path, capsys) -> None:
+    import sys
+
+    model, _task = model_and_task
+    script = tmp_path / "adder_eval.py"
+    script.write_text(ADDER_EVAL)
+    rc = main(["quant", "check", "--model", str(model), "--to", "int8", "--eval-cmd", f"{sys.executable} {script} {{model}} {{out}}",
+               "--margin", MARGIN, "--no-record", "--format", "json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0, out
+    assert out["examples"] == 100 and out["baseline"]["mean"] == 1.0 and out["verdict"] == "pass"
+    assert out["quantized_with"].startswith("torchao int8") and out["memory_ratio"] < 0.6  # the folder it evaluated is int8
+
+
+def test_eval_cmd_mistakes_are_one_sentence(model_and_task, tmp_path: Path, capsys) -> None:
+    import sys
+
+    model, _task = model_and_task
+    cases = [
+        (["--task", "adder", "--eval-cmd", "python e.py {model} {out}"], "one of --task"),
+        ([], "one of --task"),
+        (["--eval-cmd", "python e.py {model}"], "must name {out}"),
+        (["--eval-cmd", "python 'e.py {model} {out}"], "Cannot read --eval-cmd"),
+        (["--eval-cmd", "no-such-program-xyz {model} {out}"], "was not found"),
+        (["--eval-cmd", f"{sys.executable} -c 'import sys; sys.exit(3)' {{model}} {{out}}"], "failed on the baseline model (exit code 3)"),
+        (["--eval-cmd", f"{sys.executable} -c pass {{model}} {{out}}"], "wrote nothing"),
+    ]
+    for extra, said in cases:
+        rc = main(["quant", "check", "--model", str(model), "--to", "int8", "--no-record", *extra])
+        err = " ".join(capsys.readouterr().err.split())
+        assert rc == 2 and said in err and "Traceback" not in err, (extra, err)

@@ -16,7 +16,10 @@ quant_app = typer.Typer(help="Quantization checks: does the quantized model keep
 def check_command(
     model: Path = typer.Option(..., "--model", help="A Hugging Face model folder (config.json, weights, tokenizer)."),
     to: str = typer.Option(..., "--to", help="int8, int4 or fp8 (weights only)."),
-    task: str = typer.Option(..., "--task", help="The lm-eval task to evaluate both models on."),
+    task: str = typer.Option(None, "--task", help="The lm-eval task to evaluate both models on (or --eval-cmd)."),
+    eval_cmd: str = typer.Option(None, "--eval-cmd", help="Your own evaluation instead of --task, run on each model folder: "
+                                 "it reads {model} and writes per-example scores to {out} (JSONL {\"id\": ..., \"<metric>\": value}, "
+                                 "or an lm-eval --log_samples folder)."),
     include_path: Path = typer.Option(None, "--include-path", help="Folder with the task's YAML (a local task; nothing is downloaded)."),
     metric: str = typer.Option("acc", "--metric", help="The per-example metric the gate tests."),
     margin: float = typer.Option(None, "--margin", help="How much worse the quantized model may be (0-1 scores: 0.01 by default)."),
@@ -27,13 +30,25 @@ def check_command(
     record: bool = typer.Option(True, "--record/--no-record", help="Record both as runs (kind quant-check) in the store."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
-    """Exit 0 when the quantized model passes the `eval compare` gate, 1 when it does not, 2 on bad input."""
+    """Quantize a model, evaluate the baseline and the quantized model on the same examples, and gate:
+    exit 0 when the quantized model passes the `eval compare` gate, 1 when it does not, 2 on bad input.
+
+        gpulens quant check --model ./my-model --to int8 --task mytask --include-path ./tasks
+        gpulens quant check --model ./my-model --to int8 --eval-cmd 'python eval.py --model {model} --out {out}'
+    """
     from gpulens.errors import BadInputError, GateFailedError
+    from gpulens.evals.eval_cmd import EvalCommand
     from gpulens.evals.quant import quant_check
     from gpulens.evals.quantize import quantizer_for
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+    if (task is None) == (eval_cmd is None):
+        raise BadInputError("Give one of --task (an lm-eval task) or --eval-cmd (your own evaluation).",
+                            hint="e.g. --eval-cmd 'python eval.py --model {model} --out {out}'.")
+    command = EvalCommand.of(eval_cmd) if eval_cmd is not None else None
+    if command is not None and (include_path is not None or limit is not None):
+        raise BadInputError("--include-path and --limit are lm-eval's; with --eval-cmd your command chooses its examples.")
     quantizer = quantizer_for(to)
     if record:
         from gpulens.store import Store
@@ -41,10 +56,10 @@ def check_command(
         store.parent.mkdir(parents=True, exist_ok=True)
         with Store(store) as st:
             res = quant_check(model, to, quantizer, task=task, include_path=include_path, metric=metric, margin=margin,
-                              limit=limit, filter_name=filter_name, device=device, store=st)
+                              limit=limit, filter_name=filter_name, device=device, store=st, eval_cmd=command)
     else:
         res = quant_check(model, to, quantizer, task=task, include_path=include_path, metric=metric, margin=margin,
-                          limit=limit, filter_name=filter_name, device=device)
+                          limit=limit, filter_name=filter_name, device=device, eval_cmd=command)
     r = res.result
     if fmt == "json":
         typer.echo(json.dumps(res.to_json()))

@@ -13,10 +13,11 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.evals.compare import DEFAULT_SCORE_MARGIN
+from gpulens.evals.eval_cmd import EvalCommand
 from gpulens.evals.lm_eval_run import per_example_metrics
 from gpulens.evals.paired import PairedResult, compare_paired
 from gpulens.evals.quantize import Quantizer
-from gpulens.evals.samples import ExampleScores, paired, scores_from_rows
+from gpulens.evals.samples import ExampleScores, paired, read_scores, scores_from_rows
 from gpulens.vocab.directions import lookup
 
 SPEED_REPEATS = 5
@@ -94,6 +95,10 @@ def _measure(model: Any, tokenizer: Any, label: str, evaluate: Callable[[Any, An
              filter_name: str | None, device: str) -> ModelMeasure:
     rows = evaluate(model, tokenizer)
     scores = scores_from_rows(list(enumerate(rows, 1)), metric, Path(label), filter_name=filter_name)
+    return _with_speed(model, scores, device)
+
+
+def _with_speed(model: Any, scores: ExampleScores, device: str) -> ModelMeasure:
     fwd, tps = _speed(model, int(model.config.vocab_size), device)
     return ModelMeasure(weights_bytes(model), fwd, tps, scores)
 
@@ -110,24 +115,31 @@ def load_model(model_dir: Path, device: str) -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
-def quant_check(model_dir: Path, to: str, quantizer: Quantizer, *, task: str, include_path: Path | None,
+def quant_check(model_dir: Path, to: str, quantizer: Quantizer, *, task: str | None, include_path: Path | None,
                 metric: str = "acc", margin: float | None = None, limit: int | None = None, filter_name: str | None = None,
-                device: str = "cpu", store: Any = None) -> QuantCheck:
+                device: str = "cpu", store: Any = None, eval_cmd: EvalCommand | None = None) -> QuantCheck:
     """The whole loop. `quantizer` quantizes a model in place (`quantize.quantizer_for(to)`, or the
-    caller's own); `store`, when given, gets both as runs of kind `quant-check`."""
+    caller's own); `store`, when given, gets both as runs of kind `quant-check`. With `eval_cmd` the
+    user's own evaluation scores both model folders (the quantized one written by
+    `quantize.save_quantized`) instead of lm-eval's `task`."""
     info = lookup(metric)
     if margin is None:
         if not info.score:
             raise BadInputError(f"{metric} is not a 0-1 score, so there is no default margin.", hint="Give --margin in its units.")
         margin = DEFAULT_SCORE_MARGIN
+    if eval_cmd is not None:
+        base, quant, used = _measure_with_command(model_dir, to, eval_cmd, metric, filter_name, device)
+    else:
+        if task is None:
+            raise BadInputError("quant check needs --task (an lm-eval task) or --eval-cmd (your own evaluation).")
 
-    def evaluate(m: Any, tok: Any) -> list[dict]:
-        return per_example_metrics(m, tok, task, include_path, limit=limit, device=device)
+        def evaluate(m: Any, tok: Any) -> list[dict]:
+            return per_example_metrics(m, tok, task, include_path, limit=limit, device=device)
 
-    model, tok = load_model(model_dir, device)
-    base = _measure(model, tok, f"{model_dir} (baseline)", evaluate, metric, filter_name, device)
-    used = quantizer(model)
-    quant = _measure(model, tok, f"{model_dir} ({to})", evaluate, metric, filter_name, device)
+        model, tok = load_model(model_dir, device)
+        base = _measure(model, tok, f"{model_dir} (baseline)", evaluate, metric, filter_name, device)
+        used = quantizer(model)
+        quant = _measure(model, tok, f"{model_dir} ({to})", evaluate, metric, filter_name, device)
     _, va, vb = paired(base.scores, quant.scores)
     result = compare_paired(metric, info.direction, va, vb, margin=margin)
     check = QuantCheck(str(model_dir), to, used, base, quant, result)
@@ -137,9 +149,33 @@ def quant_check(model_dir: Path, to: str, quantizer: Quantizer, *, task: str, in
         ids = []
         for label, m in (("baseline", base), (to, quant)):
             ids.append(save_run(store, "quant-check", f"{model_dir.name}-{label}",
-                                {"model": str(model_dir), "precision": label, "task": task, "quantized_with": used if m is quant else None},
+                                {"model": str(model_dir), "precision": label, "task": task,
+                                 "eval_cmd": " ".join(eval_cmd.argv) if eval_cmd else None, "quantized_with": used if m is quant else None},
                                 {"weights_bytes": m.weights_bytes, "tokens_per_second": m.tokens_per_second,
                                  metric: sum(m.scores.values.values()) / len(m.scores)},
                                 samples={"forward_seconds": [m.forward_seconds], metric: list(m.scores.values.values())}))
         check = QuantCheck(str(model_dir), to, used, base, quant, result, (ids[0], ids[1]))
     return check
+
+
+def _measure_with_command(model_dir: Path, to: str, eval_cmd: EvalCommand, metric: str, filter_name: str | None,
+                          device: str) -> tuple[ModelMeasure, ModelMeasure, str]:
+    """Both models scored by the user's command, each on its own folder; speed and size measured
+    here on the same folders, loaded as the command loads them."""
+    import tempfile
+
+    from gpulens.evals.quantize import save_quantized
+
+    load_model(model_dir, device)  # a folder that is no model is one sentence before anything runs
+    with tempfile.TemporaryDirectory(prefix="gpulens-quant-") as tmp_s:
+        tmp = Path(tmp_s)
+        quant_dir = tmp / f"model-{to}"
+        used = save_quantized(model_dir, to, quant_dir)
+        measures = []
+        for label, folder in (("baseline", model_dir), (to, quant_dir)):
+            out = tmp / f"scores-{label}.jsonl"
+            eval_cmd.run(folder, out, label)
+            scores = read_scores(out, metric, filter_name=filter_name)
+            model, _ = load_model(folder, device)
+            measures.append(_with_speed(model, scores, device))
+    return measures[0], measures[1], used

@@ -72,3 +72,35 @@ def quantizer_for(to: str) -> Quantizer:
                                 hint="Install the extra: pip install 'gpulens[quant]'.") from None
 
     return run
+
+
+def _torchao_config(to: str) -> Any:
+    from torchao.quantization import Float8WeightOnlyConfig, Int4WeightOnlyConfig, Int8WeightOnlyConfig
+
+    return {"int8": lambda: Int8WeightOnlyConfig(), "int4": lambda: Int4WeightOnlyConfig(group_size=32),
+            "fp8": lambda: Float8WeightOnlyConfig()}[to]()
+
+
+def save_quantized(model_dir: Any, to: str, out_dir: Any) -> str:
+    """Write `model_dir` quantized to `to` as a Hugging Face folder that `from_pretrained` loads as
+    it is (transformers' TorchAoConfig, saved without safetensors since torchao's tensors pickle),
+    with the tokenizer beside it: what a user's own evaluation command reads. Returns what it used."""
+    if to not in QUANT_TARGETS:
+        raise BadInputError(f"--to must be one of {', '.join(QUANT_TARGETS)}, not {to!r}.")
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
+
+        config = _torchao_config(to)
+    except ImportError as e:
+        raise BadInputError(f"Writing a quantized model folder needs transformers and torchao ({e}).",
+                            hint="Install the extra: pip install 'gpulens[quant]'.") from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32", quantization_config=TorchAoConfig(config))
+        model.save_pretrained(out_dir, safe_serialization=False)
+    except (ImportError, RuntimeError, NotImplementedError, ValueError, AssertionError) as e:
+        raise BadInputError(f"torchao cannot write a {to} model folder here ({type(e).__name__}: {str(e)[:160]}).",
+                            hint="Without --eval-cmd, quant check quantizes in memory (optimum-quanto where torchao cannot) "
+                                 "and evaluates with lm-eval's --task.") from None
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out_dir)
+    return f"torchao {to} weight-only (saved folder)"
+
