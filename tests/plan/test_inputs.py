@@ -99,11 +99,13 @@ def test_across_nodes_the_gradients_cross_the_network(capsys):
     assert one_node["communication_link_bytes_per_second"] == 450e9  # 900 GB/s is both directions together
     big = _train_json(capsys, "--gpus", "512")
     assert big["nodes"] == 64 and big["communication_link_bytes_per_second"] == 50e9
-    # fp32 gradients of 70.6 B parameters, all-reduced (x 1.5 for ZeRO-3's gathers) at 50 GB/s, minus
-    # the part hidden behind the backward: ~13.7 s exposed
-    assert big["communication_seconds"] > 10
-    slower = _train_json(capsys, "--nodes", "64", "--inter-node-gbps", "12.5")
-    assert slower["communication_seconds"] > 3 * big["communication_seconds"]
+    # ZeRO-3 gathers and reduce-scatters one block at a time over the node's eight 50 GB/s NICs
+    # together (one NCCL ring per NIC): each block's collectives hide behind its compute, leaving the
+    # first gather and the last reduce-scatter exposed (it was ~13.7 s when the whole model's
+    # gradients went through one NIC per ring)
+    assert 0 < big["communication_seconds"] < 0.2
+    slower = _train_json(capsys, "--nodes", "64", "--inter-node-gbps", "12.5")  # 100 GbE: no longer hidden
+    assert slower["communication_seconds"] > 10 * big["communication_seconds"]
 
 
 def test_nodes_and_gpus_must_agree(capsys):

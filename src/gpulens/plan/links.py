@@ -120,3 +120,43 @@ def ring_all_reduce(message_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_
             best = cost
     assert best is not None
     return best
+
+
+def ring_bus_bytes_per_second(gpu: GpuSpec, group: int, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+                              inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND) -> float:
+    """What one rank of a data-parallel ring moves per second. Inside a node: its interconnect.
+    Across nodes, NCCL builds one ring (channel) per NIC, and a rail-optimized node has one NIC
+    per GPU, so each ring carries 1/NICs of the data through its own NIC: a rank's bus bandwidth
+    is the node's NICs together (`nChannels * bwInter` in NCCL's tuning.cc), never above its own
+    interconnect (DGX A100: 8 x 25 GB/s HDR, 185-190 GB/s all-reduce bus bandwidth in nccl-tests)."""
+    link = collective_link(gpu, group, gpus_per_node=gpus_per_node, inter_node_bytes_per_second=inter_node_bytes_per_second)
+    if link.kind != "network":
+        return link.bytes_per_second
+    rails = min(gpus_per_node, group)
+    return min(intra_node_link(gpu).bytes_per_second, link.bytes_per_second * rails)
+
+
+def ring_gather_or_scatter(full_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+                           inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND) -> AllReduceCost:
+    """A ring all-gather (or reduce-scatter: the same steps and bytes) whose gathered result is
+    `full_bytes`: t - 1 steps, nodes - 1 of them over the network, each rank sending (t - 1) / t of
+    `full_bytes` at its ring bus bandwidth (`ring_bus_bytes_per_second`), the faster NCCL protocol
+    for the size; half an all-reduce's steps and bytes, as NCCL's tuner counts them."""
+    link = collective_link(gpu, group, gpus_per_node=gpus_per_node, inter_node_bytes_per_second=inter_node_bytes_per_second)
+    if group <= 1:
+        return AllReduceCost(0.0, 0.0, 0.0, "", link, 1)
+    nodes = nodes_for(group, gpus_per_node)
+    steps, inter_steps = group - 1, nodes - 1
+    bus = ring_bus_bytes_per_second(gpu, group, gpus_per_node=gpus_per_node,
+                                    inter_node_bytes_per_second=inter_node_bytes_per_second)
+    intra_kind = intra_node_link(gpu).kind
+    best: AllReduceCost | None = None
+    for proto in NCCL_PROTOCOLS:
+        intra_step = proto.step_seconds[intra_kind] * (LL_INTRA_STEP_SLOWDOWN if nodes > 1 and proto is NCCL_LL else 1.0)
+        latency = proto.base_seconds + (steps - inter_steps) * intra_step + inter_steps * proto.step_seconds["network"]
+        transfer = (group - 1) / group * full_bytes / (bus * proto.bandwidth_share)
+        cost = AllReduceCost(latency + transfer, latency, transfer, proto.name, link, nodes)
+        if best is None or cost.seconds < best.seconds:
+            best = cost
+    assert best is not None
+    return best

@@ -88,6 +88,12 @@ def layer_delta_per_token(m: ModelSpec, lora: LoraSetup, compute_bytes: int) -> 
     # base Linears saved for their weight gradients (q/k/v share the norm output, gate/up too;
     # o_proj's input is the attention output, which the attention kernel keeps anyway)
     removed = 2 * c * h + c * h + c * h + c * lin["down"][0]
+    if lora.method == "qlora":
+        # bitsandbytes' MatMul4Bit saves its input whenever that input needs a gradient
+        # (`if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)`, bitsandbytes/autograd/
+        # _functions.py), frozen 4-bit weight or not: the NF4 Linears keep the very inputs a frozen
+        # torch Linear drops (q/k/v's and gate/up's shared inputs, down's)
+        removed = 2 * c * h
     added = 0.0
     for t in targets:
         if c != ADAPTER_BYTES:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce
+from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
 from gpulens.plan.models import ModelSpec
@@ -186,11 +186,16 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     if dp > 1:
         grad_bytes = (adapter_params(m, lora) * 4 if lora is not None else
                       m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
-        ring = 2 * (dp - 1) / dp * grad_bytes / link.bytes_per_second
-        if setup.zero_stage >= 3:
-            ring *= 1.5  # parameters are all-gathered in the forward and the backward
-        # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
-        comm = max(0.0, ring - (2 / 3) * per_micro)
+        if setup.zero_stage >= 3 and lora is None and not setup.megatron:
+            # every micro-batch gathers each layer's parameters in the forward and again in the
+            # backward, and reduce-scatters its gradients: hidden only behind one layer's compute
+            comm = setup.grad_accum * zero3_exposed_seconds(m, setup, gpu, per_micro)
+        else:
+            ring = 2 * (dp - 1) / dp * grad_bytes / link.bytes_per_second
+            if setup.zero_stage >= 3:
+                ring *= 1.5  # parameters are all-gathered in the forward and the backward
+            # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
+            comm = max(0.0, ring - (2 / 3) * per_micro)
     # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches
     slots = setup.grad_accum + setup.pipeline_parallel - 1
     step = slots * per_micro + opt_time + comm
@@ -238,3 +243,35 @@ def _model_parallel_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> fl
                                inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
         seconds += 2 * (msg / t if setup.sequence_parallel else msg) / link.bytes_per_second
     return seconds
+
+
+def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_micro_seconds: float) -> float:
+    """ZeRO-3 / FSDP FULL_SHARD communication one micro-batch leaves exposed, on one GPU.
+
+    Per transformer block (FSDP's wrapping unit in llm-foundry, torchtitan and transformers'
+    auto-wrap): an all-gather of its parameters before its forward, another before its backward,
+    and a reduce-scatter of its gradients after it, each a ring over the data-parallel group
+    (`links.ring_gather_or_scatter`). FSDP prefetches one unit ahead (`forward_prefetch`,
+    `BackwardPrefetch.BACKWARD_PRE`) on one communication stream, so a unit's collectives hide
+    only behind one unit's compute: exposed = the first gather (nothing runs before it), then per
+    block max(0, gather - forward compute) and max(0, gather + reduce-scatter - backward compute),
+    then the last reduce-scatter. Gathered dtype: the module's compute dtype (bf16 under FSDP
+    MixedPrecision and DeepSpeed, the fp32 weights under the plain `fsdp` layout with autocast);
+    gradients reduced in fp32 under amp (Composer's DEFAULT), else in the weights' dtype.
+    Source: PyTorch FSDP docs and Zhao et al. 2023 (PyTorch FSDP, VLDB), sections 3.3-3.4."""
+    dp = setup.data_parallel
+    if dp <= 1:
+        return 0.0
+    amp = setup.precision in ("amp_bf16", "amp_fp16")
+    gather_bytes = 2 if setup.low_precision_module else _mode(setup.precision).weight
+    reduce_bytes = 4 if amp or setup.precision == "fp32" else 2
+    layers = max(m.num_layers, 1)
+    block = m.block_params / layers
+    kw = dict(gpus_per_node=setup.gpus_per_node, inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+    gather = ring_gather_or_scatter(block * gather_bytes, dp, gpu, **kw).seconds
+    scatter = ring_gather_or_scatter(block * reduce_bytes, dp, gpu, **kw).seconds
+    fwd_share = 1 / 4 if setup.grad_ckpt else 1 / 3  # recomputation runs in the backward
+    per_layer = per_micro_seconds / layers
+    fwd, bwd = fwd_share * per_layer, (1 - fwd_share) * per_layer
+    return (gather + (layers - 1) * max(0.0, gather - fwd)
+            + (layers - 1) * max(0.0, gather + scatter - bwd) + scatter)
