@@ -124,6 +124,7 @@ class IngestSink(SinkBase):
                     stored_total += stored
                     skipped_total += skipped
         except StoreError as e:
+            self.ctx.series_ids.clear()  # series created in the rolled-back transaction are gone
             c.busy += len(batches)
             if not self._failing:
                 self._failing = True

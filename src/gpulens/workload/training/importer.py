@@ -54,7 +54,8 @@ def import_train_step(record: dict[str, Any], store: Store, ctx: ImportContext) 
     rec = record_from_dict(record)
     if rec is None:
         return
-    write_step(store, _labels(record, ctx), rec, **_mfu_args(ctx))
+    labels = _labels(record, ctx)
+    write_step(store, labels, rec, ctx.ids_for(labels), **_mfu_args(ctx))
 
 
 def _import_labelled(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
