@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ VARIANTS = {
     "defaults": {},
     "dcgm-names, store on the host, nvidia runtime": {"metricNames": "dcgm", "store": {"hostPath": "/var/lib/gpulens"},
                                                       "runtimeClassName": "nvidia", "hostPID": True},
-    "no pod attribution, no operator": {"podResources": {"enabled": False}, "serviceMonitor": {"enabled": False},
+    "no pod attribution, no operator, no ingest socket": {"podResources": {"enabled": False}, "serviceMonitor": {"enabled": False},
+                                                         "ingest": {"enabled": False},
                                         "prometheusRule": {"enabled": False}},
     "what an admin sets": {
         "priorityClassName": "system-node-critical", "podDisruptionBudget": {"enabled": True},
@@ -194,10 +196,17 @@ def test_the_daemonsets_command_line_runs(kubelet, tmp_path):
     env = {e["name"]: "gpu-node-7" for e in c["env"] if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName"}
     assert env == {"GPULENS_HOST": "gpu-node-7"}
     # the paths the pod mounts, moved under tmp_path (the kubelet socket: the test's kubelet)
-    args = [str(tmp_path / "store.db") if a == "/var/lib/gpulens/gpulens.db" else kubelet.socket if a.endswith("kubelet.sock") else a
+    # the ingest socket on its hostPath mount, for workload pods' GPULENS_AGENT (a socket path must stay short)
+    assert "unix:/run/gpulens/ingest.sock" in args and "/run/gpulens" in mounts
+    ingest = tempfile.mkdtemp(prefix="gl-", dir="/tmp")
+    args = [str(tmp_path / "store.db") if a == "/var/lib/gpulens/gpulens.db" else kubelet.socket if a.endswith("kubelet.sock")
+            else f"unix:{ingest}/ingest.sock" if a == "unix:/run/gpulens/ingest.sock" else a
             for a in args]
     assert "/var/lib/gpulens" in mounts and "/var/lib/kubelet/pod-resources" in mounts
-    text = _run_agent(args, tmp_path, port=port, extra_env=env)
+    try:
+        text = _run_agent(args, tmp_path, port=port, extra_env=env)
+    finally:
+        shutil.rmtree(ingest, ignore_errors=True)
     assert re.search(r'gpu_up\{[^}]*host="gpu-node-7"[^}]*pod="trainer-0"', text), text[:2000]
 
 

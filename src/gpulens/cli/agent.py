@@ -17,6 +17,8 @@ WEB_CONFIG_HELP = ("TLS and basic auth from a Prometheus exporter-toolkit web-co
                    "with --web.config.file): tls_server_config, basic_auth_users (bcrypt; needs gpulens[auth]).")
 MAX_GAP_HELP = ("For replay backends: the longest recorded gap played (e.g. 60s, the default); a longer one is "
                 "shortened to it, and a line that far from both its neighbours is skipped and counted.")
+INGEST_HELP = ("Where workloads' monitors send their records (TrainingMonitor/InferenceMonitor agent=, or $GPULENS_AGENT): "
+               "unix:PATH, 127.0.0.1:PORT or off. Default: unix:ingest.sock beside the store.")
 BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:PATH (a recorded trace; the bundled H200 session by default). Default: nvml when a driver is present."
 
 
@@ -53,6 +55,7 @@ def agent_command(
     service: str = typer.Option("default", "--service", help="Service label for what --scrape reads."),
     host: str = typer.Option(None, "--host", help="The host label of every series. Default: this machine's name (in a Kubernetes pod, pass the node name)."),
     pod_resources: str = typer.Option(None, "--pod-resources", help="The kubelet's pod-resources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock): adds pod, namespace and container labels to GPU series. Needs gpulens[k8s]."),
+    ingest: str = typer.Option(None, "--ingest", help=INGEST_HELP),
 ) -> None:
     """Sample GPUs every interval into the store and serve Prometheus metrics.
 
@@ -64,11 +67,14 @@ def agent_command(
         gpulens agent --metric-names dcgm              # dcgm-exporter's metric names
         gpulens agent --scrape http://127.0.0.1:8000/metrics --service chat   # plus a vLLM server's metrics
         gpulens agent --listen '[::]:9464' --web-config web.yml   # IPv6 and IPv4, TLS and basic auth
+        gpulens agent --ingest unix:/run/gpulens/ingest.sock      # workloads send records there (GPULENS_AGENT)
     """
     from gpulens.errors import BadInputError
     from gpulens.pipeline import AlertsConfig, NodeConfig, StopEvent, build_node
+    from gpulens.pipeline.ingest_sink import default_ingest_address
     from gpulens.units import parse_duration, parse_listen, parse_speed
     from gpulens.webconfig import load_web_config
+    from gpulens.workload.wire import parse_address
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration") if duration is not None else None
@@ -93,6 +99,7 @@ def agent_command(
         host=host,
         single_writer=True,
         stop_event=(stop := StopEvent()),
+        ingest=parse_address(ingest, what="--ingest") if ingest is not None else default_ingest_address(store),
     )
     install_stop_handlers(stop)  # before the node is built: a signal while it starts ends it too
     node = build_node(config)
@@ -105,6 +112,7 @@ def agent_command(
     console_err.print(
         f"[bold]gpulens agent[/] {escape(f'{node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}')}"
         + (f"; metrics on {node.metrics_url}" if node.metrics_url else "")
+        + (escape(f"; workload records on {node.ingest_address}") if node.ingest_address else "")
         + f". Raw samples are kept {keep_raw}: the store reaches about {format_bytes(size)} at this rate (lower it with --keep-raw)."
         + " Ctrl-C stops."
     )

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 
 
 def job_findings(monitor: TrainingMonitor) -> list[dict[str, Any]]:
-    """A `trackers.FindingsSource`: the monitor's job's findings as JSON-ready dicts."""
+    """A `trackers.FindingsSource`: the monitor's job's findings as JSON-ready dicts (none when the
+    monitor sends to an agent: the records are in the agent's store, `gpulens diagnose` reads it there)."""
+    if monitor.store is None:
+        return []
     monitor.store.flush()
     return [f.to_dict() for f in diagnose(monitor.store, DiagnoseScope(job=monitor.job))]

@@ -284,6 +284,8 @@ class TrackerBridge:
         self._gpu_due = now + self.gpu_every_seconds
         out: dict[str, float] = {}
         wall = time.time()
+        if self.monitor.store is None:  # records go to the node's agent: no store here to read GPU series from
+            return out
         try:
             for name in GPU_SERIES:
                 for v in self.monitor.store.latest(name):

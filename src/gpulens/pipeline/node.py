@@ -6,8 +6,9 @@
     node.close()
 
 What a node is made of, in the order its sinks see each frame:
-  backend (nvml | fake | replay) ─▶ sampling loop ─▶ trace events (replays) ─▶ store ─▶ readings for
-  /metrics ─▶ recording ─▶ view (top) ─▶ co-location watch ─▶ alert rules ─▶ engine scrapers
+  backend (nvml | fake | replay) ─▶ sampling loop ─▶ trace events (replays) ─▶ store ─▶ workload
+  records from the ingest socket ─▶ readings for /metrics ─▶ recording ─▶ view (top) ─▶ co-location
+  watch ─▶ alert rules ─▶ engine scrapers
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class NodeConfig:
     pod_resources_socket: str | None = None
     pod_resources_seconds: float = 10.0
     single_writer: bool = False  # take the store's writer lock (agents): a second agent on it is refused
+    # where workloads' monitors send their records (a workload.wire.AgentAddress: a Unix socket or
+    # loopback TCP); None: nowhere. Needs a store: the records are written into it by the loop.
+    ingest: Any = None
+    ingest_limits: Any = None  # pipeline.ingest_server.IngestLimits; None: its defaults
     # set to end the run (signal handlers installed before the node is built hold it); None: the loop's own
     stop_event: StopEvent | None = None
 
@@ -100,6 +105,12 @@ class Node:
     server: Any = None
     owns_store: bool = True
     writer_lock: Any = None  # store.writer_lock.WriterLock, held while the node runs
+    ingest: Any = None  # pipeline.ingest_sink.IngestSink when the node takes workload records
+
+    @property
+    def ingest_address(self) -> Any:
+        """The address workloads send records to (workload.wire.AgentAddress), or None."""
+        return self.ingest.server.address if self.ingest is not None else None
 
     @property
     def metrics_url(self) -> str | None:
@@ -178,7 +189,7 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
     attribution = DeviceAttribution() if config.pod_resources_socket else None
     readings = LatestReadings(host=host, gpus=backend.gpus(), attribution=attribution)
     sinks: list[Sink] = []
-    trace_events = store_sink = None
+    trace_events = store_sink = ingest = None
     try:
         if store is not None:
             if config.replay_events and getattr(backend, "events_path", None) is not None:
@@ -198,6 +209,12 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             models = {g.index: g.name for g in backend.gpus()}
             store_sink = StoreSink(store, host=host, keep_seconds=config.keep_seconds, gpu_models=models)
             sinks.append(store_sink)
+            if config.ingest is not None:
+                from gpulens.pipeline.ingest_server import IngestLimits, IngestServer
+                from gpulens.pipeline.ingest_sink import IngestSink
+
+                ingest = IngestSink(store, IngestServer(config.ingest, config.ingest_limits or IngestLimits()), host=host)
+                sinks.append(ingest)
         sinks.append(ReadingsSink(readings))
         if attribution is not None:
             sinks.append(_pod_resources_sink(config, attribution))
@@ -230,7 +247,7 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             if isinstance(sink, ScrapeSink):
                 loop.stop_event.on_set(sink.interrupt)  # SIGTERM cuts a scrape blocked on its socket
         node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store,
-                    writer_lock=lock)
+                    writer_lock=lock, ingest=ingest)
         if config.listen is not None:
             # the exporter (and prometheus_client) load only for a node that serves /metrics
             from gpulens.exporter.health import ReadinessCheck, stale_after_seconds
@@ -246,6 +263,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             node.server = serve_metrics(registry, *config.listen, web_config=config.web_config, readiness=ready)
         return node
     except BaseException:
+        if ingest is not None:
+            ingest.server.close()
         backend.close()
         if store is not None and owns_store:
             store.close()

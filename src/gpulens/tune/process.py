@@ -24,6 +24,7 @@ from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.training.monitor import ENV_RUN, ENV_STORE
 from gpulens.workload.training.records import StepRecord, record_from_dict
+from gpulens.workload.wire import ENV_AGENT
 
 POLL_SECONDS = 0.25
 STOP_GRACE_SECONDS = 10.0
@@ -96,7 +97,8 @@ def run_command(
     on_poll: Callable[[list[StepRecord]], None] | None = None,
     cwd: Path | None = None,
 ) -> ProcessRun:
-    env = dict(os.environ, **{ENV_STORE: str(store.path), ENV_RUN: tag})
+    # the tune reads its own store: a node agent named in the environment must not take the records
+    env = dict(os.environ, **{ENV_STORE: str(store.path), ENV_RUN: tag, ENV_AGENT: "off"})
     t0 = time.time()
     deadline = time.monotonic() + timeout_seconds
     with tempfile.TemporaryFile() as err:

@@ -33,6 +33,7 @@ from gpulens.tune.result import Trial, TuneResult
 from gpulens.tune.server import start_server
 from gpulens.tune.stats import Estimate
 from gpulens.workload.training.monitor import ENV_RUN, ENV_STORE
+from gpulens.workload.wire import ENV_AGENT
 
 RUN_KIND = "tune-serve"
 TUNE_KIND = "tune"
@@ -202,7 +203,7 @@ class _ServeSteps(TuneSteps):
         server = None
         if argv is not None:
             server = start_server(argv, spec.ready_url or spec.load.target.url, timeout_seconds=min(spec.ready_timeout_seconds, max(self.budget.left, 1.0)),
-                                  env={ENV_STORE: str(self.store.path), ENV_RUN: f"{self.tag}-t{index}"})
+                                  env={ENV_STORE: str(self.store.path), ENV_RUN: f"{self.tag}-t{index}", ENV_AGENT: "off"})
             extra["cold_start_seconds"] = server.cold_start_seconds
             failure = server.failure
         try:

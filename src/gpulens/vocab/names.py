@@ -78,6 +78,9 @@ EV_REQUEST = "request"  # data: arrival/intended, start, first_token, end, statu
 EV_COLD_START = "cold_start"
 EV_INFER_START = "infer_start"  # data: pid, service, model
 EV_ENGINE_STATS = "engine_stats"  # a recorded engine reading: t, service, engine, model, its own gauges and counters
+# A record a live monitor sends its node's agent (workload.wire), stored as series only: the monitor's
+# gauges at one moment (in_flight, queue_depth, memory_allocated_bytes, memory_reserved_bytes, kv_cache_usage_ratio).
+REC_INFER_GAUGES = "infer_gauges"
 
 # ---- distributions: per-event series exported to Prometheus as histograms (`_bucket`, `_sum`,
 # `_count`), so `histogram_quantile` gives a right percentile over any window and any aggregation.

@@ -54,6 +54,19 @@ class ImportContext:
     counts: dict[str, int] = field(default_factory=dict)
     skipped_events: int = 0  # records without a sane time, or that their importer could not read
     facts: dict[str, Any] = field(default_factory=dict)  # what earlier records told (e.g. the model's parameters)
+    # series ids by label set and name, for importers of many records of one series (a live agent's
+    # steps); whoever rolls back a transaction that may have created series must clear it
+    series_ids: dict[tuple[tuple[str, str], ...], dict[str, int]] = field(default_factory=dict)
+
+    def ids_for(self, labels: dict[str, str]) -> dict[str, int]:
+        """The series-id cache of one label set (name -> id), bounded."""
+        key = tuple(labels.items())
+        ids = self.series_ids.get(key)
+        if ids is None:
+            if len(self.series_ids) >= 4096:
+                self.series_ids.clear()
+            ids = self.series_ids[key] = {}
+        return ids
 
 
     def host_of(self, record: dict[str, Any]) -> str:

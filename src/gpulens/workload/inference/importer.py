@@ -10,6 +10,10 @@ Latency counts from `arrival` (or `intended`), so queueing is part of it. `cold_
 a record's own `service` and `host` (mapped onto the recording's host, see `ImportContext`), else
 the import's; counters (in flight, totals by status) are kept per service, so two services in one
 recording stay two.
+
+A live monitor sending to its node's agent (workload.wire) adds its own counters to each request
+(`requests_total` for its status, `in_flight` after it, `itl_s`), which are stored as they are (an
+agent's restart must not reset a counter), and sends its gauges as `infer_gauges` records.
 """
 
 from __future__ import annotations
@@ -67,13 +71,25 @@ def _num(record: dict[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+# What a live monitor adds to a request record (its own counters), not part of the stored event.
+LIVE_REQUEST_FIELDS = ("requests_total", "in_flight", "itl_s", "store_event")
+# An `infer_gauges` record's fields -> the series each one is.
+GAUGE_FIELDS = (("in_flight", N.INFER_IN_FLIGHT), ("queue_depth", N.INFER_QUEUE_DEPTH),
+                ("allocated_bytes", N.INFER_MEMORY_ALLOCATED_BYTES), ("reserved_bytes", N.INFER_MEMORY_RESERVED_BYTES),
+                ("kv_cache_usage_ratio", N.INFER_KV_CACHE_USAGE_RATIO))
+
+
 @register_importer(N.EV_REQUEST)
 def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
     data = {k: v for k, v in record.items() if k not in ("kind", "phase")}
     if "phase" in record:  # kept for tests as ground truth; analyzers never read it
         data["recorded_phase"] = record["phase"]
+    live = {k: data.pop(k) for k in LIVE_REQUEST_FIELDS if k in data}
     req = request_from_dict(data)
     if req is None:
+        return
+    if "requests_total" in live:
+        _import_live_request(req, live, labels_for(record, ctx), store)
         return
     if req.tpot_seconds is None and req.first_token_t is not None and req.output_tokens and req.output_tokens > 1:
         req = replace(req, tpot_seconds=(req.end_t - req.first_token_t) / (req.output_tokens - 1))
@@ -93,6 +109,39 @@ def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> 
     w(N.INFER_REQUESTS_TOTAL, float(st.totals[req.status]), status=req.status)
     w(N.INFER_QUEUE_DEPTH, req.queue_depth_at_start, t=req.start_t)
     write_request(store, labels, req)
+
+
+def _import_live_request(req: Any, live: dict[str, Any], labels: dict[str, str], store: Store) -> None:
+    """A request as its live monitor counted it: the series and event `InferenceMonitor` writes itself."""
+    total = _num(live, "requests_total")
+    if total is None or req.status not in N.REQUEST_STATUSES:
+        raise ValueError("a live request needs a number in requests_total and a documented status")
+    end = req.end_t
+    store.write(N.INFER_IN_FLIGHT, labels, end, _num(live, "in_flight"))
+    store.write(N.INFER_REQUESTS_TOTAL, {**labels, "status": req.status}, end, total)
+    if req.status == "ok":
+        store.write(N.INFER_ITL_SECONDS, labels, end, _num(live, "itl_s"))
+    write_request(store, labels, req, event=live.get("store_event", True) is not False)
+
+
+@register_importer(N.REC_INFER_GAUGES)
+def import_gauges(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    """A live monitor's gauges at one moment (in flight, queue depth, memory, KV cache)."""
+    t = _num(record, "t")
+    if t is None:
+        raise ValueError(f"an {N.REC_INFER_GAUGES} record needs t")
+    labels = labels_for(record, ctx)
+    for key, name in GAUGE_FIELDS:
+        store.write(name, labels, t, _num(record, key))
+
+
+@register_importer(N.EV_INFER_START)
+def import_infer_start(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    """Who serves (pid, service, model), for the co-location guard."""
+    t = _num(record, "t")
+    if t is None:
+        raise ValueError(f"an {N.EV_INFER_START} record needs t")
+    store.event(N.EV_INFER_START, t, labels_for(record, ctx), {k: v for k, v in record.items() if k not in ("kind", "t")})
 
 
 @register_importer(N.EV_COLD_START)

@@ -14,6 +14,12 @@ Writes are buffered and committed once a second; whatever is buffered when the p
 (a normal exit, or SIGTERM from a job runner) is committed then, so `close()` is optional. While the
 store refuses writes the buffer is bounded (`max_buffered_rows`, the oldest go, counted in
 `dropped_rows`).
+
+With `agent="unix:/run/gpulens/ingest.sock"` (or $GPULENS_AGENT, which the Helm chart sets) and no
+store, the same things go to the node's agent over its socket as records (`workload.wire`): a
+sender thread batches them, keeps them while the agent restarts (bounded; `dropped_rows` counts
+what a full buffer dropped) and sends what is left at exit. The agent stores them through the
+inference importer, as the same series and events.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from gpulens.k8s.node import node_host
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload import exit_flush
+from gpulens.workload.agent_client import AgentSender, agent_address_for
 from gpulens.workload.inference.records import RequestRecord, write_request
 
 log = logging.getLogger(__name__)
@@ -94,12 +101,14 @@ class InferenceMonitor:
     seconds; default the real clock. Request times are its `time()` (they are stored as
     timestamps, and durations are their differences); a model load is timed on its `monotonic()`.
     max_buffered_rows: how many rows a store that refuses writes may hold for later (for a store
-    passed in, its own `max_pending_rows` holds).
+    passed in, its own `max_pending_rows` holds); with an agent, how many records wait for it.
+    agent: the node agent's address, "unix:PATH" or "127.0.0.1:PORT", to send to instead of a store
+    file (then `store` may be None); default $GPULENS_AGENT unless a `Store` is passed; "off": the store.
     """
 
     def __init__(
         self,
-        store: Store | str | Path,
+        store: Store | str | Path | None = None,
         *,
         service: str,
         model: str = "",
@@ -108,9 +117,20 @@ class InferenceMonitor:
         write_events: bool = True,
         flush_interval_seconds: float | None = 1.0,
         max_buffered_rows: int = 1_000_000,
+        agent: str | None = None,
     ):
-        self._own_store = not isinstance(store, Store)
-        self.store = Store(store, max_pending_rows=max_buffered_rows) if self._own_store else store  # type: ignore[arg-type]
+        address = agent_address_for(agent, store)
+        self._sender: AgentSender | None = None
+        if address is not None:
+            self._own_store = False
+            self.store = None
+            self._sender = AgentSender(address, max_buffered_records=max_buffered_rows, name="gpulens-inference-sender")
+        elif store is None:
+            raise MonitorUsageError("InferenceMonitor needs a store or an agent to write to.",
+                                    hint="Pass a store path (InferenceMonitor('gpulens.db', service=...)) or agent='unix:PATH'.")
+        else:
+            self._own_store = not isinstance(store, Store)
+            self.store = Store(store, max_pending_rows=max_buffered_rows) if self._own_store else store  # type: ignore[arg-type]
         self._closed = False
         self.labels = {"service": service, "model": model, "host": node_host(host)}
         self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
@@ -123,8 +143,11 @@ class InferenceMonitor:
         self._stop = threading.Event()
         self._flusher = None
         # Who serves, so the co-location guard can match this process to the GPU's process list.
-        self.store.event(N.EV_INFER_START, self.clock(), self.labels, {"pid": os.getpid(), **self.labels})
-        if flush_interval_seconds:
+        if self._sender is not None:
+            self._sender.send({"kind": N.EV_INFER_START, "t": self.clock(), "pid": os.getpid(), **self.labels})
+        else:
+            self.store.event(N.EV_INFER_START, self.clock(), self.labels, {"pid": os.getpid(), **self.labels})
+        if flush_interval_seconds and self._sender is None:  # a sender has its own thread
             # Commit in the background so the request path only appends to a buffer.
             self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_seconds,), daemon=True,
                                              name="gpulens-inference-flush")
@@ -136,7 +159,10 @@ class InferenceMonitor:
         now = self.clock() if arrival is None else arrival
         with self._lock:
             self._in_flight += 1
-            self._write(N.INFER_IN_FLIGHT, now, self._in_flight)
+            if self._sender is not None:
+                self._sender.send({"kind": N.REC_INFER_GAUGES, "t": now, **self.labels, "in_flight": self._in_flight})
+            else:
+                self._write(N.INFER_IN_FLIGHT, now, self._in_flight)
         return RequestHandle(self, now)
 
     @contextmanager
@@ -173,6 +199,12 @@ class InferenceMonitor:
         with self._lock:
             self._in_flight -= 1
             self._totals[status] += 1
+            if self._sender is not None:
+                # the monitor's own counters ride along, so the agent's restarts never reset them
+                self._sender.send({"kind": N.EV_REQUEST, **self.labels, **record.to_event_data(),
+                                   "requests_total": self._totals[status], "in_flight": self._in_flight, "itl_s": itl,
+                                   **({} if self.write_events else {"store_event": False})})
+                return
             w = self._write
             w(N.INFER_IN_FLIGHT, end, self._in_flight)
             w(N.INFER_REQUESTS_TOTAL, end, self._totals[status], status=status)
@@ -183,12 +215,19 @@ class InferenceMonitor:
     # ------------------------------------------------------------------ gauges and loads
     def set_queue_depth(self, depth: int, t: float | None = None) -> None:
         with self._lock:
+            if self._sender is not None:
+                self._send_gauges(self.clock() if t is None else t, queue_depth=depth)
+                return
             self._write(N.INFER_QUEUE_DEPTH, self.clock() if t is None else t, depth)
 
     def set_memory(self, allocated_bytes: float | None = None, reserved_bytes: float | None = None,
                    kv_cache_usage_ratio: float | None = None, t: float | None = None) -> None:
         t = self.clock() if t is None else t
         with self._lock:
+            if self._sender is not None:
+                self._send_gauges(t, allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes,
+                                  kv_cache_usage_ratio=kv_cache_usage_ratio)
+                return
             self._write(N.INFER_MEMORY_ALLOCATED_BYTES, t, allocated_bytes)
             self._write(N.INFER_MEMORY_RESERVED_BYTES, t, reserved_bytes)
             self._write(N.INFER_KV_CACHE_USAGE_RATIO, t, kv_cache_usage_ratio)
@@ -197,6 +236,9 @@ class InferenceMonitor:
         """A model load of `seconds` that ended at `t` (now by default)."""
         t = self.clock() if t is None else t
         with self._lock:
+            if self._sender is not None:
+                self._sender.send({"kind": N.EV_COLD_START, **self.labels, **data, "t": t, "seconds": seconds})
+                return
             self._write(N.INFER_COLD_START_SECONDS, t, seconds)
             self.store.event(N.EV_COLD_START, t, self.labels, {"seconds": seconds, **data})
 
@@ -213,8 +255,13 @@ class InferenceMonitor:
 
     @property
     def dropped_rows(self) -> int:
-        """Rows dropped because the store refused writes for longer than the buffer holds."""
-        return self.store.dropped_rows
+        """Rows dropped because the store refused writes (or the agent was away) for longer than the buffer holds."""
+        return self._sender.records_dropped if self._sender is not None else self.store.dropped_rows
+
+    def _send_gauges(self, t: float, **values: float | None) -> None:
+        measured = {k: v for k, v in values.items() if v is not None}
+        if measured:
+            self._sender.send({"kind": N.REC_INFER_GAUGES, "t": t, **self.labels, **measured})  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ plumbing
     def _write(self, name: str, t: float, value: float | None, **extra: str) -> None:
@@ -253,13 +300,18 @@ class InferenceMonitor:
             except Exception:  # a busy or full disk must not kill the server; the data stays buffered
                 pass
 
-    def flush(self) -> None:
+    def flush(self, timeout_seconds: float = 10.0) -> None:
+        if self._sender is not None:
+            self._sender.flush(timeout_seconds)
+            return
         self._resolve_held()
         self.store.flush()
 
     @property
     def pending_rows(self) -> int:
-        """Rows given to the monitor and not yet committed."""
+        """Rows given to the monitor and not yet committed (records not yet stored by the agent)."""
+        if self._sender is not None:
+            return self._sender.pending
         return self.store.pending_count + len(self._unresolved)
 
     def close(self) -> None:
@@ -271,6 +323,9 @@ class InferenceMonitor:
         self._stop.set()
         if self._flusher is not None and self._flusher is not threading.current_thread():
             self._flusher.join(timeout=2)
+        if self._sender is not None:
+            self._sender.close()
+            return
         try:
             self._resolve_held()
             if self._own_store:

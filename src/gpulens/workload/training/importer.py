@@ -3,7 +3,9 @@
 Reads the H200 session's `train_step` lines (data wait, compute, checkpoint, loss, memory), the
 co-location recording's sparser ones (`t_start`, `t_end`, `tokens`, `pid`) and gpulens's own
 recordings (the monitor's `train_step`, `train_start`, `train_oom`, `train_nan_loss` and
-`train_step_outlier` events). Series carry labels job / rank / host; step events carry the pid.
+`train_step_outlier` events, and what a live monitor sends its agent: `train_eval` and stray
+`train_loss` / `train_checkpoint_seconds` samples). Series carry labels job / rank / host; step
+events carry the pid.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def import_train_step(record: dict[str, Any], store: Store, ctx: ImportContext) 
     rec = record_from_dict(record)
     if rec is None:
         return
-    write_step(store, _labels(record, ctx), rec, **_mfu_args(ctx))
+    labels = _labels(record, ctx)
+    write_step(store, labels, rec, ctx.ids_for(labels), **_mfu_args(ctx))
 
 
 def _import_labelled(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
@@ -64,3 +67,27 @@ def _import_labelled(record: dict[str, Any], store: Store, ctx: ImportContext) -
 
 for _kind in (N.EV_TRAIN_START, N.EV_TRAIN_OOM, N.EV_TRAIN_NAN, N.EV_TRAIN_STEP_OUTLIER):
     register_importer(_kind)(_import_labelled)
+
+
+@register_importer(N.EV_TRAIN_EVAL)
+def import_train_eval(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    """An evaluation run: its `train_eval_seconds` sample and its event, as the monitor writes them."""
+    t, seconds = event_time(record), record.get("seconds")
+    if t is None or isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"a {N.EV_TRAIN_EVAL} record needs t and seconds")
+    labels = _labels(record, ctx)
+    store.write(N.TRAIN_EVAL_SECONDS, labels, t, float(seconds))
+    store.event(N.EV_TRAIN_EVAL, t, labels, {k: v for k, v in record.items() if k not in ("kind", "phase")})
+
+
+def _import_sample(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    """A sample of its own that a live monitor sends (a loss logged after its step was written, a
+    checkpoint before the first step): kind is the series, `value` its value at `t`."""
+    t, value = event_time(record), record.get("value")
+    if t is None or isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a {record.get('kind')} record needs t and value")
+    store.write(str(record["kind"]), _labels(record, ctx), t, float(value))
+
+
+for _kind in (N.TRAIN_LOSS, N.TRAIN_CHECKPOINT_SECONDS):
+    register_importer(_kind)(_import_sample)

@@ -14,6 +14,10 @@ failing store write is logged and retried there, never raised into the loop.
         if step % 1000 == 0:
             with mon.checkpoint(): save(...)
     mon.close()
+
+With `agent="unix:/run/gpulens/ingest.sock"` (or $GPULENS_AGENT, which the Helm chart sets) the
+records go to the node's agent over its socket instead of into a store file; the loop's side is the
+same, and the writer thread hands records to a sender thread (`workload.agent_client`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from gpulens.k8s.node import node_host
 from gpulens.store import DEFAULT_STORE_PATH, Store
 from gpulens.vocab import names as N
 from gpulens.workload import exit_flush
+from gpulens.workload.agent_client import AgentSender, agent_address_for
 from gpulens.workload.training import device as dev
 from gpulens.workload.training.distributed import detect_rank
+from gpulens.workload.training.outputs import AgentOutput
 from gpulens.workload.training.writer import StepWriter
 
 log = logging.getLogger(__name__)
@@ -79,7 +85,9 @@ class TrainingMonitor:
     GPU (0 = never). flush_interval_seconds: how often the background writer commits.
     outlier_factor: a step longer than this × the recent median is flagged. scaler: a GradScaler
     whose scale is recorded with each step. gpu_name: the GPU model whose peak is looked up in the
-    planner's catalog (default: torch's name of the current device). clock: where every duration
+    planner's catalog (default: torch's name of the current device). agent: the node agent's
+    address, "unix:PATH" or "127.0.0.1:PORT", to send records to instead of a store file; default
+    $GPULENS_AGENT unless a `Store` is passed; "off" writes the store. clock: where every duration
     (`clock.monotonic()`) and timestamp (`clock.time()`, read once and carried forward by the
     monotonic clock) comes from; default the real clock, a `gpulens.clock.FakeClock` in tests. With
     CUDA timing the step's GPU time still comes from CUDA events.
@@ -104,6 +112,7 @@ class TrainingMonitor:
         gpu_name: str | None = None,
         config: dict[str, Any] | None = None,
         clock: Clock | Callable[[], float] | None = None,
+        agent: str | None = None,
     ):
         if not job or not isinstance(job, str):
             raise MonitorUsageError(f"The job name must be a non-empty string, not {job!r}.", hint="Pass job='my-run'.")
@@ -112,10 +121,16 @@ class TrainingMonitor:
                 "sync_every must be ≥ 0, flush_interval_seconds > 0 and outlier_factor > 1.",
                 hint="Use the defaults unless you have a reason: sync_every=0, flush_interval_seconds=1, outlier_factor=3.",
             )
-        if store is None:  # a tuner (`gpulens tune train`) points the user's monitor at its store this way
-            store = os.environ.get(ENV_STORE) or None
-        self._owns_store = not isinstance(store, Store)
-        self.store = store if isinstance(store, Store) else Store(Path(store) if store is not None else DEFAULT_STORE_PATH)
+        address = agent_address_for(agent, store)
+        self.sender: AgentSender | None = None
+        if address is not None:
+            self.store = None
+            self._owns_store = False
+        else:
+            if store is None:  # a tuner (`gpulens tune train`) points the user's monitor at its store this way
+                store = os.environ.get(ENV_STORE) or None
+            self._owns_store = not isinstance(store, Store)
+            self.store = store if isinstance(store, Store) else Store(Path(store) if store is not None else DEFAULT_STORE_PATH)
         det_rank, det_world, local_rank = detect_rank()
         self.job = job
         self.rank = det_rank if rank is None else int(rank)
@@ -152,8 +167,10 @@ class TrainingMonitor:
         self._comm_lock = threading.Lock()  # comm hooks may run on a communication thread
         self._ctx = StepContext(self)
         self._queue: deque[tuple[Any, ...]] = deque()
+        if address is not None:
+            self.sender = AgentSender(address, name="gpulens-training-sender")
         self.writer = StepWriter(
-            self.store,
+            self.store if self.sender is None else AgentOutput(self.sender, self.labels),
             self._queue,
             labels=self.labels,
             timer=self._timer,
@@ -360,14 +377,17 @@ class TrainingMonitor:
             data.update(step=self._step_index, pid=self.pid, rank=self.rank)
             self._queue.append(("event", N.EV_TRAIN_OOM, self.wall_of(t1), data))
             # The job may be about to die: get the record to disk now.
-            self.writer.flush(timeout_seconds=5.0)
+            self.flush(timeout_seconds=5.0)
         except Exception:  # recording must never replace the user's error
             log.exception("could not record an out-of-memory error")
 
     # ------------------------------------------------------------ lifecycle
     def flush(self, timeout_seconds: float = 10.0) -> bool:
-        """Write everything measured so far; True when it reached the store."""
-        return self.writer.flush(timeout_seconds=timeout_seconds, final=False)
+        """Write everything measured so far; True when it reached the store (or the agent stored it)."""
+        ok = self.writer.flush(timeout_seconds=timeout_seconds, final=False)
+        if self.sender is not None:
+            ok = self.sender.flush(timeout_seconds) and ok
+        return ok
 
     def close(self) -> None:
         """Write what is left and stop the writer. Idempotent."""
@@ -376,6 +396,8 @@ class TrainingMonitor:
         self._closed = True
         exit_flush.unregister(self)
         self.writer.stop()
+        if self.sender is not None:
+            self.sender.close()
         if self._owns_store:
             try:
                 self.store.close()

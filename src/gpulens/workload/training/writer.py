@@ -1,4 +1,5 @@
-"""The monitor's background writer: queue of raw timings -> step records -> the store.
+"""The monitor's background writer: queue of raw timings -> step records -> an output (the store,
+or the node's agent: `training.outputs`).
 
 It runs off the training thread so that the loop pays only for a tuple append. A store write that
 fails (locked, disk full) is logged and retried with backoff; the samples stay buffered in the
@@ -21,7 +22,8 @@ from gpulens.errors import StoreError
 from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.training import device as dev
-from gpulens.workload.training.records import StepRecord, step_series_values
+from gpulens.workload.training.outputs import StepOutput, StoreOutput
+from gpulens.workload.training.records import StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ MAX_RETRY_STEPS = 100_000  # steps held while the store refuses even new series;
 class StepWriter:
     def __init__(
         self,
-        store: Store,
+        store: Store | StepOutput,
         queue: deque[tuple[Any, ...]],
         *,
         labels: dict[str, str],
@@ -47,7 +49,8 @@ class StepWriter:
         flush_interval_seconds: float,
         scaler: Any = None,
     ):
-        self.store = store
+        self.out: StepOutput = StoreOutput(store, labels) if isinstance(store, Store) else store
+        self.store = store if isinstance(store, Store) else None  # None: records go to the agent
         self.labels = labels
         self._q = queue
         self._timer = timer
@@ -59,7 +62,6 @@ class StepWriter:
         self._warmup = warmup_steps
         self._interval = flush_interval_seconds
         self._scaler = scaler
-        self._ids: dict[str, int] = {}
         self._recent: deque[float] = deque(maxlen=64)
         self._retry: deque[StepRecord] = deque()  # steps not yet buffered (store locked), oldest first
         self._held: StepRecord | None = None  # the last step, kept open for a checkpoint that may follow
@@ -132,7 +134,7 @@ class StepWriter:
                     time.sleep(min(backoff, 2.0))
                     if self._commit():
                         return
-                log.error("gpulens: %d buffered samples could not be written to %s.", self.store.pending_count, self.store.path)
+                log.error("gpulens: %s.", self.out.describe_pending())
                 return
 
     def _cycle(self, final: bool, emit_held: bool = False) -> bool:
@@ -149,7 +151,7 @@ class StepWriter:
                 self._note_failure(StoreError(f"{len(self._retry)} step(s) wait for the store to accept writes."))
                 return False
         try:
-            self.store.flush()
+            self.out.commit()
         except StoreError as e:
             self._note_failure(e)
             return False
@@ -193,7 +195,7 @@ class StepWriter:
                 self._add_evaluation(item[1], item[2], item[3])
             else:  # ("event", kind, t, data)
                 q.popleft()
-                self._guard(lambda it=item: self.store.event(it[1], it[2], self.labels, it[3]))
+                self._guard(lambda it=item: self.out.event(it[1], it[2], it[3]))
         if self._held is not None:
             # The last step stays open until the next one ends (or for HOLD_SECONDS), so that a
             # checkpoint saved after it, or a loss logged after it, is charged to it.
@@ -239,7 +241,7 @@ class StepWriter:
         seconds = t1 - t0
         rec = self._held
         if rec is None:  # a checkpoint before the first step: its own sample
-            self._guard(lambda: self.store.write(N.TRAIN_CHECKPOINT_SECONDS, self.labels, self._wall_of(t1), seconds))
+            self._guard(lambda: self.out.sample(N.TRAIN_CHECKPOINT_SECONDS, self._wall_of(t1), seconds))
             return
         rec.checkpoint_s = (rec.checkpoint_s or 0.0) + seconds
         rec.step_s = (rec.step_s or 0.0) + seconds
@@ -250,8 +252,7 @@ class StepWriter:
         seconds, t = t1 - t0, self._wall_of(t1)
         data = {"seconds": seconds, "t_start": self._wall_of(t0), "after_step": steps_before - 1 if steps_before else None,
                 "pid": os.getpid(), "rank": int(self.labels.get("rank", 0))}
-        self._guard(lambda: self.store.write(N.TRAIN_EVAL_SECONDS, self.labels, t, seconds))
-        self._guard(lambda: self.store.event(N.EV_TRAIN_EVAL, t, self.labels, data))
+        self._guard(lambda: self.out.evaluation(t, seconds, data))
 
     def _add_loss(self, t: float, loss: Any) -> None:
         value = _to_float(loss)
@@ -261,10 +262,10 @@ class StepWriter:
             self._held.loss = value
             return
         # The step is already written: a sample of its own (and the NaN check).
-        self._guard(lambda: self.store.write(N.TRAIN_LOSS, self.labels, self._wall_of(t), value))
+        self._guard(lambda: self.out.sample(N.TRAIN_LOSS, self._wall_of(t), value))
         if not math.isfinite(value):
             self.nan_losses += 1
-            self._guard(lambda: self.store.event(N.EV_TRAIN_NAN, self._wall_of(t), self.labels, {"loss": repr(value), "pid": os.getpid(), "rank": int(self.labels.get("rank", 0))}))
+            self._guard(lambda: self.out.event(N.EV_TRAIN_NAN, self._wall_of(t), {"loss": repr(value), "pid": os.getpid(), "rank": int(self.labels.get("rank", 0))}))
 
     def _scale(self) -> float | None:
         if self._scaler is None:
@@ -282,15 +283,15 @@ class StepWriter:
         self._check_outlier(rec)
         if rec.loss is not None and not math.isfinite(rec.loss):
             self.nan_losses += 1
-            self._guard(lambda: self.store.event(N.EV_TRAIN_NAN, rec.t_end, self.labels, {"step": rec.step, "loss": repr(rec.loss), "pid": rec.pid, "rank": rec.rank}))
+            self._guard(lambda: self.out.event(N.EV_TRAIN_NAN, rec.t_end, {"step": rec.step, "loss": repr(rec.loss), "pid": rec.pid, "rank": rec.rank}))
         if self._retry or not self._write(rec):
             self._retry.append(rec)
             if len(self._retry) > MAX_RETRY_STEPS:  # a store gone for good must not eat the job's memory
                 self._retry.popleft()
                 self.steps_dropped += 1
                 if self.steps_dropped == 1:
-                    log.error("gpulens: the store %s refuses writes and %d steps wait: the oldest are dropped from "
-                              "now on (StepWriter.steps_dropped)", self.store.path, MAX_RETRY_STEPS)
+                    log.error("gpulens: the store refuses writes and %d steps wait: the oldest are dropped from "
+                              "now on (StepWriter.steps_dropped)", MAX_RETRY_STEPS)
         else:
             self.steps_written += 1
         for fn in self.listeners:
@@ -300,23 +301,15 @@ class StepWriter:
                 log.exception("gpulens: a step listener failed")
 
     def _write(self, rec: StepRecord) -> bool:
-        """Buffer one step in the store. False (nothing buffered) if a new series cannot be
-        created now; the step is then retried on the next cycle, in order."""
-        rows = []
+        """Hand one step to the output. False (nothing taken) if a new series cannot be created
+        now; the step is then retried on the next cycle, in order."""
         try:
-            for name, value in step_series_values(rec):
-                sid = self._ids.get(name)
-                if sid is None:
-                    sid = self._ids[name] = self.store.series_id(name, self.labels)
-                rows.append((sid, value))
+            if self.out.step(rec):
+                return True
         except StoreError as e:
-            self.write_failures += 1
             log.debug("gpulens: step %s deferred: %s", rec.step, e)
-            return False
-        t = rec.t_end
-        self._guard(lambda: self.store.write_many([(sid, t, value) for sid, value in rows]))
-        self._guard(lambda: self.store.event(N.EV_TRAIN_STEP, t, self.labels, rec.to_event_data()))
-        return True
+        self.write_failures += 1
+        return False
 
     def _retry_unwritten(self) -> None:
         while self._retry:
@@ -336,7 +329,7 @@ class StepWriter:
                 self.outliers += 1
                 parts = {"data_wait": rec.data_wait_s or 0.0, "checkpoint": rec.checkpoint_s or 0.0, "comm_wait": rec.comm_wait_s or 0.0, "compute": rec.compute_s or 0.0}
                 data = {"step": rec.step, "step_s": dur, "baseline_s": base, "ratio": dur / base, "cause": max(parts, key=parts.__getitem__), "pid": os.getpid(), "rank": rec.rank}
-                self._guard(lambda: self.store.event(N.EV_TRAIN_STEP_OUTLIER, rec.t_end, self.labels, data))
+                self._guard(lambda: self.out.event(N.EV_TRAIN_STEP_OUTLIER, rec.t_end, data))
         self._recent.append(dur)
 
     def _guard(self, fn: Callable[[], None]) -> None:
