@@ -1,4 +1,4 @@
-"""The fleet rig (tests/fleet_rig.py): 8 fake-GPU agents as 8 nodes, a 32-rank job, a straggler rank
+"""The fleet rig (gpulens.fleet.rig, which `gpulens demo --fleet N` runs too): 8 fake-GPU agents as 8 nodes, a 32-rank job, a straggler rank
 on node 5 (its GPU thermally throttled), an XID on node 2's GPU 1 during the job, one real Prometheus
 scraping them all. `gpulens diagnose --prometheus` names the straggler rank and its node, joins the
 XID to the rank on that GPU, and gives the same incidents (kind and place) as the nodes' own stores
@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from testlib import which_or_skip
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fleet_rig import JOB, XID, FleetRig  # noqa: E402
-from testlib import which_or_skip  # noqa: E402
+from gpulens.fleet import JOB, XID, FleetRig
 
 pytestmark = pytest.mark.slow
 
@@ -136,3 +134,4 @@ def test_report_answers_for_the_whole_job(fleet, tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--match" in bad.stderr, bad.stderr
     none = _gpulens("energy", "--prometheus", rig.prom_url, "--job", "nope", *_window(end))
     assert none.returncode == 2 and "no series of --job 'nope'" in none.stderr and "Traceback" not in none.stderr, none.stderr
+
