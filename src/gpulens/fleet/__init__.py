@@ -7,6 +7,6 @@ records (the processes it runs write what a monitor writes) and on nothing above
 starts are processes (`python -m gpulens.cli.main agent`), not imports, so no arrow points up to cli.
 """
 
-from gpulens.fleet.rig import JOB, SERVICE, XID, FleetRig, FleetStartError
+from gpulens.fleet.rig import JOB, SERVICE, XID, FleetRig, FleetStartError, demo_rig
 
-__all__ = ["JOB", "SERVICE", "XID", "FleetRig", "FleetStartError"]
+__all__ = ["JOB", "SERVICE", "XID", "FleetRig", "FleetStartError", "demo_rig"]

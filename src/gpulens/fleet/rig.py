@@ -31,9 +31,12 @@ from gpulens.fleet.workload import JOB, SERVICE
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_XID_TOTAL
 
-__all__ = ["JOB", "SERVICE", "XID", "FleetRig", "FleetStartError", "prometheus_binary"]
+__all__ = ["JOB", "SERVICE", "XID", "FleetRig", "FleetStartError", "demo_rig", "prometheus_binary"]
 
 XID = 79
+DEMO_NODES = (2, 16)  # the fewest nodes a multi-node job has; the most one machine runs at ease
+DEMO_GPUS_PER_NODE = 4
+DEMO_SECONDS = 7 * 86400.0  # the demo's job and service run until Ctrl-C
 START_TIMEOUT_SECONDS = 60.0
 PROMETHEUS = "prometheus"
 
@@ -141,6 +144,9 @@ class FleetRig:
         for i in range(self.nodes):
             wait_http(f"{self.agent_url(i)}/metrics", self.procs[f"agent{i}"], START_TIMEOUT_SECONDS, work / f"agent{i}.log", f"agent {i}")
         wait_http(f"{self.prom_url}/-/ready", self.procs["prometheus"], START_TIMEOUT_SECONDS, work / "prometheus.log", "prometheus")
+        # Ready is not yet scraped: a reader right after start would find no series at all.
+        wait_for(lambda: self.value(P.aggregate("count", f"{P.selector(P.TARGET_UP)} == 1")) == self.nodes, START_TIMEOUT_SECONDS,
+                 "Prometheus to scrape every agent", interval=0.25)
         if self.ranks:
             self._spawn("job", [sys.executable, "-m", "gpulens.fleet.workload", "job", json.dumps(self.job_spec())])
         if self.serve_nodes:
@@ -220,3 +226,33 @@ class FleetRig:
     def value(self, expr: str) -> float | None:
         got = self.query(expr)
         return float(got[0]["value"][1]) if got else None
+
+
+def demo_rig(nodes: int) -> FleetRig:
+    """`gpulens demo --fleet N`: N nodes of 4 fake GPUs, a job of 4N ranks across them all with its
+    straggler on the last node, an XID on the first node's GPU 1 after 12 s, and the inference service
+    on the first node; the workloads run until stopped, in a temp folder of the rig's own."""
+    lo, hi = DEMO_NODES
+    if not lo <= nodes <= hi:
+        raise BadInputError(f"--fleet takes {lo} to {hi} nodes, not {nodes}.",
+                            hint="A multi-node job needs 2 nodes; more than 16 agents crowd one machine.")
+    return FleetRig(None, nodes=nodes, ranks=DEMO_GPUS_PER_NODE * nodes, straggler_node=nodes - 1, xid_node=0,
+                    job_seconds=DEMO_SECONDS, serve_nodes=1, serve_seconds=DEMO_SECONDS)
+
+
+def describe(rig: FleetRig) -> list[str]:
+    """What the rig runs, and where, in a few lines for a person."""
+    return [
+        f"A fleet of {rig.nodes} nodes ({', '.join(rig.host(i) for i in range(rig.nodes))}), {rig.gpus_per_node} fake GPUs each; "
+        f"job {JOB!r} with {rig.ranks} ranks across them: rank {rig.straggler_rank} on {rig.host(rig.straggler_node)} straggles "
+        f"(its GPU thermally throttled); XID {XID} on {rig.host(rig.xid_node)} GPU {rig.xid_gpu} after {rig.xid_after_seconds:g} s"
+        + (f"; service {SERVICE!r} on {', '.join(rig.host(i) for i in range(rig.serve_nodes))}." if rig.serve_nodes else "."),
+        f"Prometheus: {rig.prom_url}",
+        "agents: " + " ".join(f"{rig.agent_url(i)}/metrics" for i in range(rig.nodes)),
+        f"work folder: {rig.work}",
+    ]
+
+
+def dead_process(rig: FleetRig) -> str | None:
+    """The name of a server of the rig (Prometheus, an agent) that has exited, if one has."""
+    return next((name for name, p in rig.procs.items() if name not in ("job", "serve") and p.poll() is not None), None)
