@@ -1,4 +1,4 @@
-"""What a fleet costs (issue 24, item 2), on the fleet rig (tests/fleet_rig.py): N fake-GPU agents
+"""What a fleet costs (issue 24, item 2), on the fleet rig (gpulens.fleet.rig): N fake-GPU agents
 (4 GPUs each), a 4N-rank job with a straggler and an XID, one real Prometheus scraping every second,
 at N = 4, 8 and 16 nodes.
 
@@ -23,7 +23,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
 NODES = (4, 8, 16)
@@ -33,12 +32,11 @@ GROWTH_SLACK = 1.5
 
 
 def _measure(nodes: int) -> dict[str, float]:
-    from fleet_rig import FleetRig
-
     from gpulens.diagnose import DiagnoseScope
     from gpulens.diagnose import base as B
     from gpulens.diagnose import training as TR
     from gpulens.diagnose.fleet import diagnose_fleet
+    from gpulens.fleet import FleetRig
     from gpulens.reader.prometheus import PrometheusAnalysisReader
 
     rig = FleetRig(Path(tempfile.mkdtemp(prefix=f"bench-fleet-{nodes}-")), nodes=nodes, ranks=GPUS_PER_NODE * nodes,

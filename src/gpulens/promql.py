@@ -195,6 +195,15 @@ def selector(metric: str, match: Mapping[str, str] | None = None, regex: Mapping
     return f"{name}{{{', '.join(m.promql() for m in ms)}}}" if ms else name
 
 
+def series_selector(ms: Sequence[Matcher]) -> str:
+    """A selector of any metric name, by its matchers alone: {cluster="a", host=~"n.*"} (for the
+    `match[]` of the series and label-values APIs). At least one matcher, since Prometheus refuses
+    a bare {}."""
+    if not ms:
+        raise BadInputError("A selector of any metric needs at least one label matcher.")
+    return "{" + ", ".join(m.promql() for m in ms) + "}"
+
+
 def ranged(sel: str, window: Window) -> str:
     """A range vector: sel[window]."""
     return f"{sel}[{window_text(window)}]"

@@ -75,6 +75,10 @@ CASES: dict[str, Case] = {
     "gpulens replay path/to/trace --store run.db --learn 20s": Case(files={"path/to/trace": "bundled:"}),
     "gpulens replay node-a.jsonl --host node-a": Case(before=("record --backend fake:1 --interval 100ms --duration 1s --out node-a.jsonl",)),
 }
+for _line in ("gpulens report --prometheus http://prometheus:9090", "gpulens energy --prometheus http://prometheus:9090",
+              "gpulens scale --prometheus http://prometheus:9090"):
+    CASES[_line] = Case(skip="needs the Prometheus server it names")
+CASES["gpulens demo --fleet 2"] = Case(serves=True, skip="" if shutil.which("prometheus") else "needs `prometheus` on PATH")
 for _line in ("gpulens bench serve", "gpulens tune serve"):
     CASES[_line] = Case(skip="needs the HTTP server the example points at")
 CASES["gpulens tune train"] = Case(skip="needs the user's train.py")

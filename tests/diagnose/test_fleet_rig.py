@@ -1,4 +1,4 @@
-"""The fleet rig (tests/fleet_rig.py): 8 fake-GPU agents as 8 nodes, a 32-rank job, a straggler rank
+"""The fleet rig (gpulens.fleet.rig, which `gpulens demo --fleet N` runs too): 8 fake-GPU agents as 8 nodes, a 32-rank job, a straggler rank
 on node 5 (its GPU thermally throttled), an XID on node 2's GPU 1 during the job, one real Prometheus
 scraping them all. `gpulens diagnose --prometheus` names the straggler rank and its node, joins the
 XID to the rank on that GPU, and gives the same incidents (kind and place) as the nodes' own stores
@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from testlib import which_or_skip
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fleet_rig import JOB, XID, FleetRig  # noqa: E402
-from testlib import which_or_skip  # noqa: E402
+from gpulens.fleet import JOB, XID, FleetRig
 
 pytestmark = pytest.mark.slow
 
@@ -132,7 +130,41 @@ def test_report_answers_for_the_whole_job(fleet, tmp_path):
     text = out.read_text()
     assert "straggler" in text and f"rank {rig.straggler_rank}" in text.lower() and rig.host(rig.straggler_node) in text, text[:3000]
     assert "Prometheus" in text
-    bad = _gpulens("report", "--prometheus", rig.prom_url, "--match", '{cluster="rig"}', "--out", str(out), *_window(end))
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--match" in bad.stderr, bad.stderr
     none = _gpulens("energy", "--prometheus", rig.prom_url, "--job", "nope", *_window(end))
     assert none.returncode == 2 and "no series of --job 'nope'" in none.stderr and "Traceback" not in none.stderr, none.stderr
+
+
+def test_report_match_covers_exactly_the_selected_nodes(fleet, tmp_path):
+    """`report --prometheus --match`: the charts, the label values, the headline numbers and the
+    findings cover the nodes the selector picks and no other."""
+    from gpulens.promql import parse_matchers
+    from gpulens.views.prometheus import PrometheusReader
+    from gpulens.vocab.gpu import GPU_UP
+    from gpulens.vocab.names import TRAIN_STEP_SECONDS
+
+    rig, end = fleet
+    picked = {rig.host(i) for i in range(4)}  # node-0 .. node-3: the XID's node, not the straggler's
+    selector = '{cluster="rig", host=~"node-[0-3]"}'
+    reader = PrometheusReader(rig.prom_url, matchers=parse_matchers(selector))
+    assert set(reader.label_values()["host"]) == picked
+    gpus = reader.line(GPU_UP, {}, end - 300, end, 60)
+    assert {ln.labels["host"] for ln in gpus} == picked and len(gpus) == 4 * rig.gpus_per_node
+    steps = reader.line(TRAIN_STEP_SECONDS, {}, end - 300, end, 60)
+    assert {ln.labels["rank"] for ln in steps} == {str(r) for r in range(4 * rig.gpus_per_node)}
+    everyone = PrometheusReader(rig.prom_url).aggregate(TRAIN_STEP_SECONDS, {}, "count", end - 300, end)
+    assert reader.aggregate(TRAIN_STEP_SECONDS, {}, "count", end - 300, end) == pytest.approx(everyone / 2, rel=0.02)  # half the ranks
+
+    out = tmp_path / "half.md"
+    p = _gpulens("report", "--prometheus", rig.prom_url, "--match", selector, "--job", JOB, "--out", str(out), *_window(end))
+    assert p.returncode == 0, p.stderr
+    text = out.read_text()
+    assert rig.host(rig.xid_node) in text and "xid" in text.lower(), text[:3000]
+    assert not any(rig.host(i) in text for i in range(4, rig.nodes)), text[:3000]  # not the straggler's node, nor any other
+    assert "straggler" not in text.lower()  # its rank is on node-5, outside the selection
+
+    # A hostile value stays one value: it cannot close the selector, so it matches no series.
+    hostile = '{host="node-1\\"} or vector(1) or up{x=\\""}'
+    bad = _gpulens("report", "--prometheus", rig.prom_url, "--match", hostile, "--out", str(out), *_window(end))
+    assert bad.returncode == 2 and "holds no GPU series" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    broken = PrometheusReader(rig.prom_url, matchers=parse_matchers(hostile))
+    assert broken.line(GPU_UP, {}, end - 300, end, 60) == [] and broken.label_values()["host"] == []

@@ -28,6 +28,7 @@ grimp = pytest.importorskip("grimp", reason="the import-graph checks need grimp 
 # - reader is the seam consumers read through (a store or a Prometheus), above the store it wraps;
 # - the consumers are two layers: alerts / diagnose / runs decide from data; bench, scaling, energy and
 #   evals build on them (a scaling signal from a bench run, energy per job from diagnosis's joins);
+#   fleet (a fleet on one machine: agents as processes, workloads writing their records) sits with bench;
 # - exporter (the node's live /metrics) and pipeline (the node: one sampling loop wiring sources to
 #   sinks) sit above the consumers they feed; views is the panel model the surfaces share;
 # - cli, and gpucheck (`python -m gpulens.gpucheck`), are entry points: nothing imports them.
@@ -39,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("views",),
     ("pipeline",),
     ("exporter",),
-    ("bench", "scaling", "energy", "evals", "integrations"),
+    ("bench", "scaling", "energy", "evals", "integrations", "fleet"),
     ("alerts", "diagnose", "runs"),
     ("workload", "reader"),
     ("gpu", "store", "plan", "k8s"),

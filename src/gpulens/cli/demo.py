@@ -42,9 +42,26 @@ def demo_command(
     duration: str = typer.Option(None, "--duration", help="Stop after this long. Default: until Ctrl-C."),
     backend: str = typer.Option(None, "--backend", help="Force a backend (nvml, fake[:N], replay[:PATH]); default: nvml if a driver is present, else the bundled replay."),
     speed: str = typer.Option("1", "--speed", help="For the replay: 1 = the recorded pace, N = N times faster."),
+    fleet: int = typer.Option(None, "--fleet", help="Instead: a fleet of N nodes (2 to 16) on this machine, scraped by a real "
+                              "Prometheus (needs `prometheus` on PATH: exit 3 without it); the other options do not apply."),
 ) -> None:
     """Watch the real GPUs, or, without a driver, replay the bundled H200 session: import it into the
-    store, print what it shows, then keep replaying it live behind /metrics and the dashboard."""
+    store, print what it shows, then keep replaying it live behind /metrics and the dashboard.
+
+    With --fleet N: N `gpulens agent`s as N nodes (4 fake GPUs each), a training job across them with
+    a straggler rank and an XID, a service, and a real Prometheus scraping them all; it prints the
+    Prometheus URL and the `diagnose --prometheus` command to try, and runs until Ctrl-C, which stops
+    every process it started and removes its temp folder (docs/fleet.md).
+
+    Examples:
+
+    * `gpulens demo --fleet 2`
+    """
+    if fleet is not None:
+        from gpulens.cli.demo_fleet import run_fleet_demo
+
+        run_fleet_demo(fleet)
+        return
     from gpulens.data import bundled_trace
     from gpulens.gpu import nvidia_driver_present
     from gpulens.pipeline import AlertsConfig, NodeConfig, build_node

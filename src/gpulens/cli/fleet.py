@@ -1,6 +1,6 @@
-"""The options `diagnose`, `report` and `energy` share for reading a fleet's Prometheus instead of a
+"""The options `diagnose`, `report`, `energy` and `scale` share for reading a fleet's Prometheus instead of a
 store (--prometheus, --match, --start / --end / --window, --job, --service): parsed and checked once,
-so the three commands say the same sentence for the same mistake (exit 2; an unreachable server exit 3)."""
+so the commands say the same sentence for the same mistake (exit 2; an unreachable server exit 3)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,17 @@ def window_option() -> Any:
     return typer.Option(None, "--window", help=WINDOW_HELP)
 
 
-def time_window(start: str | None, end: str | None, window: str | None, prometheus: str | None) -> tuple[float | None, float | None]:
-    """--start / --end as unix seconds; over Prometheus, a missing start is --window before the end."""
+def time_window(start: str | None, end: str | None, window: str | None, prometheus: str | None,
+                flag: str = "--window") -> tuple[float | None, float | None]:
+    """--start / --end as unix seconds; over Prometheus, a missing start is --window (`flag`: the
+    option's name where a command's --window means something else) before the end."""
     from gpulens.units import parse_duration
     from gpulens.vocab.time import parse_time
 
     if window and not prometheus:
-        raise BadInputError("--window is the span read from a Prometheus server: it needs --prometheus URL.", hint="Use --start and --end with a store.")
+        raise BadInputError(f"{flag} is the span read from a Prometheus server: it needs --prometheus URL.", hint="Use --start and --end with a store.")
     if window and start:
-        raise BadInputError("Give --start or --window, not both.", hint="--window counts back from --end (default now).")
+        raise BadInputError(f"Give --start or {flag}, not both.", hint=f"{flag} counts back from --end (default now).")
     start_t = parse_time(start, "start") if start else None
     end_t = parse_time(end, "end") if end else None
     if start_t is not None and end_t is not None and end_t <= start_t:
@@ -48,7 +50,7 @@ def time_window(start: str | None, end: str | None, window: str | None, promethe
         import time
 
         end_t = end_t if end_t is not None else time.time()
-        start_t = end_t - parse_duration(window or DEFAULT_PROMETHEUS_WINDOW, what="--window")
+        start_t = end_t - parse_duration(window or DEFAULT_PROMETHEUS_WINDOW, what=flag)
     return start_t, end_t
 
 

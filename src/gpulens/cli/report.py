@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from gpulens.cli.common import console, store_option
-from gpulens.cli.fleet import prometheus_option, window_option
+from gpulens.cli.fleet import match_option, prometheus_option, window_option
 
 
 def report(
@@ -21,8 +21,7 @@ def report(
     baseline: str = typer.Option(None, "--baseline", help="A window to compare with, START,END (unix seconds or ISO times): a run you trust."),
     fmt: str = typer.Option(None, "--format", help="html (default; one file, charts embedded) or md (charts in a folder beside it)."),
     prometheus: str = prometheus_option(),
-    match: str = typer.Option("", "--match", help="Not taken by report yet (its charts cannot be scoped by a label selector): "
-                              "select with --job / --service; docs/fleet.md."),
+    match: str = match_option(),
     window: str = window_option(),
 ) -> None:
     """Write a run report: summary numbers, the dashboard's charts, findings with advice, alerts,
@@ -36,25 +35,23 @@ def report(
     * `gpulens report --job llama-ft --out run.md`
     * `gpulens report --baseline 1796002127,1796002132 --out vs-baseline.html`
     * `gpulens report --prometheus http://prometheus:9090 --job pretrain --window 6h --out fleet.html`
+    * `gpulens report --prometheus http://prometheus:9090 --match '{cluster="a"}' --out cluster-a.html`
 
-    Over --prometheus the report covers every node: charts from PromQL (percentiles are
-    `histogram_quantile` bucket estimates), findings from `diagnose --prometheus` (docs/fleet.md).
+    Over --prometheus the report covers every node --match selects: charts from PromQL (percentiles
+    are `histogram_quantile` bucket estimates), findings from `diagnose --prometheus` (docs/fleet.md).
     """
     from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
-    from gpulens.errors import BadInputError
     from gpulens.report import write_report
 
     refuse_match_without_prometheus(match, prometheus)
     start_t, end_t = time_window(start, end, window, prometheus)
     readers = None
     if prometheus:
-        if match:
-            raise BadInputError("report --prometheus draws its charts over every series of the --job / --service; a --match "
-                                "selector would scope its findings only.", hint="Leave out --match and select with --job or --service.")
         from gpulens.views.prometheus import PrometheusReader
 
         analysis = open_prometheus(prometheus, match, start_t, end_t, job, service)
-        readers = (PrometheusReader(prometheus), analysis)
+        # The charts and the findings over the same series: the panel reader takes the same matchers.
+        readers = (PrometheusReader(prometheus, matchers=analysis.matchers), analysis)
         start_t, end_t = analysis.start, analysis.end
     res = write_report(
         store,

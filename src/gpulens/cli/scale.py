@@ -1,14 +1,21 @@
-"""`gpulens scale`: the desired replica count per service over time, by the HPA rule (docs/scale.md)."""
+"""`gpulens scale`: the desired replica count per service over time, by the HPA rule (docs/scale.md),
+from a store or from a fleet's Prometheus (--prometheus, the options gpulens.cli.fleet shares)."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.markup import escape
 
 from gpulens.cli.common import console, open_existing_store, store_option
+from gpulens.cli.fleet import match_option, prometheus_option
+
+SPAN_HELP = ("With --prometheus and no --start: how far back from the end to evaluate, e.g. 30m, 6h. Default: 1h. "
+             "(--window is the span each signal is averaged over, as without --prometheus.)")
 
 
 def scale_command(
@@ -26,10 +33,25 @@ def scale_command(
     max_replicas: int = typer.Option(100, "--max-replicas", help="Never ask for more."),
     after: str = typer.Option("0s", "--after", help="Keep evaluating this long past the last record, as an HPA would with no new requests."),
     fmt: str = typer.Option("table", "--format", help="table (the changes) or json (every evaluation)."),
+    prometheus: str = prometheus_option(),
+    match: str = match_option(),
+    start: str = typer.Option(None, "--start", help="Evaluate from this time (unix seconds or ISO time). Default: the store's first sample; over --prometheus, --span before the end."),
+    end: str = typer.Option(None, "--end", help="Evaluate up to this time. Default: the store's last sample; over --prometheus, now."),
+    span: str = typer.Option(None, "--span", help=SPAN_HELP),
 ) -> None:
-    """The replica count an HPA (or KEDA) would ask for, per service, with the signal that drove it."""
+    """The replica count an HPA (or KEDA) would ask for, per service, with the signal that drove it.
+
+    Examples:
+
+    * `gpulens scale --window 10s --step 1s --stabilization 10s`
+    * `gpulens scale --prometheus http://prometheus:9090 --match '{cluster="a"}' --span 6h --service chat`
+
+    Over --prometheus the signals come from the counters every agent exports (docs/scale.md): the
+    sums, counts and rates are exact, each request counted at the scrape that first showed it."""
+    from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
     from gpulens.errors import BadInputError
     from gpulens.scaling import ScalePolicy, Targets, desired_replicas
+    from gpulens.scaling.desired import check_steps, evaluate, pick_services
     from gpulens.units import parse_duration
 
     if fmt not in ("table", "json"):
@@ -37,25 +59,35 @@ def scale_command(
     for name, v in (("--target-concurrency", target_concurrency), ("--capacity", capacity), ("--target-kv-cache", target_kv_cache)):
         if v is not None and v <= 0:
             raise BadInputError(f"{name} must be above zero, not {v}.")
+    refuse_match_without_prometheus(match, prometheus)
+    start_t, end_t = time_window(start, end, span, prometheus, flag="--span")
     policy = ScalePolicy(tolerance, parse_duration(stabilization, what="--stabilization", allow_zero=True), min_replicas, max_replicas)
     targets = Targets(target_concurrency, capacity, target_kv_cache)
-    with open_existing_store(store, "requests to scale on") as st:
-        if from_run is not None:
-            from gpulens.scaling.capacity import targets_from_sweep
+    window_s, step_s = parse_duration(window, what="--window"), parse_duration(step, what="--step")
+    after_s = parse_duration(after, what="--after", allow_zero=True)
+    if from_run is not None:
+        with open_existing_store(store, "the sweep run to take a replica's capacity from") as st:
+            targets = _targets_from_run(st, from_run, targets, fmt)
+    if prometheus:
+        from gpulens.scaling.exported import exported_inputs, exported_services
 
-            targets, run = targets_from_sweep(st, from_run, targets)
-            if fmt != "json":
-                console.print(f"[dim]capacity per replica from sweep {run.label}: "
-                              + (f"{targets.capacity_rps_per_replica:g} requests/s" if run.summary["sweep"].get("mode") != "closed"
-                                 else f"{targets.concurrency_per_replica:g} in flight") + "[/]", highlight=False)
-        points = desired_replicas(st, service=service, window_seconds=parse_duration(window, what="--window"),
-                                  step_seconds=parse_duration(step, what="--step"), targets=targets, policy=policy,
-                                  after_seconds=parse_duration(after, what="--after", allow_zero=True))
+        reader = open_prometheus(prometheus, match, start_t, end_t, None, service)
+        check_steps(window_s, step_s)
+        names = pick_services(exported_services(reader), service, reader.description)
+        inputs = exported_inputs(reader, names, reader.start, reader.end + after_s, window_s)
+        points = evaluate(inputs, reader.start, reader.end + after_s, window_seconds=window_s, step_seconds=step_s,
+                          targets=targets, policy=policy)
+        where = reader.description
+    else:
+        with open_existing_store(store, "requests to scale on") as st:
+            points = desired_replicas(st, service=service, window_seconds=window_s, step_seconds=step_s, targets=targets,
+                                      policy=policy, start=start_t, end=end_t, after_seconds=after_s)
+        where = "the store"
     if fmt == "json":
         typer.echo(json.dumps([p.to_json() for p in points]))
         return
     if not points:
-        console.print("No inference requests in the store, so no replica count to ask for.")
+        console.print(escape(f"No inference requests in {where}, so no replica count to ask for."))
         return
     from rich.table import Table
 
@@ -70,6 +102,18 @@ def scale_command(
         t.add_row(datetime.fromtimestamp(p.t, UTC).strftime("%H:%M:%S"), p.service, str(p.desired_replicas),
                   str(p.current_replicas), p.driver, f"{p.value:.3g}", f"{p.target:.3g}")
     console.print(t)
+
+
+def _targets_from_run(st: Any, ref: str, targets: Any, fmt: str) -> Any:
+    """--from-run: a replica's capacity from a recorded sweep in the local store."""
+    from gpulens.scaling.capacity import targets_from_sweep
+
+    targets, run = targets_from_sweep(st, ref, targets)
+    if fmt != "json":
+        console.print(f"[dim]capacity per replica from sweep {run.label}: "
+                      + (f"{targets.capacity_rps_per_replica:g} requests/s" if run.summary["sweep"].get("mode") != "closed"
+                         else f"{targets.concurrency_per_replica:g} in flight") + "[/]", highlight=False)
+    return targets
 
 
 def register(app: typer.Typer) -> None:

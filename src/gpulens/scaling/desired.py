@@ -4,6 +4,7 @@ exporter's `gpulens_desired_replicas`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -72,15 +73,8 @@ def desired_replicas(store: Store, *, service: str | None = None, window_seconds
     """The desired replicas of each service (or `service`) every `step_seconds` over the store's time
     range (or [start, end]), as an HPA evaluating at those times would have asked. `after_seconds`
     goes on past the end, as an HPA would with no new requests (a finished session's scale-down)."""
-    if window_seconds <= 0 or step_seconds <= 0:
-        raise BadInputError("The window and the step must be longer than zero.")
-    targets, policy = targets or Targets(), policy or ScalePolicy()
-    names = services(store)
-    if service is not None:
-        if service not in names:
-            raise BadInputError(f"The store has no requests of service {service!r}.",
-                                hint=(f"It has {', '.join(names)}." if names else "It has no inference requests at all."))
-        names = [service]
+    check_steps(window_seconds, step_seconds)
+    names = pick_services(services(store), service, "The store")
     # The time the node was watched: its GPU samples and its requests (not its other events: a run
     # recorded today in a store of last week's session would stretch the range to today).
     ranges = [r for r in (store.time_range(GPU_UP), store.time_range(N.INFER_LATENCY_SECONDS)) if r is not None]
@@ -88,6 +82,31 @@ def desired_replicas(store: Store, *, service: str | None = None, window_seconds
         return []
     rng = (min(r[0] for r in ranges), max(r[1] for r in ranges))
     lo, hi = rng[0] if start is None else start, (rng[1] if end is None else end) + after_seconds
+    inputs = {name: (request_log(store, name), kv_cache_readings(store, name)) for name in names}
+    return evaluate(inputs, lo, hi, window_seconds=window_seconds, step_seconds=step_seconds, targets=targets, policy=policy)
+
+
+def check_steps(window_seconds: float, step_seconds: float) -> None:
+    if window_seconds <= 0 or step_seconds <= 0:
+        raise BadInputError("The window and the step must be longer than zero.")
+
+
+def pick_services(names: list[str], service: str | None, where: str) -> list[str]:
+    """Every service `where` holds requests of, or just `service` (one sentence when it is not there)."""
+    if service is None:
+        return names
+    if service not in names:
+        raise BadInputError(f"{where} has no requests of service {service!r}.",
+                            hint=(f"It has {', '.join(names)}." if names else "It has no inference requests at all."))
+    return [service]
+
+
+def evaluate(inputs: Mapping[str, tuple[RequestLog, tuple[list[float], list[float]] | None]], lo: float, hi: float, *,
+             window_seconds: float, step_seconds: float, targets: Targets | None = None,
+             policy: ScalePolicy | None = None) -> list[ScalePoint]:
+    """The HPA rule every `step_seconds` from `lo` to `hi`, per service, over its request log and
+    KV-cache readings (from a store, or from a fleet's Prometheus: gpulens.scaling.exported)."""
+    targets, policy = targets or Targets(), policy or ScalePolicy()
     span = hi - lo
     if not span / step_seconds < MAX_EVALUATIONS:  # also a span that is not finite
         raise BadInputError(f"A step of {step_seconds:g} s over {span:.6g} s is {span / step_seconds:.3g} evaluations per service, "
@@ -95,8 +114,7 @@ def desired_replicas(store: Store, *, service: str | None = None, window_seconds
                             hint="Give a longer --step, or a shorter --after.")
     steps = int(math.floor(span / step_seconds)) + 1
     out: list[ScalePoint] = []
-    for name in names:
-        scaler = ServiceScaler(name, request_log(store, name), window_seconds=window_seconds, targets=targets,
-                               policy=policy, kv_cache=kv_cache_readings(store, name))
+    for name, (log, kv) in inputs.items():
+        scaler = ServiceScaler(name, log, window_seconds=window_seconds, targets=targets, policy=policy, kv_cache=kv)
         out.extend(scaler.at(lo + i * step_seconds) for i in range(steps))
     return sorted(out, key=lambda p: (p.t, p.service))

@@ -42,11 +42,15 @@ class Signal:
 
 @dataclass(frozen=True)
 class RequestLog:
-    """A service's requests, sorted by end time, for fast windows."""
+    """A service's requests, sorted by end time, for fast windows. From a store, one entry per
+    request. From a fleet's Prometheus (gpulens.scaling.exported), one entry per scrape of a host's
+    counters: `latency_seconds` the latencies summed over the requests that scrape first showed,
+    `count` how many requests ended (None: one per entry)."""
 
     end: list[float]
     latency_seconds: list[float]
     host: list[str]
+    count: list[float] | None = None
 
     def between(self, start: float, end: float) -> range:
         """Indexes of the requests that ended in (start, end]."""
@@ -80,7 +84,8 @@ def signals_at(log: RequestLog, t: float, window_seconds: float, targets: Target
     current = max(len({log.host[i] for i in idx}), 1)
     out = [Signal("concurrency", sum(log.latency_seconds[i] for i in idx) / window_seconds, targets.concurrency_per_replica)]
     if targets.capacity_rps_per_replica is not None:
-        out.append(Signal("arrival_rate", len(idx) / window_seconds, targets.capacity_rps_per_replica))
+        n = len(idx) if log.count is None else sum(log.count[i] for i in idx)
+        out.append(Signal("arrival_rate", n / window_seconds, targets.capacity_rps_per_replica))
     if kv_cache is not None:
         kt, kv = kv_cache
         vals = kv[bisect.bisect_right(kt, t - window_seconds):bisect.bisect_right(kt, t)]

@@ -7,15 +7,23 @@ per-request samples (percentiles are quantiles of scraped values). This reader a
 questions only; the analysis questions (gpulens.reader.AnalysisReader) are answered over the same
 transport (gpulens.reader.prometheus_api) by gpulens.reader.prometheus.PrometheusAnalysisReader, and
 here they say so in one sentence.
+
+`matchers` (a `--match` selector, parsed by gpulens.promql.parse_matchers) narrow every query to the
+series that meet them all, on top of the panel's own job / service / GPU / host selection: the
+charts, the headline numbers, the label values offered and the alerts cover exactly those series.
+Each matcher is written back by gpulens.promql (its value a quoted literal), so a label value can
+never close the selector it sits in.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+import re
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from gpulens import promql as P
+from gpulens.promql import Matcher
 from gpulens.reader import (
     QUANTILE_OF_AGG,
     AlertRow,
@@ -34,7 +42,7 @@ from gpulens.reader.prometheus_api import (
     PrometheusUnavailableError,
 )
 from gpulens.stats import quantile
-from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, is_histogram, selector
+from gpulens.views.promql import histogram_mean_expr, histogram_quantile_expr, is_histogram
 
 __all__ = ["MAX_ANSWER_BYTES", "TIMEOUT_SECONDS", "PrometheusReader", "PrometheusUnavailableError"]
 
@@ -50,11 +58,28 @@ class PrometheusReader:
     kind = "prometheus"
     supports_events = False
 
-    def __init__(self, url: str, *, timeout_seconds: float = TIMEOUT_SECONDS):
+    def __init__(self, url: str, *, timeout_seconds: float = TIMEOUT_SECONDS, matchers: Sequence[Matcher] = ()):
         self.api = PrometheusApi(url, timeout_seconds=timeout_seconds)  # the transport, shared with the analysis reader
         self.url = self.api.url
         self.timeout_seconds = timeout_seconds
-        self.description = f"Prometheus {self.url}"
+        self.matchers = tuple(matchers)
+        shown = ", ".join(m.promql() for m in self.matchers)
+        self.description = f"Prometheus {self.url}" + (f" {{{shown}}}" if shown else "")
+
+    def _sel(self, metric: str, match: Mapping[str, str]) -> str:
+        """metric{the panel's selection, then every --match matcher}."""
+        return P.selector(metric, match, extra=self.matchers)
+
+    def meets_matchers(self, labels: Mapping[str, str]) -> bool:
+        """Whether a label set meets every matcher, by PromQL's rules: a missing label is the empty
+        string; a regular expression matches the whole value (RE2 read as Python's re: the same for
+        the patterns selectors use)."""
+        for m in self.matchers:
+            v = labels.get(m.label, "")
+            hit = v == m.value if m.op in ("=", "!=") else re.fullmatch(m.value, v) is not None
+            if hit != (m.op in ("=", "=~")):
+                return False
+        return True
 
     def close(self) -> None:
         pass
@@ -90,41 +115,43 @@ class PrometheusReader:
     def label_values(self) -> dict[str, list[str]]:
         out = {}
         for name in SELECTION_LABELS:
-            vals = self._get(f"/api/v1/label/{selection_label(name)}/values")
+            # Only the values of the selected series: `match[]` (any metric name, so never a bare {}).
+            params = {"match[]": P.series_selector((Matcher("__name__", "=~", ".+"), *self.matchers))} if self.matchers else None
+            vals = self._get(f"/api/v1/label/{selection_label(name)}/values", params)
             out[name] = sorted(vals or [], key=lambda s: (len(s), s))
         return out
 
     def has_data(self, metric: str, match: Mapping[str, str], start: float, end: float) -> bool:
         name = metric + "_count" if is_histogram(metric) else metric
-        return bool(self._instant(P.over_time("count", selector(name, match), _window(end - start)), end))
+        return bool(self._instant(P.over_time("count", self._sel(name, match), _window(end - start)), end))
 
     def line(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
         if is_histogram(metric):  # the mean per event in each step's window
             window = _window(max((end - start) / max(points, 1) * 4, 60.0))
-            return self._lines(self._range(histogram_mean_expr(metric, match, window), start, end, points))
-        return self._lines(self._range(selector(metric, match), start, end, points))
+            return self._lines(self._range(histogram_mean_expr(metric, match, window, extra=self.matchers), start, end, points))
+        return self._lines(self._range(self._sel(metric, match), start, end, points))
 
     def quantile(self, metric: str, match: Mapping[str, str], q: float, start: float, end: float, points: int) -> list[Line]:
         # Buckets a quarter as many as points, like the store reader's percentiles.
         n = max(1, points // 4)
         window = _window((end - start) / n)
         if is_histogram(metric):
-            return self._lines(self._range(histogram_quantile_expr(q, metric, match, window), start, end, n))
-        return self._lines(self._range(P.over_time("quantile", selector(metric, match), window, q), start, end, n))
+            return self._lines(self._range(histogram_quantile_expr(q, metric, match, window, extra=self.matchers), start, end, n))
+        return self._lines(self._range(P.over_time("quantile", self._sel(metric, match), window, q), start, end, n))
 
     def rate(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
         window = _window(max((end - start) / max(points, 1) * 4, 60.0))
-        return self._lines(self._range(P.rate(selector(metric, match), window), start, end, points))
+        return self._lines(self._range(P.rate(self._sel(metric, match), window), start, end, points))
 
     def events_per_second(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
         # Prometheus sees no single events: `metric` is the counter of them (SeriesSpec.counter).
         window = _window(max((end - start) / max(points, 1) * 4, 60.0))
-        return self._lines(self._range(P.aggregate("sum", P.rate(selector(metric, match), window)), start, end, points))
+        return self._lines(self._range(P.aggregate("sum", P.rate(self._sel(metric, match), window)), start, end, points))
 
     def aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
         if is_histogram(metric):
             return self._histogram_aggregate(metric, match, agg, start, end)
-        sel, window = selector(metric, match), _window(end - start)
+        sel, window = self._sel(metric, match), _window(end - start)
         if agg in QUANTILE_OF_AGG:
             # Every raw sample in the window, merged across series: percentiles are never averaged.
             vals = [float(v[1]) for r in self._instant(P.ranged(sel, window), end) for v in r.get("values", [])]
@@ -150,10 +177,10 @@ class PrometheusReader:
 
     def _histogram_aggregate(self, metric: str, match: Mapping[str, str], agg: str, start: float, end: float) -> float | None:
         window = _window(end - start)
-        count = P.aggregate("sum", P.increase(selector(metric + "_count", match), window))
-        total = P.aggregate("sum", P.increase(selector(metric + "_sum", match), window))
+        count = P.aggregate("sum", P.increase(self._sel(metric + "_count", match), window))
+        total = P.aggregate("sum", P.increase(self._sel(metric + "_sum", match), window))
         if agg in QUANTILE_OF_AGG:
-            expr = histogram_quantile_expr(QUANTILE_OF_AGG[agg], metric, match, window, fn="increase")
+            expr = histogram_quantile_expr(QUANTILE_OF_AGG[agg], metric, match, window, fn="increase", extra=self.matchers)
         else:
             expr = {"count": count, "sum": total, "mean": P.ratio(total, count)}.get(agg)
             if expr is None:
@@ -177,6 +204,8 @@ class PrometheusReader:
         rows = []
         for a in self._get("/api/v1/alerts").get("alerts", []):
             labels = a.get("labels", {})
+            if not self.meets_matchers(labels):
+                continue  # an alert of series the --match selector leaves out
             try:
                 t = datetime.fromisoformat(a.get("activeAt", "").replace("Z", "+00:00")).timestamp()
             except ValueError:

@@ -26,15 +26,17 @@ def is_histogram(metric: str) -> bool:
 
 
 def histogram_quantile_expr(q: float, metric: str, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None,
-                            fn: str = "rate", by: Sequence[str] = ()) -> str:
+                            fn: str = "rate", by: Sequence[str] = (), extra: Sequence[P.Matcher] = ()) -> str:
     """The q-quantile of every event of the selection in the window (buckets merged: never averaged),
-    one per value of the `by` labels (none: one for the whole selection)."""
-    return P.histogram_quantile(q, metric, window, match, regex, fn=fn, by=("le", *by))
+    one per value of the `by` labels (none: one for the whole selection); `extra`: more matchers
+    (a `--match` selector) every bucket series must meet."""
+    return P.histogram_quantile(q, metric, window, match, regex, fn=fn, by=("le", *by), extra=extra)
 
 
-def histogram_mean_expr(metric: str, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None) -> str:
+def histogram_mean_expr(metric: str, match: Mapping[str, str], window: Window, regex: Mapping[str, str] | None = None,
+                        extra: Sequence[P.Matcher] = ()) -> str:
     """Mean per event in each window, one line per label set."""
-    return P.histogram_mean(metric, window, match, regex)
+    return P.histogram_mean(metric, window, match, regex, extra)
 
 
 def _sum_of(fn: str, sel: str, window: Window) -> str:

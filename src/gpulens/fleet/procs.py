@@ -1,0 +1,59 @@
+"""Waiting on the rig's processes: a free port, an HTTP endpoint that comes up, a condition that
+becomes true. Every wait is on a condition with a deadline, never a fixed sleep; a process that dies
+first ends the wait at once with one sentence (FleetStartError, exit 3)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from gpulens.errors import UnavailableError
+
+T = TypeVar("T")
+
+
+class FleetStartError(UnavailableError):
+    """A process of the fleet rig did not come up (or a condition did not hold in time)."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, chars: int = 2000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+def wait_for(cond: Callable[[], T], timeout: float, what: str, *, interval: float = 0.2) -> T:
+    """Poll `cond()` until it returns something true, and return it; FleetStartError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if got := cond():
+            return got
+        if time.monotonic() > deadline:
+            raise FleetStartError(f"Timed out after {timeout:g} s waiting for {what}.", hint="Its log is in the rig's work folder.")
+        time.sleep(interval)
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path, what: str) -> bytes:
+    """Poll `url` until it answers; fail at once, with the tail of `log`, if `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            last = (log_tail(log).strip().splitlines() or [""])[-1]
+            raise FleetStartError(f"{what} exited with {proc.returncode} before {url} came up{': ' + last if last else ''}.",
+                                  hint=f"Its whole log: {log}.")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return r.read()
+        except OSError:
+            time.sleep(0.2)
+    raise FleetStartError(f"{what} did not come up at {url} in {timeout:g} s.", hint=f"Its log: {log}.")
