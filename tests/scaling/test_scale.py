@@ -127,3 +127,55 @@ def test_a_sweep_run_sets_a_replicas_capacity(tmp_path: Path, capsys) -> None:
                  "--stabilization", "0s", "--format", "json"]) == 0
     pts = [p for p in json.loads(capsys.readouterr().out) if 6.0 <= p["t"] <= 9.0]
     assert pts and all(p["driver"] == "arrival_rate" and p["desired_replicas"] == 4 for p in pts)  # ceil(10 / 3)
+
+
+def _store_with_queued_requests(path: Path) -> Store:
+    """One host ending 4 requests a second: each waits 1.5 s in a queue, then is served in 0.5 s
+    (its first token 0.3 s after service began). Queue: 6 requests waiting on average; latency 2 s.
+    Every fifth request fails fast (0.01 s): percentiles must read the successes only."""
+    st = Store(path)
+    labels = {"service": "chat", "host": "a"}
+    for i in range(200):
+        end = i / 4 + 0.05
+        if i % 5 == 4:
+            st.event(N.EV_REQUEST, end, labels, {"arrival": end - 0.01, "start": end - 0.01, "end": end, "status": "error"})
+        else:
+            arrival, start = end - 2.0, end - 0.5
+            st.event(N.EV_REQUEST, end, labels, {"arrival": arrival, "start": start, "first_token": start + 0.3, "end": end, "status": "ok"})
+        st.write(N.INFER_LATENCY_SECONDS, labels, end, 2.0)
+    st.flush()
+    return st
+
+
+def test_queue_and_latency_signals(tmp_path: Path) -> None:
+    """issue 26: scale follows a queue and a latency (p95 of latency, of TTFT) signal when asked to."""
+    policy = ScalePolicy(stabilization_seconds=0)
+    with _store_with_queued_requests(tmp_path / "s.db") as st:
+        def mid(targets: Targets) -> list:
+            pts = desired_replicas(st, start=0.0, window_seconds=10.0, step_seconds=1.0, targets=targets, policy=policy)
+            return [p for p in pts if 15.0 <= p.t <= 40.0]
+
+        # without the new targets: concurrency alone (1.5 waiting + 0.5 served, 4/s: ~6.4 in flight / 4 -> 2)
+        assert {p.driver for p in mid(Targets())} == {"concurrency"}
+        queue = mid(Targets(queue_per_replica=2.0))  # 3.2 requests/s succeed with 1.5 s each in the queue: 4.8 waiting
+        assert all(p.driver == "queue" and p.value == pytest.approx(4.8, rel=0.05) and p.desired_replicas == 3 for p in queue)
+        lat = mid(Targets(concurrency_per_replica=100.0, p95_latency_seconds=0.5))  # p95 2 s of successes against 0.5 s
+        assert all(p.driver == "p95_latency" and p.value == pytest.approx(2.0) and p.desired_replicas == 4 for p in lat)
+        ttft = mid(Targets(concurrency_per_replica=100.0, p95_ttft_seconds=0.9))  # TTFT 1.8 s against 0.9 s
+        assert all(p.driver == "p95_ttft" and p.value == pytest.approx(1.8) and p.desired_replicas == 2 for p in ttft)
+        calm = mid(Targets(concurrency_per_replica=100.0, p95_latency_seconds=4.0))  # met with room: scale in
+        assert all(p.desired_replicas == 1 for p in calm)
+
+
+def test_latency_targets_on_the_cli(tmp_path: Path, capsys) -> None:
+    _store_with_queued_requests(tmp_path / "s.db").close()
+    assert main(["scale", "--store", str(tmp_path / "s.db"), "--format", "json", "--window", "10s", "--step", "5s",
+                 "--stabilization", "0s", "--target-concurrency", "100", "--target-p95-latency", "500ms"]) == 0
+    pts = json.loads(capsys.readouterr().out)
+    assert {p["driver"] for p in pts if 15 <= p["t"] <= 40} == {"p95_latency"}
+    for bad, said in ((["--target-queue", "0"], "--target-queue must be above zero"),
+                      (["--target-p95-latency", "fast"], "--target-p95-latency"),
+                      (["--prometheus", "http://127.0.0.1:9", "--target-p95-ttft", "1s"], "only a node's store keeps")):
+        assert main(["scale", "--store", str(tmp_path / "s.db"), *bad]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert said in err and "Traceback" not in err, err

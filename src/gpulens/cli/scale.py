@@ -25,6 +25,9 @@ def scale_command(
     capacity: float = typer.Option(None, "--capacity", help="Requests per second one replica serves within its SLO (e.g. from `gpulens bench serve --sweep`); adds the arrival-rate signal."),
     from_run: str = typer.Option(None, "--from-run", help="Take a replica's capacity from this `bench serve --sweep` run (an id, or latest): an open-loop sweep sets --capacity, a closed-loop one --target-concurrency."),
     target_kv_cache: float = typer.Option(0.8, "--target-kv-cache", help="KV-cache usage per replica (engine scrapes)."),
+    target_queue: float = typer.Option(None, "--target-queue", help="Requests waiting (queued, not yet served) one replica may hold; adds the queue signal."),
+    target_p95_latency: str = typer.Option(None, "--target-p95-latency", help="The p95 latency of successful requests to hold, e.g. 2s; adds the latency signal (a node's store only)."),
+    target_p95_ttft: str = typer.Option(None, "--target-p95-ttft", help="The p95 time to first token to hold, e.g. 500ms; adds the TTFT signal (a node's store only)."),
     window: str = typer.Option("1m", "--window", help="How far back each signal is averaged (the recording rule's default too)."),
     step: str = typer.Option("5s", "--step", help="How often the rule is evaluated (an HPA: every 15 s)."),
     stabilization: str = typer.Option("300s", "--stabilization", help="Scale-down stabilization window (the HPA's default: 300 s)."),
@@ -44,6 +47,7 @@ def scale_command(
     Examples:
 
     * `gpulens scale --window 10s --step 1s --stabilization 10s`
+    * `gpulens scale --target-p95-latency 1s --target-queue 2`
     * `gpulens scale --prometheus http://prometheus:9090 --match '{cluster="a"}' --span 6h --service chat`
 
     Over --prometheus the signals come from the counters every agent exports (docs/scale.md): the
@@ -56,13 +60,20 @@ def scale_command(
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")
-    for name, v in (("--target-concurrency", target_concurrency), ("--capacity", capacity), ("--target-kv-cache", target_kv_cache)):
+    for name, v in (("--target-concurrency", target_concurrency), ("--capacity", capacity), ("--target-kv-cache", target_kv_cache),
+                    ("--target-queue", target_queue)):
         if v is not None and v <= 0:
             raise BadInputError(f"{name} must be above zero, not {v}.")
+    if prometheus and (target_p95_latency or target_p95_ttft):
+        raise BadInputError("The p95 latency and TTFT signals need each request's times, which only a node's store keeps.",
+                            hint="Over --prometheus use --target-concurrency, --capacity, --target-queue or --target-kv-cache "
+                                 "(exact from the exported counters); or run scale --store on the node.")
     refuse_match_without_prometheus(match, prometheus)
     start_t, end_t = time_window(start, end, span, prometheus, flag="--span")
     policy = ScalePolicy(tolerance, parse_duration(stabilization, what="--stabilization", allow_zero=True), min_replicas, max_replicas)
-    targets = Targets(target_concurrency, capacity, target_kv_cache)
+    targets = Targets(target_concurrency, capacity, target_kv_cache, target_queue,
+                      parse_duration(target_p95_latency, what="--target-p95-latency") if target_p95_latency else None,
+                      parse_duration(target_p95_ttft, what="--target-p95-ttft") if target_p95_ttft else None)
     window_s, step_s = parse_duration(window, what="--window"), parse_duration(step, what="--step")
     after_s = parse_duration(after, what="--after", allow_zero=True)
     if from_run is not None:

@@ -55,9 +55,10 @@ def exported_request_log(reader: AnalysisReader, service: str, lo: float, hi: fl
     counted = _increases(reader, N.INFER_REQUESTS_TOTAL, service, lo, hi)
     if not counted:  # an agent without the request counter: the histogram's count of requests
         counted = _increases(reader, N.INFER_LATENCY_SECONDS + "_count", service, lo, hi)
+    queued = _increases(reader, N.INFER_QUEUE_WAIT_SECONDS + "_sum", service, lo, hi)
     keys = sorted(set(latency) | set(counted), key=lambda k: (k[1], k[0]))
     return RequestLog([t for _, t in keys], [latency.get(k, 0.0) for k in keys], [h for h, _ in keys],
-                      [counted.get(k, 0.0) for k in keys])
+                      [counted.get(k, 0.0) for k in keys], queue_seconds=[queued.get(k, 0.0) for k in keys] if queued else None)
 
 
 def exported_kv_cache(reader: AnalysisReader, service: str, lo: float, hi: float) -> tuple[list[float], list[float]] | None:
