@@ -9,6 +9,7 @@ from typing import Any, Literal
 from gpulens.errors import BadInputError
 from gpulens.plan.advice import (
     Fix,
+    ReplicaMiss,
     ReplicaOption,
     replica_options,
     serving_fixes,
@@ -23,6 +24,7 @@ from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, Trai
 from gpulens.plan.models import ModelSpec, load_model
 from gpulens.plan.serve import ServeSetup, plan_serving
 from gpulens.plan.speed import Efficiency, training_speed
+from gpulens.units import format_seconds
 
 Workload = Literal["train", "infer"]
 
@@ -107,6 +109,7 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     cost_basis: str = ""  # "at batch N (why that batch)": what the cost per token is priced at
     electricity: ElectricityCost | None = None  # with --electricity-usd-per-kwh
+    replica_misses: list[ReplicaMiss] = field(default_factory=list)  # why a GPU has no replica layout
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
@@ -123,6 +126,8 @@ class PlanResult:
             "electricity": self.electricity.to_dict() if self.electricity else None,
             "advice": [asdict(a) for a in self.advice],
             "replicas": [o.to_dict() for o in self.replicas],
+            "replica_misses": [x.to_dict() for x in self.replica_misses],
+            "replica_targets": replica_targets(r),
             "calibration": {"calibrated": self.efficiency.calibrated, "source": self.efficiency.source,
                             "factors": {k: v for k, v in self.efficiency.to_dict().items() if k not in ("source", "extra")}},
             "rough": self.model.rough,
@@ -254,17 +259,29 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     if cost is None:
         notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
     replicas: list[ReplicaOption] = []
-    if req.target_requests_per_second:
+    misses: list[ReplicaMiss] = []
+    if replica_targets(req):
         replicas = replica_options(model, setup, [gpu], {gpu.name: eff}, target_rps=req.target_requests_per_second,
                                    tpot_slo_s=req.tpot_target_seconds, ttft_slo_s=req.ttft_target_seconds,
-                                   currency=user.currency, ctx=ctx)
-        if replicas:
+                                   currency=user.currency, ctx=ctx, misses=misses)
+        if replicas and req.target_requests_per_second:
             o = replicas[0]
             advice.append(Advice("note", f"For {req.target_requests_per_second:g} requests/s: {o.replicas} replica(s) x "
                                          f"TP {o.tensor_parallel} = {o.gpus} x {o.gpu} at batch {o.batch}."))
-        else:
-            advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets."))
-    return PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, replicas, notes + mem.notes)
+        elif not replicas:
+            advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets"
+                                         + (f": {misses[0].reason}." if misses else ".")))
+    res = PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, replicas, notes + mem.notes)
+    res.replica_misses = misses
+    return res
+
+
+def replica_targets(req: PlanRequest) -> str:
+    """The targets a replica plan is made for, in words ("" when none is given: no replica plan)."""
+    parts = [f"{req.target_requests_per_second:g} requests/s"] if req.target_requests_per_second else []
+    parts += [f"{n} <= {format_seconds(v)}" for n, v in (("TTFT", req.ttft_target_seconds),
+                                                          ("TPOT", req.tpot_target_seconds)) if v]
+    return ", ".join(parts)
 
 
 def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None = None,
