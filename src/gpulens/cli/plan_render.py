@@ -90,7 +90,8 @@ def render_plan(res: Any) -> None:
     if r.workload == "train":
         what = (f"train · {r.precision} · {r.optimizer} · micro-batch {r.batch} × {r.seq} tokens"
                 + (f" · accumulate ×{r.grad_accum}" if r.grad_accum > 1 else "")
-                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
+                + (" · checkpointing" if r.grad_ckpt else "")
+                + (" · selective recompute" if r.recompute == "selective" else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
                 + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
                 + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
                 + (" · SP" if r.sequence_parallel else "")

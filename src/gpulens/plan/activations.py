@@ -63,8 +63,14 @@ def attention_kernel(m: ModelSpec, precision: str) -> str:
     return "math"
 
 
-def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> dict[str, int]:
-    """Bytes one layer saves for backward, split into attention / mlp / norms, for the micro-batch."""
+def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int, *,
+                           recompute: str = "none") -> dict[str, int]:
+    """Bytes one layer saves for backward, split into attention / mlp / norms, for the micro-batch.
+
+    `recompute="selective"` (Korthikanti et al. 2022, section 5): the attention core (from q, k, v
+    to the output that o_proj reads) is checkpointed, so it keeps only its inputs q, k, v and the
+    output o_proj saves anyway; what the kernel keeps inside (the S x S scores of the math and
+    eager paths, repeated K/V, the flash kernel's log-sum-exp) is recomputed in the backward."""
     mode = _mode(precision)
     tokens = micro_batch * seq
     c = mode.compute
@@ -89,6 +95,9 @@ def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: 
         attn = c * 4 * a * d
         per_score = 4 + (c if c != 4 else 0) + (c if m.attn_logit_softcap else 0)
         attn_sq = micro_batch * a * seq * seq * per_score
+    if recompute == "selective":
+        attn = c * (a * d + 2 * g * d) + c * a * d + (((4 + 2) if c == 2 else 8) * (a + g) * d if m.qk_norm else 0)
+        attn_sq = 0
     if m.dropout > 0:
         attn += h  # 1-byte dropout mask after the attention output
     # MLP: post-attention norm, its output as saved by gate/up (or fc), the intermediates

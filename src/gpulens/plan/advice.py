@@ -62,8 +62,12 @@ def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             cur, peak, fits = trial, p, f
             fixes.append(Fix(action, why, p, f, change))
 
+    if cur.recompute == "none":
+        attempt(replace(cur, selective_recompute=True), "recompute only the attention core (--recompute selective)",
+                "drops what attention keeps inside (its S x S scores where the kernel materializes them); costs the "
+                "attention core's forward again", {"recompute": "selective"})
     if not cur.grad_ckpt:
-        attempt(replace(cur, grad_ckpt=True), "turn on activation checkpointing (--grad-ckpt)",
+        attempt(replace(cur, grad_ckpt=True, selective_recompute=False), "turn on activation checkpointing (--grad-ckpt)",
                 "keeps one tensor per layer instead of every activation; costs ~1/3 more compute", {"grad_ckpt": True})
     if not fits and cur.micro_batch > 1:
         global_batch = cur.micro_batch * cur.grad_accum

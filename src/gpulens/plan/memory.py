@@ -69,7 +69,7 @@ class TrainSetup:
     micro_batch: int = 1
     seq_len: int = 2048
     grad_accum: int = 1
-    grad_ckpt: bool = False
+    grad_ckpt: bool = False  # full recomputation: each layer keeps its input
     zero_stage: int = 0
     num_gpus: int = 1
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16: what --zero shards under amp (plan/zero.py)
@@ -82,6 +82,12 @@ class TrainSetup:
     lora_targets: str = "all"
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
+    selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
+
+    @property
+    def recompute(self) -> str:
+        """none, selective (the attention core) or full (the whole layer: --grad-ckpt)."""
+        return "full" if self.grad_ckpt else "selective" if self.selective_recompute else "none"
 
     @property
     def deepspeed_amp(self) -> bool:
@@ -125,6 +131,9 @@ class TrainSetup:
                                                                    "parallel: pick degrees whose product divides --gpus.")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise BadInputError("Sequence parallelism splits along the tensor-parallel group.", hint="Use it with --tp 2 or more.")
+        if self.grad_ckpt and self.selective_recompute:
+            raise BadInputError("Full checkpointing (--grad-ckpt) and selective recomputation are two different "
+                                "amounts of recomputation, not one.", hint="Pick --recompute selective or full.")
         if self.finetune not in FINETUNE:
             raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
 
@@ -256,7 +265,7 @@ def training_memory(
         gathered = int(zs.gathered_largest_module) or 2 * m.layer_params() * mode.weight
     ddp_buckets = grads if (gpus > 1 and zero == 0) else 0  # DDP copies gradients into its buckets
 
-    layer = layer_activation_bytes(m, setup.activation_precision, b, s)
+    layer = layer_activation_bytes(m, setup.activation_precision, b, s, recompute=setup.recompute)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
     if attention_kernel(m, setup.activation_precision) == "eager":
         notes.append(f"{m.family}: transformers runs eager attention (no SDPA), so every layer keeps its S x S scores")
@@ -302,13 +311,15 @@ def training_memory(
         "activations": saved,
         "logits_and_loss": fwd_logits,
     }
-    if setup.grad_ckpt:
-        # recomputing the top layer during the backward: its full activations are back, the output
-        # head's gradient exists, an fp32 gradient flows through the residual stream
+    if setup.grad_ckpt or setup.selective_recompute:
+        # recomputing the top layer (its attention core) during the backward: its full activations
+        # (the core's insides) are back, the output head's gradient exists, an fp32 gradient flows
+        # through the residual stream
         head_grad = m.vocab_size * m.hidden_size * mode.weight
-        cands["layer recompute"] = static | {
+        back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, setup.activation_precision, b, s)
+        cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
             "gradients": max(live_grads, head_grad),
-            "activations": saved + int(per_layer * activation_scale),
+            "activations": saved + int(back * activation_scale),
             "logits_and_loss": tokens * m.hidden_size * 4,
         }
     cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
@@ -349,7 +360,7 @@ def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
                               heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
                               intermediate=m.moe_intermediate_size or m.intermediate_size,
                               tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
-                              recompute="full" if setup.grad_ckpt else "none")
+                              recompute=setup.recompute)
     in_flight = min(setup.pipeline_parallel, setup.grad_accum)
     return m.num_layers / setup.pipeline_parallel * in_flight * sum(items.values())
 
@@ -397,11 +408,11 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
 
 
 def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, micro_batch: int,
-                              seq: int) -> tuple[float, float]:
+                              seq: int, recompute: str = "none") -> tuple[float, float]:
     """(one layer, head + first norm) bytes saved for backward under LoRA, for the micro-batch."""
     tokens = micro_batch * seq
     c = _mode(precision).compute
-    layer = layer_activation_bytes(m, precision, micro_batch, seq)
+    layer = layer_activation_bytes(m, precision, micro_batch, seq, recompute=recompute)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"] + tokens * layer_delta_per_token(m, lora, c)
     head = tokens * (_head_bytes_per_token(m, _mode(precision)) + head_and_first_norm_delta_per_token(m, c))
     return per_layer, head
@@ -427,7 +438,7 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
     n_ad = adapter_params(m, lora)
     base = base_weight_bytes(m, lora, mode.weight)
     per_state = {"adamw": 8, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
-    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s)
+    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s, setup.recompute)
     if setup.grad_ckpt:
         saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
     else:
@@ -445,9 +456,10 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
                                     "logits_and_loss": loss},
         "optimizer step": static | {"gradients": grads, "optimizer_step_temporaries": n_ad * 4 if per_state else 0},
     }
-    if setup.grad_ckpt:
-        cands["layer recompute"] = static | {"gradients": grads, "activations": saved + int(per_layer * activation_scale),
-                                             "logits_and_loss": tokens * m.hidden_size * 4}
+    if setup.grad_ckpt or setup.selective_recompute:
+        back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, precision, b, s)
+        cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
+            "gradients": grads, "activations": saved + int(back * activation_scale), "logits_and_loss": tokens * m.hidden_size * 4}
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])
     breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
@@ -464,3 +476,11 @@ def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: i
     layer = layer_activation_bytes(m, precision, micro_batch, seq)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
     return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq)
+
+
+def recomputed_attention_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:
+    """What selective recomputation drops from one layer and brings back while that layer's
+    backward runs: the attention core's insides."""
+    full = layer_activation_bytes(m, precision, micro_batch, seq)
+    sel = layer_activation_bytes(m, precision, micro_batch, seq, recompute="selective")
+    return full["attention"] - sel["attention"]

@@ -20,6 +20,7 @@ from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
+from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
 from gpulens.plan.serve import ServeSetup, plan_serving
@@ -42,6 +43,7 @@ class PlanRequest:
     seq: int = 2048
     grad_accum: int = 1
     grad_ckpt: bool = False
+    recompute: str = "none"  # none | selective | full (= grad_ckpt); plan/memory.py TrainSetup.recompute
     zero: int = 0
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16 (see plan/zero.py)
     loss: str = "torch"  # torch (transformers' fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
@@ -199,7 +201,11 @@ def _with_electricity(res: PlanResult) -> PlanResult:
 
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
-    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
+    if req.recompute not in RECOMPUTE:
+        raise BadInputError(f"Unknown recomputation {req.recompute!r}.", hint="Use --recompute none, selective or full.")
+    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum,
+                       req.grad_ckpt or req.recompute == "full", req.zero, req.gpus,
+                       selective_recompute=req.recompute == "selective",
                        zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
                        lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
