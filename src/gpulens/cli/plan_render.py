@@ -95,7 +95,9 @@ def render_plan(res: Any) -> None:
                 + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
                 + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
                 + (" · SP" if r.sequence_parallel else "")
-                + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets})"
+                + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets}, {r.lora_dtype}"
+                   + (f", {r.lora_optimizer_dtype} states" if r.lora_optimizer_dtype not in (None, r.lora_dtype) else "")
+                   + ")"
                    if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"
     else:

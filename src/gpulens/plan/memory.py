@@ -31,7 +31,6 @@ from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and sp
 )
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.lora import (
-    ADAPTER_BYTES,
     FINETUNE,
     PAGED_NOTE,
     LoraSetup,
@@ -80,6 +79,8 @@ class TrainSetup:
     loss: str = "torch"  # torch (transformers: fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
     lora_rank: int = 16
     lora_targets: str = "all"
+    lora_dtype: str = "fp32"  # adapters (peft's default); bf16 = get_peft_model(..., autocast_adapter_dtype=False)
+    lora_optimizer_dtype: str | None = None  # the adapters' AdamW moments; None = the adapters' dtype
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
     selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
@@ -151,7 +152,8 @@ class TrainSetup:
 
     @property
     def lora(self) -> LoraSetup | None:
-        return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets)
+        return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets,
+                                                              self.lora_dtype, self.lora_optimizer_dtype)
 
 
 @dataclass
@@ -420,8 +422,8 @@ def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, mic
 
 def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
                  cuda_context_bytes: int, reserved_ratio: float, activation_scale: float) -> MemoryEstimate:
-    """LoRA / QLoRA (plan/lora.py): frozen base, fp32 adapters with their gradients and AdamW
-    moments, the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
+    """LoRA / QLoRA (plan/lora.py): frozen base, adapters (fp32, or --lora-dtype) with their
+    gradients and AdamW moments (in --lora-optimizer-dtype), the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
     sharded states would be the adapters' few megabytes)."""
     lora = setup.lora
     assert lora is not None
@@ -434,10 +436,13 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
     b, s = setup.micro_batch, setup.seq_len
     tokens = b * s
     notes = [f"{'QLoRA' if lora.method == 'qlora' else 'LoRA'} rank {lora.rank} on the {lora.targets} Linear layers: "
-             f"{adapter_params(m, lora):,} trainable parameters (fp32), base frozen"]
+             f"{adapter_params(m, lora):,} trainable parameters ({lora.dtype}; optimizer states "
+             f"{lora.optimizer_dtype or lora.dtype}" + (", with an fp32 master copy" if lora.master_bytes else "")
+             + "), base frozen"]
     n_ad = adapter_params(m, lora)
     base = base_weight_bytes(m, lora, mode.weight)
-    per_state = {"adamw": 8, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
+    per_state = {"adamw": 2 * lora.state_bytes, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
+    per_state += lora.master_bytes if setup.optimizer != "sgd" else 0
     per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s, setup.recompute)
     if setup.grad_ckpt:
         saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
@@ -445,16 +450,18 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
         saved = m.num_layers * per_layer + head
     saved = int(saved * activation_scale)
     loss = _loss_bytes(m, precision, tokens)
-    static = {"weights": int(base), "lora_adapters": n_ad * ADAPTER_BYTES, "optimizer_states": int(n_ad * per_state),
+    ad = lora.adapter_bytes
+    static = {"weights": int(base), "lora_adapters": n_ad * ad, "optimizer_states": int(n_ad * per_state),
               "cuda_workspace": workspace_bytes}
     if lora.method == "qlora":
         static["dequantized_weight"] = 2 * largest_linear_params(m)  # one Linear's bf16 weight at a time
         notes.append("QLoRA: block Linear weights in 4-bit NF4 with double quantization (0.516 bytes each); " + PAGED_NOTE)
-    grads = n_ad * ADAPTER_BYTES
+    grads = n_ad * ad
     cands = {
         "backward start": static | {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved,
                                     "logits_and_loss": loss},
-        "optimizer step": static | {"gradients": grads, "optimizer_step_temporaries": n_ad * 4 if per_state else 0},
+        "optimizer step": static | {"gradients": grads,
+                                    "optimizer_step_temporaries": n_ad * max(ad, lora.state_bytes) if per_state else 0},
     }
     if setup.grad_ckpt or setup.selective_recompute:
         back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, precision, b, s)

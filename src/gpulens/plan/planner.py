@@ -44,6 +44,8 @@ class PlanRequest:
     grad_accum: int = 1
     grad_ckpt: bool = False
     recompute: str = "none"  # none | selective | full (= grad_ckpt); plan/memory.py TrainSetup.recompute
+    lora_dtype: str = "fp32"  # LoRA adapters' weights and gradients (peft's default fp32)
+    lora_optimizer_dtype: str | None = None  # their AdamW moments (None: the adapters' dtype)
     zero: int = 0
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16 (see plan/zero.py)
     loss: str = "torch"  # torch (transformers' fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
@@ -208,6 +210,7 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        selective_recompute=req.recompute == "selective",
                        zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
                        lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
+                       lora_dtype=req.lora_dtype, lora_optimizer_dtype=req.lora_optimizer_dtype,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second)

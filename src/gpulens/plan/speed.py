@@ -140,8 +140,9 @@ def _peak_for(gpu: GpuSpec, precision: str, eff: Efficiency) -> float:
 
 
 def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
-    if setup.lora is not None:  # fp32 adapters and their fp32 states only
-        return adapter_params(m, setup.lora) * (3 * 4 + 6 * 4)
+    if setup.lora is not None:  # the adapters (read/write, their gradients read) and their states only
+        lo = setup.lora
+        return adapter_params(m, lo) * (3 * lo.adapter_bytes + 6 * lo.state_bytes + 2 * lo.master_bytes)
     w = _mode(setup.precision).weight
     s = 4 if w == 4 else 2
     per_param = {
@@ -190,7 +191,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     link = collective_link(gpu, setup.num_gpus if dp > 1 else 1, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
     if dp > 1:
-        grad_bytes = (adapter_params(m, lora) * 4 if lora is not None else
+        grad_bytes = (adapter_params(m, lora) * lora.adapter_bytes if lora is not None else
                       m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
         if setup.zero_stage >= 3 and lora is None and not setup.megatron:
             # every micro-batch gathers each layer's parameters in the forward and again in the
