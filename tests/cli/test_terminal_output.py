@@ -231,6 +231,10 @@ def test_a_folder_as_store_is_one_sentence_naming_the_file(session_store):
 WIDE_TABLES = {
     "plan compare": ["plan", "compare", "--model", "qwen2.5-7b", "--workload", "infer", "--gpu", "a100-80gb",
                      "--gpu", "h100-sxm", "--gpu", "l40s"],
+    # the replica plan under latency targets, with a GPU that cannot meet them (its reason line too)
+    "plan compare replicas": ["plan", "compare", "--model", "qwen2.5-7b", "--workload", "infer", "--runtime", "vllm",
+                              "--gpu", "a100-80gb", "--gpu", "h100-sxm", "--gpu", "l40s", "--gpu", "l4",
+                              "--target-rps", "20", "--ttft-target", "40ms", "--tpot-target", "30ms"],
     "plan calibrate": ["plan", "calibrate", "--measurements", "bundled", "--dry-run"],
     "runs list": ["runs", "list", "--store", "{runs}"],
     "compare": ["compare", "1", "2", "--store", "{runs}", "--no-record"],
@@ -248,6 +252,8 @@ def test_every_table_fits_80_columns_in_a_pipe(name, two_runs):
         assert re.search(r"[-+]\d+\.\d% … [-+]\d+\.\d%", r.stdout), r.stdout  # the interval on one line
     if name == "plan calibrate":
         assert "defaults" in r.stdout
+    if name == "plan compare replicas":
+        assert "Replica plan" in r.stdout and "bound by" in r.stdout and "L4: cannot meet" in r.stdout
 
 
 def test_top_at_60_columns_says_which_columns_it_hid():

@@ -113,3 +113,95 @@ def test_degrees_that_do_not_divide_are_refused():
                dict(num_gpus=8, tensor_parallel=1, sequence_parallel=True)):
         with pytest.raises(BadInputError):
             training_memory(m, TrainSetup("amp_bf16", "adamw", 1, 4096, **kw), capacity_bytes=80 << 30)
+
+
+# ---------------------------------------------------------------- selective recomputation (--recompute selective)
+# Table 2 of the paper, activations per layer (rows as quoted in secondary sources that reproduce
+# the table; the paper itself was not readable from here): no parallelism sbh(34 + 5as/h),
+# tensor + sequence parallel + selective recomputation 34sbh/t, full recomputation 2sbh.
+
+
+@pytest.mark.parametrize("name,a,h,layers,t", SHAPES)
+def test_table_2_without_parallelism(name, a, h, layers, t):
+    one = MegatronShape(seq=S, micro_batch=B, hidden=h, heads=a)
+    sbh = S * B * h
+    rows = {"none": sbh * (34 + 5 * a * S / h), "selective": 34 * sbh, "full": 2 * sbh}
+    for mode, want in rows.items():
+        assert sum(layer_activation_items(one, recompute=mode).values()) == pytest.approx(want, rel=1e-9), (name, mode)
+    # tensor parallel without sequence parallelism: selective drops exactly the 5as/(ht) term of the
+    # tensor-parallel row sbh(10 + 24/t + 5as/(ht)), leaving sbh(10 + 24/t)
+    tp_sel = sum(layer_activation_items(one, tensor_parallel=t, recompute="selective").values())
+    assert tp_sel == pytest.approx(_paper(a, h, t, "tp") - sbh * 5 * a * S / (h * t), rel=1e-9)
+
+
+def test_selective_recompute_in_a_plan_drops_only_the_attention_core():
+    from dataclasses import replace
+
+    from gpulens.plan.memory import layer_activation_bytes, recomputed_attention_bytes
+
+    # Gemma-2 runs eager attention: selective drops its S x S scores (8 bytes each in bf16: the
+    # soft-capping tanh's output, the fp32 softmax and its 16-bit cast) and the repeated K/V
+    g = preset("gemma-2-9b")
+    b, s = 1, 4096
+    full = layer_activation_bytes(g, "bf16", b, s)
+    sel = layer_activation_bytes(g, "bf16", b, s, recompute="selective")
+    assert full["mlp"] == sel["mlp"] and full["norms"] == sel["norms"]
+    a, kv, d = g.num_heads, g.num_kv_heads, g.head_dim
+    assert full["attention"] - sel["attention"] == b * a * s * s * 8 + b * s * 2 * (4 * a * d - (2 * a * d + 2 * kv * d))
+    assert recomputed_attention_bytes(g, "bf16", b, s) == full["attention"] - sel["attention"]
+    # a flash-attention family keeps q, k, v and the output either way: only the log-sum-exp goes
+    m = preset("llama-3-8b")
+    assert (layer_activation_bytes(m, "bf16", b, s)["attention"]
+            - layer_activation_bytes(m, "bf16", b, s, recompute="selective")["attention"]) == b * s * 4 * m.num_heads
+    # Megatron's LLaMA layer (flash): the same
+    kw = dict(seq=s, micro_batch=b, hidden=m.hidden_size, heads=m.num_heads, kv_heads=m.num_kv_heads,
+              head_dim=m.head_dim, intermediate=m.intermediate_size)
+    lose = sum(llama_layer_items(**kw).values()) - sum(llama_layer_items(**kw, recompute="selective").values())
+    assert lose == 4 * s * b * m.num_heads
+    eager = replace(m, attention_impl="eager")
+    assert recomputed_attention_bytes(eager, "bf16", b, s) > b * m.num_heads * s * s * 4
+
+
+def test_selective_recompute_costs_the_attention_core_forward_again():
+    from gpulens.plan.speed import train_flops_per_token
+
+    m = preset("llama-3-8b")
+    s = 4096
+    none, sel, full = (train_flops_per_token(m, s, recompute=r) for r in ("none", "selective", "full"))
+    core_forward = 4 * m.num_layers * m.num_heads * m.head_dim * s  # QK^T and attention over V, 2 FLOPs per MAC
+    assert sel - none == pytest.approx(core_forward)
+    assert full - sel == pytest.approx(2 * m.matmul_params)  # full also runs every Linear's forward again
+    assert train_flops_per_token(m, s, recompute=True) == full
+
+
+def test_recompute_options_in_plans():
+    base = dict(model="gemma-2-9b", workload="train", gpu="h100-sxm", batch=1, seq=4096, precision="bf16")
+    none, sel, full = (plan(PlanRequest(**base, recompute=r)) for r in ("none", "selective", "full"))
+    ckpt = plan(PlanRequest(**base, grad_ckpt=True))
+    assert full.memory.to_dict() == ckpt.memory.to_dict() and full.speed == ckpt.speed  # full = --grad-ckpt
+    assert full.memory.peak_bytes < sel.memory.peak_bytes < none.memory.peak_bytes
+    assert none.speed["step_seconds"] < sel.speed["step_seconds"] < full.speed["step_seconds"]
+    assert sel.speed["mfu_ratio"] < none.speed["mfu_ratio"]  # the recomputation is not model FLOPs
+    # Megatron-style plans take it too (flash: only the log-sum-exp goes, a little)
+    mg = dict(model="llama-3-70b", workload="train", gpu="h100-sxm", batch=1, seq=4096, gpus=64, tensor_parallel=8,
+              pipeline_parallel=8, sequence_parallel=True, grad_accum=32, zero=1)
+    act = [plan(PlanRequest(**mg, recompute=r)).memory.candidates["backward start"] for r in ("none", "selective", "full")]
+    assert act[2] < act[1] < act[0]
+    with pytest.raises(BadInputError):
+        TrainSetup(grad_ckpt=True, selective_recompute=True).validate()
+
+
+def test_contradictory_recompute_options_are_one_sentence(capsys):
+    from gpulens.cli.main import main
+
+    base = ["plan", "--model", "llama-3-8b", "--workload", "train", "--gpu", "h100-sxm"]
+    for extra, words in ((["--grad-ckpt", "--recompute", "selective"], "--grad-ckpt recomputes whole layers"),
+                         (["--grad-ckpt", "--recompute", "none"], "--grad-ckpt recomputes whole layers"),
+                         (["--recompute", "some"], "Unknown recomputation 'some'")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err
+        assert err.strip().splitlines()[0].count(". ") == 0  # one sentence, then the hint
+    assert main([*base, "--grad-ckpt", "--recompute", "full", "--format", "json"]) == 0
+    assert main(["plan", "--model", "llama-3-8b", "--workload", "infer", "--recompute", "selective"]) == 2
+    assert "training option" in capsys.readouterr().err

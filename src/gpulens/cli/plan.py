@@ -29,6 +29,10 @@ Examples:
 
   gpulens plan compare --model qwen2.5-7b --workload infer --gpu a100-80gb --gpu h100-sxm --gpu l40s
 
+  gpulens plan compare --model qwen2.5-7b --workload infer --runtime vllm --gpu h100-sxm --gpu l40s --target-rps 20 --tpot-target 30ms
+
+  gpulens plan --model gemma-2-9b --workload train --gpu h100-sxm --batch 1 --seq 4096 --precision bf16 --recompute selective
+
   gpulens plan calibrate --measurements runs.jsonl --gpu h200
 
 `--model` takes a config.json (or its folder), a preset (`gpulens plan models`) or a bare size such

@@ -90,11 +90,14 @@ def render_plan(res: Any) -> None:
     if r.workload == "train":
         what = (f"train · {r.precision} · {r.optimizer} · micro-batch {r.batch} × {r.seq} tokens"
                 + (f" · accumulate ×{r.grad_accum}" if r.grad_accum > 1 else "")
-                + (" · checkpointing" if r.grad_ckpt else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
+                + (" · checkpointing" if r.grad_ckpt else "")
+                + (" · selective recompute" if r.recompute == "selective" else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
                 + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
                 + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
                 + (" · SP" if r.sequence_parallel else "")
-                + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets})"
+                + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets}, {r.lora_dtype}"
+                   + (f", {r.lora_optimizer_dtype} states" if r.lora_optimizer_dtype not in (None, r.lora_dtype) else "")
+                   + ")"
                    if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"
     else:
@@ -176,11 +179,12 @@ def render_plan(res: Any) -> None:
         console.print(f"[dim]  ({escape(e.assumption)})[/]")
     if res.replicas:
         rt = Table(title="more cards or more replicas", box=None, header_style="bold", padding=(0, 2))
-        for col in ("replicas", "× TP", "= GPUs", "batch", "TTFT", "TPOT", "cost/hour"):
-            rt.add_column(col, justify="right")
+        for col in ("replicas", "× TP", "= GPUs", "batch", "TTFT", "TPOT", "bound by", "cost/hour"):
+            rt.add_column(col, justify="left" if col == "bound by" else "right")
         for o in res.replicas[:6]:
             rt.add_row(str(o.replicas), str(o.tensor_parallel), str(o.gpus), str(o.batch), format_seconds(o.ttft_seconds),
-                       format_seconds(o.tpot_seconds), f"{o.hourly_total:,.2f}" if o.hourly_total is not None else "–")
+                       format_seconds(o.tpot_seconds), _BOUND[o.bound_by] if o.bound_by in _BOUND else o.bound_by,
+                       f"{o.hourly_total:,.2f}" if o.hourly_total is not None else "–")
         print_table(console, rt)
     if res.advice:
         console.print("\n[bold]What to do[/]")
@@ -207,6 +211,42 @@ def _median(v: list[float]) -> float:
 def _tf(v: float | None) -> str:
     return f"{v / 1e12:,.0f}" if v else "–"
 
+
+
+# the constraint that stopped a replica's batch from growing, as the tables say it
+_BOUND = {"memory": "KV memory", "TPOT": "TPOT", "TTFT": "TTFT", "TTFT+TPOT": "TTFT+TPOT"}
+
+
+def render_replica_plans(results: list[Any]) -> None:
+    """`plan compare` with --target-rps / --ttft-target / --tpot-target: per GPU its cheapest (else
+    smallest) replica layout that meets them, the constraint that bound its batch, or why none does."""
+    from gpulens.plan.planner import replica_targets
+
+    targets = replica_targets(results[0].request)
+    if not targets:
+        return
+    rate = results[0].request.target_requests_per_second
+    console.print(f"\n[bold]Replica plan[/] for {targets}", highlight=False)
+    t = Table(header_style="bold", box=None, padding=(0, 2))
+    for c in ("GPU", "replicas × TP", "GPUs", "batch", "TTFT", "TPOT", "req/s", "bound by"):
+        t.add_column(c, justify="left" if c in ("GPU", "bound by") else "right")
+    missed = []
+    for r in results:
+        if not r.replicas:
+            t.add_row(r.gpu.name, "–", "–", "–", "–", "–", "–", "cannot meet")
+            missed.append(r)
+            continue
+        o = r.replicas[0]
+        t.add_row(o.gpu, f"{o.replicas} × TP{o.tensor_parallel}", str(o.gpus), str(o.batch), format_seconds(o.ttft_seconds),
+                  format_seconds(o.tpot_seconds), f"{o.replicas * o.requests_per_second_per_replica:,.1f}",
+                  _BOUND.get(o.bound_by, o.bound_by))
+    print_table(console, t)
+    console.print("[dim]req/s: what the layout serves" + ("" if rate else " (one replica: no --target-rps given)")
+                  + ". bound by: what stops a larger batch per replica (the next batch tried, twice this one, "
+                    "misses that target; KV memory: the largest batch whose KV cache fits).[/]", highlight=False)
+    for r in missed:
+        why = r.replica_misses[0].reason if r.replica_misses else "no layout meets the targets"
+        console.print(f"[dim]{r.gpu.name}: cannot meet {targets}: {why}.[/]", highlight=False)
 
 
 def render_compare(results: list[Any]) -> None:
@@ -257,6 +297,8 @@ def render_compare(results: list[Any]) -> None:
     for r in results:
         if not r.fits and r.advice:
             console.print(f"[dim]{r.gpu.name}: first fix: {r.advice[0].text}[/]", highlight=False)
+    if not train:
+        render_replica_plans(results)
 
 
 

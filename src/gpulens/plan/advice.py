@@ -20,7 +20,7 @@ from gpulens.plan.serve import (
     weight_bytes,
 )
 from gpulens.plan.speed import Efficiency, training_speed
-from gpulens.units import format_bytes
+from gpulens.units import format_bytes, format_seconds
 
 
 @dataclass
@@ -62,8 +62,12 @@ def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             cur, peak, fits = trial, p, f
             fixes.append(Fix(action, why, p, f, change))
 
+    if cur.recompute == "none":
+        attempt(replace(cur, selective_recompute=True), "recompute only the attention core (--recompute selective)",
+                "drops what attention keeps inside (its S x S scores where the kernel materializes them); costs the "
+                "attention core's forward again", {"recompute": "selective"})
     if not cur.grad_ckpt:
-        attempt(replace(cur, grad_ckpt=True), "turn on activation checkpointing (--grad-ckpt)",
+        attempt(replace(cur, grad_ckpt=True, selective_recompute=False), "turn on activation checkpointing (--grad-ckpt)",
                 "keeps one tensor per layer instead of every activation; costs ~1/3 more compute", {"grad_ckpt": True})
     if not fits and cur.micro_batch > 1:
         global_batch = cur.micro_batch * cur.grad_accum
@@ -196,19 +200,46 @@ class ReplicaOption:
     per_thousand_requests: float | None
     break_even_months: float | None
     currency: str | None
+    # what stopped the batch from growing: "TPOT" / "TTFT" (the next batch tried, twice this one,
+    # misses that target; "TTFT+TPOT" when both) or "memory" (the largest batch whose KV cache fits)
+    bound_by: str = "memory"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass
+class ReplicaMiss:
+    """Why a GPU has no replica layout: at its best tensor-parallel degree, batch 1 misses a target."""
+
+    gpu: str
+    tensor_parallel: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _missed(sp: Any, tpot_slo_s: float | None, ttft_slo_s: float | None) -> str:
+    """"TTFT", "TPOT" or "TTFT+TPOT": the targets this speed misses ("" if none)."""
+    miss = [name for name, got, slo in (("TTFT", sp.ttft_seconds, ttft_slo_s), ("TPOT", sp.tpot_seconds, tpot_slo_s))
+            if slo and got > slo]
+    return "+".join(miss)
+
+
 def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: dict[str, Efficiency], *,
-                    target_rps: float, tpot_slo_s: float | None, ttft_slo_s: float | None,
-                    currency: str = "USD", ctx: int = 512 << 20) -> list[ReplicaOption]:
-    """For each GPU and tensor-parallel degree: the largest batch meeting the SLO, the replicas
-    needed for `target_rps`, and the cost; sorted cheapest (or fewest GPUs) first."""
+                    target_rps: float | None, tpot_slo_s: float | None, ttft_slo_s: float | None,
+                    currency: str = "USD", ctx: int = 512 << 20,
+                    misses: list[ReplicaMiss] | None = None) -> list[ReplicaOption]:
+    """For each GPU and tensor-parallel degree: the largest batch meeting the SLO (and what bound
+    it), the replicas needed for `target_rps` (one without a rate: a replica's capacity), and the
+    cost; sorted cheapest (or fewest GPUs) first. A GPU with no layout gets a `ReplicaMiss` in
+    `misses`, with the figure that misses at batch 1 on its largest degree that fits."""
     out: list[ReplicaOption] = []
     for gpu in gpus:
         eff = effs.get(gpu.name) or Efficiency()
+        miss: ReplicaMiss | None = None
+        found = False
         for tp in (1, 2, 4, 8):
             if tensor_parallel_problem(m, tp):
                 continue
@@ -219,18 +250,28 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
                 break
             max_fit = max_batch_that_fits(m, s, gpu.memory_bytes, eff)
             if max_fit < 1:
+                miss = ReplicaMiss(gpu.name, tp, f"one sequence does not fit at TP {tp}")
                 continue
             best = None
+            bound = "memory"
             b = 1
             while b <= max_fit:
                 sp = serving_speed(m, replace(s, batch=b), gpu, eff)
-                if (tpot_slo_s and sp.tpot_seconds > tpot_slo_s) or (ttft_slo_s and sp.ttft_seconds > ttft_slo_s):
+                missed = _missed(sp, tpot_slo_s, ttft_slo_s)
+                if missed:
+                    bound = missed
+                    if best is None:
+                        got = [f"{n} {format_seconds(v)} > {format_seconds(t)}" for n, v, t in
+                               (("TTFT", sp.ttft_seconds, ttft_slo_s), ("TPOT", sp.tpot_seconds, tpot_slo_s))
+                               if t and v > t]
+                        miss = ReplicaMiss(gpu.name, tp, f"at TP {tp} even batch 1 misses: {', '.join(got)}")
                     break
                 best = sp
                 b = b * 2 if b * 2 <= max_fit or b == max_fit else max_fit
             if best is None:
                 continue
-            replicas = max(1, math.ceil(target_rps / best.requests_per_second))
+            found = True
+            replicas = max(1, math.ceil(target_rps / best.requests_per_second)) if target_rps else 1
             total = replicas * tp
             cost = serving_cost(gpu.hourly_price, total, best.output_tokens_per_second * replicas,
                                 best.requests_per_second * replicas, currency=currency, purchase_per_gpu=gpu.purchase_price)
@@ -240,6 +281,9 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
                 tpot_seconds=best.tpot_seconds, hourly_total=cost.hourly_total if cost else None,
                 per_million_tokens=cost.per_million_tokens if cost else None,
                 per_thousand_requests=cost.per_thousand_requests if cost else None,
-                break_even_months=cost.break_even_months if cost else None, currency=currency if cost else None))
+                break_even_months=cost.break_even_months if cost else None, currency=currency if cost else None,
+                bound_by=bound))
+        if not found and misses is not None:
+            misses.append(miss or ReplicaMiss(gpu.name, 0, "no tensor-parallel degree runs this model on it"))
     out.sort(key=lambda o: (o.hourly_total is None, o.hourly_total or 0.0, o.gpus))
     return out

@@ -29,7 +29,8 @@ TARGETS = {
     "all": ("q", "k", "v", "o", "gate", "up", "down"),  # every Linear of the blocks ("all-linear")
     "qv": ("q", "v"),  # peft's default for LLaMA-like models
 }
-ADAPTER_BYTES = 4  # fp32 adapters
+ADAPTER_BYTES = 4  # fp32 adapters: peft's default (get_peft_model(..., autocast_adapter_dtype=True))
+LORA_DTYPES = {"fp32": 4, "bf16": 2}  # --lora-dtype / --lora-optimizer-dtype
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes + 8-bit block scales + fp32 scales of scales
 PAGED_NOTE = ("paged AdamW (bitsandbytes) keeps the adapters' states on the GPU and moves pages to the CPU only "
               "under memory pressure")
@@ -40,6 +41,22 @@ class LoraSetup:
     method: str = "lora"  # lora | qlora
     rank: int = 16
     targets: str = "all"
+    dtype: str = "fp32"  # the adapters' weights and gradients: fp32 (peft's default) or bf16
+    optimizer_dtype: str | None = None  # the AdamW moments; None = the adapters' dtype (torch.optim makes them so)
+
+    @property
+    def adapter_bytes(self) -> int:
+        return LORA_DTYPES[self.dtype]
+
+    @property
+    def state_bytes(self) -> int:
+        return LORA_DTYPES[self.optimizer_dtype or self.dtype]
+
+    @property
+    def master_bytes(self) -> int:
+        """An fp32 master copy of 16-bit adapters, kept by a mixed-precision optimizer when the
+        moments are fp32 (plain torch.optim would keep fp32 moments only for fp32 parameters)."""
+        return 4 if self.adapter_bytes == 2 and self.state_bytes == 4 else 0
 
     def validate(self, m: ModelSpec, precision: str) -> None:
         if self.method not in ("lora", "qlora"):
@@ -48,6 +65,9 @@ class LoraSetup:
             raise BadInputError(f"The LoRA rank must be at least 1, not {self.rank}.", hint="Pass --lora-rank 16, say.")
         if self.targets not in TARGETS:
             raise BadInputError(f"Unknown LoRA targets {self.targets!r}.", hint=f"Use --lora-targets {' or '.join(TARGETS)}.")
+        for flag, v in (("--lora-dtype", self.dtype), ("--lora-optimizer-dtype", self.optimizer_dtype or self.dtype)):
+            if v not in LORA_DTYPES:
+                raise BadInputError(f"Unknown {flag} {v!r}.", hint=f"Use {flag} fp32 or bf16.")
         if precision.startswith("amp"):
             raise BadInputError("LoRA is planned with the base in its storage dtype, not under autocast.",
                                 hint="Pass --precision bf16 (the usual LoRA/QLoRA set-up) or fp32.")
@@ -95,11 +115,12 @@ def layer_delta_per_token(m: ModelSpec, lora: LoraSetup, compute_bytes: int) -> 
         # torch Linear drops (q/k/v's and gate/up's shared inputs, down's)
         removed = 2 * c * h
     added = 0.0
+    ad = lora.adapter_bytes
     for t in targets:
-        if c != ADAPTER_BYTES:
-            added += ADAPTER_BYTES * lin[t][0]  # the adapter's own fp32 copy of its input
-        added += ADAPTER_BYTES * lora.rank  # A's output, saved by B
-    if c == ADAPTER_BYTES:  # fp32 activations: an adapter keeps the very input the base Linear kept
+        if c != ad:
+            added += ad * lin[t][0]  # the adapter's own copy of its input, cast to the adapter's dtype
+        added += ad * lora.rank  # A's output, saved by B
+    if c == ad:  # activations in the adapters' dtype: an adapter keeps the very input the base Linear kept
         chosen = set(targets)
         added += c * h * bool({"q", "k", "v"} & chosen) + c * h * bool({"gate", "up"} & chosen)
         added += c * lin["down"][0] * ("down" in chosen)

@@ -102,9 +102,11 @@ def llama_layer_items(*, seq: int, micro_batch: int, hidden: int, heads: int, kv
         "mlp_input": 2 * sb * h / outside,
         "gate_up_act_product": 4 * 2 * sb * intermediate / t,  # gate, up, act(gate), act x up (down's input)
     }
-    if flash:
+    if recompute == "selective":
+        pass  # the attention core is recomputed: no scores, no log-sum-exp kept
+    elif flash:
         items["softmax_lse"] = 4 * sb * heads / t
-    elif recompute != "selective":
+    else:
         items["scores"] = 2 * heads * s * s * b / t + 2 * heads * s * s * b / t  # softmax output and its 16-bit input
     return items
 

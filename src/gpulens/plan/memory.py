@@ -21,9 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
+from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and speed.py read them here
+    _head_bytes_per_token,
+    _loss_bytes,
+    _Mode,
+    _mode,
+    attention_kernel,
+    layer_activation_bytes,
+)
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.lora import (
-    ADAPTER_BYTES,
     FINETUNE,
     PAGED_NOTE,
     LoraSetup,
@@ -61,7 +68,7 @@ class TrainSetup:
     micro_batch: int = 1
     seq_len: int = 2048
     grad_accum: int = 1
-    grad_ckpt: bool = False
+    grad_ckpt: bool = False  # full recomputation: each layer keeps its input
     zero_stage: int = 0
     num_gpus: int = 1
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16: what --zero shards under amp (plan/zero.py)
@@ -72,8 +79,16 @@ class TrainSetup:
     loss: str = "torch"  # torch (transformers: fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
     lora_rank: int = 16
     lora_targets: str = "all"
+    lora_dtype: str = "fp32"  # adapters (peft's default); bf16 = get_peft_model(..., autocast_adapter_dtype=False)
+    lora_optimizer_dtype: str | None = None  # the adapters' AdamW moments; None = the adapters' dtype
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
+    selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
+
+    @property
+    def recompute(self) -> str:
+        """none, selective (the attention core) or full (the whole layer: --grad-ckpt)."""
+        return "full" if self.grad_ckpt else "selective" if self.selective_recompute else "none"
 
     @property
     def deepspeed_amp(self) -> bool:
@@ -117,6 +132,9 @@ class TrainSetup:
                                                                    "parallel: pick degrees whose product divides --gpus.")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise BadInputError("Sequence parallelism splits along the tensor-parallel group.", hint="Use it with --tp 2 or more.")
+        if self.grad_ckpt and self.selective_recompute:
+            raise BadInputError("Full checkpointing (--grad-ckpt) and selective recomputation are two different "
+                                "amounts of recomputation, not one.", hint="Pick --recompute selective or full.")
         if self.finetune not in FINETUNE:
             raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
 
@@ -134,7 +152,8 @@ class TrainSetup:
 
     @property
     def lora(self) -> LoraSetup | None:
-        return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets)
+        return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets,
+                                                              self.lora_dtype, self.lora_optimizer_dtype)
 
 
 @dataclass
@@ -172,148 +191,6 @@ class MemoryEstimate:
 
 def fits_in(peak_bytes: float, context_bytes: float, capacity_bytes: float) -> bool:
     return peak_bytes + context_bytes <= capacity_bytes * (1 - FIT_MARGIN_RATIO)
-
-
-# ---------------------------------------------------------------- dtypes of each precision mode
-
-
-@dataclass(frozen=True)
-class _Mode:
-    weight: int  # bytes per parameter as stored
-    compute: int  # bytes per element of matmul outputs
-    residual: int  # the residual stream's dtype
-    amp: bool  # autocast: fp32 inputs to Linear layers are cast per layer
-
-
-def _mode(precision: str) -> _Mode:
-    if precision == "fp32":
-        return _Mode(4, 4, 4, False)
-    if precision in ("amp_bf16", "amp_fp16"):
-        return _Mode(4, 2, 4, True)
-    return _Mode(2, 2, 2, False)  # bf16 / fp16: weights and states in 16-bit
-
-
-def _norm_internal(m: ModelSpec, mode: _Mode) -> int:
-    """Bytes per token a norm saves for backward besides its output (per hidden element)."""
-    h = m.hidden_size
-    if m.norm == "layernorm":
-        return mode.residual * h  # native layer_norm saves its input (+ tiny mean/rstd)
-    if m.norm == "gemma_rmsnorm":
-        return 8 * h  # x.float() and the normalized fp32 tensor
-    # LLaMA RMSNorm computes in fp32: saves the fp32 input and the normalized tensor (fp32 when the
-    # residual is fp32, else the 16-bit cast that is multiplied by the weight)
-    return (4 + 4) * h if mode.residual == 4 else (4 + 2) * h
-
-
-def _norm_out(m: ModelSpec, mode: _Mode, consumers: int) -> int:
-    """Bytes per token of the norm output as saved by the Linear layers that read it."""
-    h = m.hidden_size
-    if mode.amp:
-            return consumers * 2 * h  # each Linear saves its own 16-bit cast of the fp32 output
-    return mode.compute * h  # one tensor, shared by the Linear layers that read it
-
-
-def attention_kernel(m: ModelSpec, precision: str) -> str:
-    """Which SDPA backend PyTorch picks: flash needs 16-bit and head_dim <= 256; the memory-efficient
-    kernel takes fp32 but not grouped-query heads (transformers passes enable_gqa), so fp32 with
-    GQA falls back to the math kernel, which materializes the S x S probabilities."""
-    if m.attention_impl == "eager":
-        return "eager"
-    half = precision != "fp32"
-    gqa = m.num_kv_heads != m.num_heads
-    if half and m.head_dim <= 256:
-        return "flash"
-    if not gqa:
-        return "efficient"
-    return "math"
-
-
-def layer_activation_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> dict[str, int]:
-    """Bytes one layer saves for backward, split into attention / mlp / norms, for the micro-batch."""
-    mode = _mode(precision)
-    tokens = micro_batch * seq
-    c = mode.compute
-    a, g, d = m.num_heads, m.num_kv_heads, m.head_dim
-    h = m.hidden_size
-    # attention: input norm, its output as saved by q/k/v (one fused or three Linears), q/k/v/out
-    # as the kernel saves them, its log-sum-exp
-    qkv_linears = 1 if m.qkv_fused else 3
-    norm_bytes = _norm_internal(m, mode) + _norm_out(m, mode, qkv_linears)
-    attn = c * (a * d + 2 * g * d) + c * a * d + 4 * a  # q, k, v, out (out = o_proj's input), lse
-    if m.qk_norm:
-        attn += ((4 + 2) if c == 2 else 8) * (a + g) * d
-    kernel = attention_kernel(m, precision)
-    attn_sq = 0
-    if kernel == "math":
-        attn = c * 4 * a * d  # scaled q, repeated k and v, out
-        attn_sq = micro_batch * a * seq * seq * c  # softmax probabilities (per layer)
-    elif kernel == "eager":
-        # transformers' eager attention (Gemma-2: no SDPA): q, K and V repeated to every head, the
-        # output's contiguous copy for o_proj; per score: the soft-capping tanh's output, the fp32
-        # softmax output and (16-bit) its cast that multiplies V
-        attn = c * 4 * a * d
-        per_score = 4 + (c if c != 4 else 0) + (c if m.attn_logit_softcap else 0)
-        attn_sq = micro_batch * a * seq * seq * per_score
-    if m.dropout > 0:
-        attn += h  # 1-byte dropout mask after the attention output
-    # MLP: post-attention norm, its output as saved by gate/up (or fc), the intermediates
-    mlp_linears = (1 if m.gate_up_fused else 2) if m.mlp == "gated" else 1
-    norm_bytes += _norm_out(m, mode, mlp_linears)
-    if not m.parallel_residual:  # NeoX's two LayerNorms read (and save) the same input
-        norm_bytes += _norm_internal(m, mode)
-    extra_norms = max(0, m.norms_per_layer - 2)
-    norm_bytes += extra_norms * 8 * h  # Gemma-2's post-norms: fp32 input and normalized copies
-    inter = m.moe_intermediate_size or m.intermediate_size
-    if m.mlp == "gated":
-        per_expert_tok = 4 * c * inter  # gate out, act out, up out, product (= down's input)
-    elif m.act == "gelu_new":
-        # GPT-2's Python tanh-GELU keeps x, tanh(.), 0.5x, 1+tanh(.) and its output; under autocast
-        # pow and tanh run in fp32
-        per_expert_tok = (16 if mode.amp else 5 * c) * inter
-    else:
-        per_expert_tok = 2 * c * inter  # fc out (the activation's input), activation out
-    if m.is_moe:
-        # transformers runs the experts as grouped matmuls, which autocast does not cast: under
-        # amp they compute (and save) in fp32
-        k = m.experts_per_token
-        ce = 4 if mode.amp else c
-        per_expert_tok = per_expert_tok // c * ce
-        mlp = k * (ce * h + per_expert_tok + ce * h) + 4 * m.num_experts  # routed copy, intermediates, out; router
-        if m.shared_expert_intermediate_size:
-            mlp += 4 * c * m.shared_expert_intermediate_size
-    else:
-        mlp = per_expert_tok
-    if m.dropout > 0:
-        mlp += h
-    return {
-        "attention": tokens * attn + attn_sq,
-        "mlp": tokens * mlp,
-        "norms": tokens * norm_bytes,
-        "kernel_math": int(kernel == "math"),
-    }
-
-
-def _head_bytes_per_token(m: ModelSpec, mode: _Mode) -> int:
-    """Final norm + the output head's saved input, per token."""
-    if m.encoder:
-        # BERT's MLM head: dense (saves the last hidden state), GELU, LayerNorm, decoder inputs
-        return (mode.residual + 3 * mode.compute) * m.hidden_size
-    return _norm_internal(m, mode) + _norm_out(m, mode, 1)
-
-
-def _loss_bytes(m: ModelSpec, precision: str, tokens: int, loss: str = "torch") -> int:
-    """Logits and loss alive at the start of the backward. transformers upcasts logits to fp32;
-    log_softmax keeps its fp32 output, and its gradient plus the logits' gradient are allocated
-    before it is released: 3 x 4 bytes per vocabulary entry per token. A fused kernel (flash-attn's
-    in-place CrossEntropyLoss, llm-foundry's default) keeps the 16-bit logits and one fp32 lse."""
-    if loss == "fused":
-        return tokens * (_mode(precision).compute * m.vocab_size + 4)
-    per_tok = 12 * m.vocab_size
-    if m.encoder and precision in ("bf16", "fp16"):
-        per_tok = 6 * m.vocab_size  # BERT's MLM loss does not upcast
-    if m.final_logit_softcap:
-        per_tok += _mode(precision).compute * m.vocab_size  # tanh output kept by soft-capping
-    return tokens * per_tok
 
 
 def _optimizer_bytes(m: ModelSpec, optimizer: str, state_bytes: int) -> tuple[int, int, str]:
@@ -390,7 +267,7 @@ def training_memory(
         gathered = int(zs.gathered_largest_module) or 2 * m.layer_params() * mode.weight
     ddp_buckets = grads if (gpus > 1 and zero == 0) else 0  # DDP copies gradients into its buckets
 
-    layer = layer_activation_bytes(m, setup.activation_precision, b, s)
+    layer = layer_activation_bytes(m, setup.activation_precision, b, s, recompute=setup.recompute)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
     if attention_kernel(m, setup.activation_precision) == "eager":
         notes.append(f"{m.family}: transformers runs eager attention (no SDPA), so every layer keeps its S x S scores")
@@ -436,13 +313,15 @@ def training_memory(
         "activations": saved,
         "logits_and_loss": fwd_logits,
     }
-    if setup.grad_ckpt:
-        # recomputing the top layer during the backward: its full activations are back, the output
-        # head's gradient exists, an fp32 gradient flows through the residual stream
+    if setup.grad_ckpt or setup.selective_recompute:
+        # recomputing the top layer (its attention core) during the backward: its full activations
+        # (the core's insides) are back, the output head's gradient exists, an fp32 gradient flows
+        # through the residual stream
         head_grad = m.vocab_size * m.hidden_size * mode.weight
-        cands["layer recompute"] = static | {
+        back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, setup.activation_precision, b, s)
+        cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
             "gradients": max(live_grads, head_grad),
-            "activations": saved + int(per_layer * activation_scale),
+            "activations": saved + int(back * activation_scale),
             "logits_and_loss": tokens * m.hidden_size * 4,
         }
     cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
@@ -483,7 +362,7 @@ def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
                               heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
                               intermediate=m.moe_intermediate_size or m.intermediate_size,
                               tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
-                              recompute="full" if setup.grad_ckpt else "none")
+                              recompute=setup.recompute)
     in_flight = min(setup.pipeline_parallel, setup.grad_accum)
     return m.num_layers / setup.pipeline_parallel * in_flight * sum(items.values())
 
@@ -531,11 +410,11 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
 
 
 def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, micro_batch: int,
-                              seq: int) -> tuple[float, float]:
+                              seq: int, recompute: str = "none") -> tuple[float, float]:
     """(one layer, head + first norm) bytes saved for backward under LoRA, for the micro-batch."""
     tokens = micro_batch * seq
     c = _mode(precision).compute
-    layer = layer_activation_bytes(m, precision, micro_batch, seq)
+    layer = layer_activation_bytes(m, precision, micro_batch, seq, recompute=recompute)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"] + tokens * layer_delta_per_token(m, lora, c)
     head = tokens * (_head_bytes_per_token(m, _mode(precision)) + head_and_first_norm_delta_per_token(m, c))
     return per_layer, head
@@ -543,8 +422,8 @@ def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, mic
 
 def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
                  cuda_context_bytes: int, reserved_ratio: float, activation_scale: float) -> MemoryEstimate:
-    """LoRA / QLoRA (plan/lora.py): frozen base, fp32 adapters with their gradients and AdamW
-    moments, the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
+    """LoRA / QLoRA (plan/lora.py): frozen base, adapters (fp32, or --lora-dtype) with their
+    gradients and AdamW moments (in --lora-optimizer-dtype), the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
     sharded states would be the adapters' few megabytes)."""
     lora = setup.lora
     assert lora is not None
@@ -557,31 +436,37 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
     b, s = setup.micro_batch, setup.seq_len
     tokens = b * s
     notes = [f"{'QLoRA' if lora.method == 'qlora' else 'LoRA'} rank {lora.rank} on the {lora.targets} Linear layers: "
-             f"{adapter_params(m, lora):,} trainable parameters (fp32), base frozen"]
+             f"{adapter_params(m, lora):,} trainable parameters ({lora.dtype}; optimizer states "
+             f"{lora.optimizer_dtype or lora.dtype}" + (", with an fp32 master copy" if lora.master_bytes else "")
+             + "), base frozen"]
     n_ad = adapter_params(m, lora)
     base = base_weight_bytes(m, lora, mode.weight)
-    per_state = {"adamw": 8, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
-    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s)
+    per_state = {"adamw": 2 * lora.state_bytes, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
+    per_state += lora.master_bytes if setup.optimizer != "sgd" else 0
+    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s, setup.recompute)
     if setup.grad_ckpt:
         saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
     else:
         saved = m.num_layers * per_layer + head
     saved = int(saved * activation_scale)
     loss = _loss_bytes(m, precision, tokens)
-    static = {"weights": int(base), "lora_adapters": n_ad * ADAPTER_BYTES, "optimizer_states": int(n_ad * per_state),
+    ad = lora.adapter_bytes
+    static = {"weights": int(base), "lora_adapters": n_ad * ad, "optimizer_states": int(n_ad * per_state),
               "cuda_workspace": workspace_bytes}
     if lora.method == "qlora":
         static["dequantized_weight"] = 2 * largest_linear_params(m)  # one Linear's bf16 weight at a time
         notes.append("QLoRA: block Linear weights in 4-bit NF4 with double quantization (0.516 bytes each); " + PAGED_NOTE)
-    grads = n_ad * ADAPTER_BYTES
+    grads = n_ad * ad
     cands = {
         "backward start": static | {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved,
                                     "logits_and_loss": loss},
-        "optimizer step": static | {"gradients": grads, "optimizer_step_temporaries": n_ad * 4 if per_state else 0},
+        "optimizer step": static | {"gradients": grads,
+                                    "optimizer_step_temporaries": n_ad * max(ad, lora.state_bytes) if per_state else 0},
     }
-    if setup.grad_ckpt:
-        cands["layer recompute"] = static | {"gradients": grads, "activations": saved + int(per_layer * activation_scale),
-                                             "logits_and_loss": tokens * m.hidden_size * 4}
+    if setup.grad_ckpt or setup.selective_recompute:
+        back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, precision, b, s)
+        cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
+            "gradients": grads, "activations": saved + int(back * activation_scale), "logits_and_loss": tokens * m.hidden_size * 4}
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])
     breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
@@ -598,3 +483,11 @@ def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: i
     layer = layer_activation_bytes(m, precision, micro_batch, seq)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
     return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq)
+
+
+def recomputed_attention_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:
+    """What selective recomputation drops from one layer and brings back while that layer's
+    backward runs: the attention core's insides."""
+    full = layer_activation_bytes(m, precision, micro_batch, seq)
+    sel = layer_activation_bytes(m, precision, micro_batch, seq, recompute="selective")
+    return full["attention"] - sel["attention"]

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from gpulens.errors import BadInputError
 from gpulens.plan.advice import (
     Fix,
+    ReplicaMiss,
     ReplicaOption,
     replica_options,
     serving_fixes,
@@ -19,10 +20,12 @@ from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
+from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
 from gpulens.plan.serve import ServeSetup, plan_serving
 from gpulens.plan.speed import Efficiency, training_speed
+from gpulens.units import format_seconds
 
 Workload = Literal["train", "infer"]
 
@@ -40,6 +43,9 @@ class PlanRequest:
     seq: int = 2048
     grad_accum: int = 1
     grad_ckpt: bool = False
+    recompute: str = "none"  # none | selective | full (= grad_ckpt); plan/memory.py TrainSetup.recompute
+    lora_dtype: str = "fp32"  # LoRA adapters' weights and gradients (peft's default fp32)
+    lora_optimizer_dtype: str | None = None  # their AdamW moments (None: the adapters' dtype)
     zero: int = 0
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16 (see plan/zero.py)
     loss: str = "torch"  # torch (transformers' fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
@@ -107,6 +113,7 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     cost_basis: str = ""  # "at batch N (why that batch)": what the cost per token is priced at
     electricity: ElectricityCost | None = None  # with --electricity-usd-per-kwh
+    replica_misses: list[ReplicaMiss] = field(default_factory=list)  # why a GPU has no replica layout
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
@@ -123,6 +130,8 @@ class PlanResult:
             "electricity": self.electricity.to_dict() if self.electricity else None,
             "advice": [asdict(a) for a in self.advice],
             "replicas": [o.to_dict() for o in self.replicas],
+            "replica_misses": [x.to_dict() for x in self.replica_misses],
+            "replica_targets": replica_targets(r),
             "calibration": {"calibrated": self.efficiency.calibrated, "source": self.efficiency.source,
                             "factors": {k: v for k, v in self.efficiency.to_dict().items() if k not in ("source", "extra")}},
             "rough": self.model.rough,
@@ -194,9 +203,14 @@ def _with_electricity(res: PlanResult) -> PlanResult:
 
 def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
-    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum, req.grad_ckpt, req.zero, req.gpus,
+    if req.recompute not in RECOMPUTE:
+        raise BadInputError(f"Unknown recomputation {req.recompute!r}.", hint="Use --recompute none, selective or full.")
+    setup = TrainSetup(req.precision, req.optimizer, req.batch, req.seq, req.grad_accum,
+                       req.grad_ckpt or req.recompute == "full", req.zero, req.gpus,
+                       selective_recompute=req.recompute == "selective",
                        zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
                        lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
+                       lora_dtype=req.lora_dtype, lora_optimizer_dtype=req.lora_optimizer_dtype,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second)
@@ -254,17 +268,29 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     if cost is None:
         notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
     replicas: list[ReplicaOption] = []
-    if req.target_requests_per_second:
+    misses: list[ReplicaMiss] = []
+    if replica_targets(req):
         replicas = replica_options(model, setup, [gpu], {gpu.name: eff}, target_rps=req.target_requests_per_second,
                                    tpot_slo_s=req.tpot_target_seconds, ttft_slo_s=req.ttft_target_seconds,
-                                   currency=user.currency, ctx=ctx)
-        if replicas:
+                                   currency=user.currency, ctx=ctx, misses=misses)
+        if replicas and req.target_requests_per_second:
             o = replicas[0]
             advice.append(Advice("note", f"For {req.target_requests_per_second:g} requests/s: {o.replicas} replica(s) x "
                                          f"TP {o.tensor_parallel} = {o.gpus} x {o.gpu} at batch {o.batch}."))
-        else:
-            advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets."))
-    return PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, replicas, notes + mem.notes)
+        elif not replicas:
+            advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets"
+                                         + (f": {misses[0].reason}." if misses else ".")))
+    res = PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, replicas, notes + mem.notes)
+    res.replica_misses = misses
+    return res
+
+
+def replica_targets(req: PlanRequest) -> str:
+    """The targets a replica plan is made for, in words ("" when none is given: no replica plan)."""
+    parts = [f"{req.target_requests_per_second:g} requests/s"] if req.target_requests_per_second else []
+    parts += [f"{n} <= {format_seconds(v)}" for n, v in (("TTFT", req.ttft_target_seconds),
+                                                          ("TPOT", req.tpot_target_seconds)) if v]
+    return ", ".join(parts)
 
 
 def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None = None,

@@ -48,12 +48,20 @@ class PlanOptions:
                                                 "Serving: concurrent sequences (default 1).")
     seq: int = _opt(("--seq", "-s"), "Training: sequence length in tokens.", 2048)
     grad_accum: int = _opt(("--grad-accum",), "Training: micro-batches per optimizer step.", 1)
-    grad_ckpt: bool = _opt(("--grad-ckpt/--no-grad-ckpt",), "Training: activation checkpointing per layer.", False)
-    finetune: str = _opt(("--finetune",), "Training: full, lora or qlora (frozen base, fp32 adapters; QLoRA keeps the "
+    grad_ckpt: bool = _opt(("--grad-ckpt/--no-grad-ckpt",), "Training: activation checkpointing per layer "
+                                                          "(= --recompute full).", False)
+    recompute: str | None = _opt(("--recompute",), "Training: none, selective (recompute only the attention core: "
+                                                   "Korthikanti et al. 2022) or full (= --grad-ckpt).")
+    finetune: str = _opt(("--finetune",), "Training: full, lora or qlora (frozen base, fp32 adapters unless --lora-dtype; QLoRA keeps the "
                                           "base in 4-bit NF4). Use with --precision bf16.", "full")
     lora_rank: int = _opt(("--lora-rank",), "Training: LoRA rank r.", 16)
     lora_targets: str = _opt(("--lora-targets",), "Training: all (every Linear of the blocks) or qv (q_proj, v_proj).",
                              "all")
+    lora_dtype: str = _opt(("--lora-dtype",), "Training: LoRA adapters' weights and gradients, fp32 (peft's default) "
+                                              "or bf16 (peft with autocast_adapter_dtype=False, LitGPT bf16-true).", "fp32")
+    lora_optimizer_dtype: str | None = _opt(("--lora-optimizer-dtype",), "Training: the adapters' AdamW moments, fp32 "
+                                                                         "or bf16 (default: --lora-dtype; fp32 moments "
+                                                                         "with bf16 adapters add an fp32 master copy).")
     nodes: int | None = _opt(("--nodes",), "Nodes of --gpus-per-node GPUs (sets --gpus to their product when "
                                            "--gpus is not given).")
     gpus_per_node: int = _opt(("--gpus-per-node",), "GPUs per node: collectives within a node use the GPU's "
@@ -123,8 +131,8 @@ class PlanOptions:
         its default, LoRA settings without LoRA, a ZeRO layout without ZeRO, and serving GPUs that
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
-        train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "finetune", "zero", "zero_layout", "pp",
-                      "sp", "loss", "lora_rank", "lora_targets")
+        train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
+                      "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
@@ -141,11 +149,17 @@ class PlanOptions:
                                     hint=f"Drop {flag}, or plan with --workload {wl}.")
         if workload == "train":
             if self.finetune == "full":
-                for name in ("lora_rank", "lora_targets"):
+                for name in ("lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype"):
                     if getattr(self, name) != defaults[name]:
                         flag = "--" + name.replace("_", "-")
                         raise BadInputError(f"{flag} applies to LoRA, and --finetune is full.",
                                             hint=f"Add --finetune lora (or qlora), or drop {flag}.")
+            recompute = (self.recompute or "none").lower()
+            if recompute not in ("none", "selective", "full"):
+                raise BadInputError(f"Unknown recomputation {self.recompute!r}.", hint="Use --recompute none, selective or full.")
+            if self.grad_ckpt and recompute != "full" and self.recompute is not None:
+                raise BadInputError(f"--grad-ckpt recomputes whole layers, and --recompute {recompute} says otherwise.",
+                                    hint="Drop --grad-ckpt, or use --recompute full alone.")
             if self.zero_layout != defaults["zero_layout"] and not self.zero:
                 raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
         elif self.tp is not None and gpus > 1 and self.tp != gpus:
@@ -172,9 +186,11 @@ class PlanOptions:
         return PlanRequest(
             model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
-            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt, zero=self.zero,
+            seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt or (self.recompute or "").lower() == "full",
+            recompute=(self.recompute or ("full" if self.grad_ckpt else "none")).lower(), zero=self.zero,
             zero_layout=self.zero_layout.lower(), loss=self.loss.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
-            lora_targets=self.lora_targets.lower(), pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
+            lora_targets=self.lora_targets.lower(), lora_dtype=self.lora_dtype.lower(),
+            lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,

@@ -17,7 +17,7 @@ from typing import Any
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
-from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full
+from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
 from gpulens.plan.models import ModelSpec
 
 
@@ -114,13 +114,17 @@ class TrainSpeed:
         return asdict(self)
 
 
-def train_flops_per_token(m: ModelSpec, seq: int, *, recompute: bool = False) -> float:
-    """Hardware FLOPs per trained token: 6 N + 12 L H Q S (PaLM appendix B); with activation
-    recomputation the forward runs twice (8 N + 16 L H Q S)."""
+def train_flops_per_token(m: ModelSpec, seq: int, *, recompute: bool | str = False) -> float:
+    """Hardware FLOPs per trained token: 6 N + 12 L H Q S (PaLM appendix B); with full activation
+    recomputation (`True` or "full") the forward runs twice (8 N + 16 L H Q S); with selective
+    recomputation (Korthikanti et al. 2022, section 5) only the attention core's forward
+    (QK^T and attention over V, 4 L H Q S) runs again: 6 N + 16 L H Q S."""
     n = m.matmul_params
     attn = 12 * m.num_layers * m.num_heads * m.head_dim * seq
-    if recompute:
+    if recompute is True or recompute == "full":
         return 8 * n + attn * 4 / 3
+    if recompute == "selective":
+        return 6 * n + attn * 4 / 3
     return 6 * n + attn
 
 
@@ -136,8 +140,9 @@ def _peak_for(gpu: GpuSpec, precision: str, eff: Efficiency) -> float:
 
 
 def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
-    if setup.lora is not None:  # fp32 adapters and their fp32 states only
-        return adapter_params(m, setup.lora) * (3 * 4 + 6 * 4)
+    if setup.lora is not None:  # the adapters (read/write, their gradients read) and their states only
+        lo = setup.lora
+        return adapter_params(m, lo) * (3 * lo.adapter_bytes + 6 * lo.state_bytes + 2 * lo.master_bytes)
     w = _mode(setup.precision).weight
     s = 4 if w == 4 else 2
     per_param = {
@@ -155,7 +160,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     setup.validate()
     tokens = setup.micro_batch * setup.seq_len
     lora = setup.lora
-    fpt = train_flops_per_token(m, setup.seq_len, recompute=setup.grad_ckpt)
+    fpt = train_flops_per_token(m, setup.seq_len, recompute=setup.recompute)
     precision = setup.precision if lora is None or lora.method == "lora" else "bf16"
     if lora is not None:
         # a frozen base computes no weight gradients: 2 N of the 6 N (adapters add 6 x their few parameters)
@@ -167,6 +172,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     traffic = 3 * activation_bytes_full(m, precision, setup.micro_batch, setup.seq_len)
     if setup.grad_ckpt:
         traffic *= 1.5
+    elif setup.selective_recompute:  # the attention core re-reads q, k, v and rewrites its insides once more
+        traffic += m.num_layers * layer_activation_bytes(m, precision, setup.micro_batch, setup.seq_len)["attention"]
     if lora is not None and lora.method == "qlora":
         # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
         passes = 3 if setup.grad_ckpt else 2
@@ -184,7 +191,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     link = collective_link(gpu, setup.num_gpus if dp > 1 else 1, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
     if dp > 1:
-        grad_bytes = (adapter_params(m, lora) * 4 if lora is not None else
+        grad_bytes = (adapter_params(m, lora) * lora.adapter_bytes if lora is not None else
                       m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
         if setup.zero_stage >= 3 and lora is None and not setup.megatron:
             # every micro-batch gathers each layer's parameters in the forward and again in the

@@ -1,0 +1,90 @@
+"""`plan compare` with --target-rps / --ttft-target / --tpot-target: per GPU the replica layout that
+meets them, the constraint that bound its batch (checked against the speed model one batch further),
+and a GPU that cannot meet a target saying so (issue 25)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from gpulens.cli.main import main
+from gpulens.plan import PlanRequest
+from gpulens.plan.advice import ReplicaMiss, replica_options
+from gpulens.plan.catalog import find_gpu
+from gpulens.plan.models import preset
+from gpulens.plan.planner import compare
+from gpulens.plan.serve import ServeSetup, max_batch_that_fits, serving_speed
+from gpulens.plan.speed import Efficiency
+
+M = "qwen2.5-7b"
+SETUP = ServeSetup(dtype="bf16", batch=1, prompt_tokens=1000, new_tokens=200, runtime="vllm")
+
+
+def _options(gpu: str, **kw):
+    g = find_gpu(gpu)
+    misses: list[ReplicaMiss] = []
+    opts = replica_options(preset(M), SETUP, [g], {}, currency="USD", misses=misses, **kw)
+    return g, opts, misses
+
+
+def test_a_latency_bound_batch_is_the_largest_tried_that_meets_it():
+    g, opts, misses = _options("h100-sxm", target_rps=None, tpot_slo_s=0.012, ttft_slo_s=None)
+    assert opts and not misses
+    for o in opts:
+        assert o.tpot_seconds <= 0.012 and o.replicas == 1
+        s = replace(SETUP, tensor_parallel=o.tensor_parallel)
+        limit = max_batch_that_fits(preset(M), s, g.memory_bytes, Efficiency())
+        nxt = min(2 * o.batch, limit)
+        if o.bound_by == "TPOT":
+            # the next batch the search tries misses the target
+            assert nxt > o.batch
+            assert serving_speed(preset(M), replace(s, batch=nxt), g, Efficiency()).tpot_seconds > 0.012
+        else:
+            assert o.bound_by == "memory" and o.batch == limit
+    assert any(o.bound_by == "TPOT" for o in opts)
+
+
+def test_a_rate_alone_is_bound_by_the_kv_memory():
+    g, opts, _ = _options("l40s", target_rps=20, tpot_slo_s=None, ttft_slo_s=None)
+    for o in opts:
+        s = replace(SETUP, tensor_parallel=o.tensor_parallel)
+        assert o.bound_by == "memory"
+        assert o.batch == max_batch_that_fits(preset(M), s, g.memory_bytes, Efficiency())
+        assert o.replicas * o.requests_per_second_per_replica >= 20 > (o.replicas - 1) * o.requests_per_second_per_replica
+
+
+def test_a_gpu_that_cannot_meet_the_target_says_which_figure_misses():
+    g, opts, misses = _options("l4", target_rps=5, tpot_slo_s=None, ttft_slo_s=0.04)
+    assert not opts
+    (miss,) = misses
+    s = replace(SETUP, tensor_parallel=miss.tensor_parallel)
+    ttft = serving_speed(preset(M), s, g, Efficiency()).ttft_seconds
+    assert ttft > 0.04 and "TTFT" in miss.reason and f"TP {miss.tensor_parallel}" in miss.reason
+
+
+def test_compare_carries_the_replica_plan_per_gpu_in_json_and_text(capsys):
+    argv = ["plan", "compare", "--model", M, "--workload", "infer", "--runtime", "vllm", "--prompt", "1000",
+            "--new-tokens", "200", "--gpu", "h100-sxm", "--gpu", "l4", "--target-rps", "5", "--ttft-target", "40ms"]
+    assert main([*argv, "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    h100, l4 = d["results"]
+    assert h100["replica_targets"] == l4["replica_targets"] == "5 requests/s, TTFT <= 40.0 ms"
+    assert h100["replicas"] and not h100["replica_misses"]
+    assert not l4["replicas"] and l4["replica_misses"][0]["gpu"] == "L4"
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert "Replica plan for 5 requests/s, TTFT <= 40.0 ms" in text
+    best = h100["replicas"][0]
+    row = next(line.split() for line in out.splitlines() if line.startswith("H100-SXM") and "×" in line)
+    assert row[1:4] == [str(best["replicas"]), "×", f"TP{best['tensor_parallel']}"]
+    assert row[4] == str(best["gpus"]) and row[5] == str(best["batch"]) and row[-1] == "TTFT"
+    assert "L4: cannot meet 5 requests/s, TTFT <= 40.0 ms: at TP" in text
+    assert next(line for line in out.splitlines() if line.startswith("L4 ") and "cannot meet" in line)
+
+
+def test_no_target_no_replica_plan(capsys):
+    rs = compare(PlanRequest(model=M, workload="infer", runtime="vllm"), ["h100-sxm"])
+    assert not rs[0].replicas and not rs[0].replica_misses
+    assert main(["plan", "compare", "--model", M, "--workload", "infer", "--gpu", "h100-sxm"]) == 0
+    assert "Replica plan" not in capsys.readouterr().out
