@@ -167,12 +167,12 @@ def test_monitors_in_two_processes_lose_nothing_while_the_agent_is_stopped_kille
 
 
 # ---------------------------------------------------------------- the listener's bounds, over a real socket
-def _agent_node(tmp_path, sock_dir, **limits):  # noqa: ANN001, ANN003, ANN202
+def _agent_node(tmp_path, sock_dir, listen=None, **limits):  # noqa: ANN001, ANN003, ANN202
     from gpulens.pipeline import NodeConfig, build_node
     from gpulens.pipeline.ingest_server import IngestLimits
     from gpulens.workload.wire import AgentAddress
 
-    return build_node(NodeConfig(backend="fake:1", store_path=tmp_path / "s.db", alerts=None, colocation=False,
+    return build_node(NodeConfig(backend="fake:1", store_path=tmp_path / "s.db", alerts=None, colocation=False, listen=listen,
                                  ingest=AgentAddress(path=str(sock_dir / "i.sock")), ingest_limits=IngestLimits(**limits)))
 
 
@@ -244,3 +244,32 @@ def test_a_bad_ingest_address_is_one_sentence_and_exit_2(tmp_path, text):
                            "--listen", "off", "--duration", "1s", "--ingest", text], env=_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "--ingest" in proc.stderr
+
+
+def test_half_a_batch_is_cut_off_an_idle_connection_is_not_and_metrics_count_both(tmp_path, sock_dir):
+    """A client that sends half a line and stops would hold a connection slot for good; a monitor
+    whose connection waits between batches must not be cut off. /metrics counts what happened."""
+    import urllib.request
+
+    node = _agent_node(tmp_path, sock_dir, listen=("127.0.0.1", 0), line_timeout_seconds=0.5)
+    try:
+        idle, stuck = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+        for c in (idle, stuck):
+            c.connect(str(sock_dir / "i.sock"))
+            c.settimeout(10)
+        stuck.sendall(b'{"v": 1, "sender": "s", "seq": 1, "rec')  # and nothing more
+        assert stuck.recv(1) == b""  # closed by the agent once the line's time ran out
+        assert node.ingest.counters.stalled == 1
+        assert node.ingest.counters.connections == 2 and idle.fileno() >= 0
+        idle.sendall(b"\n")  # the idle one, past the same deadline, is still served: an empty line is refused, not cut off
+        assert not decode_reply(idle.makefile("rb").readline()).retry
+        port = node.server.server_address[1]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert 'gpulens_ingest_connections_total{outcome="stalled"} 1.0' in text
+        assert 'gpulens_ingest_batches_total{outcome="refused"} 1.0' in text
+        assert 'gpulens_ingest_batches_total{outcome="stored"} 0.0' in text  # every outcome from 0
+        idle.close()
+        stuck.close()
+    finally:
+        node.close()
+

@@ -415,7 +415,7 @@ class EngineHistogramCollector:
 
 def make_registry(
     readings: LatestReadings, *, metric_names: MetricNames = "gpulens", store: Store | None = None,
-    scrapers: list | None = None, tally: WorkloadTally | None = None,
+    scrapers: list | None = None, tally: WorkloadTally | None = None, ingest_counters: object | None = None,
 ) -> CollectorRegistry:
     """A private registry (no global state): the GPU collector, and the workload ones when a store is
     given, in both naming modes."""
@@ -428,6 +428,10 @@ def make_registry(
         registry.register(ScalingCollector(store))  # type: ignore[arg-type]
     if scrapers:
         registry.register(EngineHistogramCollector(scrapers))  # type: ignore[arg-type]
+    if ingest_counters is not None:
+        from gpulens.exporter.ingest import IngestCollector
+
+        registry.register(IngestCollector(ingest_counters))  # type: ignore[arg-type]
     return registry
 
 

@@ -10,7 +10,11 @@ Bounds, each refusal counted in `IngestCounters`:
   retried) and, for an over-long line, the connection closed (the rest of the line cannot be read);
 - `max_queued_batches` already waiting for the loop: answered "busy, try again";
 - a batch the loop has not stored within `reply_timeout_seconds`: answered "try again" (if the
-  loop stores it later, the copy sent again is recognised as a duplicate).
+  loop stores it later, the copy sent again is recognised as a duplicate);
+- a line begun and not ended within `line_timeout_seconds`: the connection is closed (counted as
+  `stalled`), so a stuck or hostile client cannot hold one of the connection slots with half a line.
+  A connection between lines may stay idle as long as it likes: a monitor keeps its one connection
+  open and sends when it has records.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class IngestLimits:
     max_connections: int = 256
     max_queued_batches: int = 256
     reply_timeout_seconds: float = 30.0
+    line_timeout_seconds: float = 30.0  # from a line's first byte to its end (a 4 MiB batch over loopback takes milliseconds)
     socket_mode: int = 0o666  # who may connect is decided by the socket's directory (a hostPath in Kubernetes)
 
 
@@ -59,6 +64,7 @@ class IngestCounters:
     duplicates: int = 0  # batches sent again after a lost answer, stored once
     batches_refused: int = 0  # malformed or over the caps
     busy: int = 0  # answered "try again": queue full, store failing, or too slow
+    stalled: int = 0  # connections closed with a line begun and not ended in time
 
 
 class PendingBatch:
@@ -185,11 +191,14 @@ class IngestServer:
         try:
             while not self._closing:
                 try:
-                    line = await reader.readline()
+                    line = await self._read_line(reader)
                 except (ValueError, asyncio.LimitOverrunError):  # a line over the cap: the rest cannot be read
                     self.counters.batches_refused += 1
                     await self._answer(writer, Reply(0, ok=False, retry=False,
                                                      error=f"a batch is over the {MAX_LINE_BYTES}-byte cap"))
+                    break
+                except asyncio.TimeoutError:
+                    self.counters.stalled += 1
                     break
                 if not line:
                     break
@@ -209,6 +218,14 @@ class IngestServer:
                 self._handlers.discard(task)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    async def _read_line(self, reader: asyncio.StreamReader) -> bytes:
+        """The next line: no deadline for its first byte (an idle connection is fine), then
+        `line_timeout_seconds` for the rest of it. b"" when the client closed."""
+        first = await reader.read(1)
+        if not first or first == b"\n":
+            return first
+        return first + await asyncio.wait_for(reader.readline(), self.limits.line_timeout_seconds)
 
     async def _take(self, line: bytes) -> Reply:
         try:

@@ -257,7 +257,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             if store is not None:
                 tally = WorkloadTally(store)
                 tally.catch_up()  # count what the store already holds before the first scrape
-            registry = make_registry(readings, metric_names=config.metric_names, store=store, scrapers=scrapers, tally=tally)
+            registry = make_registry(readings, metric_names=config.metric_names, store=store, scrapers=scrapers, tally=tally,
+                                     ingest_counters=ingest.server.counters if ingest is not None else None)
             stale_s = config.ready_stale_seconds or stale_after_seconds(config.interval_seconds)
             ready = ReadinessCheck(readings, stale_s, has_store=store is not None)
             node.server = serve_metrics(registry, *config.listen, web_config=config.web_config, readiness=ready)
