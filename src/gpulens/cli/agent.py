@@ -18,7 +18,7 @@ WEB_CONFIG_HELP = ("TLS and basic auth from a Prometheus exporter-toolkit web-co
 MAX_GAP_HELP = ("For replay backends: the longest recorded gap played (e.g. 60s, the default); a longer one is "
                 "shortened to it, and a line that far from both its neighbours is skipped and counted.")
 INGEST_HELP = ("Where workloads' monitors send their records (TrainingMonitor/InferenceMonitor agent=, or $GPULENS_AGENT): "
-               "unix:PATH, 127.0.0.1:PORT or off. Default: unix:ingest.sock beside the store.")
+               "unix:PATH, 127.0.0.1:PORT or off. Default: unix:<store name>.ingest.sock beside the store (gpulens.ingest.sock for gpulens.db).")
 BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:PATH (a recorded trace; the bundled H200 session by default). Default: nvml when a driver is present."
 
 

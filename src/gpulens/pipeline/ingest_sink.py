@@ -40,8 +40,8 @@ MAX_SENDERS_CACHED = 10_000
 
 
 def default_ingest_address(store_path: str | os.PathLike[str]) -> AgentAddress | None:
-    """The socket `gpulens agent` listens on when `--ingest` is not given: `ingest.sock` beside the
-    store, or under $XDG_RUNTIME_DIR when that path is too long for a socket; None (with a
+    """The socket `gpulens agent` listens on when `--ingest` is not given: `<store>.ingest.sock`
+    beside the store (wire.default_socket_path), or under $XDG_RUNTIME_DIR when that path is too long for a socket; None (with a
     warning) when neither fits."""
     for p in (default_socket_path(store_path), runtime_socket_path(store_path)):
         if p is not None and len(os.fsencode(str(p))) <= MAX_UNIX_PATH_BYTES:

@@ -112,8 +112,11 @@ def parse_address(text: str, *, what: str = "The agent address") -> AgentAddress
 
 
 def default_socket_path(store_path: str | os.PathLike[str]) -> Path:
-    """The agent's socket when `--ingest` is not given: beside its store, one socket per store."""
-    return Path(store_path).resolve().parent / DEFAULT_SOCKET_NAME
+    """The agent's socket when `--ingest` is not given: beside its store and named after it
+    (gpulens.db -> gpulens.ingest.sock), so agents whose stores share a folder (a fleet on one
+    machine, a replay beside a live agent) each have their own."""
+    store = Path(store_path).resolve()
+    return store.parent / f"{store.stem}.{DEFAULT_SOCKET_NAME}"
 
 
 def runtime_socket_path(store_path: str | os.PathLike[str]) -> Path | None:
