@@ -58,6 +58,7 @@ CASES: dict[str, Case] = {
     "gpulens agent --listen '[::]:9464' --web-config web.yml": Case(skip=NEEDS_GPU + " and the user's web.yml"),
     "gpulens agent --backend fake:8 --interval 100ms": Case(serves=True),
     "gpulens agent --backend replay --speed 10": Case(serves=True),
+    "gpulens agent --otlp http://127.0.0.1:4318/v1/metrics": Case(skip=NEEDS_GPU + " and an OpenTelemetry Collector on :4318"),
     "gpulens dashboard": Case(serves=True),
     "gpulens dashboard --store run.db --listen :9000": Case(serves=True, before=("replay --store run.db",)),
     "gpulens dashboard --listen 0.0.0.0:8642": Case(serves=True),

@@ -54,6 +54,9 @@ VARIANTS = {
             "tlsConfig": {"ca": {"secret": {"name": "gpulens-ca", "key": "ca.crt"}}, "serverName": "gpulens"},
             "basicAuth": {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "password"}}},
     },
+    "OTLP to a Collector, auth from a Secret": {"otlp": {"endpoint": "http://otel-collector.observability:4318/v1/metrics",
+                                                        "headers": [{"name": "Authorization", "secretName": "otlp-auth",
+                                                                     "secretKey": "authorization"}]}},
     "operator selector labels": {"serviceMonitor": {"labels": {"release": "kube-prometheus-stack"}},
                                  "prometheusRule": {"labels": {"release": "kube-prometheus-stack"}}},
 }
@@ -137,7 +140,8 @@ def test_a_bad_value_is_caught_by_the_schemas():
 @pytest.mark.parametrize(("values", "where"), [({"metricNames": "prom"}, "/metricNames"), ({"port": 70000}, "/port"),
                                                ({"interval": "fast"}, "/interval"),
                                                ({"extraArgs": [3]}, "/extraArgs"),
-                                               ({"serviceMonitor": {"scrapeTimeout": "soon"}}, "/serviceMonitor/scrapeTimeout")])
+                                               ({"serviceMonitor": {"scrapeTimeout": "soon"}}, "/serviceMonitor/scrapeTimeout"),
+                                               ({"otlp": {"endpoint": "collector:4318"}}, "/otlp/endpoint")])
 def test_the_charts_values_schema_names_the_bad_value(values, where):
     from helm_python.errors import HelmValuesError
 
@@ -153,6 +157,24 @@ def test_a_bad_operator_object_is_caught():
     with pytest.raises(ValueError):  # pydantic's ValidationError: an interval that is not a duration
         validate_crd(next(d for d in _docs(render_manifests.render({"serviceMonitor": {"interval": "often"}}))
                           if d["kind"] == "ServiceMonitor"))
+
+
+def test_otlp_is_off_by_default_and_its_header_values_come_from_a_secret():
+    """otlp.endpoint adds --otlp; each header's value is the kubelet's expansion of a variable filled from a
+    Secret, so no token is written into the pod spec."""
+    def agent(values: dict) -> dict:
+        ds = next(d for d in _docs(render_manifests.render(values)) if d["kind"] == "DaemonSet")
+        return ds["spec"]["template"]["spec"]["containers"][0]
+
+    assert not any(a.startswith("--otlp") for a in agent({})["args"])
+    url = "http://otel-collector.observability:4318/v1/metrics"
+    c = agent({"otlp": {"endpoint": url, "interval": "30s",
+                        "headers": [{"name": "Authorization", "secretName": "otlp-auth", "secretKey": "authorization"}]}})
+    args = c["args"]
+    assert args[args.index("--otlp") + 1] == url and args[args.index("--otlp-interval") + 1] == "30s"
+    assert args[args.index("--otlp-header") + 1] == "Authorization=$(GPULENS_OTLP_HEADER_0)"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["GPULENS_OTLP_HEADER_0"]["valueFrom"] == {"secretKeyRef": {"name": "otlp-auth", "key": "authorization"}}
 
 
 def test_plain_manifests_are_the_chart_rendered():

@@ -19,6 +19,9 @@ MAX_GAP_HELP = ("For replay backends: the longest recorded gap played (e.g. 60s,
                 "shortened to it, and a line that far from both its neighbours is skipped and counted.")
 INGEST_HELP = ("Where workloads' monitors send their records (TrainingMonitor/InferenceMonitor agent=, or $GPULENS_AGENT): "
                "unix:PATH, 127.0.0.1:PORT or off. Default: unix:<store name>.ingest.sock beside the store (gpulens.ingest.sock for gpulens.db).")
+OTLP_HELP = ("Also push the node's metrics (GPU gauges, workload counters and histograms, as on /metrics) to an "
+             "OpenTelemetry Collector over OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/metrics. Needs gpulens[otel].")
+OTLP_HEADER_HELP = "A header sent with each OTLP export, NAME=VALUE (e.g. Authorization=Bearer ...); its value is never shown. Repeatable."
 BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:PATH (a recorded trace; the bundled H200 session by default). Default: nvml when a driver is present."
 
 
@@ -56,6 +59,9 @@ def agent_command(
     host: str = typer.Option(None, "--host", help="The host label of every series. Default: this machine's name (in a Kubernetes pod, pass the node name)."),
     pod_resources: str = typer.Option(None, "--pod-resources", help="The kubelet's pod-resources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock): adds pod, namespace and container labels to GPU series. Needs gpulens[k8s]."),
     ingest: str = typer.Option(None, "--ingest", help=INGEST_HELP),
+    otlp: str = typer.Option(None, "--otlp", help=OTLP_HELP),
+    otlp_interval: str = typer.Option(None, "--otlp-interval", help="How often --otlp exports (default 15s)."),
+    otlp_header: list[str] = typer.Option([], "--otlp-header", help=OTLP_HEADER_HELP),
 ) -> None:
     """Sample GPUs every interval into the store and serve Prometheus metrics.
 
@@ -68,8 +74,10 @@ def agent_command(
         gpulens agent --scrape http://127.0.0.1:8000/metrics --service chat   # plus a vLLM server's metrics
         gpulens agent --listen '[::]:9464' --web-config web.yml   # IPv6 and IPv4, TLS and basic auth
         gpulens agent --ingest unix:/run/gpulens/ingest.sock      # workloads send records there (GPULENS_AGENT)
+        gpulens agent --otlp http://127.0.0.1:4318/v1/metrics    # also push to an OpenTelemetry Collector
     """
     from gpulens.errors import BadInputError
+    from gpulens.exporter.otlp_config import otlp_config
     from gpulens.pipeline import AlertsConfig, NodeConfig, StopEvent, build_node
     from gpulens.pipeline.ingest_sink import default_ingest_address
     from gpulens.units import parse_duration, parse_listen, parse_speed
@@ -77,6 +85,8 @@ def agent_command(
     from gpulens.workload.wire import parse_address
 
     interval_s = parse_duration(interval, what="--interval")
+    otlp_cfg = otlp_config(otlp, parse_duration(otlp_interval, what="--otlp-interval") if otlp_interval is not None else None,
+                           list(otlp_header))
     duration_s = parse_duration(duration, what="--duration") if duration is not None else None
     if metric_names not in ("gpulens", "dcgm"):
         raise BadInputError(f"--metric-names must be gpulens or dcgm, not {metric_names!r}.")
@@ -100,6 +110,7 @@ def agent_command(
         single_writer=True,
         stop_event=(stop := StopEvent()),
         ingest=parse_address(ingest, what="--ingest") if ingest is not None else default_ingest_address(store),
+        otlp=otlp_cfg,
     )
     install_stop_handlers(stop)  # before the node is built: a signal while it starts ends it too
     node = build_node(config)
@@ -113,6 +124,7 @@ def agent_command(
         f"[bold]gpulens agent[/] {escape(f'{node.backend.name} backend ({gpus}) every {interval_s:g} s → {store}')}"
         + (f"; metrics on {node.metrics_url}" if node.metrics_url else "")
         + (escape(f"; workload records on {node.ingest_address}") if node.ingest_address else "")
+        + (escape(f"; {otlp_cfg.describe()}") if otlp_cfg is not None else "")
         + f". Raw samples are kept {keep_raw}: the store reaches about {format_bytes(size)} at this rate (lower it with --keep-raw)."
         + " Ctrl-C stops."
     )

@@ -220,10 +220,14 @@ class WorkloadTally:
     Counting starts from everything the store keeps, so an agent restarted on the same store goes on
     from the same totals; retention deleting old samples shows up as a counter reset. Series carrying a
     `quantile` label (an engine's percentiles kept by `--scrape`) are left out: the engine's own
-    histogram is passed through instead."""
+    histogram is passed through instead.
+
+    `listeners` are called with each per-event value counted into a histogram (series, value), in
+    the thread that catches up, under the tally's lock: the OTLP export records the same values."""
 
     def __init__(self, store: Store):
         self.store = store
+        self.listeners: list[Callable[[SeriesKey, float], None]] = []
         self._lock = threading.Lock()
         self._cursor = 0
         # series -> [cumulative bucket counts..., +Inf count], sum
@@ -259,6 +263,8 @@ class WorkloadTally:
                 counts[i] += 1
         counts[-1] += 1
         h[1][0] += value
+        for listener in self.listeners:
+            listener(key, value)
 
     def snapshot(self) -> tuple[dict[SeriesKey, tuple[list[int], float]], dict[SeriesKey, int]]:
         self.catch_up()

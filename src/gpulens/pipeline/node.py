@@ -88,6 +88,8 @@ class NodeConfig:
     # loopback TCP); None: nowhere. Needs a store: the records are written into it by the loop.
     ingest: Any = None
     ingest_limits: Any = None  # pipeline.ingest_server.IngestLimits; None: its defaults
+    # an OpenTelemetry Collector the node's metrics are pushed to (exporter.otlp_config.OtlpConfig); None: none
+    otlp: Any = None
     # set to end the run (signal handlers installed before the node is built hold it); None: the loop's own
     stop_event: StopEvent | None = None
 
@@ -106,6 +108,7 @@ class Node:
     owns_store: bool = True
     writer_lock: Any = None  # store.writer_lock.WriterLock, held while the node runs
     ingest: Any = None  # pipeline.ingest_sink.IngestSink when the node takes workload records
+    otlp: Any = None  # exporter.otlp.OtlpExport while the node pushes to a Collector
 
     @property
     def ingest_address(self) -> Any:
@@ -135,6 +138,8 @@ class Node:
         try:
             self.loop.close()
         finally:
+            if self.otlp is not None:
+                self.otlp.close()  # the last export reads the store: before it closes
             if self.server is not None:
                 self.server.shutdown()
                 self.server.server_close()
@@ -189,7 +194,7 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
     attribution = DeviceAttribution() if config.pod_resources_socket else None
     readings = LatestReadings(host=host, gpus=backend.gpus(), attribution=attribution)
     sinks: list[Sink] = []
-    trace_events = store_sink = ingest = None
+    trace_events = store_sink = ingest = otlp = None
     try:
         if store is not None:
             if config.replay_events and getattr(backend, "events_path", None) is not None:
@@ -248,15 +253,23 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
                 loop.stop_event.on_set(sink.interrupt)  # SIGTERM cuts a scrape blocked on its socket
         node = Node(config, backend, store, loop, readings, sinks, trace_events, store_sink, owns_store=owns_store,
                     writer_lock=lock, ingest=ingest)
-        if config.listen is not None:
-            # the exporter (and prometheus_client) load only for a node that serves /metrics
-            from gpulens.exporter.health import ReadinessCheck, stale_after_seconds
-            from gpulens.exporter.prometheus import WorkloadTally, make_registry, serve_metrics
+        tally = None
+        if store is not None and (config.listen is not None or config.otlp is not None):
+            # the exporter (and prometheus_client) load only for a node that serves /metrics or pushes OTLP
+            from gpulens.exporter.prometheus import WorkloadTally
 
-            tally = None
-            if store is not None:
-                tally = WorkloadTally(store)
-                tally.catch_up()  # count what the store already holds before the first scrape
+            tally = WorkloadTally(store)  # one count of the workload's distributions, for both
+        if config.otlp is not None:
+            from gpulens.exporter.otlp import OtlpExport
+
+            otlp = OtlpExport(config.otlp, readings, store=store, tally=tally)  # before the catch-up: it sees every value
+            node.otlp = otlp
+        if tally is not None:
+            tally.catch_up()  # count what the store already holds before the first scrape (and export)
+        if config.listen is not None:
+            from gpulens.exporter.health import ReadinessCheck, stale_after_seconds
+            from gpulens.exporter.prometheus import make_registry, serve_metrics
+
             registry = make_registry(readings, metric_names=config.metric_names, store=store, scrapers=scrapers, tally=tally,
                                      ingest_counters=ingest.server.counters if ingest is not None else None)
             stale_s = config.ready_stale_seconds or stale_after_seconds(config.interval_seconds)
@@ -264,6 +277,8 @@ def build_node(config: NodeConfig, *, store: Store | None = None) -> Node:
             node.server = serve_metrics(registry, *config.listen, web_config=config.web_config, readiness=ready)
         return node
     except BaseException:
+        if otlp is not None:
+            otlp.close()
         if ingest is not None:
             ingest.server.close()
         backend.close()
