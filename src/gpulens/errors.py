@@ -28,6 +28,7 @@ The tree (classes defined elsewhere name their module):
   │   ├── BackendUnavailableError
   │   │   └── WireError                        (k8s.wire)
   │   ├── CannotAnswerError                    (reader.protocols: a reader that cannot answer that question)
+  │   ├── FleetStartError                      (fleet.procs: a process of `demo --fleet` did not come up in time)
   │   ├── HttpUnavailableError                 (http_client: one mapping of every transport failure)
   │   ├── PrometheusUnavailableError           (reader.prometheus_api)
   │   ├── ScrapeUnavailableError               (workload.inference.scrape)

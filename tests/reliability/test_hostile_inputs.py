@@ -88,6 +88,7 @@ BASE: dict[str, list[str]] = {
     "bench serve": ["bench", "serve", "--url", DEAD_URL, "--no-store", "--duration", "1s"],
     "bench train": ["bench", "train", "--store", "{dir}/train.db"],
     "compare": ["compare", "1", "--store", "{db}"],
+    "demo": ["demo", "--store", "{dir}/demo.db"],  # every number refused before anything starts (--fleet N too)
     "eval compare": ["eval", "compare", "{dir}/a.jsonl", "{dir}/a.jsonl", "--metric", "acc"],
     "plan": ["plan", "--model", "llama-3-8b", "--gpu", "h100-sxm"],
     "plan compare": ["plan", "compare", "--model", "llama-3-8b"],
