@@ -265,14 +265,22 @@ def _last(attempt: int, attempts: int, pause: float, end: float | None) -> bool:
     return attempt + 1 == attempts or (end is not None and time.monotonic() + pause >= end)
 
 
-def _check_url(url: str) -> None:
+def check_http_url(url: str, option: str | None = None, example: str = "http://HOST:PORT/PATH") -> str:
+    """`url` if it is http(s)://HOST[:PORT]/...; else one sentence naming the option it came from
+    (shown redacted) and an example of what to write. Every URL-taking option checks through here."""
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises on a port that is not a number or out of range
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInputError(f"Cannot read the URL {redact_url(url)!r}.", hint="Write it as http://HOST:PORT/PATH.")
+        what = f"{option} {redact_url(url)!r} is not an http(s) URL." if option else f"Cannot read the URL {redact_url(url)!r}."
+        raise BadInputError(what, hint=f"Write it as {example}.")
+    return url
+
+
+def _check_url(url: str) -> None:
+    check_http_url(url)
 
 
 def _attempt(method: str, url: str, body: bytes | None, headers: dict[str, str], limit: float, max_bytes: int,

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from gpulens.errors import BadInputError
-from gpulens.http_client import redact_url
+from gpulens.http_client import check_http_url, redact_url
 
 DEFAULT_INTERVAL_SECONDS = 15.0  # a Prometheus scrape's usual cadence: the same resolution over OTLP
 MAX_TIMEOUT_SECONDS = 10.0  # one export's bound (the SDK's own default), never past the interval
@@ -39,16 +38,7 @@ class OtlpConfig:
 
 def check_otlp_url(url: str) -> str:
     """An OTLP/HTTP endpoint must be http(s)://HOST[:PORT]/PATH: anything else is one sentence."""
-    try:
-        parts = urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        ok = False
-    if not ok:
-        raise BadInputError(f"--otlp {redact_url(url)!r} is not an http(s) URL.",
-                            hint="Write the Collector's OTLP/HTTP metrics address, e.g. --otlp http://127.0.0.1:4318/v1/metrics.")
-    return url
+    return check_http_url(url, "--otlp", "the Collector's OTLP/HTTP metrics address, e.g. --otlp http://127.0.0.1:4318/v1/metrics")
 
 
 def parse_otlp_header(text: str) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from gpulens.errors import BadInputError
 from gpulens.exporter.readings import LatestReadings
 from gpulens.gpu.backend import GpuBackend
-from gpulens.http_client import redact_url
+from gpulens.http_client import check_http_url
 from gpulens.k8s.attribution import DeviceAttribution
 from gpulens.k8s.node import node_host
 from gpulens.pipeline.loop import Frame, LoopStats, SamplingLoop, Sink, StopEvent
@@ -301,17 +301,7 @@ def _pod_resources_sink(config: NodeConfig, attribution: DeviceAttribution) -> S
     return PodResourcesSink(PodResourcesPoller(client, attribution), config.pod_resources_seconds)
 def check_scrape_url(url: str) -> None:
     """An engine's /metrics address must be http(s)://HOST[:PORT]/...: anything else is one sentence."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        ok = False
-    if not ok:
-        raise BadInputError(f"--scrape {redact_url(url)!r} is not an http(s) URL.",
-                            hint="Write the engine's metrics address, e.g. --scrape http://127.0.0.1:8000/metrics.")
+    check_http_url(url, "--scrape", "the engine's metrics address, e.g. --scrape http://127.0.0.1:8000/metrics")
 
 
 def _alert_runtime(store: Store, cfg: AlertsConfig, recent_seconds: float | None = None) -> Any:
