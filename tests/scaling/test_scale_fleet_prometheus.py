@@ -8,6 +8,7 @@ Prometheus is the nodes' stores' own, to within a scrape's delay. About 35 s, mo
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -62,7 +63,11 @@ def test_concurrency_over_prometheus_is_the_stores(serving):
     points = _scale(rig, lo, hi, "--target-concurrency", "3")
     assert all(pt["driver"] == "concurrency" and pt["current_replicas"] == NODES for pt in points), points
     assert all(abs(pt["value"] - IN_FLIGHT) <= SCRAPE_SLACK for pt in points), [pt["value"] for pt in points]
-    assert {pt["desired_replicas"] for pt in points} == {14}  # ceil(40 / 3), for anything in (39, 42]
+    # the HPA rule on each point's own value (usage far from 1, so no tolerance): ceil(40 / 3) = 14 on an
+    # idle machine; on a loaded one the workload's requests run late and a window may hold 38.5 (13)
+    assert all(pt["desired_replicas"] == math.ceil(pt["value"] / 3 - 1e-9) for pt in points), points
+    assert {pt["desired_replicas"] for pt in points} <= {math.ceil((IN_FLIGHT - SCRAPE_SLACK) / 3), 14,
+                                                         math.ceil((IN_FLIGHT + SCRAPE_SLACK) / 3)}
     # The nodes' own stores, read as `gpulens scale --store` reads one, summed at the same times.
     per_node = []
     for i in range(NODES):
@@ -78,7 +83,7 @@ def test_arrival_rate_and_kv_cache_over_prometheus(serving):
     rate = _scale(rig, lo, hi, "--target-concurrency", "1000", "--capacity", "3")
     assert all(pt["driver"] == "arrival_rate" for pt in rate), rate
     assert all(abs(pt["value"] - NODES / REQUEST_EVERY_SECONDS) <= SCRAPE_SLACK / REQUEST_LATENCY_SECONDS for pt in rate)
-    assert {pt["desired_replicas"] for pt in rate} == {7}  # ceil(20 / 3)
+    assert all(pt["desired_replicas"] == math.ceil(pt["value"] / 3 - 1e-9) for pt in rate), rate  # ceil(20 / 3) = 7 when on time
     kv = _scale(rig, lo, hi, "--target-concurrency", "1000", "--target-kv-cache", "0.5")
     assert all(pt["driver"] == "kv_cache" and pt["value"] == pytest.approx(0.9 * NODES) for pt in kv), kv
     assert {pt["desired_replicas"] for pt in kv} == {4}  # ceil(1.8 / 0.5)
