@@ -26,6 +26,8 @@ from pathlib import Path
 
 from testlib import free_port, wait_http
 
+from gpulens.fleet.procs import stop_processes
+
 HERE = Path(__file__).parent / "contract"
 XID_FIRING_SECONDS = 60.0
 TRAIN_STEPS = 160
@@ -64,14 +66,7 @@ class ScrapeRig:
             raise AssertionError("the scrape rig did not finish in time")
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(self.procs.values(), grace_seconds=10.0)
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.work / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -57,3 +57,18 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path, what:
         except OSError:
             time.sleep(0.2)
     raise FleetStartError(f"{what} did not come up at {url} in {timeout:g} s.", hint=f"Its log: {log}.")
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], grace_seconds: float = 20.0) -> None:
+    """SIGTERM every process still running, then wait for each; SIGKILL one that outlasts `grace_seconds`."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace_seconds)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpulens import promql as P
 from gpulens.errors import BadInputError, UnavailableError
-from gpulens.fleet.procs import FleetStartError, free_port, log_tail, wait_for, wait_http
+from gpulens.fleet.procs import FleetStartError, free_port, log_tail, stop_processes, wait_for, wait_http
 from gpulens.fleet.workload import JOB, SERVICE
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_XID_TOTAL
@@ -192,15 +192,7 @@ class FleetRig:
 
     def stop(self) -> None:
         """End every process the rig started (SIGTERM, then SIGKILL after 20 s) and remove its own work folder."""
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs.values(), grace_seconds=20.0)
         for log in self._logs:
             log.close()
         self._logs.clear()
