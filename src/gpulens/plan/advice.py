@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.cost import serving_cost
 from gpulens.plan.memory import TrainSetup, fits_in, training_memory
@@ -57,7 +58,10 @@ def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         # keep a fix only if it lowers the peak: when the optimizer step is the peak, activation
         # savings buy nothing
         nonlocal cur, peak, fits
-        p, f = ok(trial)
+        try:
+            p, f = ok(trial)
+        except BadInputError:  # a set-up this engine does not run (LitGPT's LoRA: no checkpointing on one GPU)
+            return
         if p < peak * 0.99:
             cur, peak, fits = trial, p, f
             fixes.append(Fix(action, why, p, f, change))
@@ -92,7 +96,10 @@ def training_fixes(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             if n <= cur.num_gpus or n % cur.model_parallel:
                 continue
             trial = replace(cur, num_gpus=n, zero_stage=3)
-            peak, fits = ok(trial)
+            try:
+                peak, fits = ok(trial)
+            except BadInputError:
+                break
             if fits:
                 cur = trial
                 fixes.append(Fix(f"shard weights, gradients and states across {n} GPUs (ZeRO-3 / FSDP)",

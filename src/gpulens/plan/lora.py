@@ -32,6 +32,9 @@ TARGETS = {
 ADAPTER_BYTES = 4  # fp32 adapters: peft's default (get_peft_model(..., autocast_adapter_dtype=True))
 LORA_DTYPES = {"fp32": 4, "bf16": 2}  # --lora-dtype / --lora-optimizer-dtype
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes + 8-bit block scales + fp32 scales of scales
+# without double quantization each block of 64 weights keeps its fp32 absmax (bitsandbytes quantize_4bit)
+NF4_BYTES_PER_WEIGHT_NO_DQ = 0.5 + 4 / 64
+LORA_ENGINES = ("peft", "litgpt")  # peft + transformers (this module) | LitGPT finetune/lora.py (plan/lora_litgpt.py)
 PAGED_NOTE = ("paged AdamW (bitsandbytes) keeps the adapters' states on the GPU and moves pages to the CPU only "
               "under memory pressure")
 
@@ -43,6 +46,8 @@ class LoraSetup:
     targets: str = "all"
     dtype: str = "fp32"  # the adapters' weights and gradients: fp32 (peft's default) or bf16
     optimizer_dtype: str | None = None  # the AdamW moments; None = the adapters' dtype (torch.optim makes them so)
+    engine: str = "peft"  # peft | litgpt
+    double_quant: bool = True  # QLoRA: NF4 with double quantization (the QLoRA paper's set-up)
 
     @property
     def adapter_bytes(self) -> int:
@@ -61,6 +66,8 @@ class LoraSetup:
     def validate(self, m: ModelSpec, precision: str) -> None:
         if self.method not in ("lora", "qlora"):
             raise BadInputError(f"Unknown fine-tuning method {self.method!r}.", hint="Use --finetune full, lora or qlora.")
+        if self.engine not in LORA_ENGINES:
+            raise BadInputError(f"Unknown LoRA engine {self.engine!r}.", hint="Use --lora-engine peft or litgpt.")
         if self.rank < 1:
             raise BadInputError(f"The LoRA rank must be at least 1, not {self.rank}.", hint="Pass --lora-rank 16, say.")
         if self.targets not in TARGETS:
@@ -92,7 +99,8 @@ def base_weight_bytes(m: ModelSpec, lora: LoraSetup, weight_bytes: int) -> float
     if lora.method == "lora":
         return m.params * weight_bytes
     block_linears = m.num_layers * sum(i * o for i, o in _linears(m).values())
-    return block_linears * NF4_BYTES_PER_WEIGHT + (m.params - block_linears) * 2  # the rest stays 16-bit
+    nf4 = NF4_BYTES_PER_WEIGHT if lora.double_quant else NF4_BYTES_PER_WEIGHT_NO_DQ
+    return block_linears * nf4 + (m.params - block_linears) * 2  # the rest stays 16-bit
 
 
 def largest_linear_params(m: ModelSpec) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
+from gpulens.plan import lora_litgpt as litgpt
 from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and speed.py read them here
     _head_bytes_per_token,
     _loss_bytes,
@@ -81,6 +82,8 @@ class TrainSetup:
     lora_targets: str = "all"
     lora_dtype: str = "fp32"  # adapters (peft's default); bf16 = get_peft_model(..., autocast_adapter_dtype=False)
     lora_optimizer_dtype: str | None = None  # the adapters' AdamW moments; None = the adapters' dtype
+    lora_engine: str = "peft"  # peft (+ transformers) | litgpt (finetune/lora.py): plan/lora_litgpt.py
+    qlora_double_quant: bool = True  # QLoRA's NF4 with double quantization (the QLoRA paper's set-up)
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
     selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
@@ -153,7 +156,8 @@ class TrainSetup:
     @property
     def lora(self) -> LoraSetup | None:
         return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets,
-                                                              self.lora_dtype, self.lora_optimizer_dtype)
+                                                              self.lora_dtype, self.lora_optimizer_dtype,
+                                                              self.lora_engine, self.qlora_double_quant)
 
 
 @dataclass
@@ -443,6 +447,10 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
     base = base_weight_bytes(m, lora, mode.weight)
     per_state = {"adamw": 2 * lora.state_bytes, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
     per_state += lora.master_bytes if setup.optimizer != "sgd" else 0
+    if lora.engine == "litgpt":
+        return _litgpt_lora_memory(m, setup, n_ad, per_state, notes, capacity_bytes=capacity_bytes,
+                                   workspace_bytes=workspace_bytes, cuda_context_bytes=cuda_context_bytes,
+                                   reserved_ratio=reserved_ratio, activation_scale=activation_scale)
     per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s, setup.recompute)
     if setup.grad_ckpt:
         saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
@@ -455,7 +463,8 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
               "cuda_workspace": workspace_bytes}
     if lora.method == "qlora":
         static["dequantized_weight"] = 2 * largest_linear_params(m)  # one Linear's bf16 weight at a time
-        notes.append("QLoRA: block Linear weights in 4-bit NF4 with double quantization (0.516 bytes each); " + PAGED_NOTE)
+        notes.append("QLoRA: block Linear weights in 4-bit NF4 " + ("with double quantization (0.516 bytes each); "
+                     if lora.double_quant else "with an fp32 scale per 64 weights (0.5625 bytes each); ") + PAGED_NOTE)
     grads = n_ad * ad
     cands = {
         "backward start": static | {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved,
@@ -467,6 +476,39 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
         back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, precision, b, s)
         cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
             "gradients": grads, "activations": saved + int(back * activation_scale), "logits_and_loss": tokens * m.hidden_size * 4}
+    totals = {k: sum(v.values()) for k, v in cands.items()}
+    peak_at = max(totals, key=lambda k: totals[k])
+    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
+    peak = int(sum(breakdown.values()))
+    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
+                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
+                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
+                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
+
+
+def _litgpt_lora_memory(m: ModelSpec, setup: TrainSetup, n_ad: int, per_state: float, notes: list[str], *,
+                        capacity_bytes: int, workspace_bytes: int, cuda_context_bytes: int, reserved_ratio: float,
+                        activation_scale: float) -> MemoryEstimate:
+    """LoRA / QLoRA as LitGPT's finetune/lora.py runs it on one GPU (plan/lora_litgpt.py)."""
+    lora = setup.lora
+    assert lora is not None
+    qlora = lora.method == "qlora"
+    litgpt.validate_litgpt(m, setup.precision, lora.dtype, lora.targets, setup.grad_ckpt, setup.selective_recompute,
+                           setup.num_gpus)
+    if qlora and setup.optimizer == "adamw":
+        per_state = 8  # bitsandbytes' PagedAdamW: 32-bit moments (in managed memory)
+    tokens = setup.micro_batch * setup.seq_len
+    grads = n_ad * lora.adapter_bytes
+    static = {"weights": int(litgpt.weight_bytes(m, qlora, lora.double_quant)), "lora_adapters": grads,
+              "optimizer_states": int(n_ad * per_state), "cuda_workspace": workspace_bytes}
+    saved = int(litgpt.activation_bytes(m, lora.targets, lora.rank, qlora, tokens) * activation_scale)
+    live = {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved}
+    cands = {k: static | live | extra for k, extra in litgpt.loss_candidates(m, qlora, tokens).items()}
+    cands["optimizer step"] = static | {"gradients": grads, "optimizer_step_temporaries": grads if per_state else 0}
+    notes.append("LitGPT finetune/lora.py (bf16-true, one GPU): its RMSNorm in bf16, one dropout on the fused qkv "
+                 "input, fp32 logits from Lightning's precision plugin" + (
+                     "; every Linear, the output head too, in NF4 " + ("with" if lora.double_quant else "without")
+                     + " double quantization, bitsandbytes PagedAdamW" if qlora else ""))
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])
     breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}

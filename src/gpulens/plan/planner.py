@@ -46,6 +46,8 @@ class PlanRequest:
     recompute: str = "none"  # none | selective | full (= grad_ckpt); plan/memory.py TrainSetup.recompute
     lora_dtype: str = "fp32"  # LoRA adapters' weights and gradients (peft's default fp32)
     lora_optimizer_dtype: str | None = None  # their AdamW moments (None: the adapters' dtype)
+    lora_engine: str = "peft"  # peft (+ transformers) | litgpt (finetune/lora.py); plan/lora_litgpt.py
+    qlora_double_quant: bool = True  # QLoRA's NF4 with double quantization
     zero: int = 0
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16 (see plan/zero.py)
     loss: str = "torch"  # torch (transformers' fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
@@ -211,6 +213,7 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        zero_layout=req.zero_layout, finetune=req.finetune, lora_rank=req.lora_rank,
                        lora_targets=req.lora_targets, gpus_per_node=req.gpus_per_node,
                        lora_dtype=req.lora_dtype, lora_optimizer_dtype=req.lora_optimizer_dtype,
+                       lora_engine=req.lora_engine, qlora_double_quant=req.qlora_double_quant,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second)

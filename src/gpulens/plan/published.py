@@ -86,7 +86,9 @@ def _request(fig: dict[str, Any]) -> PlanRequest:
     if kind in ("lora_memory", "lora_fit"):
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c.get("gpus", 1), precision=c["precision"],
                            batch=c["batch"], seq=c["seq"], finetune=c["finetune"], lora_rank=c["lora_rank"],
-                           lora_targets=c["lora_targets"])
+                           lora_targets=c["lora_targets"], lora_dtype=c.get("adapter_dtype", "fp32"),
+                           lora_engine="litgpt" if c.get("engine", "").startswith("LitGPT") else "peft",
+                           qlora_double_quant=c.get("quantization") != "bnb.nf4")
     return PlanRequest(model=name, workload="infer", gpu=c["gpu"], dtype=c["dtype"], batch=c["batch"],
                        prompt=c["prompt"], new_tokens=c["new_tokens"], runtime=c["runtime"],
                        tensor_parallel=c["tensor_parallel"])
