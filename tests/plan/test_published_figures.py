@@ -70,9 +70,6 @@ KNOWN_MISSES = {
                      "(a per-step cost tensor parallelism does not divide)",
     "serving_memory": "median 0.4 % / worst 48.2 % (held-out 24.2 % / 48.2 %): vLLM's Llama-2-70B TP4 KV pool "
                       "48 % too large (NCCL buffers, per-rank profiling not modelled)",
-    "lora_memory": "median 5.8 % / worst 8.2 % (held-out 5.8 % / 8.2 %): QLoRA's NF4 Linears now keep their inputs "
-                   "(bitsandbytes MatMul4Bit; was 16.9 % / 19.1 %); QLoRA peaks still 6-8 % under LitGPT's (plain "
-                   "NF4 and double-quantized NF4 are planned alike)",
     "moe": "median 19.0 % / worst 28.8 % (held-out 14.5 % / 28.8 %): Mixtral TP4/TP8 decode too fast, as for "
            "dense TP",
 }

@@ -68,33 +68,36 @@ def weight_bytes(m: ModelSpec, qlora: bool, double_quant: bool) -> float:
     return linears * NF4_BYTES[double_quant] + (m.params - linears) * 2
 
 
-def layer_bytes_per_token(m: ModelSpec, targets: str, rank: int, qlora: bool, *, first: bool = False) -> float:
-    """Bytes one layer keeps for the backward per token (bf16 activations)."""
+def layer_bytes_per_token(m: ModelSpec, targets: str, rank: int, qlora: bool, *, first: bool = False,
+                          mask_bytes: int = DROPOUT_MASK_BYTES, mean_keeps_input: bool = True) -> float:
+    """Bytes one layer keeps for the backward per token (bf16 activations). `mask_bytes`: what a
+    dropout keeps per element (CUDA: a bool mask; the CPU keeps a 16-bit scaled noise tensor);
+    `mean_keeps_input`: PyTorch 2.1's torch.mean keeps its input (later releases keep only sizes)."""
     c, h, inter = 2, m.hidden_size, m.intermediate_size
     a, g, q, kv = m.num_heads, m.num_kv_heads, m.q_size, m.kv_size
     t = LITGPT_TARGETS[targets]
-    norm = 2 * c * h + c  # input, its square (torch.mean's saved input), rsqrt
+    norm = (2 if mean_keeps_input else 1) * c * h + c  # input, its square (torch.mean's saved input), rsqrt
     out = norm * (1 if first else 2)  # the first layer's input comes from the frozen embedding: no gradient
     qkv_on = [s for s, size in (("q", q), ("k", kv), ("v", kv)) if s in t]
     if qkv_on:
-        out += (0 if first else DROPOUT_MASK_BYTES * h) + c * h + c * rank * len(qkv_on)
+        out += (0 if first else mask_bytes * h) + c * h + c * rank * len(qkv_on)
         if len(qkv_on) < 3:
             out += c * sum({"q": q, "k": kv, "v": kv}[s] for s in qkv_on)  # index_copy's source
     gqa = g not in (a, 1)
     out += c * q + c * (q if gqa else kv) + (c * q if gqa else c * (q + 2 * kv)) + c * q + 4 * a  # q, k, v, out, lse
     if "o" in t:
-        out += DROPOUT_MASK_BYTES * q + c * q + c * rank
+        out += mask_bytes * q + c * q + c * rank
     out += 3 * c * inter
     if "mlp" in t:
-        out += 2 * (DROPOUT_MASK_BYTES * h + c * h + c * rank) + DROPOUT_MASK_BYTES * inter + c * inter + c * rank
+        out += 2 * (mask_bytes * h + c * h + c * rank) + mask_bytes * inter + c * inter + c * rank
     if qlora:  # MatMul4Bit keeps its inputs: qkv's (not in the first layer), fc_1/fc_2's shared one, proj's
         out += (0 if first else c * h) + c * h + c * inter
     return out
 
 
-def head_bytes_per_token(m: ModelSpec, qlora: bool) -> float:
+def head_bytes_per_token(m: ModelSpec, qlora: bool, *, mean_keeps_input: bool = True) -> float:
     """The final norm's input and square, the NF4 output head's input."""
-    return 2 * 2 * m.hidden_size + 2 + (2 * m.hidden_size if qlora else 0)
+    return (2 if mean_keeps_input else 1) * 2 * m.hidden_size + 2 + (2 * m.hidden_size if qlora else 0)
 
 
 def activation_bytes(m: ModelSpec, targets: str, rank: int, qlora: bool, tokens: int) -> float:
