@@ -58,7 +58,7 @@ class Block(torch.nn.Module):
         if self.g == HEADS:
             after_b = F.conv1d(inp, w, groups=2)
         else:
-            after_b = torch.cat([F.conv1d(a, b) for a, b in zip(inp.chunk(2, dim=1), w.split(self.qkv_shapes))], dim=1)
+            after_b = torch.cat([F.conv1d(a, b) for a, b in zip(inp.chunk(2, dim=1), w.split(self.qkv_shapes), strict=True)], dim=1)
         x = after_b.transpose(-2, -1).transpose(0, 1)  # zero_pad
         result = x.new_zeros((*x.shape[:-1], self.qkv_out)).view(-1, self.qkv_out)
         result = result.index_copy(1, torch.tensor(self.lora_ind), x.reshape(-1, sum(self.qkv_shapes)))
@@ -106,7 +106,7 @@ def _saved_bytes(kv_heads: int, layers: int, T: int) -> int:
             x = b(x, cos, sin)
         logits = [F.linear(c, head).float() for c in ln_f(x).split(128, dim=1)]  # Fabric's convert_output: fp32
         torch.cat([F.cross_entropy(lg.reshape(-1, VOCAB), t.reshape(-1), reduction="none")
-                   for lg, t in zip(logits, ids.split(128, dim=1))]).mean()
+                   for lg, t in zip(logits, ids.split(128, dim=1), strict=True)]).mean()
     return sum(n for p, n in seen.items() if p not in params)
 
 

@@ -97,6 +97,8 @@ def render_plan(res: Any) -> None:
                 + (" · SP" if r.sequence_parallel else "")
                 + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets}, {r.lora_dtype}"
                    + (f", {r.lora_optimizer_dtype} states" if r.lora_optimizer_dtype not in (None, r.lora_dtype) else "")
+                   + (", LitGPT" if r.lora_engine == "litgpt" else "")
+                   + (", NF4 without double quantization" if r.finetune == "qlora" and not r.qlora_double_quant else "")
                    + ")"
                    if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"

@@ -497,6 +497,8 @@ def _litgpt_lora_memory(m: ModelSpec, setup: TrainSetup, n_ad: int, per_state: f
                            setup.num_gpus)
     if qlora and setup.optimizer == "adamw":
         per_state = 8  # bitsandbytes' PagedAdamW: 32-bit moments (in managed memory)
+        notes[0] = notes[0].replace(f"optimizer states {lora.optimizer_dtype or lora.dtype}",
+                                    "optimizer states fp32 in bitsandbytes' PagedAdamW")
     tokens = setup.micro_batch * setup.seq_len
     grads = n_ad * lora.adapter_bytes
     static = {"weights": int(litgpt.weight_bytes(m, qlora, lora.double_quant)), "lora_adapters": grads,

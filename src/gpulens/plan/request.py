@@ -57,11 +57,19 @@ class PlanOptions:
     lora_rank: int = _opt(("--lora-rank",), "Training: LoRA rank r.", 16)
     lora_targets: str = _opt(("--lora-targets",), "Training: all (every Linear of the blocks) or qv (q_proj, v_proj).",
                              "all")
-    lora_dtype: str = _opt(("--lora-dtype",), "Training: LoRA adapters' weights and gradients, fp32 (peft's default) "
-                                              "or bf16 (peft with autocast_adapter_dtype=False, LitGPT bf16-true).", "fp32")
+    lora_dtype: str | None = _opt(("--lora-dtype",), "Training: LoRA adapters' weights and gradients, fp32 (peft's "
+                                                     "default) or bf16 (peft with autocast_adapter_dtype=False; LitGPT's "
+                                                     "bf16-true, the default with --lora-engine litgpt).")
     lora_optimizer_dtype: str | None = _opt(("--lora-optimizer-dtype",), "Training: the adapters' AdamW moments, fp32 "
                                                                          "or bf16 (default: --lora-dtype; fp32 moments "
                                                                          "with bf16 adapters add an fp32 master copy).")
+    lora_engine: str = _opt(("--lora-engine",), "Training: the code that runs the LoRA step: peft (peft + transformers) "
+                                                "or litgpt (LitGPT's finetune/lora.py on one GPU, bf16-true: fused qkv "
+                                                "adapter with dropout, bf16 RMSNorm, fp32 logits; QLoRA quantizes the "
+                                                "output head too).", "peft")
+    qlora_double_quant: bool = _opt(("--qlora-double-quant/--no-qlora-double-quant",), "Training, QLoRA: NF4 with "
+                                    "double quantization (8-bit block scales: 0.516 bytes a weight, the QLoRA paper's "
+                                    "set-up) or without (an fp32 scale per 64 weights: 0.5625).", True)
     nodes: int | None = _opt(("--nodes",), "Nodes of --gpus-per-node GPUs (sets --gpus to their product when "
                                            "--gpus is not given).")
     gpus_per_node: int = _opt(("--gpus-per-node",), "GPUs per node: collectives within a node use the GPU's "
@@ -132,7 +140,8 @@ class PlanOptions:
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
-                      "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype")
+                      "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
+                      "qlora_double_quant")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
@@ -149,11 +158,15 @@ class PlanOptions:
                                     hint=f"Drop {flag}, or plan with --workload {wl}.")
         if workload == "train":
             if self.finetune == "full":
-                for name in ("lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype"):
+                for name in ("lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
+                             "qlora_double_quant"):
                     if getattr(self, name) != defaults[name]:
                         flag = "--" + name.replace("_", "-")
                         raise BadInputError(f"{flag} applies to LoRA, and --finetune is full.",
                                             hint=f"Add --finetune lora (or qlora), or drop {flag}.")
+            if self.finetune.lower() == "lora" and not self.qlora_double_quant:
+                raise BadInputError("--no-qlora-double-quant says how QLoRA stores the base, and --finetune is lora.",
+                                    hint="Use --finetune qlora, or drop --no-qlora-double-quant.")
             recompute = (self.recompute or "none").lower()
             if recompute not in ("none", "selective", "full"):
                 raise BadInputError(f"Unknown recomputation {self.recompute!r}.", hint="Use --recompute none, selective or full.")
@@ -189,7 +202,9 @@ class PlanOptions:
             seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt or (self.recompute or "").lower() == "full",
             recompute=(self.recompute or ("full" if self.grad_ckpt else "none")).lower(), zero=self.zero,
             zero_layout=self.zero_layout.lower(), loss=self.loss.lower(), finetune=self.finetune.lower(), lora_rank=self.lora_rank,
-            lora_targets=self.lora_targets.lower(), lora_dtype=self.lora_dtype.lower(),
+            lora_targets=self.lora_targets.lower(), lora_engine=self.lora_engine.lower(),
+            lora_dtype=(self.lora_dtype or ("bf16" if self.lora_engine.lower() == "litgpt" else "fp32")).lower(),
+            qlora_double_quant=self.qlora_double_quant,
             lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp,
