@@ -149,3 +149,25 @@ def test_litgpt_engine_refuses_what_it_does_not_model():
                          (TrainSetup("bf16", finetune="lora", lora_engine="unsloth"), "Unknown LoRA engine")):
         with pytest.raises(BadInputError, match=match):
             training_memory(m, setup, capacity_bytes=80 << 30)
+
+
+def test_litgpt_options_on_the_command_line(capsys):
+    import json
+
+    from gpulens.cli.main import main
+
+    base = ["plan", "--model", "llama-2-7b", "--workload", "train", "--gpu", "a100-40gb", "--precision", "bf16",
+            "--batch", "1", "--seq", "1304", "--lora-rank", "8", "--lora-targets", "qv"]
+    assert main([*base, "--finetune", "qlora", "--lora-engine", "litgpt", "--no-qlora-double-quant",
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["setup"]["lora_engine"] == "litgpt" and d["setup"]["lora_dtype"] == "bf16"  # bf16-true's default
+    assert d["setup"]["qlora_double_quant"] is False
+    assert any("PagedAdamW" in n for n in d["memory"]["notes"])
+    for extra, msg in ((["--finetune", "lora", "--no-qlora-double-quant"], "--finetune is lora"),
+                       (["--lora-engine", "litgpt"], "--finetune is full"),
+                       (["--finetune", "lora", "--lora-engine", "litgpt", "--lora-dtype", "fp32"], "adapters in bf16"),
+                       (["--finetune", "lora", "--lora-engine", "axolotl"], "Unknown LoRA engine")):
+        assert main([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err

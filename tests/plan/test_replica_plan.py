@@ -88,3 +88,25 @@ def test_no_target_no_replica_plan(capsys):
     assert not rs[0].replicas and not rs[0].replica_misses
     assert main(["plan", "compare", "--model", M, "--workload", "infer", "--gpu", "h100-sxm"]) == 0
     assert "Replica plan" not in capsys.readouterr().out
+
+
+def test_compare_prints_the_replica_plan_under_a_tpot_target(capsys):
+    """The issue's example: Llama-3-70B in FP8 on vLLM, 20 requests/s, TPOT <= 50 ms: each GPU's
+    layout, with the TPOT it reaches (within the target) and what bound its batch."""
+    argv = ["plan", "compare", "--model", "llama-3-70b", "--workload", "infer", "--runtime", "vllm", "--gpu",
+            "h100-sxm", "--gpu", "h200", "--dtype", "fp8", "--prompt", "1000", "--new-tokens", "200",
+            "--target-rps", "20", "--tpot-target", "50ms"]
+    assert main([*argv, "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for r in d["results"]:
+        assert r["replica_targets"] == "20 requests/s, TPOT <= 50.0 ms" and r["replicas"]
+        best = r["replicas"][0]
+        assert best["tpot_seconds"] <= 0.050 and best["replicas"] * best["requests_per_second_per_replica"] >= 20
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Replica plan for 20 requests/s, TPOT <= 50.0 ms" in " ".join(out.split())
+    for r in d["results"]:
+        best = r["replicas"][0]
+        row = next(line.split() for line in out.splitlines() if line.startswith(r["gpu"]["name"] + " ") and "×" in line)
+        assert row[1:4] == [str(best["replicas"]), "×", f"TP{best['tensor_parallel']}"]
+        assert row[4:6] == [str(best["gpus"]), str(best["batch"])] and row[-1] == best["bound_by"].split()[-1]
