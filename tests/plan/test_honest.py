@@ -81,6 +81,12 @@ def test_an_engine_verdict_is_what_its_kv_pool_holds():
     (["--workload", "train", "--tpot-target", "50ms"], "--tpot-target"),
     (["--workload", "train", "--lora-rank", "8"], "--finetune lora"),
     (["--workload", "train", "--zero-layout", "deepspeed"], "--zero"),
+    # planned as plain replicas under a "ZeRO-2" header before
+    (["--workload", "train", "--precision", "bf16", "--finetune", "lora", "--gpus", "4", "--zero", "2"], "--zero"),
+    # SGD keeps no moments: the option was ignored
+    (["--workload", "train", "--precision", "bf16", "--finetune", "lora", "--optimizer", "sgd",
+      "--lora-optimizer-dtype", "fp32"], "--optimizer adamw"),
+    (["--workload", "train", "--precision", "bf16", "--finetune", "lora", "--no-qlora-double-quant"], "qlora"),
 ])
 def test_option_combinations_that_mean_nothing_are_refused(capsys, argv, word):
     rc, out = run(capsys, "--model", "qwen2.5-0.5b", *argv)

@@ -240,6 +240,9 @@ def training_memory(
         return _megatron_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
                                 cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio)
     if setup.lora is not None:
+        if setup.zero_stage:  # was accepted, shown in the header, and planned as plain replicas
+            raise BadInputError("LoRA is planned with plain data parallelism (each GPU holds the frozen base); "
+                                "ZeRO / FSDP sharding of a LoRA run is not modelled.", hint="Drop --zero for LoRA.")
         return _lora_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
                             cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio,
                             activation_scale=activation_scale)

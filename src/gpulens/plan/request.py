@@ -164,6 +164,9 @@ class PlanOptions:
                         flag = "--" + name.replace("_", "-")
                         raise BadInputError(f"{flag} applies to LoRA, and --finetune is full.",
                                             hint=f"Add --finetune lora (or qlora), or drop {flag}.")
+            if self.lora_optimizer_dtype and self.optimizer.lower() not in ("adamw", "adamw8bit"):
+                raise BadInputError(f"--lora-optimizer-dtype sets AdamW's moments, and --optimizer {self.optimizer} "
+                                    "keeps none of that kind.", hint="Use --optimizer adamw, or drop --lora-optimizer-dtype.")
             if self.finetune.lower() == "lora" and not self.qlora_double_quant:
                 raise BadInputError("--no-qlora-double-quant says how QLoRA stores the base, and --finetune is lora.",
                                     hint="Use --finetune qlora, or drop --no-qlora-double-quant.")
