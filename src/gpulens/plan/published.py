@@ -7,7 +7,9 @@ Kinds and what is compared:
 - `serving_speed`, `moe`: output tokens per second of one sequence (1 / TPOT; LitGPT's figure is
   tokens over the whole call, so it includes the prefill);
 - `serving_memory`: peak allocated bytes (GB = 1e9), or the KV blocks of a paged engine per GPU;
-- `lora_memory`: peak allocated bytes of a LoRA / QLoRA step;
+- `lora_memory`: peak allocated bytes of a LoRA / QLoRA step, planned with the figure's own set-up
+  (engine, adapter dtype, NF4 with or without double quantization: LitGPT's rows run
+  `--lora-engine litgpt`);
 - `*_fit`: a verdict (a configuration that ran out of memory); and every figure with `ran: true`
   must be planned as fitting.
 Nothing here is fitted: the planner's defaults predict every figure, and `held_out` ones are
