@@ -134,6 +134,18 @@ def test_tp16_across_two_nodes_is_slower_per_token_than_tp8_in_one_and_the_link_
     assert tp16.tpot_seconds - one_domain.tpot_seconds == pytest.approx(link_term, rel=1e-9)
 
 
+def test_the_serving_plan_names_the_link_its_all_reduces_run_over(capsys):
+    """Issue 25: TP16 across two nodes is slower per token than TP8 in one, and the plan says why."""
+    args = ["--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--runtime", "vllm", "--batch", "8"]
+    rc8, out8 = run(capsys, *args, "--tp", "8")
+    rc16, out16 = run(capsys, *args, "--tp", "16")
+    assert rc8 == 0 and rc16 == 0
+    flat8, flat16 = " ".join(out8.split()), " ".join(out16.split())  # a narrow terminal wraps the row
+    assert "all-reduces" in flat8 and "all-reduces" in flat16
+    assert "NVLink" in flat8 and "inter-node" not in flat8
+    assert "inter-node network" in flat16
+
+
 def test_the_all_reduce_grows_with_size_degree_and_link():
     gpu = find_gpu("h100-sxm")
     small, big = ring_all_reduce(16 << 10, 8, gpu), ring_all_reduce(64 << 20, 8, gpu)
