@@ -160,3 +160,24 @@ def test_the_prefill_pays_its_all_reduces_too():
     tp8 = _tpot(8)
     assert tp8.prefill_tensor_parallel_seconds > 0
     assert replace(tp8).ttft_seconds >= tp8.prefill_tensor_parallel_seconds
+
+
+# ---------------------------------------------------------------- vLLM's profiling at TP > 1
+
+
+def test_record_stream_keeps_every_all_reduced_activation_of_the_profiling_forward():
+    """vLLM <= 0.2.6 on PyTorch's NCCL process group with record_stream: the 2 L + 1 all-reduced
+    activations (tokens x hidden x 2 bytes each) stay reserved through the profiling forward, and
+    the KV pool is that much smaller; not at TP 1, not with the flag off."""
+    from gpulens.plan.serve import serving_memory
+
+    m, gpu = load_model("llama-2-70b"), find_gpu("a100-80gb")
+    base = ServeSetup(runtime="vllm", tensor_parallel=4, max_num_batched_tokens=4096)
+    off = serving_memory(m, base, capacity_bytes=gpu.memory_bytes, eff=Efficiency())
+    on = serving_memory(m, replace(base, nccl_record_streams=True), capacity_bytes=gpu.memory_bytes, eff=Efficiency())
+    held = (2 * m.num_layers + 1) * 4096 * m.hidden_size * 2
+    assert "nccl_held_activations" not in off.breakdown
+    assert on.breakdown["nccl_held_activations"] == held
+    assert off.breakdown["kv_cache"] - on.breakdown["kv_cache"] == pytest.approx(held, abs=2)
+    tp1 = replace(base, tensor_parallel=1, nccl_record_streams=True)
+    assert "nccl_held_activations" not in serving_memory(m, tp1, capacity_bytes=gpu.memory_bytes, eff=Efficiency()).breakdown

@@ -41,7 +41,7 @@ WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, 
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group
 RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory layout (preallocated paged KV)
 VLLM_BLOCK_TOKENS = 16
-VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget
+VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget (--max-num-batched-tokens)
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
 # Weight-only kernels (int8: gpt-fast's int8 Linear / AWQ-GPTQ int8; int4: tinygemm / Marlin style,
 # grouped scales and zero points) turn every weight back into 16-bit on the CUDA cores before the
@@ -64,6 +64,8 @@ class ServeSetup:
     gpu_memory_utilization: float = 0.9
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # TP beyond one node runs over the network
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
+    max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
+    nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
 
     @property
     def compute_dtype(self) -> str:
@@ -92,6 +94,7 @@ class ServeSetup:
         if self.runtime not in RUNTIMES:
             raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang or tgi.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
+                        ("profiling token budget", self.max_num_batched_tokens),
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
@@ -214,14 +217,21 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
                               fits_in(peak, cuda_context_bytes, capacity_bytes), {n: int(v) for n, v in totals.items()}, notes)
     # vLLM: preallocate; the KV pool is what is left
     budget = setup.gpu_memory_utilization * capacity_bytes - cuda_context_bytes
-    tokens = max(VLLM_MAX_BATCHED_TOKENS, p)
+    tokens = max(setup.max_num_batched_tokens, p)
     act = tokens * (2 * h * cb + 3 * inter * cb / tp) + min(256, max(b, 1)) * vocab * 4
+    held = all_reduce_held_bytes(m, setup, tokens, cb)
     graphs = VLLM_CUDA_GRAPHS_BYTES
-    kv_pool = budget - w - act - graphs - eff.workspace_bytes
+    kv_pool = budget - w - act - held - graphs - eff.workspace_bytes
     breakdown = {
         "weights": int(w), "activations": int(act), "cuda_graphs": int(graphs),
         "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
     }
+    if held:  # after the profiling forward's own peak, in the memory table
+        breakdown = {k: v for k, v in breakdown.items() if k in ("weights", "activations")} | {
+            "nccl_held_activations": int(held)} | {k: v for k, v in breakdown.items() if k not in ("weights", "activations")}
+    if held:
+        notes.append(f"{held / 2**30:.1f} GiB of all-reduced activations stay reserved through the profiling forward "
+                     "(ProcessGroupNCCL's record_stream; vLLM <= 0.2.6, or TORCH_NCCL_AVOID_RECORD_STREAMS unset)")
     peak = int(sum(breakdown.values()))
     seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
     per_seq = kv(seq_tokens)
@@ -231,6 +241,21 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
                          {"start (preallocated)": peak}, notes)
     return est
+
+
+def all_reduce_held_bytes(m: ModelSpec, setup: ServeSetup, tokens: int, act_bytes: float) -> float:
+    """What an engine's profiling forward keeps reserved at TP > 1 when PyTorch's ProcessGroupNCCL
+    marks each all-reduced tensor with record_stream (`nccl_record_streams`): the caching allocator
+    reuses a block freed on the compute stream only once an event on the NCCL stream has completed,
+    and the CPU enqueues the whole forward long before the GPU reaches it, so none of the 2 L + 1
+    all-reduced activations (the vocab-parallel embedding's and two per layer, tokens x hidden each)
+    is reused within the forward. vLLM issue #2248 (comment of 2024-01-26: fragmentation at TP > 1
+    from record_stream; TORCH_NCCL_AVOID_RECORD_STREAMS=1, set from vLLM 0.2.7 with PyTorch >= 2.1.2,
+    removes it), and vLLM PR #2031, whose profiling reads the device's used memory (reserved, not
+    allocated), which is how it shows up in the KV pool. 0 at TP 1, for hf and without the flag."""
+    if setup.tensor_parallel <= 1 or not setup.nccl_record_streams or setup.runtime == "hf":
+        return 0.0
+    return (2 * m.num_layers + 1) * tokens * m.hidden_size * act_bytes
 
 
 def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency) -> int:
