@@ -41,9 +41,9 @@ class Protocol:
 
 
 # NCCL src/graph/tuning.cc at b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2 (ring rows of baseLat and
-# hwLat; ring LL's bus bandwidth is half the link's, `busBw * .5`). The table before NCCL 2.12 had
-# LL 3.6 us base and 0.47 us per NVLink step, which made an 8-GPU all-reduce of a decode step's
-# activations 10 us instead of 15.
+# hwLat; ring LL's bus bandwidth is half the link's, `busBw * .5`): the table since NVLS Tree came
+# in (NCCL 2.18, the one PyTorch 2.1+ bundles). NCCL 2.17 and earlier had LL 3.6 us base and 0.47 us
+# per NVLink step, which made an 8-GPU all-reduce of a decode step's activations 10 us, not 15.
 NCCL_LL = Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.5)
 NCCL_SIMPLE = Protocol("Simple", 8.4e-6, {"nvlink": 3.4e-6, "pcie": 5.7e-6, "network": 14.0e-6}, 1.0)
 NCCL_PROTOCOLS = (NCCL_LL, NCCL_SIMPLE)
