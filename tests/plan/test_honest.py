@@ -181,3 +181,18 @@ def test_record_stream_keeps_every_all_reduced_activation_of_the_profiling_forwa
     assert off.breakdown["kv_cache"] - on.breakdown["kv_cache"] == pytest.approx(held, abs=2)
     tp1 = replace(base, tensor_parallel=1, nccl_record_streams=True)
     assert "nccl_held_activations" not in serving_memory(m, tp1, capacity_bytes=gpu.memory_bytes, eff=Efficiency()).breakdown
+
+
+def test_an_engine_that_splits_only_the_blocks_reads_the_whole_head_on_every_gpu():
+    """gpt-fast's apply_tp shards model.layers only: each of the t GPUs reads the output head whole,
+    (t - 1) head reads more per step than an engine that splits it (vLLM); nothing changes at TP 1."""
+    from gpulens.plan.serve import decode_head_bytes
+
+    m, gpu, eff = load_model("llama-2-7b"), find_gpu("a100-80gb"), Efficiency()
+    base = ServeSetup(runtime="vllm", batch=1, prompt_tokens=5, new_tokens=100, tensor_parallel=8)
+    split, whole = serving_speed(m, base, gpu, eff), serving_speed(m, replace(base, tp_shards_head=False), gpu, eff)
+    bw = gpu.memory_bandwidth_bytes_per_second * eff.runtime("vllm").decode_bandwidth_ratio * 8
+    assert decode_head_bytes(m, 1) == pytest.approx(m.vocab_size * m.hidden_size * 2 + m.hidden_size * 2, rel=1e-3)
+    assert whole.tpot_seconds - split.tpot_seconds == pytest.approx(7 * decode_head_bytes(m, 1) / bw)
+    tp1 = replace(base, tensor_parallel=1)
+    assert serving_speed(m, tp1, gpu, eff).tpot_seconds == serving_speed(m, replace(tp1, tp_shards_head=False), gpu, eff).tpot_seconds

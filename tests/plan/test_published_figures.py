@@ -69,8 +69,6 @@ KNOWN_MISSES = {
     "lora_memory": "median 5.8 % / worst 8.2 % (held-out 5.8 % / 8.2 %): QLoRA's NF4 Linears now keep their inputs "
                    "(bitsandbytes MatMul4Bit; was 16.9 % / 19.1 %); QLoRA peaks still 6-8 % under LitGPT's (plain "
                    "NF4 and double-quantized NF4 are planned alike)",
-    "moe": "median 13.3 % / worst 16.1 % (held-out 11.0 % / 16.1 %): Mixtral TP4/TP8 decode 13-16 % too fast "
-           "with the NCCL tuner's current LL latencies (was 19.0 % / 28.8 %)",
 }
 
 
@@ -80,9 +78,9 @@ HELD_OUT_ONLY_MISSES = {
                       "since vLLM 0.2.x's record_stream-held all-reduce activations and 4,096-token profiling "
                       "forward; was 0.4 % / 48.2 %): vLLM's Llama-2-70B TP4 KV pool still 9.8 % too large "
                       "(NCCL buffers and other non-PyTorch memory per rank not modelled)",
-    "serving_speed": "held-out median 17.4 % / worst 18.6 % (all: 6.1 % / 18.6 %, within the bound since the "
-                     "NCCL tuner's current LL latencies): Llama-2-70B TP8 int8/int4 decode 16-17 % too fast, "
-                     "LitGPT Llama-2-13B eager 19 % too slow",
+    "serving_speed": "held-out median 13.8 % / worst 18.6 % (all: 4.3 % / 18.6 %, within the bound since the "
+                     "NCCL tuner's current LL latencies and gpt-fast's replicated output head): Llama-2-70B TP8 "
+                     "int8/int4 decode 13-14 % too fast, LitGPT Llama-2-13B eager 19 % too slow",
 }
 
 

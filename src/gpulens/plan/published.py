@@ -10,8 +10,10 @@ Kinds and what is compared:
 - `lora_memory`: peak allocated bytes of a LoRA / QLoRA step;
 - `*_fit`: a verdict (a configuration that ran out of memory); and every figure with `ran: true`
   must be planned as fitting.
-Nothing here is fitted: the planner's defaults predict every figure, and `held_out` ones are
-reported apart (they were not looked at while the mechanisms were written).
+Nothing here is fitted: the planner's defaults predict every figure, with the options its
+configuration's engine implies (`_engine_options`: what that engine release does, from its source
+or changelog), and `held_out` ones are reported apart (they were not looked at while the
+mechanisms were written).
 """
 
 from __future__ import annotations
@@ -97,7 +99,10 @@ def _engine_options(c: dict[str, Any], model: ModelSpec | None) -> dict[str, Any
     options (docs/plan.md): vLLM 0.2.x (December 2023) profiled max(max_model_len, 2048) tokens
     (`max_num_batched_tokens`'s default then) and ran PyTorch 2.1's ProcessGroupNCCL with
     record_stream (vLLM sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 from 0.2.7)."""
-    if not str(c.get("engine", "")).startswith("vLLM (Dec 2023"):
+    engine = str(c.get("engine", ""))
+    if engine == "gpt-fast":  # tp.py's apply_tp splits model.layers only: the output head is on every rank
+        return {"tp_shards_head": False}
+    if not engine.startswith("vLLM (Dec 2023"):
         return {}
     max_len = (model.max_context or model.max_positions or 2048) if model is not None else 2048
     return {"max_num_batched_tokens": max(max_len, 2048), "nccl_record_streams": True}

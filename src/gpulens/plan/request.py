@@ -91,6 +91,10 @@ class PlanOptions:
                                      "PyTorch's NCCL process group marks all-reduced tensors with record_stream, so the "
                                      "profiling forward keeps every one reserved (vLLM <= 0.2.6; "
                                      "TORCH_NCCL_AVOID_RECORD_STREAMS=1 turns it off).", False)
+    tp_shards_head: bool = _opt(("--tp-shards-head/--no-tp-shards-head",), "Serving at TP > 1: the output head is "
+                                "split over the TP group (vLLM, SGLang, TGI); --no-tp-shards-head for an engine that "
+                                "splits only the transformer blocks (gpt-fast), where every GPU reads the whole head "
+                                "each step.", True)
     tp: int | None = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica (default --gpus). Training: "
                                       "Megatron-style tensor parallelism inside --gpus (GPUs = data x tensor x "
                                       "pipeline parallel; default 1).")
@@ -142,7 +146,7 @@ class PlanOptions:
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
                       "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
-                      "max_num_batched_tokens", "nccl_record_streams")
+                      "max_num_batched_tokens", "nccl_record_streams", "tp_shards_head")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if getattr(self, name) != defaults[name]:
@@ -202,7 +206,7 @@ class PlanOptions:
             lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
-            nccl_record_streams=self.nccl_record_streams,
+            nccl_record_streams=self.nccl_record_streams, tp_shards_head=self.tp_shards_head,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,

@@ -66,6 +66,7 @@ class ServeSetup:
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
     max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
+    tp_shards_head: bool = True  # the output head split over the TP group (vLLM); gpt-fast replicates it
 
     @property
     def compute_dtype(self) -> str:
@@ -290,6 +291,17 @@ def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
     return total
 
 
+def decode_head_bytes(m: ModelSpec, batch: int) -> float:
+    """What a decode step reads outside the transformer blocks (16-bit): the output head whole,
+    the input embedding only by the rows it looks up (a tied table is the head), the final norm.
+    An engine that splits only the blocks over the TP group (gpt-fast's `apply_tp` loops over
+    `model.layers`; vLLM splits the head too) has every rank read all of it."""
+    rest = (m.params - m.block_params) * 2
+    if not m.tie_word_embeddings and not m.encoder:
+        rest -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
+    return rest
+
+
 def elementwise_bytes_per_token_layer(m: ModelSpec, c: float) -> float:
     """Bytes an eager forward's elementwise kernels read and write per token and layer (c: bytes
     per activation element). RMSNorm as transformers writes it: read x, write its fp32 copy, pow
@@ -353,7 +365,8 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         else:
             rep = m.num_heads // m.num_kv_heads
             kv_read *= 3 + (2 * rep if rep > 1 else 0)
-    mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw + dequantize_seconds(m, setup, gpu)
+    replicated = 0.0 if setup.tp_shards_head else (tp - 1) * decode_head_bytes(m, b)  # every rank reads it whole
+    mem_time = (decode_weight_bytes(m, setup.dtype, b) + replicated + kv_read) / bw + dequantize_seconds(m, setup, gpu)
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
