@@ -196,3 +196,21 @@ def test_an_engine_that_splits_only_the_blocks_reads_the_whole_head_on_every_gpu
     assert whole.tpot_seconds - split.tpot_seconds == pytest.approx(7 * decode_head_bytes(m, 1) / bw)
     tp1 = replace(base, tensor_parallel=1)
     assert serving_speed(m, tp1, gpu, eff).tpot_seconds == serving_speed(m, replace(tp1, tp_shards_head=False), gpu, eff).tpot_seconds
+
+
+def test_a_quantized_head_is_read_in_the_weight_format_and_dequantized():
+    """gpt-fast's quantize.py replaces every nn.Linear, the output head included; by default the head
+    stays 16-bit (GPTQ/AWQ checkpoints). int8: the head's bytes halve (plus one fp16 scale per row)."""
+    from gpulens.plan.serve import dequantize_seconds, head_quantization_saving, serving_memory
+
+    m, gpu, eff = load_model("llama-2-7b"), find_gpu("a100-80gb"), Efficiency()
+    s = ServeSetup(runtime="vllm", dtype="int8", batch=1, prompt_tokens=5, new_tokens=100)
+    q = replace(s, quantize_head=True)
+    head = m.vocab_size * m.hidden_size
+    assert head_quantization_saving(m, s) == 0.0
+    assert head_quantization_saving(m, q) == pytest.approx(head - m.vocab_size * 2)
+    assert head_quantization_saving(m, replace(q, dtype="bf16")) == 0.0
+    mem = serving_memory(m, s, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"]
+    assert mem - serving_memory(m, q, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"] == pytest.approx(
+        head - m.vocab_size * 2, abs=2)
+    assert dequantize_seconds(m, q, gpu) - dequantize_seconds(m, s, gpu) == pytest.approx(3 * head / gpu.fp32_flops)

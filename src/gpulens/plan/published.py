@@ -100,8 +100,8 @@ def _engine_options(c: dict[str, Any], model: ModelSpec | None) -> dict[str, Any
     (`max_num_batched_tokens`'s default then) and ran PyTorch 2.1's ProcessGroupNCCL with
     record_stream (vLLM sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 from 0.2.7)."""
     engine = str(c.get("engine", ""))
-    if engine == "gpt-fast":  # tp.py's apply_tp splits model.layers only: the output head is on every rank
-        return {"tp_shards_head": False}
+    if engine == "gpt-fast":  # tp.py's apply_tp splits model.layers only: the output head is on every rank;
+        return {"tp_shards_head": False, "quantize_head": True}  # quantize.py replaces every nn.Linear
     if not engine.startswith("vLLM (Dec 2023"):
         return {}
     max_len = (model.max_context or model.max_positions or 2048) if model is not None else 2048

@@ -95,6 +95,9 @@ class PlanOptions:
                                 "split over the TP group (vLLM, SGLang, TGI); --no-tp-shards-head for an engine that "
                                 "splits only the transformer blocks (gpt-fast), where every GPU reads the whole head "
                                 "each step.", True)
+    quantize_head: bool = _opt(("--quantize-head/--no-quantize-head",), "Serving with --dtype int8/int4/fp8: the "
+                               "output head is quantized too (gpt-fast quantizes every Linear); by default it stays "
+                               "16-bit, as GPTQ/AWQ/FP8 checkpoints ship it.", False)
     tp: int | None = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica (default --gpus). Training: "
                                       "Megatron-style tensor parallelism inside --gpus (GPUs = data x tensor x "
                                       "pipeline parallel; default 1).")
@@ -146,7 +149,8 @@ class PlanOptions:
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
                       "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
-                      "max_num_batched_tokens", "nccl_record_streams", "tp_shards_head")
+                      "max_num_batched_tokens", "nccl_record_streams", "tp_shards_head",
+                      "quantize_head")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if getattr(self, name) != defaults[name]:
@@ -207,6 +211,7 @@ class PlanOptions:
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
             nccl_record_streams=self.nccl_record_streams, tp_shards_head=self.tp_shards_head,
+            quantize_head=self.quantize_head,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,

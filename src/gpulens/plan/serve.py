@@ -67,6 +67,7 @@ class ServeSetup:
     max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
     tp_shards_head: bool = True  # the output head split over the TP group (vLLM); gpt-fast replicates it
+    quantize_head: bool = False  # int8/int4/fp8 also quantize the output head (gpt-fast: every nn.Linear)
 
     @property
     def compute_dtype(self) -> str:
@@ -175,16 +176,12 @@ class ServePlan:
     max_batch_for_tpot: int | None = None
 
 
-def _per_gpu(x: float, tp: int) -> float:
-    return x / tp
-
-
 def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff: Efficiency,
                    cuda_context_bytes: int = 512 << 20) -> MemoryEstimate:
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     cb = 4 if setup.compute_dtype == "fp32" else 2
-    w = _per_gpu(weight_bytes(m, setup.dtype), tp)
+    w = serving_weight_bytes(m, setup)
     kv_share = max(1, tp // max(1, m.num_kv_heads)) / tp  # KV heads split over TP, replicated beyond them
 
     def kv(tokens: float) -> float:  # one sequence's cache on one GPU
@@ -291,15 +288,46 @@ def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
     return total
 
 
-def decode_head_bytes(m: ModelSpec, batch: int) -> float:
-    """What a decode step reads outside the transformer blocks (16-bit): the output head whole,
-    the input embedding only by the rows it looks up (a tied table is the head), the final norm.
-    An engine that splits only the blocks over the TP group (gpt-fast's `apply_tp` loops over
-    `model.layers`; vLLM splits the head too) has every rank read all of it."""
+def quantized_head_params(m: ModelSpec, setup: ServeSetup) -> int:
+    """Parameters of the output head that `quantize_head` stores in the weight format: the
+    untied head's vocabulary x hidden (gpt-fast's quantize.py replaces every nn.Linear, the head
+    included; GPTQ/AWQ/FP8 checkpoints keep it 16-bit, the default); 0 for 16-bit weights and a
+    tied table (the embedding lookup needs it in 16-bit)."""
+    if not setup.quantize_head or setup.dtype in ("fp32", "bf16", "fp16") or m.tie_word_embeddings or m.encoder:
+        return 0
+    return m.vocab_size * m.hidden_size
+
+
+def head_quantization_saving(m: ModelSpec, setup: ServeSetup) -> float:
+    """Bytes a quantized output head saves against the 16-bit one `weight_bytes` counts (its
+    scales added back: int4 one fp16 scale and zero point per group, int8 one fp16 scale per row)."""
+    n = quantized_head_params(m, setup)
+    if not n:
+        return 0.0
+    scales = n / INT4_GROUP * 4 if setup.dtype == "int4" else m.vocab_size * 2
+    return n * (2 - WEIGHT_BYTES[setup.dtype]) - scales
+
+
+def decode_head_bytes(m: ModelSpec, batch: int, setup: ServeSetup | None = None) -> float:
+    """What a decode step reads outside the transformer blocks: the output head whole (16-bit, or
+    in the weight format with `quantize_head`), the input embedding only by the rows it looks up (a
+    tied table is the head), the final norm. An engine that splits only the blocks over the TP
+    group (gpt-fast's `apply_tp` loops over `model.layers`; vLLM splits the head too) has every
+    rank read all of it."""
     rest = (m.params - m.block_params) * 2
     if not m.tie_word_embeddings and not m.encoder:
         rest -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
-    return rest
+    return rest - (head_quantization_saving(m, setup) if setup is not None else 0.0)
+
+
+def serving_weight_bytes(m: ModelSpec, setup: ServeSetup) -> float:
+    """One GPU's weights: the model over the TP group, the quantized head's saving taken off, and,
+    for an engine that splits only the blocks, the rest (embedding, head, final norm) whole."""
+    w = (weight_bytes(m, setup.dtype) - head_quantization_saving(m, setup)) / setup.tensor_parallel
+    if not setup.tp_shards_head and setup.tensor_parallel > 1:
+        rest = (m.params - m.block_params) * 2 - head_quantization_saving(m, setup)
+        w += rest * (setup.tensor_parallel - 1) / setup.tensor_parallel
+    return w
 
 
 def elementwise_bytes_per_token_layer(m: ModelSpec, c: float) -> float:
@@ -365,8 +393,9 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         else:
             rep = m.num_heads // m.num_kv_heads
             kv_read *= 3 + (2 * rep if rep > 1 else 0)
-    replicated = 0.0 if setup.tp_shards_head else (tp - 1) * decode_head_bytes(m, b)  # every rank reads it whole
-    mem_time = (decode_weight_bytes(m, setup.dtype, b) + replicated + kv_read) / bw + dequantize_seconds(m, setup, gpu)
+    replicated = 0.0 if setup.tp_shards_head else (tp - 1) * decode_head_bytes(m, b, setup)  # every rank reads it whole
+    weights_read = decode_weight_bytes(m, setup.dtype, b) - head_quantization_saving(m, setup) + replicated
+    mem_time = (weights_read + kv_read) / bw + dequantize_seconds(m, setup, gpu)
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
@@ -406,7 +435,10 @@ def dequantize_seconds(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec) -> float:
     if m.is_moe:  # only the experts the batch routes to are read (and dequantized)
         touched = expected_experts_touched(m.num_experts, m.experts_per_token, setup.batch) / m.num_experts
         weights -= m.moe_layers * m.expert_params_per_layer() * (1 - touched)
-    return ops * weights / (gpu.fp32_flops * setup.tensor_parallel)
+    head = quantized_head_params(m, setup)
+    tp = setup.tensor_parallel
+    head_share = 1.0 if not setup.tp_shards_head else 1 / tp  # a replicated head is dequantized on every rank
+    return ops * (weights / tp + head * head_share) / gpu.fp32_flops
 
 
 def tensor_parallel_all_reduce(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, message_bytes: float) -> AllReduceCost:
