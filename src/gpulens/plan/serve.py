@@ -17,6 +17,12 @@ decode step, batch x prompt x hidden x 2 in the prefill. Each is a ring all-redu
 degree and link (`links.ring_all_reduce`: NCCL's alpha-beta model). None of it is overlapped: the
 next layer needs the reduced activations, and vLLM, TGI, SGLang and gpt-fast issue the all-reduce
 on the compute stream between the two matmuls (no compute hides it).
+
+Engine choices a user sets (docs/plan.md, Serving options): whether the output head is split over
+the TP group (`tp_shards_head`: vLLM yes, gpt-fast no) and quantized with the blocks
+(`quantize_head`: gpt-fast yes, GPTQ/AWQ checkpoints no); the profiling forward's token budget
+(`max_num_batched_tokens`) and whether PyTorch's NCCL record_stream holds its all-reduced
+activations (`nccl_record_streams`: vLLM <= 0.2.6), both of which shrink the KV pool.
 """
 
 from __future__ import annotations
