@@ -140,6 +140,18 @@ def test_tp16_across_two_nodes_is_slower_per_token_than_tp8_in_one_and_the_link_
     assert tp16.tpot_seconds - one_domain.tpot_seconds == pytest.approx(link_term, rel=1e-9)
 
 
+def test_the_serving_plan_names_the_link_its_all_reduces_run_over(capsys):
+    """Issue 25: TP16 across two nodes is slower per token than TP8 in one, and the plan says why."""
+    args = ["--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--runtime", "vllm", "--batch", "8"]
+    rc8, out8 = run(capsys, *args, "--tp", "8")
+    rc16, out16 = run(capsys, *args, "--tp", "16")
+    assert rc8 == 0 and rc16 == 0
+    flat8, flat16 = " ".join(out8.split()), " ".join(out16.split())  # a narrow terminal wraps the row
+    assert "all-reduces" in flat8 and "all-reduces" in flat16
+    assert "NVLink" in flat8 and "inter-node" not in flat8
+    assert "inter-node network" in flat16
+
+
 def test_the_all_reduce_grows_with_size_degree_and_link():
     gpu = find_gpu("h100-sxm")
     small, big = ring_all_reduce(16 << 10, 8, gpu), ring_all_reduce(64 << 20, 8, gpu)
@@ -154,3 +166,57 @@ def test_the_prefill_pays_its_all_reduces_too():
     tp8 = _tpot(8)
     assert tp8.prefill_tensor_parallel_seconds > 0
     assert replace(tp8).ttft_seconds >= tp8.prefill_tensor_parallel_seconds
+
+
+# ---------------------------------------------------------------- vLLM's profiling at TP > 1
+
+
+def test_record_stream_keeps_every_all_reduced_activation_of_the_profiling_forward():
+    """vLLM <= 0.2.6 on PyTorch's NCCL process group with record_stream: the 2 L + 1 all-reduced
+    activations (tokens x hidden x 2 bytes each) stay reserved through the profiling forward, and
+    the KV pool is that much smaller; not at TP 1, not with the flag off."""
+    from gpulens.plan.serve import serving_memory
+
+    m, gpu = load_model("llama-2-70b"), find_gpu("a100-80gb")
+    base = ServeSetup(runtime="vllm", tensor_parallel=4, max_num_batched_tokens=4096)
+    off = serving_memory(m, base, capacity_bytes=gpu.memory_bytes, eff=Efficiency())
+    on = serving_memory(m, replace(base, nccl_record_streams=True), capacity_bytes=gpu.memory_bytes, eff=Efficiency())
+    held = (2 * m.num_layers + 1) * 4096 * m.hidden_size * 2
+    assert "nccl_held_activations" not in off.breakdown
+    assert on.breakdown["nccl_held_activations"] == held
+    assert off.breakdown["kv_cache"] - on.breakdown["kv_cache"] == pytest.approx(held, abs=2)
+    tp1 = replace(base, tensor_parallel=1, nccl_record_streams=True)
+    assert "nccl_held_activations" not in serving_memory(m, tp1, capacity_bytes=gpu.memory_bytes, eff=Efficiency()).breakdown
+
+
+def test_an_engine_that_splits_only_the_blocks_reads_the_whole_head_on_every_gpu():
+    """gpt-fast's apply_tp shards model.layers only: each of the t GPUs reads the output head whole,
+    (t - 1) head reads more per step than an engine that splits it (vLLM); nothing changes at TP 1."""
+    from gpulens.plan.serve import decode_head_bytes
+
+    m, gpu, eff = load_model("llama-2-7b"), find_gpu("a100-80gb"), Efficiency()
+    base = ServeSetup(runtime="vllm", batch=1, prompt_tokens=5, new_tokens=100, tensor_parallel=8)
+    split, whole = serving_speed(m, base, gpu, eff), serving_speed(m, replace(base, tp_shards_head=False), gpu, eff)
+    bw = gpu.memory_bandwidth_bytes_per_second * eff.runtime("vllm").decode_bandwidth_ratio * 8
+    assert decode_head_bytes(m, 1) == pytest.approx(m.vocab_size * m.hidden_size * 2 + m.hidden_size * 2, rel=1e-3)
+    assert whole.tpot_seconds - split.tpot_seconds == pytest.approx(7 * decode_head_bytes(m, 1) / bw)
+    tp1 = replace(base, tensor_parallel=1)
+    assert serving_speed(m, tp1, gpu, eff).tpot_seconds == serving_speed(m, replace(tp1, tp_shards_head=False), gpu, eff).tpot_seconds
+
+
+def test_a_quantized_head_is_read_in_the_weight_format_and_dequantized():
+    """gpt-fast's quantize.py replaces every nn.Linear, the output head included; by default the head
+    stays 16-bit (GPTQ/AWQ checkpoints). int8: the head's bytes halve (plus one fp16 scale per row)."""
+    from gpulens.plan.serve import dequantize_seconds, head_quantization_saving, serving_memory
+
+    m, gpu, eff = load_model("llama-2-7b"), find_gpu("a100-80gb"), Efficiency()
+    s = ServeSetup(runtime="vllm", dtype="int8", batch=1, prompt_tokens=5, new_tokens=100)
+    q = replace(s, quantize_head=True)
+    head = m.vocab_size * m.hidden_size
+    assert head_quantization_saving(m, s) == 0.0
+    assert head_quantization_saving(m, q) == pytest.approx(head - m.vocab_size * 2)
+    assert head_quantization_saving(m, replace(q, dtype="bf16")) == 0.0
+    mem = serving_memory(m, s, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"]
+    assert mem - serving_memory(m, q, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"] == pytest.approx(
+        head - m.vocab_size * 2, abs=2)
+    assert dequantize_seconds(m, q, gpu) - dequantize_seconds(m, s, gpu) == pytest.approx(3 * head / gpu.fp32_flops)

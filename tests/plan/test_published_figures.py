@@ -66,12 +66,18 @@ KNOWN_MISSES = {
                      "tokens 43-64 % too fast (pricing attention at FlashAttention-2's published efficiency with "
                      "causal skipping would make it faster still: cause not identified); A100 short sequences "
                      "20-30 % too slow",
-    "serving_speed": "median 8.7 % / worst 27.5 % (held-out 25.0 % / 27.5 %): TP4/TP8 decode 12-28 % too fast "
-                     "(a per-step cost tensor parallelism does not divide)",
-    "serving_memory": "median 0.4 % / worst 48.2 % (held-out 24.2 % / 48.2 %): vLLM's Llama-2-70B TP4 KV pool "
-                      "48 % too large (NCCL buffers, per-rank profiling not modelled)",
-    "moe": "median 19.0 % / worst 28.8 % (held-out 14.5 % / 28.8 %): Mixtral TP4/TP8 decode too fast, as for "
-           "dense TP",
+}
+
+
+# Kinds within their bound over all figures that still miss it on the held-out ones alone.
+HELD_OUT_ONLY_MISSES = {
+    "serving_memory": "held-out median 5.02 % (bound 5 %) / worst 9.8 % (all: 0.3 % / 9.8 %, within the bound "
+                      "since vLLM 0.2.x's record_stream-held all-reduce activations and 4,096-token profiling "
+                      "forward; was 0.4 % / 48.2 %): vLLM's Llama-2-70B TP4 KV pool still 9.8 % too large "
+                      "(NCCL buffers and other non-PyTorch memory per rank not modelled)",
+    "serving_speed": "held-out median 15.9 % / worst 18.6 % (all: 4.3 % / 18.6 %, within the bound since the "
+                     "NCCL tuner's current LL latencies and gpt-fast's replicated output head): Llama-2-70B TP8 "
+                     "int8/int4 decode 14-16 % too fast, LitGPT Llama-2-13B eager 19 % too slow",
 }
 
 
@@ -85,9 +91,10 @@ def _check(outcomes, kind: str, held_out_only: bool) -> None:
         f"(bound {worst:.0%}) at {s.worst_id}")
 
 
-def _param(kind: str):
-    if kind in KNOWN_MISSES:
-        return pytest.param(kind, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[kind]))
+def _param(kind: str, held_out_only: bool = False):
+    reason = (HELD_OUT_ONLY_MISSES.get(kind) if held_out_only else None) or KNOWN_MISSES.get(kind)
+    if reason:
+        return pytest.param(kind, marks=pytest.mark.xfail(strict=True, reason=reason))
     return kind
 
 
@@ -96,6 +103,6 @@ def test_kind_within_its_bound(outcomes, kind):
     _check(outcomes, kind, held_out_only=False)
 
 
-@pytest.mark.parametrize("kind", [_param(k) for k in KINDS])
+@pytest.mark.parametrize("kind", [_param(k, held_out_only=True) for k in KINDS])
 def test_held_out_kind_within_its_bound(outcomes, kind):
     _check(outcomes, kind, held_out_only=True)

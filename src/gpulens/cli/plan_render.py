@@ -148,6 +148,11 @@ def render_plan(res: Any) -> None:
         st.add_row("time per output token (TPOT)", f"{format_seconds(s['tpot_seconds'])} ({s['bound']}-bound)")
         st.add_row("output tokens per second", f"{s['output_tokens_per_second']:,.0f} at batch {s['batch']}")
         st.add_row("largest batch that fits", str(s["max_batch_that_fits"]))
+        if s.get("tensor_parallel_link"):
+            share = s["tensor_parallel_seconds"] / max(s["tpot_seconds"], 1e-12)
+            st.add_row("tensor-parallel all-reduces",
+                       f"{format_seconds(s['tensor_parallel_seconds'])} of each token ({share:.0%}) over "
+                       f"{s['tensor_parallel_link']} (NCCL {s.get('tensor_parallel_protocol') or 'ring'})")
         if s.get("max_batch_for_tpot_target") is not None:
             st.add_row("largest batch meeting the TPOT target", str(s["max_batch_for_tpot_target"]))
     # serving speed comes from the runtime's own factors (fitted for it, or its defaults)

@@ -8,12 +8,14 @@ half of it. Across nodes the default is one 400 Gb/s InfiniBand NDR port per GPU
 DGX/HGX H100 systems are built; `--inter-node-gbps` overrides it (100 GbE: 12.5).
 
 A collective costs alpha + beta (Hockney's model) as NCCL's own tuner prices it (NVIDIA/nccl
-src/graph/tuning.cc): a ring all-reduce over t GPUs takes 2 (t - 1) steps; each step pays the
-link's latency (NVLink 0.47 us, PCIe 1.0, the network 2.7 with the LL protocol; 3.4 / 5.7 / 9.6
-with Simple), on top of a base latency (LL 3.6 us, Simple 8.4), and each GPU sends
-2 (t - 1) / t of the message over the ring's slowest link (LL reaches a quarter of its bandwidth,
-Simple all of it). NCCL picks the faster protocol for the size; so does `ring_all_reduce_seconds`.
-InfiniBand, RoCE and Ethernet are the same "network" to NCCL's tuner: only the send rate differs.
+src/graph/tuning.cc at b6475625, the table NCCL 2.18 and later ship): a ring all-reduce over t
+GPUs takes 2 (t - 1) steps; each step pays the link's latency (LL protocol: NVLink 0.6 us, PCIe
+1.0, the network 2.7; Simple: 3.4 / 5.7 / 14.0), on top of a base latency (LL 6.6 us, Simple 8.4).
+Once the ring leaves the node every intra-node step costs at least the network post overhead
+(1 us; 3 us with Simple). Each GPU sends 2 (t - 1) / t of the message over the ring's slowest link
+(LL reaches half of its bandwidth, Simple all of it). NCCL picks the faster protocol for the size;
+so does `ring_all_reduce`. InfiniBand, RoCE and Ethernet are the same "network" to NCCL's tuner:
+only the send rate differs.
 """
 
 from __future__ import annotations
@@ -38,12 +40,17 @@ class Protocol:
     bandwidth_share: float  # of the link's send rate the protocol reaches
 
 
-# NCCL src/graph/tuning.cc (ring rows of baseLat and hwLat; LL's bus bandwidth is 1/4 of the link)
-NCCL_LL = Protocol("LL", 3.6e-6, {"nvlink": 0.47e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.25)
-NCCL_SIMPLE = Protocol("Simple", 8.4e-6, {"nvlink": 3.4e-6, "pcie": 5.7e-6, "network": 9.6e-6}, 1.0)
+# NCCL src/graph/tuning.cc at b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2 (ring rows of baseLat and
+# hwLat; ring LL's bus bandwidth is half the link's, `busBw * .5`): the table since NVLS Tree came
+# in (NCCL 2.18, the one PyTorch 2.1+ bundles). NCCL 2.17 and earlier had LL 3.6 us base and 0.47 us
+# per NVLink step, which made an 8-GPU all-reduce of a decode step's activations 10 us, not 15.
+NCCL_LL = Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.5)
+NCCL_SIMPLE = Protocol("Simple", 8.4e-6, {"nvlink": 3.4e-6, "pcie": 5.7e-6, "network": 14.0e-6}, 1.0)
 NCCL_PROTOCOLS = (NCCL_LL, NCCL_SIMPLE)
-LL_INTRA_STEP_SLOWDOWN = 1.8  # tuning.cc: LL's intra-node steps are 1.8x slower once the ring leaves the node
-SIMPLE_MULTI_NODE_PLATEAU = 1.9  # tuning.cc: a multi-node Simple ring's latency plateau on large messages
+# tuning.cc: once a ring leaves the node, each intra-node step costs at least the network post
+# overhead (getNetOverhead: 1 us on x86, x3 with Simple)
+NET_OVERHEAD_SECONDS = {"LL": 1.0e-6, "Simple": 3.0e-6}
+SIMPLE_MULTI_NODE_PLATEAU = 1.4  # ncclTopoGetAlgoTime: a multi-node Simple ring's latency plateau (1.9 before sm80)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,15 @@ def collective_link(gpu: GpuSpec, group: int, *, gpus_per_node: int = DEFAULT_GP
     return intra
 
 
+def _ring_latency(proto: Protocol, steps: int, inter_steps: int, intra_kind: str, nodes: int) -> float:
+    """tuning.cc's ring latency: base + intra-node steps x the intra link's latency (at least the
+    network post overhead once the ring spans nodes) + inter-node steps x the network's."""
+    intra_step = proto.step_seconds[intra_kind]
+    if nodes > 1:
+        intra_step = max(intra_step, NET_OVERHEAD_SECONDS[proto.name])
+    return proto.base_seconds + (steps - inter_steps) * intra_step + inter_steps * proto.step_seconds["network"]
+
+
 @dataclass(frozen=True)
 class AllReduceCost:
     """One ring all-reduce: its latency (alpha) and bandwidth (beta) terms, and what priced them."""
@@ -110,8 +126,7 @@ def ring_all_reduce(message_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_
     intra_kind = intra_node_link(gpu).kind
     best: AllReduceCost | None = None
     for proto in NCCL_PROTOCOLS:
-        intra_step = proto.step_seconds[intra_kind] * (LL_INTRA_STEP_SLOWDOWN if nodes > 1 and proto is NCCL_LL else 1.0)
-        latency = proto.base_seconds + (steps - inter_steps) * intra_step + inter_steps * proto.step_seconds["network"]
+        latency = _ring_latency(proto, steps, inter_steps, intra_kind, nodes)
         if proto is NCCL_SIMPLE and nodes > 1 and message_bytes >= group / 16 * 65536:
             latency *= SIMPLE_MULTI_NODE_PLATEAU
         transfer = 2 * (group - 1) / group * message_bytes / (link.bytes_per_second * proto.bandwidth_share)
@@ -152,8 +167,7 @@ def ring_gather_or_scatter(full_bytes: float, group: int, gpu: GpuSpec, *, gpus_
     intra_kind = intra_node_link(gpu).kind
     best: AllReduceCost | None = None
     for proto in NCCL_PROTOCOLS:
-        intra_step = proto.step_seconds[intra_kind] * (LL_INTRA_STEP_SLOWDOWN if nodes > 1 and proto is NCCL_LL else 1.0)
-        latency = proto.base_seconds + (steps - inter_steps) * intra_step + inter_steps * proto.step_seconds["network"]
+        latency = _ring_latency(proto, steps, inter_steps, intra_kind, nodes)
         transfer = (group - 1) / group * full_bytes / (bus * proto.bandwidth_share)
         cost = AllReduceCost(latency + transfer, latency, transfer, proto.name, link, nodes)
         if best is None or cost.seconds < best.seconds:

@@ -23,7 +23,7 @@ from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_P
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
-from gpulens.plan.serve import ServeSetup, plan_serving
+from gpulens.plan.serve import VLLM_MAX_BATCHED_TOKENS, ServeSetup, plan_serving
 from gpulens.plan.speed import Efficiency, training_speed
 from gpulens.units import format_seconds
 
@@ -63,6 +63,10 @@ class PlanRequest:
     new_tokens: int = 128
     runtime: str = "hf"
     tensor_parallel: int = 1
+    max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
+    nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held through the profiling forward
+    tp_shards_head: bool = True  # serving: the output head split over the TP group (vLLM); gpt-fast replicates it
+    quantize_head: bool = False  # serving: int8/int4/fp8 quantize the output head too (gpt-fast)
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
@@ -245,7 +249,9 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                 notes: list[str]) -> PlanResult:
     setup = ServeSetup(dtype=req.dtype, kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=req.prompt,
                        new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel,
-                       gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second)
+                       gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second,
+                       max_num_batched_tokens=req.max_num_batched_tokens, nccl_record_streams=req.nccl_record_streams,
+                       tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []

@@ -12,8 +12,10 @@ Kinds and what is compared:
   `--lora-engine litgpt`);
 - `*_fit`: a verdict (a configuration that ran out of memory); and every figure with `ran: true`
   must be planned as fitting.
-Nothing here is fitted: the planner's defaults predict every figure, and `held_out` ones are
-reported apart (they were not looked at while the mechanisms were written).
+Nothing here is fitted: the planner's defaults predict every figure, with the options its
+configuration's engine implies (`_engine_options`: what that engine release does, from its source
+or changelog), and `held_out` ones are reported apart (they were not looked at while the
+mechanisms were written).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _model(cfg: dict[str, Any], fid: str) -> ModelSpec:
     return from_hf_config(m, name=fid) if isinstance(m, dict) else load_model(m)
 
 
-def _request(fig: dict[str, Any]) -> PlanRequest:
+def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest:
     c = fig["config"]
     kind = fig["kind"]
     name = c["model"] if isinstance(c["model"], str) else fig["id"]
@@ -93,7 +95,21 @@ def _request(fig: dict[str, Any]) -> PlanRequest:
                            qlora_double_quant=c.get("quantization") != "bnb.nf4")
     return PlanRequest(model=name, workload="infer", gpu=c["gpu"], dtype=c["dtype"], batch=c["batch"],
                        prompt=c["prompt"], new_tokens=c["new_tokens"], runtime=c["runtime"],
-                       tensor_parallel=c["tensor_parallel"])
+                       tensor_parallel=c["tensor_parallel"], **_engine_options(c, model))
+
+
+def _engine_options(c: dict[str, Any], model: ModelSpec | None) -> dict[str, Any]:
+    """What the engine release named in a figure's configuration did by default, as planner
+    options (docs/plan.md): vLLM 0.2.x (December 2023) profiled max(max_model_len, 2048) tokens
+    (`max_num_batched_tokens`'s default then) and ran PyTorch 2.1's ProcessGroupNCCL with
+    record_stream (vLLM sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 from 0.2.7)."""
+    engine = str(c.get("engine", ""))
+    if engine == "gpt-fast":  # tp.py's apply_tp splits model.layers only: the output head is on every rank;
+        return {"tp_shards_head": False, "quantize_head": True}  # quantize.py replaces every nn.Linear
+    if not engine.startswith("vLLM (Dec 2023"):
+        return {}
+    max_len = (model.max_context or model.max_positions or 2048) if model is not None else 2048
+    return {"max_num_batched_tokens": max(max_len, 2048), "nccl_record_streams": True}
 
 
 def _predicted(fig: dict[str, Any], res: PlanResult) -> float:
@@ -112,8 +128,9 @@ def _predicted(fig: dict[str, Any], res: PlanResult) -> float:
 
 def predict(fig: dict[str, Any], *, user: UserConfig | None = None) -> Outcome:
     """Plan one figure's configuration with the defaults (no calibration file, no user config)."""
-    req = _request(fig)
-    res = plan(req, model=_model(fig["config"], fig["id"]), user=user or UserConfig(),
+    model = _model(fig["config"], fig["id"])
+    req = _request(fig, model)
+    res = plan(req, model=model, user=user or UserConfig(),
                calibration_path=Path("/nonexistent/gpulens-calibration.json"))
     kind = fig["kind"]
     if kind in FIT_KINDS:

@@ -18,6 +18,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "gpus": (1, 1 << 20), "batch": (1, 1 << 24), "seq": (1, 1 << 26), "grad_accum": (1, 1 << 20),
     "lora_rank": (1, 1 << 16), "nodes": (1, 1 << 16), "gpus_per_node": (1, 1 << 12), "inter_node_gbps": (1e-3, 1e6),
     "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
+    "max_num_batched_tokens": (1, 1 << 26),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
 }
 
@@ -91,6 +92,20 @@ class PlanOptions:
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
     runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi "
                                           "(CUDA graphs, preallocated paged KV cache).", "hf")
+    max_num_batched_tokens: int = _opt(("--max-num-batched-tokens",), "Serving, engine: tokens of the profiling "
+                                       "forward whose activation peak the KV pool leaves room for (vLLM's flag; "
+                                       "0.2.x used max(max_model_len, 2048)).", 8192)
+    nccl_record_streams: bool = _opt(("--nccl-record-streams/--no-nccl-record-streams",), "Serving, engine at TP > 1: "
+                                     "PyTorch's NCCL process group marks all-reduced tensors with record_stream, so the "
+                                     "profiling forward keeps every one reserved (vLLM <= 0.2.6; "
+                                     "TORCH_NCCL_AVOID_RECORD_STREAMS=1 turns it off).", False)
+    tp_shards_head: bool = _opt(("--tp-shards-head/--no-tp-shards-head",), "Serving at TP > 1: the output head is "
+                                "split over the TP group (vLLM, SGLang, TGI); --no-tp-shards-head for an engine that "
+                                "splits only the transformer blocks (gpt-fast), where every GPU reads the whole head "
+                                "each step.", True)
+    quantize_head: bool = _opt(("--quantize-head/--no-quantize-head",), "Serving with --dtype int8/int4/fp8: the "
+                               "output head is quantized too (gpt-fast quantizes every Linear); by default it stays "
+                               "16-bit, as GPTQ/AWQ/FP8 checkpoints ship it.", False)
     tp: int | None = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica (default --gpus). Training: "
                                       "Megatron-style tensor parallelism inside --gpus (GPUs = data x tensor x "
                                       "pipeline parallel; default 1).")
@@ -142,7 +157,9 @@ class PlanOptions:
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
                       "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant")
-        serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps")
+        serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
+                      "max_num_batched_tokens", "nccl_record_streams", "tp_shards_head",
+                      "quantize_head")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if getattr(self, name) != defaults[name]:
@@ -210,7 +227,9 @@ class PlanOptions:
             qlora_double_quant=self.qlora_double_quant,
             lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
-            runtime=self.runtime.lower(), tensor_parallel=tp,
+            runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
+            nccl_record_streams=self.nccl_record_streams, tp_shards_head=self.tp_shards_head,
+            quantize_head=self.quantize_head,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,

@@ -17,6 +17,12 @@ decode step, batch x prompt x hidden x 2 in the prefill. Each is a ring all-redu
 degree and link (`links.ring_all_reduce`: NCCL's alpha-beta model). None of it is overlapped: the
 next layer needs the reduced activations, and vLLM, TGI, SGLang and gpt-fast issue the all-reduce
 on the compute stream between the two matmuls (no compute hides it).
+
+Engine choices a user sets (docs/plan.md, Serving options): whether the output head is split over
+the TP group (`tp_shards_head`: vLLM yes, gpt-fast no) and quantized with the blocks
+(`quantize_head`: gpt-fast yes, GPTQ/AWQ checkpoints no); the profiling forward's token budget
+(`max_num_batched_tokens`) and whether PyTorch's NCCL record_stream holds its all-reduced
+activations (`nccl_record_streams`: vLLM <= 0.2.6), both of which shrink the KV pool.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, 
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group
 RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory layout (preallocated paged KV)
 VLLM_BLOCK_TOKENS = 16
-VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget
+VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget (--max-num-batched-tokens)
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
 # Weight-only kernels (int8: gpt-fast's int8 Linear / AWQ-GPTQ int8; int4: tinygemm / Marlin style,
 # grouped scales and zero points) turn every weight back into 16-bit on the CUDA cores before the
@@ -64,6 +70,10 @@ class ServeSetup:
     gpu_memory_utilization: float = 0.9
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # TP beyond one node runs over the network
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
+    max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
+    nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
+    tp_shards_head: bool = True  # the output head split over the TP group (vLLM); gpt-fast replicates it
+    quantize_head: bool = False  # int8/int4/fp8 also quantize the output head (gpt-fast: every nn.Linear)
 
     @property
     def compute_dtype(self) -> str:
@@ -92,6 +102,7 @@ class ServeSetup:
         if self.runtime not in RUNTIMES:
             raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang or tgi.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
+                        ("profiling token budget", self.max_num_batched_tokens),
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
@@ -171,16 +182,12 @@ class ServePlan:
     max_batch_for_tpot: int | None = None
 
 
-def _per_gpu(x: float, tp: int) -> float:
-    return x / tp
-
-
 def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff: Efficiency,
                    cuda_context_bytes: int = 512 << 20) -> MemoryEstimate:
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     cb = 4 if setup.compute_dtype == "fp32" else 2
-    w = _per_gpu(weight_bytes(m, setup.dtype), tp)
+    w = serving_weight_bytes(m, setup)
     kv_share = max(1, tp // max(1, m.num_kv_heads)) / tp  # KV heads split over TP, replicated beyond them
 
     def kv(tokens: float) -> float:  # one sequence's cache on one GPU
@@ -214,14 +221,21 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
                               fits_in(peak, cuda_context_bytes, capacity_bytes), {n: int(v) for n, v in totals.items()}, notes)
     # vLLM: preallocate; the KV pool is what is left
     budget = setup.gpu_memory_utilization * capacity_bytes - cuda_context_bytes
-    tokens = max(VLLM_MAX_BATCHED_TOKENS, p)
+    tokens = max(setup.max_num_batched_tokens, p)
     act = tokens * (2 * h * cb + 3 * inter * cb / tp) + min(256, max(b, 1)) * vocab * 4
+    held = all_reduce_held_bytes(m, setup, tokens, cb)
     graphs = VLLM_CUDA_GRAPHS_BYTES
-    kv_pool = budget - w - act - graphs - eff.workspace_bytes
+    kv_pool = budget - w - act - held - graphs - eff.workspace_bytes
     breakdown = {
         "weights": int(w), "activations": int(act), "cuda_graphs": int(graphs),
         "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
     }
+    if held:  # after the profiling forward's own peak, in the memory table
+        breakdown = {k: v for k, v in breakdown.items() if k in ("weights", "activations")} | {
+            "nccl_held_activations": int(held)} | {k: v for k, v in breakdown.items() if k not in ("weights", "activations")}
+    if held:
+        notes.append(f"{held / 2**30:.1f} GiB of all-reduced activations stay reserved through the profiling forward "
+                     "(ProcessGroupNCCL's record_stream; vLLM <= 0.2.6, or TORCH_NCCL_AVOID_RECORD_STREAMS unset)")
     peak = int(sum(breakdown.values()))
     seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
     per_seq = kv(seq_tokens)
@@ -231,6 +245,21 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
                          {"start (preallocated)": peak}, notes)
     return est
+
+
+def all_reduce_held_bytes(m: ModelSpec, setup: ServeSetup, tokens: int, act_bytes: float) -> float:
+    """What an engine's profiling forward keeps reserved at TP > 1 when PyTorch's ProcessGroupNCCL
+    marks each all-reduced tensor with record_stream (`nccl_record_streams`): the caching allocator
+    reuses a block freed on the compute stream only once an event on the NCCL stream has completed,
+    and the CPU enqueues the whole forward long before the GPU reaches it, so none of the 2 L + 1
+    all-reduced activations (the vocab-parallel embedding's and two per layer, tokens x hidden each)
+    is reused within the forward. vLLM issue #2248 (comment of 2024-01-26: fragmentation at TP > 1
+    from record_stream; TORCH_NCCL_AVOID_RECORD_STREAMS=1, set from vLLM 0.2.7 with PyTorch >= 2.1.2,
+    removes it), and vLLM PR #2031, whose profiling reads the device's used memory (reserved, not
+    allocated), which is how it shows up in the KV pool. 0 at TP 1, for hf and without the flag."""
+    if setup.tensor_parallel <= 1 or not setup.nccl_record_streams or setup.runtime == "hf":
+        return 0.0
+    return (2 * m.num_layers + 1) * tokens * m.hidden_size * act_bytes
 
 
 def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency) -> int:
@@ -263,6 +292,48 @@ def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
         touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
         total -= m.moe_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
     return total
+
+
+def quantized_head_params(m: ModelSpec, setup: ServeSetup) -> int:
+    """Parameters of the output head that `quantize_head` stores in the weight format: the
+    untied head's vocabulary x hidden (gpt-fast's quantize.py replaces every nn.Linear, the head
+    included; GPTQ/AWQ/FP8 checkpoints keep it 16-bit, the default); 0 for 16-bit weights and a
+    tied table (the embedding lookup needs it in 16-bit)."""
+    if not setup.quantize_head or setup.dtype in ("fp32", "bf16", "fp16") or m.tie_word_embeddings or m.encoder:
+        return 0
+    return m.vocab_size * m.hidden_size
+
+
+def head_quantization_saving(m: ModelSpec, setup: ServeSetup) -> float:
+    """Bytes a quantized output head saves against the 16-bit one `weight_bytes` counts (its
+    scales added back: int4 one fp16 scale and zero point per group, int8 one fp16 scale per row)."""
+    n = quantized_head_params(m, setup)
+    if not n:
+        return 0.0
+    scales = n / INT4_GROUP * 4 if setup.dtype == "int4" else m.vocab_size * 2
+    return n * (2 - WEIGHT_BYTES[setup.dtype]) - scales
+
+
+def decode_head_bytes(m: ModelSpec, batch: int, setup: ServeSetup | None = None) -> float:
+    """What a decode step reads outside the transformer blocks: the output head whole (16-bit, or
+    in the weight format with `quantize_head`), the input embedding only by the rows it looks up (a
+    tied table is the head), the final norm. An engine that splits only the blocks over the TP
+    group (gpt-fast's `apply_tp` loops over `model.layers`; vLLM splits the head too) has every
+    rank read all of it."""
+    rest = (m.params - m.block_params) * 2
+    if not m.tie_word_embeddings and not m.encoder:
+        rest -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
+    return rest - (head_quantization_saving(m, setup) if setup is not None else 0.0)
+
+
+def serving_weight_bytes(m: ModelSpec, setup: ServeSetup) -> float:
+    """One GPU's weights: the model over the TP group, the quantized head's saving taken off, and,
+    for an engine that splits only the blocks, the rest (embedding, head, final norm) whole."""
+    w = (weight_bytes(m, setup.dtype) - head_quantization_saving(m, setup)) / setup.tensor_parallel
+    if not setup.tp_shards_head and setup.tensor_parallel > 1:
+        rest = (m.params - m.block_params) * 2 - head_quantization_saving(m, setup)
+        w += rest * (setup.tensor_parallel - 1) / setup.tensor_parallel
+    return w
 
 
 def elementwise_bytes_per_token_layer(m: ModelSpec, c: float) -> float:
@@ -328,7 +399,9 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         else:
             rep = m.num_heads // m.num_kv_heads
             kv_read *= 3 + (2 * rep if rep > 1 else 0)
-    mem_time = (decode_weight_bytes(m, setup.dtype, b) + kv_read) / bw + dequantize_seconds(m, setup, gpu)
+    replicated = 0.0 if setup.tp_shards_head else (tp - 1) * decode_head_bytes(m, b, setup)  # every rank reads it whole
+    weights_read = decode_weight_bytes(m, setup.dtype, b) - head_quantization_saving(m, setup) + replicated
+    mem_time = (weights_read + kv_read) / bw + dequantize_seconds(m, setup, gpu)
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
@@ -368,7 +441,10 @@ def dequantize_seconds(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec) -> float:
     if m.is_moe:  # only the experts the batch routes to are read (and dequantized)
         touched = expected_experts_touched(m.num_experts, m.experts_per_token, setup.batch) / m.num_experts
         weights -= m.moe_layers * m.expert_params_per_layer() * (1 - touched)
-    return ops * weights / (gpu.fp32_flops * setup.tensor_parallel)
+    head = quantized_head_params(m, setup)
+    tp = setup.tensor_parallel
+    head_share = 1.0 if not setup.tp_shards_head else 1 / tp  # a replicated head is dequantized on every rank
+    return ops * (weights / tp + head * head_share) / gpu.fp32_flops
 
 
 def tensor_parallel_all_reduce(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, message_bytes: float) -> AllReduceCost:
