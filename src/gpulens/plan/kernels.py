@@ -96,10 +96,8 @@ def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
         return ys[0]
     if x >= xs[-1]:
         return ys[-1]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return ys[-1]
+    i = next(i for i in range(1, len(xs)) if x <= xs[i])
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 def attention_rate(kernel: str, gpu: GpuSpec, head_dim: int, seq: int, peak_flops: float) -> AttentionRate | None:

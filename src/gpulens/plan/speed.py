@@ -16,7 +16,7 @@ from typing import Any
 
 from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.kernels import attention_flops_run, attention_rate
+from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
 from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
@@ -92,6 +92,17 @@ class Efficiency:
         runtimes = {name: RuntimeSpeed(**{k: v for k, v in r.items() if k in rt_fields})
                     for name, r in (d.get("runtimes") or {}).items() if name in RUNTIME_DEFAULTS and isinstance(r, dict)}
         return cls(**known, runtimes=runtimes)
+
+
+def default_efficiency(gpu: GpuSpec) -> Efficiency:
+    """The uncalibrated factors of `gpu`: where its 16-bit matmul ceiling has been measured
+    (plan/kernels.py, MATMUL_CEILING), the matmuls run at it, the attention core being priced at
+    its own kernel's rate; elsewhere the generic default."""
+    ceiling = MATMUL_CEILING.get(gpu.name)
+    if ceiling is None:
+        return Efficiency()
+    return Efficiency(compute_ratio=ceiling, source=f"defaults (not calibrated): 16-bit matmuls at {gpu.name}'s "
+                                                    f"measured matmul ceiling, {ceiling:.0%} of its peak")
 
 
 @dataclass
