@@ -122,6 +122,9 @@ class TrainSpeed:
     communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
     tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
     pipeline_bubble_ratio: float = 0.0  # share of the step the first stage waits in the 1F1B bubble
+    attention_kernel: str = ""  # the kernel the attention core is priced at ("": with the matmuls)
+    attention_seconds: float = 0.0  # of compute_seconds: the attention core at that kernel's measured rate
+    attention_source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -275,6 +278,9 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
                               if setup.tensor_parallel > 1 else ""),
         pipeline_bubble_ratio=(setup.pipeline_parallel - 1) / slots,
+        attention_kernel=attn.kernel if attn else "",
+        attention_seconds=attn.seconds_per_token * tokens / mp * slots if attn else 0.0,
+        attention_source=attn.source if attn else "",
     )
 
 
