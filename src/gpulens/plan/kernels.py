@@ -11,10 +11,10 @@ commit 4f285b35, 2023-07-17) measured forward + backward TFLOP/s of FlashAttenti
 Triton port and FlashAttention-2 on an A100 80GB SXM4, and of v1 and v2 on an H100 80GB SXM5, for
 sequence lengths 512 to 16k at 16k tokens per batch, hidden size 2048, head dimensions 64 and 128,
 16-bit. The tables below are the causal-mask panels (a decoder's training), as printed on the
-bars. On the H100 the same kernels reach a far smaller share of the peak than on the A100: they
-issue Ampere's mma.sync instructions, which reach about 2/3 of Hopper's tensor-core peak (Shah et
-al. 2024, "FlashAttention-3", section 1: FlashAttention-2 reaches 35 % of the H100's peak against
-50-73 % on the A100).
+bars. On the H100 the same kernels reach a far smaller share of the peak than on the A100: written
+for Ampere, they issue its synchronous mma.sync instructions and use neither Hopper's wgmma nor its
+TMA (Shah et al. 2024, "FlashAttention-3": FlashAttention-2 reaches 35 % of the H100's peak; the
+FlashAttention-2 paper: 50-73 % of the A100's).
 
 The benchmark counts FLOPs as flash-attention's benchmarks/benchmark_flash_attention.py does:
 forward 4 x seqlen^2 x heads x head_dim per sequence, halved under the causal mask (the kernel
