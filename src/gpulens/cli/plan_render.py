@@ -133,7 +133,10 @@ def render_plan(res: Any) -> None:
         st.add_row("step time", format_seconds(s["step_seconds"]))
         st.add_row("tokens per second", f"{s['tokens_per_second']:,.0f}" + (f" (all {r.gpus} GPUs)" if r.gpus > 1 else ""))
         st.add_row("MFU (model FLOPs / peak)", format_mfu(s["mfu_ratio"]))
-        st.add_row("time split", f"matmuls {format_seconds(s['compute_seconds'])}, memory-bound {format_seconds(s['memory_seconds'])}, "
+        attn = s.get("attention_seconds") or 0.0
+        matmuls = f"matmuls {format_seconds(s['compute_seconds'] - attn)}" + (
+            f", attention {format_seconds(attn)} ({s['attention_kernel']})" if attn else "")
+        st.add_row("time split", f"{matmuls}, memory-bound {format_seconds(s['memory_seconds'])}, "
                                  f"overhead {format_seconds(s['overhead_seconds'])}"
                                  + (f", communication {format_seconds(s['communication_seconds'])}" if s["communication_seconds"] else ""))
         if s.get("tensor_parallel_link"):

@@ -32,7 +32,7 @@ from gpulens.plan.catalog import GpuSpec, find_gpu, user_config_file
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
 from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
-from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, training_speed
+from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, default_efficiency, training_speed
 from gpulens.safe_parse import json_lines, json_value, load_json, read_text
 
 # weak pull toward the defaults, so that a factor no run constrains stays sensible
@@ -283,7 +283,7 @@ def fit(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None =
     import numpy as np
     from scipy.optimize import least_squares
 
-    base = base or Efficiency()
+    base = base or default_efficiency(gpu)
     skipped = [m.label for m in measurements if m.status != "ok"]
     rejected = [Rejected(m.label, f"the run failed ({m.status})") for m in measurements if m.status != "ok"]
     ok = []
@@ -442,7 +442,7 @@ def _held_out(ok: list[Measurement], gpu: GpuSpec, base: Efficiency) -> Iterator
 def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> LeaveOneOut:
     """Predict each successful measurement from a fit of the others (the defaults when the others
     give nothing to fit), and the same measurement from the defaults."""
-    base = base or Efficiency()
+    base = base or default_efficiency(gpu)
     ok = [m for m in measurements if m.status == "ok"]
     held_errs: list[float] = []
     default_errs: list[float] = []
@@ -469,7 +469,7 @@ def leave_one_out_by_figure(measurements: list[Measurement], gpu: GpuSpec,
                             base: Efficiency | None = None) -> list[FigureCheck]:
     """Each successful run predicted by a fit of all the others, and by the defaults, grouped by
     figure and scope (training; each serving runtime on its own)."""
-    base = base or Efficiency()
+    base = base or default_efficiency(gpu)
     ok = [m for m in measurements if m.status == "ok"]
     groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     for held, eff in _held_out(ok, gpu, base):
@@ -554,7 +554,7 @@ def load_efficiency(gpu: GpuSpec, *, path: Path | None = None) -> Efficiency:
     data = _read_store(path or calibration_path())
     entry = data["gpus"].get(gpu.name)
     if not entry:
-        return Efficiency()
+        return default_efficiency(gpu)
     eff = Efficiency.from_dict(entry)
     return replace(eff, calibrated=True, source=entry.get("source") or "calibrated")
 
@@ -597,7 +597,7 @@ def calibrate(measurements: Path | list[Measurement], *, gpu_name: str | None, s
         rep.rejected = list(rejected or []) + rep.rejected
         rep.leave_one_out = loo = leave_one_out(rows, spec)
         rep.checks = leave_one_out_by_figure(rows, spec)
-        rep.efficiency = drop_unhelpful(rep.efficiency, rep.checks)
+        rep.efficiency = drop_unhelpful(rep.efficiency, rep.checks, default_efficiency(spec))
         ok_rows = [m for m in rows if m.status == "ok"]
         rep.after = {label: fn(ok_rows, spec, rep.efficiency) for label, fn in _FIGURES if label in rep.after}
         if loo.worse_than_defaults:

@@ -87,6 +87,7 @@ class TrainSetup:
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
     selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
+    attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton: what prices the attention (plan/kernels.py)
 
     @property
     def recompute(self) -> str:

@@ -19,6 +19,7 @@ from gpulens.plan.advice import (
 from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
+from gpulens.plan.kernels import check_attention_kernel
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
@@ -56,6 +57,7 @@ class PlanRequest:
     lora_targets: str = "all"
     pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
     sequence_parallel: bool = False
+    attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton (plan/kernels.py)
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -220,7 +222,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        lora_engine=req.lora_engine, qlora_double_quant=req.qlora_double_quant,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
-                       inter_node_bytes_per_second=req.inter_node_bytes_per_second)
+                       inter_node_bytes_per_second=req.inter_node_bytes_per_second,
+                       attention_kernel=check_attention_kernel(req.attention_kernel))
     setup.validate()
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (

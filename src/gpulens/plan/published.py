@@ -77,6 +77,15 @@ def _model(cfg: dict[str, Any], fid: str) -> ModelSpec:
     return from_hf_config(m, name=fid) if isinstance(m, dict) else load_model(m)
 
 
+def _attention_kernel(fig: dict[str, Any]) -> str:
+    """llm-foundry's MPT benchmark tables were run with `attn_impl: triton` (the Triton port of
+    FlashAttention): scripts/train/benchmarking/submit_benchmarks.py defaults `--attn_impl` to
+    'triton' and sweep.sh passes none, at b2a43a1 (2023-10-19, the commit that added the H100 and
+    A100-80GB rows) and at 300cc5c (2023-05-03, the A100-40GB rows); the default became 'flash'
+    only later, before the commit the figures cite. Other sources: what SDPA picks."""
+    return "triton" if fig["source"].get("repo") == "mosaicml/llm-foundry" else "auto"
+
+
 def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest:
     c = fig["config"]
     kind = fig["kind"]
@@ -86,7 +95,8 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
         zero = 3 if c.get("sharding") == "FULL_SHARD" else 0
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=precision,
                            batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], grad_ckpt=c["grad_ckpt"],
-                           zero=zero, zero_layout=layout, loss="fused" if c.get("loss") == "fused_crossentropy" else "torch")
+                           zero=zero, zero_layout=layout, loss="fused" if c.get("loss") == "fused_crossentropy" else "torch",
+                           attention_kernel=_attention_kernel(fig))
     if kind in ("lora_memory", "lora_fit"):
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c.get("gpus", 1), precision=c["precision"],
                            batch=c["batch"], seq=c["seq"], finetune=c["finetune"], lora_rank=c["lora_rank"],

@@ -111,6 +111,11 @@ class PlanOptions:
                                       "pipeline parallel; default 1).")
     pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus.", 1)
     sp: bool = _opt(("--sp/--no-sp",), "Training: sequence parallelism along the tensor-parallel group.", False)
+    attention_kernel: str = _opt(("--attention-kernel",), "Training: the attention kernel, priced at its measured "
+                                                          "speed on A100 / H100: auto (what PyTorch SDPA picks: "
+                                                          "FlashAttention-2 in 16-bit), flash2, flash1, or triton "
+                                                          "(FlashAttention's Triton port, llm-foundry's attn_impl: triton).",
+                                 "auto")
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
     target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
@@ -155,7 +160,7 @@ class PlanOptions:
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
-                      "sp", "loss", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
+                      "sp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
                       "max_num_batched_tokens", "nccl_record_streams", "tp_shards_head",
@@ -225,7 +230,8 @@ class PlanOptions:
             lora_targets=self.lora_targets.lower(), lora_engine=self.lora_engine.lower(),
             lora_dtype=(self.lora_dtype or ("bf16" if self.lora_engine.lower() == "litgpt" else "fp32")).lower(),
             qlora_double_quant=self.qlora_double_quant,
-            lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp, dtype=self.dtype.lower(),
+            lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp,
+            attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
             nccl_record_streams=self.nccl_record_streams, tp_shards_head=self.tp_shards_head,

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
 from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
@@ -92,6 +94,17 @@ class Efficiency:
         return cls(**known, runtimes=runtimes)
 
 
+def default_efficiency(gpu: GpuSpec) -> Efficiency:
+    """The uncalibrated factors of `gpu`: where its 16-bit matmul ceiling has been measured
+    (plan/kernels.py, MATMUL_CEILING), the matmuls run at it, the attention core being priced at
+    its own kernel's rate; elsewhere the generic default."""
+    ceiling = MATMUL_CEILING.get(gpu.name)
+    if ceiling is None:
+        return Efficiency()
+    return Efficiency(compute_ratio=ceiling, source=f"defaults (not calibrated): 16-bit matmuls at {gpu.name}'s "
+                                                    f"measured matmul ceiling, {ceiling:.0%} of its peak")
+
+
 @dataclass
 class TrainSpeed:
     step_seconds: float
@@ -109,6 +122,9 @@ class TrainSpeed:
     communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
     tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
     pipeline_bubble_ratio: float = 0.0  # share of the step the first stage waits in the 1F1B bubble
+    attention_kernel: str = ""  # the kernel the attention core is priced at ("": with the matmuls)
+    attention_seconds: float = 0.0  # of compute_seconds: the attention core at that kernel's measured rate
+    attention_source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +155,35 @@ def _peak_for(gpu: GpuSpec, precision: str, eff: Efficiency) -> float:
     return gpu.peak_flops(fmt) * ratio
 
 
+@dataclass(frozen=True)
+class AttentionTime:
+    seconds_per_token: float  # forward + backward (+ recomputed forward) of the attention core
+    flops_per_token: float  # the PaLM-counted attention FLOPs (in train_flops_per_token) it prices
+    kernel: str
+    source: str
+
+
+def attention_time(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, precision: str) -> AttentionTime | None:
+    """The attention core priced at its kernel's measured rate (plan/kernels.py) rather than at the
+    matmul efficiency: None where no benchmark covers the kernel on this GPU, or the run is fp32
+    (no flash kernel), and then the attention FLOPs stay with the matmuls."""
+    if precision == "fp32" or setup.activation_precision == "fp32":
+        return None
+    kernel = setup.attention_kernel
+    if kernel == "auto":
+        if sdpa_backend(m, setup.activation_precision) != "flash":
+            return None
+        kernel = "flash2"  # SDPA's flash backend is FlashAttention-2 (PyTorch >= 2.2)
+    fmt = "fp16" if "fp16" in precision else "bf16"
+    rate = attention_rate(kernel, gpu, m.head_dim, setup.seq_len, gpu.peak_flops(fmt))
+    if rate is None:
+        return None
+    recompute = setup.grad_ckpt or setup.selective_recompute
+    run = attention_flops_run(m.num_layers, m.num_heads, m.head_dim, setup.seq_len, recompute=recompute)
+    palm = 12 * m.num_layers * m.num_heads * m.head_dim * setup.seq_len * (4 / 3 if recompute else 1)
+    return AttentionTime(run / rate.flops_per_second, palm, kernel, rate.source)
+
+
 def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
     if setup.lora is not None:  # the adapters (read/write, their gradients read) and their states only
         lo = setup.lora
@@ -165,7 +210,11 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     if lora is not None:
         # a frozen base computes no weight gradients: 2 N of the 6 N (adapters add 6 x their few parameters)
         fpt += 6 * adapter_params(m, lora) - 2 * m.matmul_params
-    compute = fpt * tokens / _peak_for(gpu, precision, eff)
+    attn = attention_time(m, setup, gpu, precision)
+    if attn is None:
+        compute = fpt * tokens / _peak_for(gpu, precision, eff)
+    else:  # the matmuls at the matmul efficiency, the attention core at its kernel's measured rate
+        compute = (fpt - attn.flops_per_token) * tokens / _peak_for(gpu, precision, eff) + attn.seconds_per_token * tokens
     bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio
     # activations are written in the forward and read (and their gradients written) in the
     # backward: ~3 passes over what is saved; recomputation adds half again
@@ -229,6 +278,9 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
                               if setup.tensor_parallel > 1 else ""),
         pipeline_bubble_ratio=(setup.pipeline_parallel - 1) / slots,
+        attention_kernel=attn.kernel if attn else "",
+        attention_seconds=attn.seconds_per_token * tokens / mp * slots if attn else 0.0,
+        attention_source=attn.source if attn else "",
     )
 
 

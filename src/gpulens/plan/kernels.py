@@ -1,0 +1,132 @@
+"""Measured kernel speeds the training model prices its FLOPs at: how fast the attention kernels
+run (by kernel, GPU chip, head dimension and sequence length), and the highest 16-bit matmul
+throughput each GPU reaches (its ceiling, not a datasheet peak).
+
+Attention. FLOPs alone do not say how long attention takes: a fused (flash) kernel reaches a
+different share of the peak than a GEMM does, and that share depends on the kernel and the GPU
+generation. FlashAttention-2's own benchmark (Dao 2023, "FlashAttention-2: Faster Attention with
+Better Parallelism and Work Partitioning"; the same charts are in Dao-AILab/flash-attention,
+assets/flash2_a100_fwd_bwd_benchmark.png and assets/flash2_h100_fwd_bwd_benchmark.png, added in
+commit 4f285b35, 2023-07-17) measured forward + backward TFLOP/s of FlashAttention (v1, CUDA), its
+Triton port and FlashAttention-2 on an A100 80GB SXM4, and of v1 and v2 on an H100 80GB SXM5, for
+sequence lengths 512 to 16k at 16k tokens per batch, hidden size 2048, head dimensions 64 and 128,
+16-bit. The tables below are the causal-mask panels (a decoder's training), as printed on the
+bars. On the H100 the same kernels reach a far smaller share of the peak than on the A100: written
+for Ampere, they issue its synchronous mma.sync instructions and use neither Hopper's wgmma nor its
+TMA (Shah et al. 2024, "FlashAttention-3": FlashAttention-2 reaches 35 % of the H100's peak; the
+FlashAttention-2 paper: 50-73 % of the A100's).
+
+The benchmark counts FLOPs as flash-attention's benchmarks/benchmark_flash_attention.py does:
+forward 4 x seqlen^2 x heads x head_dim per sequence, halved under the causal mask (the kernel
+skips the masked blocks), backward 2.5 x the forward (it recomputes QK^T), so forward + backward =
+3.5 x. Per token and layer that is 14 x H x Q x S / 2 FLOPs run at the measured rate, where the
+PaLM count the planner reports (12 L H Q S, no mask) assumes 12 x H x Q x S.
+
+Matmul ceiling: Stas Bekman, "Machine Learning Engineering" (github.com/stas00/ml-engineering),
+compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (BF16, mean of
+100 iterations of the best shape found by mamf-finder.py): A100 SXM 271.2 of 312 TFLOP/s (86.9 %),
+A100 PCIe 252.9 (81.1 %), H100 SXM 794.5 of 989 (80.3 %, "H200 is the same"), GH200 828.6 (83.8 %),
+B200 1745 of 2250 (77.6 %), MI300X 668.4 of 1300 (51.4 %). The bundled H200 recording measured
+781 TFLOP/s on an 8192^3 bf16 matmul (79 %), within 2 % of the H100 SXM row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpulens.errors import BadInputError
+from gpulens.plan.catalog import GpuSpec
+
+# The chips the benchmarks ran on, and the catalog GPUs that carry the same chip (same SMs and
+# tensor cores; their clocks and power limits scale the peak the share is taken of).
+_CHIP_OF = {"A100-40GB": "ga100", "A100-80GB": "ga100", "A100-80GB-PCIe": "ga100",
+            "H100-SXM": "gh100", "H100-PCIe": "gh100", "H100-NVL": "gh100", "H200": "gh100", "H200-NVL": "gh100"}
+_CHIP_PEAK_TFLOPS = {"ga100": 312.0, "gh100": 989.5}  # the benchmarked cards' dense 16-bit peaks
+_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+# (kernel, chip) -> {head_dim: TFLOP/s at each of _SEQS}, causal mask, forward + backward.
+_CAUSAL_TFLOPS: dict[tuple[str, str], dict[int, tuple[float, ...]]] = {
+    ("flash2", "ga100"): {64: (88, 119, 140, 156, 165, 171), 128: (99, 133, 155, 173, 182, 189)},
+    ("flash1", "ga100"): {64: (58, 70, 77, 87, 92, 97), 128: (55, 62, 69, 76, 80, 83)},
+    ("triton", "ga100"): {64: (59, 75, 79, 76, 79, 80), 128: (50, 61, 68, 74, 78, 80)},
+    ("flash2", "gh100"): {64: (141, 192, 232, 257, 273, 284), 128: (163, 221, 265, 294, 308, 328)},
+    ("flash1", "gh100"): {64: (104, 123, 136, 138, 149, 156), 128: (98, 109, 108, 126, 135, 137)},
+}
+# The Triton port was benchmarked on the A100 only. Its docstring (flash_attn/flash_attn_triton.py,
+# the copy llm-foundry ships as llmfoundry/models/layers/flash_attn_triton.py): "Triton forward +
+# backward is slightly slower than CUDA forward + backward" (v1), which the A100 bars bear out; on
+# the H100 it is priced as v1.
+_SAME_AS = {("triton", "gh100"): ("flash1", "gh100")}
+
+# `--attention-kernel`: which attention kernel the training runs.
+ATTENTION_KERNELS = {
+    "auto": "what PyTorch's scaled_dot_product_attention picks: its flash backend (FlashAttention-2, "
+            "PyTorch >= 2.2) for 16-bit with head_dim <= 256, else the memory-efficient or math kernel",
+    "flash2": "FlashAttention-2 (flash-attn 2.x, or SDPA's flash backend)",
+    "flash1": "FlashAttention v1 (flash-attn 1.x, CUDA)",
+    "triton": "the Triton port of FlashAttention (flash_attn_triton.py; llm-foundry's attn_impl: triton)",
+}
+
+# Measured 16-bit matmul ceiling / dense peak (module docstring), by catalog GPU.
+MATMUL_CEILING: dict[str, float] = {
+    "A100-40GB": 271.2 / 312, "A100-80GB": 271.2 / 312, "A100-80GB-PCIe": 252.9 / 312,
+    "H100-SXM": 794.5 / 989, "H200": 794.5 / 989, "B200": 1745.0 / 2250, "MI300X": 668.4 / 1300,
+}
+
+
+def check_attention_kernel(name: str) -> str:
+    key = name.lower()
+    if key not in ATTENTION_KERNELS:
+        raise BadInputError(f"Unknown attention kernel {name!r}.", hint=f"Use one of {', '.join(ATTENTION_KERNELS)}.")
+    return key
+
+
+@dataclass(frozen=True)
+class AttentionRate:
+    """What one attention kernel does on one GPU: FLOPs/s it sustains (forward + backward, causal)
+    and where the figure comes from."""
+
+    kernel: str
+    flops_per_second: float
+    source: str
+
+
+def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = next(i for i in range(1, len(xs)) if x <= xs[i])
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+
+
+def attention_rate(kernel: str, gpu: GpuSpec, head_dim: int, seq: int, peak_flops: float) -> AttentionRate | None:
+    """The measured forward + backward rate of `kernel` (flash2, flash1, triton) on `gpu` at this
+    head dimension and sequence length, as the share of the benchmarked card's peak times
+    `peak_flops` (the GPU's own 16-bit peak); None where no benchmark covers the GPU's chip.
+    Between the measured points it interpolates (log2 of the length, linear in head_dim); beyond
+    16k tokens it keeps the 16k figure (the kernels have plateaued there), below 512 the 512 one."""
+    chip = _CHIP_OF.get(gpu.name)
+    if chip is None:
+        return None
+    key = _SAME_AS.get((kernel, chip), (kernel, chip))
+    table = _CAUSAL_TFLOPS.get(key)
+    if table is None:
+        return None
+    x = math.log2(max(seq, 1))
+    xs = tuple(math.log2(s) for s in _SEQS)
+    lo, hi = _interp(xs, table[64], x), _interp(xs, table[128], x)
+    tflops = _interp((64.0, 128.0), (lo, hi), float(head_dim))
+    share = tflops / _CHIP_PEAK_TFLOPS[chip]
+    bench = "A100 80GB SXM4" if chip == "ga100" else "H100 80GB SXM5"
+    return AttentionRate(kernel, share * peak_flops,
+                         f"{ATTENTION_KERNELS[key[0]].split(' (')[0]} forward+backward on the {bench}, causal: "
+                         f"{tflops:.0f} TFLOP/s = {share:.0%} of its peak (FlashAttention-2 paper, fig. 'Attention "
+                         "forward + backward speed')")
+
+
+def attention_flops_run(num_layers: int, num_heads: int, head_dim: int, seq: int, *, recompute: bool) -> float:
+    """FLOPs per token the flash kernels run (benchmark_flash_attention.py's count): forward
+    4 H Q S / 2 under the causal mask, backward 2.5 x that; recomputation runs the forward again."""
+    fwd = 4 * num_layers * num_heads * head_dim * seq / 2
+    return fwd * (3.5 + (1.0 if recompute else 0.0))

@@ -1,0 +1,115 @@
+"""The attention core priced at its kernel's measured speed, and the matmuls at the GPU's measured
+matmul ceiling (plan/kernels.py): the charts' numbers come back where they were measured, the
+kernels that have no benchmark on a GPU leave the attention with the matmuls, and the choice is an
+option of the plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpulens.errors import BadInputError
+from gpulens.plan import PlanRequest, find_gpu, from_hf_config, plan
+from gpulens.plan.calibration import load_efficiency
+from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
+from gpulens.plan.memory import TrainSetup
+from gpulens.plan.published import _request, load_figures
+from gpulens.plan.request import PlanOptions
+from gpulens.plan.speed import Efficiency, default_efficiency, training_speed
+
+MPT_1B = {"model_type": "gpt2", "n_embd": 2048, "n_head": 16, "n_layer": 24, "vocab_size": 50368,
+          "n_positions": 65536, "activation_function": "gelu"}  # head_dim 128
+
+
+def _rate(kernel: str, gpu: str, head_dim: int, seq: int) -> float | None:
+    g = find_gpu(gpu)
+    r = attention_rate(kernel, g, head_dim, seq, g.peak_flops("bf16"))
+    return None if r is None else r.flops_per_second / 1e12
+
+
+def test_the_charts_figures_come_back_where_they_were_measured():
+    # FlashAttention-2 paper, fwd + bwd, causal: A100 80GB SXM4 (peak 312) and H100 80GB SXM5 (989.5)
+    assert _rate("flash2", "a100-80gb", 128, 16384) == pytest.approx(189)
+    assert _rate("triton", "a100-80gb", 64, 2048) == pytest.approx(79)
+    assert _rate("flash1", "a100-80gb", 128, 512) == pytest.approx(55)
+    assert _rate("flash2", "h100-sxm", 128, 8192) == pytest.approx(308)
+    assert _rate("flash1", "h100-sxm", 64, 16384) == pytest.approx(156)
+
+
+def test_between_and_beyond_the_measured_points():
+    mid = _rate("flash2", "a100-80gb", 96, 16384)
+    assert mid == pytest.approx((171 + 189) / 2)  # linear in head_dim
+    assert _rate("flash2", "a100-80gb", 128, 2896) == pytest.approx((155 + 173) / 2, rel=0.01)  # log2 of the length
+    assert _rate("flash2", "a100-80gb", 128, 65536) == pytest.approx(189)  # the 16k plateau, not extrapolated
+    assert _rate("flash2", "a100-80gb", 128, 128) == pytest.approx(99)
+
+
+def test_same_chip_cards_scale_the_share_by_their_own_peak():
+    # an A100 40GB has the A100 80GB's chip and peak; an H100 PCIe the H100's chip at a lower peak
+    assert _rate("flash2", "a100-40gb", 128, 16384) == pytest.approx(189)
+    h100_pcie = find_gpu("h100-pcie")
+    assert _rate("flash2", "h100-pcie", 128, 8192) == pytest.approx(308 / 989.5 * h100_pcie.peak_flops("bf16") / 1e12)
+
+
+def test_the_triton_port_on_hopper_is_priced_as_v1_and_unbenchmarked_gpus_get_none():
+    assert _rate("triton", "h100-sxm", 128, 4096) == _rate("flash1", "h100-sxm", 128, 4096)
+    assert _rate("flash2", "l4", 128, 4096) is None
+    assert _rate("flash2", "mi300x", 128, 4096) is None
+
+
+def test_flash_flop_count_is_the_benchmarks():
+    # forward 4 H Q S / 2 (causal), backward 2.5 x; recomputation runs the forward once more
+    assert attention_flops_run(1, 1, 128, 1024, recompute=False) == pytest.approx(3.5 * 4 * 128 * 1024 / 2)
+    assert attention_flops_run(1, 1, 128, 1024, recompute=True) == pytest.approx(4.5 * 4 * 128 * 1024 / 2)
+
+
+def test_training_speed_prices_the_attention_at_the_kernel():
+    m = from_hf_config(MPT_1B, name="mpt-1b")
+    gpu, eff = find_gpu("h100-sxm"), Efficiency()
+    setup = TrainSetup("amp_bf16", "adamw", 1, 32768, attention_kernel="flash2")
+    fa2 = training_speed(m, setup, gpu, eff)
+    tri = training_speed(m, replace(setup, attention_kernel="triton"), gpu, eff)
+    assert fa2.attention_kernel == "flash2" and tri.attention_kernel == "triton"
+    # at 32k tokens the attention core dominates: v1-generation kernels (~14 % of an H100's peak)
+    # against FlashAttention-2 (~33 %) make the step much longer
+    assert tri.attention_seconds == pytest.approx(fa2.attention_seconds * 328 / 137, rel=1e-6)
+    assert tri.step_seconds > 1.8 * fa2.step_seconds
+    assert 0 < fa2.attention_seconds < fa2.compute_seconds
+    # fp32 has no flash kernel, and an unbenchmarked GPU keeps the attention with the matmuls
+    assert training_speed(m, replace(setup, precision="fp32"), gpu, eff).attention_kernel == ""
+    assert training_speed(m, setup, find_gpu("l4"), eff).attention_seconds == 0.0
+
+
+def test_auto_is_sdpas_flash_backend_in_16_bit():
+    m = from_hf_config(MPT_1B, name="mpt-1b")
+    sp = training_speed(m, TrainSetup("amp_bf16", "adamw", 2, 4096), find_gpu("a100-80gb"), Efficiency())
+    assert sp.attention_kernel == "flash2" and "A100 80GB SXM4" in sp.attention_source
+
+
+def test_uncalibrated_matmuls_run_at_the_measured_ceiling():
+    a100 = default_efficiency(find_gpu("a100-80gb"))
+    assert a100.compute_ratio == pytest.approx(271.2 / 312) and not a100.calibrated
+    assert "not calibrated" in a100.source
+    assert default_efficiency(find_gpu("h200")).compute_ratio == MATMUL_CEILING["H100-SXM"]
+    assert default_efficiency(find_gpu("l4")) == Efficiency()  # no measurement: the generic default
+    assert load_efficiency(find_gpu("a100-40gb"), path=Path("/nonexistent/c.json")) == default_efficiency(
+        find_gpu("a100-40gb"))
+
+
+def test_the_option_reaches_the_plan_and_is_checked():
+    req = PlanOptions(model="llama-3.2-1b", attention_kernel="Triton", seq=8192, batch=1).to_request("h100-sxm")
+    assert req.attention_kernel == "triton"
+    res = plan(req, calibration_path=Path("/nonexistent/c.json"))
+    assert res.speed["attention_kernel"] == "triton" and res.speed["attention_seconds"] > 0
+    with pytest.raises(BadInputError, match="attention kernel"):
+        plan(replace(req, attention_kernel="flash9"), calibration_path=Path("/nonexistent/c.json"))
+    with pytest.raises(BadInputError, match="training option"):
+        PlanOptions(model="llama-3.2-1b", workload="infer", attention_kernel="flash1").to_request("h100-sxm")
+
+
+def test_llm_foundry_figures_are_planned_with_the_triton_kernel_they_ran():
+    figs = [f for f in load_figures() if f["kind"] == "training_time"]
+    assert figs and all(_request(f).attention_kernel == "triton" for f in figs)
+    assert isinstance(PlanRequest(model="7b").attention_kernel, str)
