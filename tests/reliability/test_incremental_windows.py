@@ -120,6 +120,38 @@ def test_a_late_event_inside_the_window_is_counted_once(tmp_path):
         assert ev.vector(expr, 161.0) == {(("gpu", "0"),): 5.0}  # 100 and 101 left the window
 
 
+def test_an_event_timed_ahead_is_counted_when_its_time_comes(tmp_path):
+    """Issue 28: an evaluation with nothing committed since the last one reads no events; one read
+    earlier but timed after that evaluation (a monitor's clock ahead) still counts when its time comes."""
+    with Store(tmp_path / "s.db") as store:
+        ev = Evaluator(StoreSource(store))
+        expr = parse_expr("count_events_over_time(nan[60s])").root
+        store.event("nan", 100.0, {"job": "a"})
+        store.event("nan", 105.0, {"job": "a"})  # ahead of the next evaluations
+        store.flush()
+        answers = []
+        for t in (101.0, 102.0, 103.0, 106.0, 161.0, 166.0):
+            ev.source.refresh()
+            answers.append(ev.vector(expr, t).get((("job", "a"),), 0.0))
+        assert answers == [1.0, 1.0, 1.0, 2.0, 1.0, 0.0]
+        assert ev.source.events_unchanged()  # the later evaluations read nothing
+
+
+def test_an_event_another_process_commits_is_seen(tmp_path):
+    """The store's change token sees commits made on another connection (SQLite's data_version)."""
+    with Store(tmp_path / "s.db") as store, Store(tmp_path / "s.db") as other:
+        ev = Evaluator(StoreSource(store))
+        expr = parse_expr("count_events_over_time(nan[60s])").root
+        for t in (100.0, 101.0):
+            ev.source.refresh()
+            assert ev.vector(expr, t) == {}
+        other.event("nan", 101.5, {"job": "b"})
+        other.flush()
+        ev.source.refresh()
+        assert not ev.source.events_unchanged()
+        assert ev.vector(expr, 102.0) == {(("job", "b"),): 1.0}
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), st.integers(min_value=-20, max_value=20)), max_size=300),
        load=st.sampled_from([1, 2, 4, SortedValues.LOAD]))

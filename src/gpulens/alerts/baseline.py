@@ -170,10 +170,11 @@ class Baselines:
     def update(self, now: float, hold: set[int] = frozenset()) -> list[Baseline]:  # type: ignore[assignment]
         """Start, finish or refresh learning as time passes. Returns the baselines that changed."""
         changed = []
-        stamp = self.store.get_meta(CHANGED_META_KEY)
-        if stamp != self._stamp:  # another process froze or reset baselines
-            self._stamp = stamp
-            self._load()
+        if not self.source.store_unchanged:  # (refreshed just before) else no process changed the stamp
+            stamp = self.store.get_meta(CHANGED_META_KEY)
+            if stamp != self._stamp:  # another process froze or reset baselines
+                self._stamp = stamp
+                self._load()
         for sid, ref in self._tracked.items():
             b = self._cache.get(sid)
             if b is None:

@@ -6,6 +6,7 @@ which is what an alert on "any new XID" wants."""
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,6 +87,10 @@ class Evaluator:
             q = node.args[0].value  # type: ignore[union-attr]
         assert isinstance(rng, Selector) and rng.range_seconds is not None
         w = rng.range_seconds
+        if f == "last_over_time":
+            # the newest sample in (t - w, t]: an instant selector with the range as its lookback, read
+            # as one lookup per series (no window of every sample to keep; GpuSilent reads two ranges)
+            return self.source.last_values(rng, t, w)
         out = {}
         for s in self.source.series(rng):
             win = self.source.range_window(s.id, w, t, sorted_values=f == "quantile_over_time")
@@ -103,8 +108,6 @@ class Evaluator:
                 out[s.key] = win.min
             elif f == "count_over_time":
                 out[s.key] = float(len(win))
-            elif f == "last_over_time":
-                out[s.key] = win.last
             elif f == "delta":
                 out[s.key] = win.last - win.first
             elif f == "quantile_over_time":
@@ -151,9 +154,18 @@ class Evaluator:
             assert isinstance(right, dict)
             return _elementwise(op, right, lambda _k, v: _apply(op, left, v))
         if isinstance(right, float):
+            compare = _COMPARE.get(op)
+            if compare is not None:  # the common rule shape, `vector > threshold`: a filter, one pass
+                return {k: v for k, v in left.items() if compare(v, right)}
             return _elementwise(op, left, lambda _k, v: _apply(op, v, right))
         matched = {k: v for k, v in left.items() if k in right}  # one-to-one on identical label sets
         return _elementwise(op, matched, lambda k, v: _apply(op, v, right[k]))
+
+
+# Comparisons as filters: NaN compares false, so it drops out as `_elementwise` drops it.
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+}
 
 
 def _apply(op: str, a: float, b: float) -> float:

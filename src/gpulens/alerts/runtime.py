@@ -88,6 +88,7 @@ class AlertRuntime:
         # read they answer nothing again (a GPU node has no training or serving series), so they wait
         # until one of their series appears.
         self._empty_without_series: set[int] = set()
+        self._unread_at: dict[int, tuple[int, bool]] = {}  # rule index -> (source generation, unread)
         self.evaluations = 0
 
     @property
@@ -128,7 +129,7 @@ class AlertRuntime:
         return out
 
     def _vector_unless_unread(self, i: int, c: CompiledRule, now: float, also_at: float | None) -> dict:
-        unread = not c.reads_events and bool(c.selectors) and not any(self.source.series(sel) for sel in c.selectors)
+        unread = self._unread(i, c)
         if unread and i in self._empty_without_series:
             return {}
         vector = self._vector(c, now, also_at)
@@ -137,6 +138,16 @@ class AlertRuntime:
         elif not unread:
             self._empty_without_series.discard(i)
         return vector
+
+    def _unread(self, i: int, c: CompiledRule) -> bool:
+        """Whether none of the rule's selectors matches a series (it reads no events): known until the
+        source finds new series."""
+        gen = self.source.generation
+        known = self._unread_at.get(i)
+        if known is None or known[0] != gen:
+            unread = not c.reads_events and bool(c.selectors) and not any(self.source.series(sel) for sel in c.selectors)
+            known = self._unread_at[i] = (gen, unread)
+        return known[1]
 
     def _vector(self, c: CompiledRule, now: float, also_at: float | None) -> dict:
         """The rule's answer at `now`; with `also_at` (the wall clock was set back behind the alert

@@ -45,7 +45,11 @@ class StoreSource:
         self._event_windows: dict[tuple[str, float], EventWindow] = {}
         self._used: dict[tuple, int] = {}  # window -> the refresh that last used it
         self._refreshes = 0
-        self._selected: dict[tuple[str, tuple], list[SeriesRef]] = {}  # a selector's series, until new ones come
+        self._selected: dict[tuple[str, tuple], tuple[SeriesRef, ...]] = {}  # a selector's series, until new ones come
+        self.generation = 0  # counts the refreshes that found new series
+        self._pairs: dict[tuple[str, tuple], tuple[int, tuple[tuple[int, LabelKey], ...]]] = {}  # (generation, (id, key) of a selector's series)
+        self._token: tuple[int, int] | None = None
+        self.store_unchanged = False  # the last refresh found nothing committed since the one before
 
     def refresh(self) -> None:
         """Pick up series created since the last call (cheap when there are none); forget windows
@@ -58,27 +62,33 @@ class StoreSource:
                 self._used.pop(key, None)
         if self.feed is not None and self.feed.disordered:
             self._flush()  # a series the feed gave up on (the clock set back) is read from the store
+        token = self.store.change_token()
+        self.store_unchanged = token == self._token  # nothing committed since the last refresh, here or elsewhere
+        self._token = token
+        if self.store_unchanged:
+            return
         max_id = self.store.max_series_id()
         if max_id == self._max_id:
             return
+        self.generation += 1
         self._selected.clear()
         for row in self.store.series_since(max(self._max_id, 0)):
             self._by_name.setdefault(row.name, []).append(SeriesRef(row.id, row.name, row.labels, label_key(row.labels)))
         self._max_id = max_id
 
-    def series(self, sel: Selector) -> list[SeriesRef]:
+    def series(self, sel: Selector) -> tuple[SeriesRef, ...]:
         """The series a selector picks: matched once, then again only after `refresh` found new series
         (every rule asks every evaluation, and the answer changes only then)."""
         key = (sel.name, sel.matchers)
         hit = self._selected.get(key)
         if hit is None:
-            hit = self._selected[key] = [s for s in self._by_name.get(sel.name, ()) if all(m.matches(s.labels) for m in sel.matchers)]
+            hit = self._selected[key] = tuple(s for s in self._by_name.get(sel.name, ()) if all(m.matches(s.labels) for m in sel.matchers))
             feed = self.feed
             if feed is not None and any(not feed.watched(s.id) for s in hit):
                 # what is buffered of them goes to the store, the feed keeps what comes next
                 self._flush()
                 feed.watch([s.id for s in hit])
-        return list(hit)
+        return hit
 
     def _flush(self) -> None:
         try:
@@ -109,13 +119,18 @@ class StoreSource:
 
     def last_values(self, sel: Selector, t: float, lookback_seconds: float) -> dict[LabelKey, float]:
         """`last` of every series the selector picks, by label key (an instant selector's vector)."""
-        out: dict[LabelKey, float] = {}
-        feed, lo = self.feed, t - lookback_seconds
-        for s in self.series(sel):
-            row = feed.last(s.id, t) if feed is not None and feed.after(s.id) is not None else None
-            v = (row[1] if row[0] > lo else None) if row is not None else self.last(s.id, t, lookback_seconds)
+        pairs = self._pairs.get((sel.name, sel.matchers))
+        if pairs is None or pairs[0] != self.generation:
+            pairs = self._pairs[(sel.name, sel.matchers)] = (self.generation, tuple((s.id, s.key) for s in self.series(sel)))
+        if self.feed is None:
+            out: dict[LabelKey, float] = {}
+            ask: list[tuple[int, LabelKey]] = list(pairs[1])
+        else:  # what the feed keeps, in one pass; the store for the rest
+            out, ask = self.feed.last_values(pairs[1], t, t - lookback_seconds)
+        for sid, key in ask:
+            v = self.last(sid, t, lookback_seconds)
             if v is not None:
-                out[s.key] = v
+                out[key] = v
         return out
 
     def before(self, sid: int, t: float) -> float | None:
@@ -184,6 +199,11 @@ class StoreSource:
         """Events of `kind` in (start, end], oldest first."""
         self._events_committed()
         return self.store.events(kind, start=start, end=end, include_start=False)
+
+    def events_unchanged(self) -> bool:
+        """Nothing was committed between the last two refreshes and this process buffers no event: a
+        kept event window (which reads events timed ahead too) has nothing new to read."""
+        return self.store_unchanged and not self.store.pending_events and self.store.change_token() == self._token
 
     def event_labels_after(self, kind: str, start: float, end: float, *, after_id: int, after_t: float) -> list[tuple[int, float, dict[str, str]]]:
         self._events_committed()

@@ -10,6 +10,7 @@ label set, kept, with only the events committed since the last evaluation read."
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from typing import Protocol
 
@@ -225,8 +226,11 @@ class RangeWindow:
 
 class EventWindow:
     """Events of one kind in (t - range, t], counted per label set, kept across evaluations: each
-    evaluation reads only the events new since the last one (committed since, or timed after it;
-    at most `LATE_GRACE_SECONDS` back in time), so its cost does not grow with the range."""
+    evaluation reads only the events committed since the last one (at most `LATE_GRACE_SECONDS` back
+    in time), so its cost does not grow with the range. Events timed after the window's end (a
+    monitor's clock ahead of this one) are read once and counted when their time comes; so when the
+    reader says nothing was committed since the last read (`events_unchanged`), there is nothing
+    to read."""
 
     def __init__(self, kind: str, range_seconds: float):
         self.kind = kind
@@ -236,18 +240,20 @@ class EventWindow:
         self.labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         self.end: float | None = None
         self._last_id = 0
+        self._ahead: list[tuple[int, float, dict[str, str]]] = []  # read, timed after `end`; oldest first
 
     def advance(self, reader: EventReader, t: float) -> EventWindow:
         start = t - self.range_seconds
         if self.end is None or t < self.end or t - self.end > self.range_seconds:
             self._rebuild(reader, start, t)
         else:
-            new = reader.event_labels_after(self.kind, max(start, self.end - LATE_GRACE_SECONDS), t,
-                                            after_id=self._last_id, after_t=self.end)
+            unchanged = getattr(reader, "events_unchanged", None)
+            new = [] if unchanged is not None and unchanged() else reader.event_labels_after(
+                self.kind, max(start, self.end - LATE_GRACE_SECONDS), math.inf, after_id=self._last_id, after_t=math.inf)
             if new and self.events and new[0][1] < self.events[-1][0]:  # a late event: rare, start over
                 self._rebuild(reader, start, t)
             else:
-                self._add(new)
+                self._take(new, t)
         while self.events and self.events[0][0] <= start:
             _, _, key = self.events.popleft()
             n = self.counts[key] - 1
@@ -263,13 +269,22 @@ class EventWindow:
         self.events.clear()
         self.counts.clear()
         self.labels.clear()
+        self._ahead.clear()
         self._last_id = 0
-        self._add(reader.event_labels_after(self.kind, start, end, after_id=0, after_t=start))
+        self._take(reader.event_labels_after(self.kind, start, math.inf, after_id=0, after_t=start), end)
 
-    def _add(self, events: list[tuple[int, float, dict[str, str]]]) -> None:
-        for eid, t, labels in events:
+    def _take(self, events: list[tuple[int, float, dict[str, str]]], end: float) -> None:
+        """Count the events read up to `end`; keep the later ones for when their time comes."""
+        for eid, _, _ in events:
+            self._last_id = max(self._last_id, eid)
+        if self._ahead:
+            events = sorted(self._ahead + events, key=lambda e: (e[1], e[0]))
+            self._ahead = []
+        for i, (eid, t, labels) in enumerate(events):
+            if t > end:
+                self._ahead = events[i:]
+                break
             key = tuple(sorted(labels.items()))
             self.events.append((t, eid, key))
-            self._last_id = max(self._last_id, eid)
             self.counts[key] = self.counts.get(key, 0) + 1
             self.labels.setdefault(key, labels)

@@ -9,8 +9,12 @@ set back) is given up on (`after` None): it is read from the store from then on,
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Iterable
+from typing import TypeVar
 
 from gpulens.store.types import Sample
+
+K = TypeVar("K", bound=Hashable)
 
 
 class RecentSamples:
@@ -77,6 +81,31 @@ class RecentSamples:
             if row[0] <= t:
                 return row
         return None
+
+    def last_values(self, items: Iterable[tuple[int, K]], t: float, lo: float) -> tuple[dict[K, float], list[tuple[int, K]]]:
+        """`last` for many series at once (the alert rules' instant selectors, every evaluation): by
+        key, the newest kept value at or before t if it is after `lo`; and the (id, key) pairs the
+        feed cannot answer (not kept, or nothing kept at or before t), for the caller to read from
+        the store."""
+        out: dict[K, float] = {}
+        ask: list[tuple[int, K]] = []
+        rows_of, after_of = self._rows, self._after
+        for sid, key in items:
+            after = after_of.get(sid)
+            rows = rows_of.get(sid)
+            if after is None or after != after or not rows:
+                ask.append((sid, key))
+                continue
+            rt, v = rows[-1]
+            if rt > t:
+                row = self.last(sid, t)
+                if row is None:
+                    ask.append((sid, key))
+                    continue
+                rt, v = row
+            if rt > lo:
+                out[key] = v
+        return out, ask
 
     def window(self, sid: int, start: float, end: float) -> list[Sample]:
         """Kept samples in (start, end], oldest first."""

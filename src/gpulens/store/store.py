@@ -647,6 +647,16 @@ class Store:
             rows = conn.execute("SELECT id, name, labels FROM series WHERE id > ? ORDER BY id", (after_id,)).fetchall()
         return [StoredSeries(sid, name, json.loads(lj)) for sid, name, lj in rows]
 
+    def change_token(self) -> tuple[int, int]:
+        """A value that differs whenever something may have been committed since it was last read: by
+        another connection (SQLite's `PRAGMA data_version`) or by this one (rows it changed). Equal
+        tokens: the stored content is the same, so a reader may keep what it read."""
+        with self._lock:
+            try:
+                return self._conn.execute("PRAGMA data_version").fetchone()[0], self._conn.total_changes
+            except sqlite3.Error as e:
+                raise storage_error(e, self.path, "read", ACCESS_HINT) from None
+
     def max_series_id(self) -> int:
         return self._read("SELECT coalesce(max(id), 0) FROM series")[0][0]
 
