@@ -525,12 +525,13 @@ def _litgpt_lora_memory(m: ModelSpec, setup: TrainSetup, n_ad: int, per_state: f
                           candidates={k: int(v) for k, v in totals.items()}, notes=notes)
 
 
-def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:
-    """Saved activations without checkpointing plus the loss tensors: the memory traffic a step's
-    elementwise kernels move (used by the speed model)."""
+def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int, loss: str = "torch") -> int:
+    """Saved activations without checkpointing plus the loss tensors (`loss`: the cross-entropy
+    kernel, as `TrainSetup.loss`): the memory traffic a step's elementwise kernels move (used by
+    the speed model)."""
     layer = layer_activation_bytes(m, precision, micro_batch, seq)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
-    return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq)
+    return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq, loss)
 
 
 def recomputed_attention_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:

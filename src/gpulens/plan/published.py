@@ -21,6 +21,7 @@ mechanisms were written).
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from importlib import resources
@@ -86,6 +87,16 @@ def _attention_kernel(fig: dict[str, Any]) -> str:
     return "triton" if fig["source"].get("repo") == "mosaicml/llm-foundry" else "auto"
 
 
+def _inter_node_bytes_per_second(fig: dict[str, Any]) -> float | None:
+    """The network a figure's cluster had, where its source states it. llm-foundry's A100 tables
+    are titled 'A100 80GB with 1600 Gbps node-node interconnect (RoCE)' and 'A100 40GB with 1600
+    Gbps node-node interconnect (RoCE)' (scripts/train/benchmarking/README.md): 1600 Gb/s per
+    8-GPU node (the tables' single-node runs have 8 GPUs) = 200 Gb/s = 25 GB/s per GPU, one
+    direction, half the planner's 400 Gb/s-per-GPU default. The H100 table states none."""
+    m = re.search(r"(\d+) Gbps node-node interconnect", str(fig["source"].get("what", "")))
+    return int(m.group(1)) * 1e9 / 8 / 8 if m else None  # Gb/s per node -> bytes/s per GPU (8 per node)
+
+
 def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest:
     c = fig["config"]
     kind = fig["kind"]
@@ -93,10 +104,12 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
     if kind in ("training_time", "training_fit"):
         precision, layout = _COMPOSER_PRECISION[(c["precision"], c["mixed_precision"])]
         zero = 3 if c.get("sharding") == "FULL_SHARD" else 0
+        inter = _inter_node_bytes_per_second(fig)
+        net = {"inter_node_bytes_per_second": inter} if inter else {}
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=precision,
                            batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], grad_ckpt=c["grad_ckpt"],
                            zero=zero, zero_layout=layout, loss="fused" if c.get("loss") == "fused_crossentropy" else "torch",
-                           attention_kernel=_attention_kernel(fig))
+                           attention_kernel=_attention_kernel(fig), **net)
     if kind in ("lora_memory", "lora_fit"):
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c.get("gpus", 1), precision=c["precision"],
                            batch=c["batch"], seq=c["seq"], finetune=c["finetune"], lora_rank=c["lora_rank"],

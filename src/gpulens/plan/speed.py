@@ -217,8 +217,10 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         compute = (fpt - attn.flops_per_token) * tokens / _peak_for(gpu, precision, eff) + attn.seconds_per_token * tokens
     bw = gpu.memory_bandwidth_bytes_per_second * eff.memory_bandwidth_ratio
     # activations are written in the forward and read (and their gradients written) in the
-    # backward: ~3 passes over what is saved; recomputation adds half again
-    traffic = 3 * activation_bytes_full(m, precision, setup.micro_batch, setup.seq_len)
+    # backward: ~3 passes over what is saved; recomputation adds half again. The loss as the run
+    # computes it: a fused cross-entropy kernel (flash-attn's xentropy, llm-foundry's default)
+    # reads the 16-bit logits and writes their gradient in place, with no fp32 log-softmax copies
+    traffic = 3 * activation_bytes_full(m, precision, setup.micro_batch, setup.seq_len, setup.loss)
     if setup.grad_ckpt:
         traffic *= 1.5
     elif setup.selective_recompute:  # the attention core re-reads q, k, v and rewrites its insides once more
