@@ -178,7 +178,7 @@ def ring_gather_or_scatter(full_bytes: float, group: int, gpu: GpuSpec, *, gpus_
 
 # What one NCCL communicator keeps on each of its GPUs, outside PyTorch's allocator: NVIDIA/nccl
 # issue #964 (2023-08-16), PyTorch on 4 A100s with NVLink, one 4 MB all-reduce on each new process
-# group: 544 MB per GPU for a group of 2, 688 MB for a group of 3 or 4 (nvidia-smi, MiB). NCCL
+# group: 544 MB per GPU for a group of 2, 688 MB for a group of 3 or 4 (taken here as MiB). NCCL
 # (2.18, what PyTorch 2.1 bundles) connects every channel's ring and tree at init, each connection
 # with an LL, an LL128 and a Simple FIFO (NCCL_BUFFSIZE, 4 MiB by default), so the memory grows with
 # the channels (sjeaugey in NVIDIA/nccl issue #864, quoted in #986) and each communicator has its
