@@ -189,6 +189,25 @@ def test_record_stream_keeps_every_all_reduced_activation_of_the_profiling_forwa
     assert "nccl_held_activations" not in serving_memory(m, tp1, capacity_bytes=gpu.memory_bytes, eff=Efficiency()).breakdown
 
 
+def test_each_nccl_communicator_takes_its_buffers_out_of_the_kv_pool():
+    """NVIDIA/nccl issue #964: one communicator of 3-4 A100s holds 688 MB per GPU, of 2 GPUs 544 MB,
+    outside PyTorch; vLLM reads free device memory, so its pool loses that per communicator (vLLM
+    0.2.x: 2, the default group's warm-up and the TP group). Nothing at TP 1 or for hf."""
+    from gpulens.plan.links import nccl_communicator_bytes
+    from gpulens.plan.serve import serving_memory
+
+    assert (nccl_communicator_bytes(1), nccl_communicator_bytes(2), nccl_communicator_bytes(8)) == (0, 544 << 20, 688 << 20)
+    m, gpu = load_model("llama-2-70b"), find_gpu("a100-80gb")
+    base = ServeSetup(runtime="vllm", tensor_parallel=4)
+    one = serving_memory(m, base, capacity_bytes=gpu.memory_bytes, eff=Efficiency())
+    two = serving_memory(m, replace(base, nccl_communicators=2), capacity_bytes=gpu.memory_bytes, eff=Efficiency())
+    assert one.breakdown["nccl_buffers"] == 688 << 20 and two.breakdown["nccl_buffers"] == 2 * (688 << 20)
+    assert one.breakdown["kv_cache"] - two.breakdown["kv_cache"] == pytest.approx(688 << 20, abs=2)
+    tp1 = serving_memory(m, replace(base, tensor_parallel=1, nccl_communicators=2), capacity_bytes=gpu.memory_bytes,
+                         eff=Efficiency())
+    assert "nccl_buffers" not in tp1.breakdown
+
+
 def test_an_engine_that_splits_only_the_blocks_reads_the_whole_head_on_every_gpu():
     """gpt-fast's apply_tp shards model.layers only: each of the t GPUs reads the output head whole,
     (t - 1) head reads more per step than an engine that splits it (vLLM); nothing changes at TP 1."""

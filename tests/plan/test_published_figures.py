@@ -74,10 +74,6 @@ KNOWN_MISSES = {
 
 # Kinds within their bound over all figures that still miss it on the held-out ones alone.
 HELD_OUT_ONLY_MISSES = {
-    "serving_memory": "held-out median 5.02 % (bound 5 %) / worst 9.8 % (all: 0.3 % / 9.8 %, within the bound "
-                      "since vLLM 0.2.x's record_stream-held all-reduce activations and 4,096-token profiling "
-                      "forward; was 0.4 % / 48.2 %): vLLM's Llama-2-70B TP4 KV pool still 9.8 % too large "
-                      "(NCCL buffers and other non-PyTorch memory per rank not modelled)",
     "serving_speed": "held-out median 15.9 % / worst 18.6 % (all: 4.3 % / 18.6 %, within the bound since the "
                      "NCCL tuner's current LL latencies and gpt-fast's replicated output head): Llama-2-70B TP8 "
                      "int8/int4 decode 14-16 % too fast, LitGPT Llama-2-13B eager 19 % too slow",

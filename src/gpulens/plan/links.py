@@ -174,3 +174,23 @@ def ring_gather_or_scatter(full_bytes: float, group: int, gpu: GpuSpec, *, gpus_
             best = cost
     assert best is not None
     return best
+
+
+# What one NCCL communicator keeps on each of its GPUs, outside PyTorch's allocator: NVIDIA/nccl
+# issue #964 (2023-08-16), PyTorch on 4 A100s with NVLink, one 4 MB all-reduce on each new process
+# group: 544 MB per GPU for a group of 2, 688 MB for a group of 3 or 4 (taken here as MiB). NCCL
+# (2.18, what PyTorch 2.1 bundles) connects every channel's ring and tree at init, each connection
+# with an LL, an LL128 and a Simple FIFO (NCCL_BUFFSIZE, 4 MiB by default), so the memory grows with
+# the channels (sjeaugey in NVIDIA/nccl issue #864, quoted in #986) and each communicator has its
+# own unless it was made by ncclCommSplit with shared resources, which PyTorch 2.1 does not do.
+# Measured on A100 NVLink only: other links and GPUs (more channels on H100, NVLS buffers) are
+# priced the same, for want of a measurement.
+NCCL_COMMUNICATOR_BYTES = {2: 544 << 20, 3: 688 << 20}
+
+
+def nccl_communicator_bytes(group: int) -> int:
+    """GPU memory one NCCL communicator over `group` ranks holds on each rank (0 for one rank:
+    PyTorch never creates one for a group it runs no collective on)."""
+    if group <= 1:
+        return 0
+    return NCCL_COMMUNICATOR_BYTES[min(group, 3)]

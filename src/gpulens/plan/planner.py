@@ -69,6 +69,7 @@ class PlanRequest:
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held through the profiling forward
     tp_shards_head: bool = True  # serving: the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # serving: int8/int4/fp8 quantize the output head too (gpt-fast)
+    nccl_communicators: int = 1  # serving, engine at TP > 1: NCCL communicators per GPU (vLLM 0.2.x: 2)
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
@@ -254,7 +255,8 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel,
                        gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        max_num_batched_tokens=req.max_num_batched_tokens, nccl_record_streams=req.nccl_record_streams,
-                       tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head)
+                       tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head,
+                       nccl_communicators=req.nccl_communicators)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []

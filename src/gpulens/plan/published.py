@@ -125,14 +125,15 @@ def _engine_options(c: dict[str, Any], model: ModelSpec | None) -> dict[str, Any
     """What the engine release named in a figure's configuration did by default, as planner
     options (docs/plan.md): vLLM 0.2.x (December 2023) profiled max(max_model_len, 2048) tokens
     (`max_num_batched_tokens`'s default then) and ran PyTorch 2.1's ProcessGroupNCCL with
-    record_stream (vLLM sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 from 0.2.7)."""
+    record_stream (vLLM sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 from 0.2.7), with two NCCL
+    communicators per GPU (worker.py's warm-up all_reduce on the default group, then the TP group)."""
     engine = str(c.get("engine", ""))
     if engine == "gpt-fast":  # tp.py's apply_tp splits model.layers only: the output head is on every rank;
         return {"tp_shards_head": False, "quantize_head": True}  # quantize.py replaces every nn.Linear
     if not engine.startswith("vLLM (Dec 2023"):
         return {}
     max_len = (model.max_context or model.max_positions or 2048) if model is not None else 2048
-    return {"max_num_batched_tokens": max(max_len, 2048), "nccl_record_streams": True}
+    return {"max_num_batched_tokens": max(max_len, 2048), "nccl_record_streams": True, "nccl_communicators": 2}
 
 
 def _predicted(fig: dict[str, Any], res: PlanResult) -> float:

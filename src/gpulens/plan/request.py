@@ -18,7 +18,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "gpus": (1, 1 << 20), "batch": (1, 1 << 24), "seq": (1, 1 << 26), "grad_accum": (1, 1 << 20),
     "lora_rank": (1, 1 << 16), "nodes": (1, 1 << 16), "gpus_per_node": (1, 1 << 12), "inter_node_gbps": (1e-3, 1e6),
     "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
-    "max_num_batched_tokens": (1, 1 << 26),
+    "max_num_batched_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
 }
 
@@ -99,6 +99,9 @@ class PlanOptions:
                                      "PyTorch's NCCL process group marks all-reduced tensors with record_stream, so the "
                                      "profiling forward keeps every one reserved (vLLM <= 0.2.6; "
                                      "TORCH_NCCL_AVOID_RECORD_STREAMS=1 turns it off).", False)
+    nccl_communicators: int = _opt(("--nccl-communicators",), "Serving, engine at TP > 1: NCCL communicators on "
+                                   "each GPU when the engine sizes its KV pool, ~688 MB each (vLLM 0.2.x made 2: a "
+                                   "warm-up on the default group, then the TP group).", 1)
     tp_shards_head: bool = _opt(("--tp-shards-head/--no-tp-shards-head",), "Serving at TP > 1: the output head is "
                                 "split over the TP group (vLLM, SGLang, TGI); --no-tp-shards-head for an engine that "
                                 "splits only the transformer blocks (gpt-fast), where every GPU reads the whole head "
@@ -163,7 +166,7 @@ class PlanOptions:
                       "sp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
-                      "max_num_batched_tokens", "nccl_record_streams", "tp_shards_head",
+                      "max_num_batched_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
                       "quantize_head")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
@@ -234,7 +237,8 @@ class PlanOptions:
             attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
-            nccl_record_streams=self.nccl_record_streams, tp_shards_head=self.tp_shards_head,
+            nccl_record_streams=self.nccl_record_streams, nccl_communicators=self.nccl_communicators,
+            tp_shards_head=self.tp_shards_head,
             quantize_head=self.quantize_head,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,

@@ -22,7 +22,8 @@ Engine choices a user sets (docs/plan.md, Serving options): whether the output h
 the TP group (`tp_shards_head`: vLLM yes, gpt-fast no) and quantized with the blocks
 (`quantize_head`: gpt-fast yes, GPTQ/AWQ checkpoints no); the profiling forward's token budget
 (`max_num_batched_tokens`) and whether PyTorch's NCCL record_stream holds its all-reduced
-activations (`nccl_record_streams`: vLLM <= 0.2.6), both of which shrink the KV pool.
+activations (`nccl_record_streams`: vLLM <= 0.2.6), and how many NCCL communicators each GPU
+holds when the pool is sized (`nccl_communicators`: vLLM 0.2.x two), all of which shrink the KV pool.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gpulens.plan.links import (
     DEFAULT_GPUS_PER_NODE,
     DEFAULT_INTER_NODE_BYTES_PER_SECOND,
     AllReduceCost,
+    nccl_communicator_bytes,
     ring_all_reduce,
 )
 from gpulens.plan.memory import MemoryEstimate, fits_in
@@ -74,6 +76,7 @@ class ServeSetup:
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
     tp_shards_head: bool = True  # the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # int8/int4/fp8 also quantize the output head (gpt-fast: every nn.Linear)
+    nccl_communicators: int = 1  # engine at TP > 1: NCCL communicators on each GPU before it sizes the KV pool
 
     @property
     def compute_dtype(self) -> str:
@@ -106,6 +109,9 @@ class ServeSetup:
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
+        if self.nccl_communicators < 0:
+            raise BadInputError(f"The number of NCCL communicators cannot be negative ({self.nccl_communicators}).",
+                                hint="Pass 0 or more (vLLM 0.2.x: 2).")
         if not 0.1 <= self.gpu_memory_utilization <= 1.0:
             raise BadInputError("gpu_memory_utilization must lie between 0.1 and 1.", hint="vLLM's default is 0.9.")
         if gpu is not None:
@@ -225,11 +231,13 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     act = tokens * (2 * h * cb + 3 * inter * cb / tp) + min(256, max(b, 1)) * vocab * 4
     held = all_reduce_held_bytes(m, setup, tokens, cb)
     graphs = VLLM_CUDA_GRAPHS_BYTES
-    kv_pool = budget - w - act - held - graphs - eff.workspace_bytes
+    nccl = engine_nccl_bytes(setup)
+    kv_pool = budget - w - act - held - graphs - nccl - eff.workspace_bytes
     breakdown = {
-        "weights": int(w), "activations": int(act), "cuda_graphs": int(graphs),
+        "weights": int(w), "activations": int(act), "cuda_graphs": int(graphs), "nccl_buffers": int(nccl),
         "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
     }
+    breakdown = {k: v for k, v in breakdown.items() if v or k != "nccl_buffers"}
     if held:  # after the profiling forward's own peak, in the memory table
         breakdown = {k: v for k, v in breakdown.items() if k in ("weights", "activations")} | {
             "nccl_held_activations": int(held)} | {k: v for k, v in breakdown.items() if k not in ("weights", "activations")}
@@ -245,6 +253,19 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
                          {"start (preallocated)": peak}, notes)
     return est
+
+
+def engine_nccl_bytes(setup: ServeSetup) -> float:
+    """What an engine's NCCL communicators hold on each GPU of its TP group, outside PyTorch's
+    allocator (`links.nccl_communicator_bytes` each), which the KV pool is sized around: vLLM reads
+    the device's free memory after its profiling forward (PR #2031), so memory NCCL took counts.
+    `nccl_communicators`: vLLM 0.2.x made two, a warm-up all_reduce on the default process group
+    (worker.py's `_init_distributed_environment`) and the tensor-parallel group `initialize_model_parallel`
+    creates with `torch.distributed.new_group`, each its own communicator under PyTorch 2.1.
+    0 at TP 1 and for hf."""
+    if setup.tensor_parallel <= 1 or setup.runtime == "hf":
+        return 0.0
+    return float(setup.nccl_communicators * nccl_communicator_bytes(setup.tensor_parallel))
 
 
 def all_reduce_held_bytes(m: ModelSpec, setup: ServeSetup, tokens: int, act_bytes: float) -> float:
