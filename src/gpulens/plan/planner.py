@@ -24,7 +24,7 @@ from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_P
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
-from gpulens.plan.serve import VLLM_MAX_BATCHED_TOKENS, ServeSetup, plan_serving
+from gpulens.plan.serve import INT4_GROUP, VLLM_MAX_BATCHED_TOKENS, ServeSetup, plan_serving
 from gpulens.plan.speed import Efficiency, training_speed
 from gpulens.units import format_seconds
 
@@ -69,6 +69,7 @@ class PlanRequest:
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held through the profiling forward
     tp_shards_head: bool = True  # serving: the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # serving: int8/int4/fp8 quantize the output head too (gpt-fast)
+    int4_group_size: int = INT4_GROUP  # serving, int4: weights per fp16 scale + zero point (gpt-fast's figures: 32)
     nccl_communicators: int = 1  # serving, engine at TP > 1: NCCL communicators per GPU (vLLM 0.2.x: 2)
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
@@ -256,7 +257,7 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        max_num_batched_tokens=req.max_num_batched_tokens, nccl_record_streams=req.nccl_record_streams,
                        tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head,
-                       nccl_communicators=req.nccl_communicators)
+                       nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []

@@ -116,9 +116,10 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
                            lora_targets=c["lora_targets"], lora_dtype=c.get("adapter_dtype", "fp32"),
                            lora_engine="litgpt" if c.get("engine", "").startswith("LitGPT") else "peft",
                            qlora_double_quant=c.get("quantization") != "bnb.nf4")
+    group = {"int4_group_size": c["group_size"]} if c["dtype"] == "int4" and "group_size" in c else {}
     return PlanRequest(model=name, workload="infer", gpu=c["gpu"], dtype=c["dtype"], batch=c["batch"],
                        prompt=c["prompt"], new_tokens=c["new_tokens"], runtime=c["runtime"],
-                       tensor_parallel=c["tensor_parallel"], **_engine_options(c, model))
+                       tensor_parallel=c["tensor_parallel"], **group, **_engine_options(c, model))
 
 
 def _engine_options(c: dict[str, Any], model: ModelSpec | None) -> dict[str, Any]:

@@ -109,6 +109,9 @@ class PlanOptions:
     quantize_head: bool = _opt(("--quantize-head/--no-quantize-head",), "Serving with --dtype int8/int4/fp8: the "
                                "output head is quantized too (gpt-fast quantizes every Linear); by default it stays "
                                "16-bit, as GPTQ/AWQ/FP8 checkpoints ship it.", False)
+    int4_group_size: int = _opt(("--int4-group-size",), "Serving with --dtype int4: weights per fp16 scale and "
+                                "zero point (4 bytes a group: GPTQ/AWQ 128, the default; gpt-fast's int4 benchmarks "
+                                "32, which adds 0.125 bytes per weight).", 128)
     tp: int | None = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica (default --gpus). Training: "
                                       "Megatron-style tensor parallelism inside --gpus (GPUs = data x tensor x "
                                       "pipeline parallel; default 1).")
@@ -167,7 +170,7 @@ class PlanOptions:
                       "qlora_double_quant")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
                       "max_num_batched_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
-                      "quantize_head")
+                      "quantize_head", "int4_group_size")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if getattr(self, name) != defaults[name]:
@@ -203,6 +206,9 @@ class PlanOptions:
                                     hint="Drop --grad-ckpt, or use --recompute full alone.")
             if self.zero_layout != defaults["zero_layout"] and not self.zero:
                 raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
+        elif self.int4_group_size != defaults["int4_group_size"] and self.dtype.lower() != "int4":
+            raise BadInputError(f"--int4-group-size says how int4 weights are scaled, and --dtype is {self.dtype}.",
+                                hint="Add --dtype int4, or drop --int4-group-size.")
         elif self.tp is not None and gpus > 1 and self.tp != gpus:
             raise BadInputError(f"--gpus {gpus} with --tp {self.tp}: serving one replica on {gpus} GPUs is tensor "
                                 f"parallelism {gpus}.", hint=f"Give --tp {gpus}, or drop --gpus (plan replicas with --target-rps).")
@@ -239,7 +245,7 @@ class PlanOptions:
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
             nccl_record_streams=self.nccl_record_streams, nccl_communicators=self.nccl_communicators,
             tp_shards_head=self.tp_shards_head,
-            quantize_head=self.quantize_head,
+            quantize_head=self.quantize_head, int4_group_size=self.int4_group_size,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,

@@ -46,7 +46,7 @@ from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
 
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group
+INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group (--int4-group-size)
 RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory layout (preallocated paged KV)
 VLLM_BLOCK_TOKENS = 16
 VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget (--max-num-batched-tokens)
@@ -77,6 +77,7 @@ class ServeSetup:
     tp_shards_head: bool = True  # the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # int8/int4/fp8 also quantize the output head (gpt-fast: every nn.Linear)
     nccl_communicators: int = 1  # engine at TP > 1: NCCL communicators on each GPU before it sizes the KV pool
+    int4_group_size: int = INT4_GROUP  # int4 weights per fp16 scale + zero point (gpt-fast's README figures: 32)
 
     @property
     def compute_dtype(self) -> str:
@@ -109,6 +110,9 @@ class ServeSetup:
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
+        if self.int4_group_size <= 0:
+            raise BadInputError(f"The int4 group size must be at least 1, not {self.int4_group_size}.",
+                                hint="GPTQ/AWQ use 128; gpt-fast's int4 benchmarks 32.")
         if self.nccl_communicators < 0:
             raise BadInputError(f"The number of NCCL communicators cannot be negative ({self.nccl_communicators}).",
                                 hint="Pass 0 or more (vLLM 0.2.x: 2).")
@@ -140,9 +144,10 @@ def check_tensor_parallel(m: ModelSpec, tp: int) -> None:
                             hint=f"Use --tp {', '.join(str(d) for d in ok if d > 1) or '1'} (degrees that divide the heads).")
 
 
-def weight_bytes(m: ModelSpec, dtype: str) -> float:
+def weight_bytes(m: ModelSpec, dtype: str, group: int = INT4_GROUP) -> float:
     """Quantization applies to the transformer blocks' Linear layers; embeddings, the output head
-    and norms stay in 16-bit (as GPTQ/AWQ/FP8 checkpoints ship them)."""
+    and norms stay in 16-bit (as GPTQ/AWQ/FP8 checkpoints ship them). int4: one fp16 scale and
+    one fp16 zero point per `group` weights (4 bytes: 0.03 bytes per weight at 128, 0.125 at 32)."""
     per = WEIGHT_BYTES[dtype]
     if dtype in ("fp32", "bf16", "fp16"):
         return m.params * per
@@ -150,7 +155,7 @@ def weight_bytes(m: ModelSpec, dtype: str) -> float:
     rest = m.params - blocks
     q = blocks * per
     if dtype == "int4":
-        q += blocks / INT4_GROUP * 4  # fp16 scale + fp16 zero per group
+        q += blocks / group * 4  # fp16 scale + fp16 zero per group
     elif dtype == "int8":
         q += m.num_layers * 6 * m.hidden_size * 2  # per-output-channel fp16 scales (order of magnitude)
     return q + rest * 2
@@ -299,16 +304,16 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: i
     return num_experts * (1 - (1 - experts_per_token / num_experts) ** max(tokens, 0))
 
 
-def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int) -> float:
+def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int, group: int = INT4_GROUP) -> float:
     """Weight bytes one decode step reads: every matrix except the input embedding's table (a
     lookup reads `batch` rows; a tied table is read whole by the output head), and for a MoE only
     the experts the batch's tokens touch."""
-    total = weight_bytes(m, dtype)
+    total = weight_bytes(m, dtype, group)
     if not m.tie_word_embeddings and not m.encoder:
         total -= m.vocab_size * m.hidden_size * 2 * (1 - min(batch, m.vocab_size) / m.vocab_size)
     if m.is_moe:
         blocks = m.block_params
-        block_bytes_per_param = (weight_bytes(m, dtype) - (m.params - blocks) * 2) / blocks if dtype not in (
+        block_bytes_per_param = (weight_bytes(m, dtype, group) - (m.params - blocks) * 2) / blocks if dtype not in (
             "fp32", "bf16", "fp16") else WEIGHT_BYTES[dtype]
         touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
         total -= m.moe_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
@@ -331,7 +336,7 @@ def head_quantization_saving(m: ModelSpec, setup: ServeSetup) -> float:
     n = quantized_head_params(m, setup)
     if not n:
         return 0.0
-    scales = n / INT4_GROUP * 4 if setup.dtype == "int4" else m.vocab_size * 2
+    scales = n / setup.int4_group_size * 4 if setup.dtype == "int4" else m.vocab_size * 2
     return n * (2 - WEIGHT_BYTES[setup.dtype]) - scales
 
 
@@ -350,7 +355,7 @@ def decode_head_bytes(m: ModelSpec, batch: int, setup: ServeSetup | None = None)
 def serving_weight_bytes(m: ModelSpec, setup: ServeSetup) -> float:
     """One GPU's weights: the model over the TP group, the quantized head's saving taken off, and,
     for an engine that splits only the blocks, the rest (embedding, head, final norm) whole."""
-    w = (weight_bytes(m, setup.dtype) - head_quantization_saving(m, setup)) / setup.tensor_parallel
+    w = (weight_bytes(m, setup.dtype, setup.int4_group_size) - head_quantization_saving(m, setup)) / setup.tensor_parallel
     if not setup.tp_shards_head and setup.tensor_parallel > 1:
         rest = (m.params - m.block_params) * 2 - head_quantization_saving(m, setup)
         w += rest * (setup.tensor_parallel - 1) / setup.tensor_parallel
@@ -421,7 +426,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
             rep = m.num_heads // m.num_kv_heads
             kv_read *= 3 + (2 * rep if rep > 1 else 0)
     replicated = 0.0 if setup.tp_shards_head else (tp - 1) * decode_head_bytes(m, b, setup)  # every rank reads it whole
-    weights_read = decode_weight_bytes(m, setup.dtype, b) - head_quantization_saving(m, setup) + replicated
+    weights_read = decode_weight_bytes(m, setup.dtype, b, setup.int4_group_size) - head_quantization_saving(m, setup) + replicated
     mem_time = (weights_read + kv_read) / bw + dequantize_seconds(m, setup, gpu)
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
