@@ -87,6 +87,7 @@ def test_an_engine_verdict_is_what_its_kv_pool_holds():
     (["--workload", "train", "--precision", "bf16", "--finetune", "lora", "--optimizer", "sgd",
       "--lora-optimizer-dtype", "fp32"], "--optimizer adamw"),
     (["--workload", "train", "--precision", "bf16", "--finetune", "lora", "--no-qlora-double-quant"], "qlora"),
+    (["--workload", "infer", "--dtype", "int8", "--int4-group-size", "32"], "--dtype int4"),
 ])
 def test_option_combinations_that_mean_nothing_are_refused(capsys, argv, word):
     rc, out = run(capsys, "--model", "qwen2.5-0.5b", *argv)
@@ -239,3 +240,22 @@ def test_a_quantized_head_is_read_in_the_weight_format_and_dequantized():
     assert mem - serving_memory(m, q, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"] == pytest.approx(
         head - m.vocab_size * 2, abs=2)
     assert dequantize_seconds(m, q, gpu) - dequantize_seconds(m, s, gpu) == pytest.approx(3 * head / gpu.fp32_flops)
+
+
+def test_int4_scales_follow_the_group_size():
+    """One fp16 scale and one fp16 zero point per group (gpt-fast's quantize.py packs both in bf16):
+    4 bytes per 128 block weights by default, per 32 with --int4-group-size 32 (gpt-fast's figures),
+    read every decode step and held in memory."""
+    from gpulens.plan.serve import decode_weight_bytes, serving_memory, weight_bytes
+
+    m, gpu, eff = load_model("llama-2-7b"), find_gpu("a100-80gb"), Efficiency()
+    assert weight_bytes(m, "int4", 32) - weight_bytes(m, "int4") == pytest.approx(m.block_params * (4 / 32 - 4 / 128))
+    assert decode_weight_bytes(m, "int4", 1, 32) - decode_weight_bytes(m, "int4", 1) == pytest.approx(
+        m.block_params * (4 / 32 - 4 / 128))
+    assert weight_bytes(m, "int8", 32) == weight_bytes(m, "int8")
+    s = ServeSetup(runtime="vllm", dtype="int4", batch=1, prompt_tokens=5, new_tokens=100)
+    g32 = replace(s, int4_group_size=32)
+    assert serving_speed(m, g32, gpu, eff).tpot_seconds > serving_speed(m, s, gpu, eff).tpot_seconds
+    w = serving_memory(m, g32, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"]
+    assert w - serving_memory(m, s, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"] == pytest.approx(
+        m.block_params * (4 / 32 - 4 / 128), abs=2)

@@ -74,9 +74,9 @@ KNOWN_MISSES = {
 
 # Kinds within their bound over all figures that still miss it on the held-out ones alone.
 HELD_OUT_ONLY_MISSES = {
-    "serving_speed": "held-out median 15.9 % / worst 18.6 % (all: 4.3 % / 18.6 %, within the bound since the "
+    "serving_speed": "held-out median 14.5 % / worst 18.6 % (all: 4.4 % / 21.6 %, within the bound since the "
                      "NCCL tuner's current LL latencies and gpt-fast's replicated output head): Llama-2-70B TP8 "
-                     "int8/int4 decode 14-16 % too fast, LitGPT Llama-2-13B eager 19 % too slow",
+                     "int8 decode 14.5 % and int4 (G=32) 9.6 % too fast, LitGPT Llama-2-13B eager 19 % too slow",
 }
 
 
