@@ -63,7 +63,9 @@ class NodeConfig:
     store_path: Path | None = None  # None: no store (top, record)
     interval_seconds: float = 1.0
     evaluate_seconds: float = 1.0
-    flush_seconds: float = 5.0
+    # Commits of the store: each writes the index pages of every series again, so it costs about the
+    # same for one tick as for ten; a crash loses at most this much (Telegraf's flush_interval default)
+    flush_seconds: float = 10.0
     keep_seconds: dict[str, float] | None = None  # retention per table (store defaults otherwise)
     host: str | None = None  # the host label; default: this machine's name ("replay" for imports)
     listen: tuple[str, int] | None = None  # where /metrics, /health and /ready are served (IPv4 or IPv6)
