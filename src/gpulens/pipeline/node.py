@@ -63,8 +63,8 @@ class NodeConfig:
     store_path: Path | None = None  # None: no store (top, record)
     interval_seconds: float = 1.0
     evaluate_seconds: float = 1.0
-    # Commits of the store: each writes the index pages of every series again, so it costs about the
-    # same for one tick as for ten; a crash loses at most this much (Telegraf's flush_interval default)
+    # Commits of the store: each has a fixed cost (the index page of every series is written again),
+    # about a second's rows at 8 GPUs; a crash loses at most this much (Telegraf's flush_interval default)
     flush_seconds: float = 10.0
     keep_seconds: dict[str, float] | None = None  # retention per table (store defaults otherwise)
     host: str | None = None  # the host label; default: this machine's name ("replay" for imports)
