@@ -13,6 +13,7 @@ from urllib.parse import quote
 from gpulens.errors import StorageFullError, StoreError, refuse_special_file
 from gpulens.store import migrations
 from gpulens.store.migrations import SCHEMA_VERSION
+from gpulens.store.schema import ROLLUP_DELTA_TABLE
 
 OPEN_HINT = "Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store."
 ACCESS_HINT = "Check that --store points at a gpulens store you can read and write."
@@ -89,6 +90,7 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
             conn.execute("PRAGMA synchronous=NORMAL")
             _migrate(conn, path, readonly)
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
+            conn.execute(ROLLUP_DELTA_TABLE)
             return conn
         except sqlite3.OperationalError as e:
             if conn is not None:
@@ -138,6 +140,7 @@ def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connec
             _migrate_once(path, busy_timeout_seconds)
             conn = _open_ro(path, busy_timeout_seconds)
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
+        conn.execute(ROLLUP_DELTA_TABLE)
         return conn
     except (sqlite3.DatabaseError, StoreError) as e:
         raise _open_failed(conn, path, e) from None

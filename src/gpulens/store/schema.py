@@ -128,20 +128,31 @@ OUTBOX_TABLES = (
 # Roll-up widths in seconds, by table.
 ROLLUPS: dict[str, int] = {"rollup_1m": 60, "rollup_1h": 3600}
 
-# Folds the pending batch (temp.batch) into a roll-up table: incremental, so a bucket written in
-# several flushes ends with the same min/max/sum/count as a recomputation from raw samples.
-_ROLLUP_UPSERT_FROM = """
-INSERT INTO {{table}} (series_id, bucket, vmin, vmax, vsum, n)
-SELECT series_id, CAST(t / {{width}} AS INTEGER) * {{width}}, min(value), max(value), sum(value), count(*)
-FROM {source} GROUP BY 1, 2
+# A flush groups its rows once into per-minute partial aggregates (temp.rollup_delta), then folds
+# every roll-up table from those (min, max, sum and count compose; each width is a multiple of the
+# delta's): incremental, so a bucket written in several flushes ends with the same min/max/sum/count
+# as a recomputation from raw samples, and the raw rows are sorted by bucket once, not per table.
+ROLLUP_DELTA_SECONDS = 60
+assert all(width % ROLLUP_DELTA_SECONDS == 0 for width in ROLLUPS.values())
+ROLLUP_DELTA_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS rollup_delta "
+                      "(series_id INTEGER, bucket INTEGER, vmin REAL, vmax REAL, vsum REAL, n INTEGER)")
+_ROLLUP_DELTA_FROM = f"""
+INSERT INTO temp.rollup_delta (series_id, bucket, vmin, vmax, vsum, n)
+SELECT series_id, CAST(t / {ROLLUP_DELTA_SECONDS} AS INTEGER) * {ROLLUP_DELTA_SECONDS}, min(value), max(value), sum(value), count(*)
+FROM {{source}} GROUP BY 1, 2
+"""
+ROLLUP_DELTA = _ROLLUP_DELTA_FROM.format(source="temp.batch")
+# The same grouping read straight from the rows this flush just inserted (rowid above the table's
+# largest before it, one parameter): no copy of the batch into temp.batch.
+ROLLUP_DELTA_INSERTED = _ROLLUP_DELTA_FROM.format(source="samples NOT INDEXED WHERE rowid > ?")
+ROLLUP_UPSERT_DELTA = """
+INSERT INTO {table} (series_id, bucket, vmin, vmax, vsum, n)
+SELECT series_id, CAST(bucket / {width} AS INTEGER) * {width}, min(vmin), max(vmax), sum(vsum), sum(n)
+FROM temp.rollup_delta WHERE true GROUP BY 1, 2
 ON CONFLICT (series_id, bucket) DO UPDATE SET
   vmin = min(vmin, excluded.vmin), vmax = max(vmax, excluded.vmax),
   vsum = vsum + excluded.vsum, n = n + excluded.n
 """
-ROLLUP_UPSERT = _ROLLUP_UPSERT_FROM.format(source="temp.batch WHERE true")
-# The same fold read straight from the rows this flush just inserted (rowid above the table's largest
-# before it, one parameter): no copy of the batch into temp.batch.
-ROLLUP_UPSERT_INSERTED = _ROLLUP_UPSERT_FROM.format(source="samples NOT INDEXED WHERE rowid > ?")
 # Rowids are handed out above the largest while it stays below SQLite's limit; near it they are
 # random, and the fold goes through temp.batch.
 ROWID_SEQUENTIAL_BELOW = 1 << 62

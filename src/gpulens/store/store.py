@@ -27,7 +27,13 @@ from gpulens.errors import StoreError
 from gpulens.store import migrations
 from gpulens.store.connect import ACCESS_HINT, connect, storage_error
 from gpulens.store.recent import RecentSamples
-from gpulens.store.schema import ROLLUP_UPSERT, ROLLUP_UPSERT_INSERTED, ROLLUPS, ROWID_SEQUENTIAL_BELOW
+from gpulens.store.schema import (
+    ROLLUP_DELTA,
+    ROLLUP_DELTA_INSERTED,
+    ROLLUP_UPSERT_DELTA,
+    ROLLUPS,
+    ROWID_SEQUENTIAL_BELOW,
+)
 from gpulens.store.types import (
     DataVersion,
     Event,
@@ -371,14 +377,15 @@ class Store:
                     # The write lock is held from here: every row above `base` is this flush's.
                     base = conn.execute("SELECT coalesce(max(rowid), 0) FROM samples").fetchone()[0]
                     conn.executemany("INSERT INTO samples (series_id, t, value) VALUES (?, ?, ?)", rows)
+                    conn.execute("DELETE FROM temp.rollup_delta")
                     if base < ROWID_SEQUENTIAL_BELOW:
-                        for table, width in ROLLUPS.items():
-                            conn.execute(ROLLUP_UPSERT_INSERTED.format(table=table, width=width), (base,))
+                        conn.execute(ROLLUP_DELTA_INSERTED, (base,))
                     else:
                         conn.execute("DELETE FROM temp.batch")  # the batch again, for the roll-ups to fold
                         conn.executemany("INSERT INTO temp.batch VALUES (?, ?, ?)", rows)
-                        for table, width in ROLLUPS.items():
-                            conn.execute(ROLLUP_UPSERT.format(table=table, width=width))
+                        conn.execute(ROLLUP_DELTA)
+                    for table, width in ROLLUPS.items():
+                        conn.execute(ROLLUP_UPSERT_DELTA.format(table=table, width=width))
                 if events:
                     conn.executemany("INSERT INTO events (t, kind, labels, data) VALUES (?, ?, ?, ?)", events)
                 if self.commit_hook is not None:
