@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*([^\r\n]*?)[ \t]*\r?$")
 _TRANSFER_ENCODING = re.compile(rb"(?im)^transfer-encoding[ \t]*:")
-_SWEEP_SECONDS = 0.1  # how often deadlines are checked (their precision)
+_SWEEP_SLACK_SECONDS = 0.01  # past a deadline before its sweep (a select may wake a hair early)
 _READ_BYTES = 64 * 1024
 
 
@@ -143,20 +143,23 @@ class BoundedHttpServer:
         sel = self._sel = selectors.DefaultSelector()
         sel.register(self.socket, selectors.EVENT_READ, "listen")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        next_sweep = time.monotonic() + _SWEEP_SECONDS
         try:
             while not self._stop.is_set():
-                for key, _mask in sel.select(_SWEEP_SECONDS):
+                # Sleep until the earliest deadline of an open connection, and without a timeout when
+                # none is open: an unscraped agent's listener does not wake at all.
+                first = min((c.deadline for c in self._conns.values()), default=None)
+                timeout = None if first is None else max(first - time.monotonic(), 0.0) + _SWEEP_SLACK_SECONDS
+                for key, _mask in sel.select(timeout):
                     if key.data == "listen":
                         self._accept()
                     elif key.data == "wake":
                         self._adopt_returned()
                     else:
                         self._on_ready(key.data)
-                now = time.monotonic()
-                if now >= next_sweep:
-                    self._sweep(now)
-                    next_sweep = now + _SWEEP_SECONDS
+                if first is not None:
+                    now = time.monotonic()
+                    if now >= first:
+                        self._sweep(now)
         finally:
             for c in list(self._conns.values()):
                 self._close(c)
