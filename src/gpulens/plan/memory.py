@@ -480,14 +480,8 @@ def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, worksp
         back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, precision, b, s)
         cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
             "gradients": grads, "activations": saved + int(back * activation_scale), "logits_and_loss": tokens * m.hidden_size * 4}
-    totals = {k: sum(v.values()) for k, v in cands.items()}
-    peak_at = max(totals, key=lambda k: totals[k])
-    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
-    peak = int(sum(breakdown.values()))
-    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
-                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
-                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
-                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
+    return _peak_of(cands, notes, reserved_ratio=reserved_ratio, cuda_context_bytes=cuda_context_bytes,
+                    capacity_bytes=capacity_bytes)
 
 
 def _litgpt_lora_memory(m: ModelSpec, setup: TrainSetup, n_ad: int, per_state: float, notes: list[str], *,
@@ -515,6 +509,13 @@ def _litgpt_lora_memory(m: ModelSpec, setup: TrainSetup, n_ad: int, per_state: f
                  "input, fp32 logits from Lightning's precision plugin" + (
                      "; every Linear, the output head too, in NF4 " + ("with" if lora.double_quant else "without")
                      + " double quantization, bitsandbytes PagedAdamW" if qlora else ""))
+    return _peak_of(cands, notes, reserved_ratio=reserved_ratio, cuda_context_bytes=cuda_context_bytes,
+                    capacity_bytes=capacity_bytes)
+
+
+def _peak_of(cands: dict[str, dict[str, float]], notes: list[str], *, reserved_ratio: float, cuda_context_bytes: int,
+             capacity_bytes: int) -> MemoryEstimate:
+    """The estimate at the moment of a step that holds the most (each candidate: what is live then, by part)."""
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])
     breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
