@@ -71,7 +71,23 @@ def test_replicas_for_a_target_rate_under_an_slo(isolated_plan_config):
 
 def test_compare_puts_gpus_side_by_side():
     rs = compare(PlanRequest(model="qwen2.5-7b", workload="train", batch=2, seq=2048, grad_ckpt=True),
-                 ["a100-80gb", "h100-sxm", "H200"])
+                 ["a100-80gb", "h100-sxm", "H200"]).results
     assert [r.gpu.name for r in rs] == ["A100-80GB", "H100-SXM", "H200"]
     assert rs[0].speed["tokens_per_second"] < rs[1].speed["tokens_per_second"]
     assert len({r.memory.peak_bytes for r in rs}) == 1  # same model, same setup: same bytes
+
+
+def test_compare_leaves_out_a_gpu_without_the_format_and_says_why(capsys):
+    """FP8 serving on an A100 and an H100: the A100 has no FP8, so it is left out with the reason
+    and the H100 is still compared; with only cards lacking the format the comparison refuses."""
+    from gpulens.cli.main import main
+
+    c = compare(PlanRequest(model="llama-3-8b", workload="infer", dtype="fp8", runtime="vllm"), ["a100-80gb", "h100-sxm"])
+    assert [r.gpu.name for r in c.results] == ["H100-SXM"]
+    assert [x.gpu for x in c.left_out] == ["A100-80GB"] and "FP8" in c.left_out[0].reason
+    assert main(["plan", "compare", "--model", "llama-3-8b", "--workload", "infer", "--dtype", "fp8",
+                 "-g", "a100-80gb,h100-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "H100-SXM" in out and "Left out A100-80GB" in out and "FP8" in out
+    assert main(["plan", "compare", "--model", "llama-3-8b", "--workload", "infer", "--dtype", "fp8",
+                 "-g", "a100-80gb,a100-40gb"]) == 2

@@ -82,7 +82,7 @@ def test_compare_prices_an_engine_at_a_batch_that_fits():
     from gpulens.plan import compare
 
     (res,) = compare(PlanRequest(model="llama-3-8b", workload="infer", runtime="vllm", batch=1), ["h100-sxm"],
-                     batch_given=False)
+                     batch_given=False).results
     assert res.fits and res.request.batch > 1
     assert res.request.batch <= res.speed["max_batch_that_fits"]
 

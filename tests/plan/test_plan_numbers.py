@@ -19,8 +19,8 @@ from gpulens.plan.request import PlanOptions
 def test_compare_prices_serving_at_the_throughput_optimal_batch(isolated_plan_config: Path):
     isolated_plan_config.write_text("prices:\n  h100-sxm: 2.5\n  l40s: 1.0\n")
     req = PlanOptions(model="qwen2.5-7b", workload="infer").to_request("h100-sxm")
-    at_best = compare(req, ["h100-sxm", "l40s"], batch_given=False)
-    at_one = compare(req, ["h100-sxm", "l40s"], batch_given=True)
+    at_best = compare(req, ["h100-sxm", "l40s"], batch_given=False).results
+    at_one = compare(req, ["h100-sxm", "l40s"], batch_given=True).results
     for best, one in zip(at_best, at_one, strict=True):
         assert one.request.batch == 1 and "(--batch)" in one.cost_basis
         assert 1 < best.request.batch <= best.speed["max_batch_that_fits"]

@@ -84,7 +84,7 @@ def test_compare_carries_the_replica_plan_per_gpu_in_json_and_text(capsys):
 
 
 def test_no_target_no_replica_plan(capsys):
-    rs = compare(PlanRequest(model=M, workload="infer", runtime="vllm"), ["h100-sxm"])
+    rs = compare(PlanRequest(model=M, workload="infer", runtime="vllm"), ["h100-sxm"]).results
     assert not rs[0].replicas and not rs[0].replica_misses
     assert main(["plan", "compare", "--model", M, "--workload", "infer", "--gpu", "h100-sxm"]) == 0
     assert "Replica plan" not in capsys.readouterr().out

@@ -123,11 +123,11 @@ def register(app: typer.Typer) -> None:
 
         names = [n.strip() for g in gpu or [] for n in g.split(",") if n.strip()]
         _check_format(fmt)
-        results = compare(opts.to_request(names[0] if names else ""), names, batch_given=opts.batch_given)
+        comparison = compare(opts.to_request(names[0] if names else ""), names, batch_given=opts.batch_given)
         if fmt == "json":
-            _emit_json({"results": [r.to_dict() for r in results]})
+            _emit_json(comparison.to_dict())
             return
-        render_compare(results)
+        render_compare(comparison)
 
     @plan_app.command("calibrate")
     def calibrate_cmd(

@@ -259,7 +259,8 @@ def render_replica_plans(results: list[Any]) -> None:
         console.print(f"[dim]{r.gpu.name}: cannot meet {targets}: {why}.[/]", highlight=False)
 
 
-def render_compare(results: list[Any]) -> None:
+def render_compare(comparison: Any) -> None:
+    results = comparison.results
     r0 = results[0]
     train = r0.request.workload == "train"
     console.print(f"[bold]{r0.model.name}[/] · {'train' if train else 'serve'} · compared on {len(results)} GPUs")
@@ -307,9 +308,10 @@ def render_compare(results: list[Any]) -> None:
     for r in results:
         if not r.fits and r.advice:
             console.print(f"[dim]{r.gpu.name}: first fix: {r.advice[0].text}[/]", highlight=False)
+    for x in comparison.left_out:
+        console.print(f"[dim]Left out {x.gpu}: {x.reason}[/]", highlight=False)
     if not train:
         render_replica_plans(results)
-
 
 
 def render_calibration(reports: list[Any], *, stored_in: str | None) -> None:

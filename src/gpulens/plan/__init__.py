@@ -4,12 +4,13 @@ touch no hardware. Start with `plan(PlanRequest(model="llama-3-8b", workload="tr
 from gpulens.plan.catalog import GpuSpec, UnknownGpuError, UnsupportedPrecisionError, all_gpus, find_gpu
 from gpulens.plan.memory import MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config, load_model, preset, preset_names
-from gpulens.plan.planner import PlanRequest, PlanResult, compare, plan
+from gpulens.plan.planner import Comparison, PlanRequest, PlanResult, compare, plan
 from gpulens.plan.request import PlanOptions
 from gpulens.plan.serve import ServeSetup, plan_serving
 from gpulens.plan.speed import Efficiency, training_speed
 
 __all__ = [
+    "Comparison",
     "Efficiency",
     "GpuSpec",
     "MemoryEstimate",

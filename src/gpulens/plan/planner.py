@@ -17,7 +17,7 @@ from gpulens.plan.advice import (
     training_tips,
 )
 from gpulens.plan.calibration import load_efficiency
-from gpulens.plan.catalog import GpuSpec, UserConfig, find_gpu, load_user_config
+from gpulens.plan.catalog import GpuSpec, UnsupportedPrecisionError, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
 from gpulens.plan.kernels import check_attention_kernel
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
@@ -308,9 +308,31 @@ def replica_targets(req: PlanRequest) -> str:
     return ", ".join(parts)
 
 
+@dataclass
+class LeftOutGpu:
+    """A GPU a comparison could not price, and why (one sentence)."""
+
+    gpu: str
+    reason: str
+
+
+@dataclass
+class Comparison:
+    """The same plan on several GPUs: one result per GPU that can run it, and the GPUs left out
+    (a card without the number format asked for: FP8 on an A100) with the reason."""
+
+    results: list[PlanResult]
+    left_out: list[LeftOutGpu] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"results": [r.to_dict() for r in self.results],
+                "left_out": [{"gpu": x.gpu, "reason": x.reason} for x in self.left_out]}
+
+
 def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None = None,
-            calibration_path: Path | None = None, batch_given: bool = True) -> list[PlanResult]:
-    """The same plan on several GPUs, side by side (a GPU that lacks the precision raises).
+            calibration_path: Path | None = None, batch_given: bool = True) -> Comparison:
+    """The same plan on several GPUs, side by side. A GPU that lacks the requested number format
+    is left out with its reason; only when none of them has it does the comparison refuse.
 
     Serving without a batch the user chose is priced at each GPU's throughput-optimal batch that
     fits (and meets the TPOT target, if any): batch 1 would price a card by its idlest use."""
@@ -318,16 +340,25 @@ def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None =
         raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
     user = user if user is not None else load_user_config()
     model = load_model(req.model, assume_dense=req.assume_dense)
-    results = []
+    results: list[PlanResult] = []
+    left_out: list[LeftOutGpu] = []
+    refusals: list[UnsupportedPrecisionError] = []
     for name in gpu_names:
         one = PlanRequest(**(asdict(req) | {"gpu": name}))
-        res = plan(one, model=model, user=user, calibration_path=calibration_path)
+        try:
+            res = plan(one, model=model, user=user, calibration_path=calibration_path)
+        except UnsupportedPrecisionError as e:
+            refusals.append(e)
+            left_out.append(LeftOutGpu(find_gpu(name, user=user).name, e.message))
+            continue
         what = "micro-batch" if req.workload == "train" else "batch"
         res.cost_basis = f"at {what} {req.batch} ({'--batch' if batch_given else 'the default'})"
         if req.workload == "infer" and not batch_given and res.fits:
             res = _at_best_batch(one, res, model, user, calibration_path)
         results.append(res)
-    return results
+    if not results:  # no card has the format: the first refusal says what to do
+        raise refusals[0]
+    return Comparison(results, left_out)
 
 
 def _at_best_batch(req: PlanRequest, res: PlanResult, model: ModelSpec, user: UserConfig,
