@@ -17,6 +17,7 @@ from gpulens.render import print_table
 from gpulens.units import format_seconds
 
 _COLORS = ["cyan", "magenta", "yellow", "green", "blue", "red", "bright_cyan", "bright_magenta", "bright_yellow"]
+_OUTSIDE_PYTORCH = {"nccl_buffers": "NCCL buffers (outside PyTorch)"}  # breakdown rows not in its allocator
 
 
 def _gib(n: float | None) -> str:
@@ -116,8 +117,12 @@ def render_plan(res: Any) -> None:
     t.add_column("size", justify="right")
     t.add_column("share", justify="right")
     for i, (k, v) in enumerate(mem.breakdown.items()):
-        t.add_row(Text("█", style=_COLORS[i % len(_COLORS)]), k.replace("_", " "), _gib(v), f"{v / max(mem.peak_bytes, 1):.0%}")
-    t.add_row("", "[bold]peak allocated by PyTorch[/]", f"[bold]{_gib(mem.peak_bytes)}[/]", "")
+        label = _OUTSIDE_PYTORCH.get(k, k.replace("_", " "))
+        t.add_row(Text("█", style=_COLORS[i % len(_COLORS)]), label, _gib(v), f"{v / max(mem.peak_bytes, 1):.0%}")
+    # NCCL's communicator buffers are cudaMalloc'ed by NCCL, not by PyTorch's allocator
+    total = "peak: PyTorch's allocations + NCCL's buffers" if any(k in _OUTSIDE_PYTORCH for k in mem.breakdown) \
+        else "peak allocated by PyTorch"
+    t.add_row("", f"[bold]{total}[/]", f"[bold]{_gib(mem.peak_bytes)}[/]", "")
     t.add_row(Text("█", style="grey50"), "CUDA context (outside PyTorch)", _gib(mem.cuda_context_bytes), "")
     usable = mem.capacity_bytes - mem.cuda_context_bytes
     if mem.reserved_bytes > usable:  # the allocator cannot hold more than the card: it frees its cache first
