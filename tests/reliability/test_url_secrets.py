@@ -156,6 +156,18 @@ def _case_agent(base: str, tmp: Path, seen: list) -> str:
     return out
 
 
+def _case_agent_otlp(base: str, tmp: Path, seen: list) -> str:
+    """OTLP/HTTP push: the SDK's requests session turns the userinfo into Basic auth; the start
+    line and every log show the endpoint redacted."""
+    port = free_port()
+    out = _serve_and_read(_cli("agent", "--backend", "fake", "--interval", "200ms", "--duration", "60s",
+                                "--listen", f"127.0.0.1:{port}", "--store", str(tmp / "s.db"),
+                                "--otlp", f"{base}/v1/metrics?token={TOKEN}", "--otlp-interval", "1s"),
+                           tmp, port, ["/health"], ready=lambda: any(p.startswith("/v1/metrics") for p, _ in seen))
+    assert "OTLP to http://***@127.0.0.1" in out, out  # the start line names the endpoint, redacted
+    return out
+
+
 def _case_replay(base: str, tmp: Path, seen: list) -> str:
     trace = Path(__file__).parents[2] / "src" / "gpulens" / "data" / "h200-trace"
     rules = tmp / "rules.yml"  # an alert that fires at once, so the webhook is called
@@ -223,10 +235,10 @@ def _case_diagnose_unreachable(base: str, tmp: Path, seen: list) -> str:
     return r.stdout + r.stderr
 
 
-CASES = {"agent --scrape --notify": _case_agent, "replay --notify": _case_replay, "diagnose --prometheus": _case_diagnose,
+CASES = {"agent --scrape --notify": _case_agent, "agent --otlp": _case_agent_otlp, "replay --notify": _case_replay, "diagnose --prometheus": _case_diagnose,
          "dashboard --prometheus": _case_dashboard, "bench serve --url": _case_bench_serve,
          "bench serve --tokenizer server": _case_bench_serve_tokenizer, "tune serve --url": _case_tune_serve, "bench serve --url (failing)": _case_bench_serve_failing, "diagnose --prometheus (failing)": _case_diagnose_unreachable}
-SENDS_CREDENTIALS = {"replay --notify": "/hook", "tune serve --url": "/generate", "bench serve --tokenizer server": "/tokenize", "agent --scrape --notify": "/metrics", "bench serve --url (failing)": "/fail/v1/completions", "diagnose --prometheus": "/api/v1/",
+SENDS_CREDENTIALS = {"replay --notify": "/hook", "agent --otlp": "/v1/metrics", "tune serve --url": "/generate", "bench serve --tokenizer server": "/tokenize", "agent --scrape --notify": "/metrics", "bench serve --url (failing)": "/fail/v1/completions", "diagnose --prometheus": "/api/v1/",
                      "dashboard --prometheus": "/api/v1/", "bench serve --url": "/v1/completions"}
 
 
