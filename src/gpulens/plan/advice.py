@@ -247,9 +247,11 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
                     target_rps: float | None, tpot_slo_s: float | None, ttft_slo_s: float | None,
                     currency: str = "USD", ctx: int = 512 << 20,
                     misses: list[ReplicaMiss] | None = None) -> list[ReplicaOption]:
-    """For each GPU and tensor-parallel degree: the largest batch meeting the SLO (and what bound
+    """For each GPU and tensor-parallel degree: a replica's capacity within the SLO (and what bound
     it), the replicas needed for `target_rps` (one without a rate: a replica's capacity), and the
-    cost; sorted cheapest (or fewest GPUs) first. A GPU with no layout gets a `ReplicaMiss` in
+    cost; sorted cheapest (or fewest GPUs) first. hf prefills whole batches: the largest batch
+    meeting the SLO sets the capacity. An engine batches continuously: its capacity is the largest
+    request rate whose latencies under load meet the SLO (`_engine_replica`, plan/scheduling.py). A GPU with no layout gets a `ReplicaMiss` in
     `misses`, with the figure that misses at batch 1 on its largest degree that fits."""
     out: list[ReplicaOption] = []
     for gpu in gpus:
