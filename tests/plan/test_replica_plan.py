@@ -13,6 +13,7 @@ from gpulens.plan.advice import ReplicaMiss, replica_options
 from gpulens.plan.catalog import find_gpu
 from gpulens.plan.models import preset
 from gpulens.plan.planner import compare
+from gpulens.plan.scheduling import engine_step_costs, under_load
 from gpulens.plan.serve import ServeSetup, max_batch_that_fits, serving_speed
 from gpulens.plan.speed import Efficiency
 
@@ -28,29 +29,59 @@ def _options(gpu: str, **kw):
 
 
 def test_a_latency_bound_batch_is_the_largest_tried_that_meets_it():
-    g, opts, misses = _options("h100-sxm", target_rps=None, tpot_slo_s=0.012, ttft_slo_s=None)
-    assert opts and not misses
+    """Static batches (hf: the whole batch prefilled together): the batch doubles until a target misses."""
+    hf = replace(SETUP, runtime="hf")
+    g = find_gpu("h100-sxm")
+    opts = replica_options(preset(M), hf, [g], {}, currency="USD", target_rps=None, tpot_slo_s=0.03, ttft_slo_s=None)
+    assert opts
     for o in opts:
-        assert o.tpot_seconds <= 0.012 and o.replicas == 1
-        s = replace(SETUP, tensor_parallel=o.tensor_parallel)
+        assert o.tpot_seconds <= 0.03 and o.replicas == 1 and o.utilization_ratio is None
+        s = replace(hf, tensor_parallel=o.tensor_parallel)
         limit = max_batch_that_fits(preset(M), s, g.memory_bytes, Efficiency())
         nxt = min(2 * o.batch, limit)
         if o.bound_by == "TPOT":
             # the next batch the search tries misses the target
             assert nxt > o.batch
-            assert serving_speed(preset(M), replace(s, batch=nxt), g, Efficiency()).tpot_seconds > 0.012
+            assert serving_speed(preset(M), replace(s, batch=nxt), g, Efficiency()).tpot_seconds > 0.03
         else:
             assert o.bound_by == "memory" and o.batch == limit
     assert any(o.bound_by == "TPOT" for o in opts)
 
 
-def test_a_rate_alone_is_bound_by_the_kv_memory():
-    g, opts, _ = _options("l40s", target_rps=20, tpot_slo_s=None, ttft_slo_s=None)
+def _engine_load(g, o, rate: float):
+    s = replace(SETUP, tensor_parallel=o.tensor_parallel)
+    costs = engine_step_costs(preset(M), s, g, Efficiency())
+    return under_load(costs, prompt_tokens=s.prompt_tokens, new_tokens=s.new_tokens, arrival_rate_per_second=rate,
+                      step_budget_tokens=s.step_budget_tokens), s
+
+
+def test_an_engine_replica_is_bound_at_the_rate_where_its_target_misses():
+    """An engine (continuous batching): a replica's capacity is the largest request rate within the
+    TPOT target; 1 % more and the TPOT under load misses it."""
+    g, opts, misses = _options("h100-sxm", target_rps=None, tpot_slo_s=0.012, ttft_slo_s=None)
+    assert opts and not misses
     for o in opts:
-        s = replace(SETUP, tensor_parallel=o.tensor_parallel)
-        assert o.bound_by == "memory"
-        assert o.batch == max_batch_that_fits(preset(M), s, g.memory_bytes, Efficiency())
-        assert o.replicas * o.requests_per_second_per_replica >= 20 > (o.replicas - 1) * o.requests_per_second_per_replica
+        assert o.replicas == 1 and o.bound_by == "TPOT" and o.tpot_seconds <= 0.012
+        assert 0 < o.utilization_ratio < 1 and "continuous batching" in o.scheduling
+        more, _ = _engine_load(g, o, o.requests_per_second_per_replica * 1.01)
+        assert more.tpot_seconds > 0.012
+
+
+def test_a_rate_alone_is_bound_by_the_kv_memory():
+    """Without latency targets an engine replica takes requests until the ones in flight would
+    overflow its KV pool (or its prefill queue would grow without bound)."""
+    g, opts, _ = _options("l40s", target_rps=20, tpot_slo_s=None, ttft_slo_s=None)
+    assert opts
+    for o in opts:
+        assert o.bound_by in ("memory", "utilization")
+        cap = o.requests_per_second_per_replica
+        at, s = _engine_load(g, o, cap)
+        limit = max_batch_that_fits(preset(M), s, g.memory_bytes, Efficiency())
+        assert at.stable and at.concurrent_requests <= limit
+        beyond, _ = _engine_load(g, o, cap * 1.01)
+        assert not beyond.stable or (o.bound_by == "memory" and beyond.concurrent_requests > limit)
+        assert o.replicas * cap >= 20 > (o.replicas - 1) * cap
+    assert any(o.bound_by == "memory" for o in opts)
 
 
 def test_a_gpu_that_cannot_meet_the_target_says_which_figure_misses():

@@ -194,13 +194,16 @@ def render_plan(res: Any) -> None:
         console.print(f"[dim]  ({escape(e.assumption)})[/]")
     if res.replicas:
         rt = Table(title="more cards or more replicas", box=None, header_style="bold", padding=(0, 2))
-        for col in ("replicas", "× TP", "= GPUs", "batch", "TTFT", "TPOT", "bound by", "cost/hour"):
+        for col in ("replicas", "× TP", "= GPUs", "batch", "TTFT", "TPOT", "util", "bound by", "cost/hour"):
             rt.add_column(col, justify="left" if col == "bound by" else "right")
         for o in res.replicas[:6]:
             rt.add_row(str(o.replicas), str(o.tensor_parallel), str(o.gpus), str(o.batch), format_seconds(o.ttft_seconds),
-                       format_seconds(o.tpot_seconds), _BOUND[o.bound_by] if o.bound_by in _BOUND else o.bound_by,
+                       format_seconds(o.tpot_seconds), _utilization(o), _BOUND[o.bound_by] if o.bound_by in _BOUND else o.bound_by,
                        f"{o.hourly_total:,.2f}" if o.hourly_total is not None else "–")
         print_table(console, rt)
+        if res.replicas[0].utilization_ratio is not None:  # an engine: say which model the latencies come from
+            console.print(f"[dim]  TTFT, TPOT under load, first row: {escape(_scheduling_words(res.replicas[0]))}. "
+                          "batch: mean requests in flight per replica.[/]", highlight=False)
     if res.advice:
         console.print("\n[bold]What to do[/]")
         first_fix = None
@@ -229,7 +232,17 @@ def _tf(v: float | None) -> str:
 
 
 # the constraint that stopped a replica's batch from growing, as the tables say it
-_BOUND = {"memory": "KV memory", "TPOT": "TPOT", "TTFT": "TTFT", "TTFT+TPOT": "TTFT+TPOT"}
+_BOUND = {"memory": "KV memory", "TPOT": "TPOT", "TTFT": "TTFT", "TTFT+TPOT": "TTFT+TPOT", "utilization": "utilization"}
+
+
+def _utilization(o: Any) -> str:
+    """An engine replica's prefill-queue utilization at the planned rate ("–" for static batches)."""
+    return "–" if o.utilization_ratio is None else f"{o.utilization_ratio * 100:.0f} %"
+
+
+def _scheduling_words(o: Any) -> str:
+    """An engine replica plan's latency model, for the line under its table."""
+    return f"{o.scheduling}; {format_seconds(o.queue_wait_seconds)} of its TTFT is queueing"
 
 
 def render_replica_plans(results: list[Any]) -> None:
@@ -243,22 +256,30 @@ def render_replica_plans(results: list[Any]) -> None:
     rate = results[0].request.target_requests_per_second
     console.print(f"\n[bold]Replica plan[/] for {targets}", highlight=False)
     t = Table(header_style="bold", box=None, padding=(0, 2))
-    for c in ("GPU", "replicas × TP", "GPUs", "batch", "TTFT", "TPOT", "req/s", "bound by"):
+    for c in ("GPU", "replicas × TP", "GPUs", "batch", "TTFT", "TPOT", "req/s", "util", "bound by"):
         t.add_column(c, justify="left" if c in ("GPU", "bound by") else "right")
     missed = []
     for r in results:
         if not r.replicas:
-            t.add_row(r.gpu.name, "–", "–", "–", "–", "–", "–", "cannot meet")
+            t.add_row(r.gpu.name, "–", "–", "–", "–", "–", "–", "–", "cannot meet")
             missed.append(r)
             continue
         o = r.replicas[0]
         t.add_row(o.gpu, f"{o.replicas} × TP{o.tensor_parallel}", str(o.gpus), str(o.batch), format_seconds(o.ttft_seconds),
                   format_seconds(o.tpot_seconds), f"{o.replicas * o.requests_per_second_per_replica:,.1f}",
-                  _BOUND.get(o.bound_by, o.bound_by))
+                  _utilization(o), _BOUND.get(o.bound_by, o.bound_by))
     print_table(console, t)
+    engine = results[0].request.runtime != "hf"
     console.print("[dim]req/s: what the layout serves" + ("" if rate else " (one replica: no --target-rps given)")
-                  + ". bound by: what stops a larger batch per replica (the next batch tried, twice this one, "
-                    "misses that target; KV memory: the largest batch whose KV cache fits).[/]", highlight=False)
+                  + (". bound by: what stops a higher request rate per replica (that target, KV memory: the requests in "
+                     "flight fill the KV pool; utilization: the prefill queue would grow without bound). util: the "
+                     "prefill queue's utilization at the planned rate; batch: mean requests in flight per replica. "
+                     "TTFT, TPOT under load:" if engine else
+                     ". bound by: what stops a larger batch per replica (the next batch tried, twice this one, "
+                     "misses that target; KV memory: the largest batch whose KV cache fits).") + "[/]", highlight=False)
+    for r in results:
+        if r.replicas and r.replicas[0].utilization_ratio is not None:
+            console.print(f"[dim]  {r.gpu.name}: {escape(_scheduling_words(r.replicas[0]))}.[/]", highlight=False)
     for r in missed:
         why = r.replica_misses[0].reason if r.replica_misses else "no layout meets the targets"
         console.print(f"[dim]{r.gpu.name}: cannot meet {targets}: {why}.[/]", highlight=False)

@@ -12,6 +12,7 @@ from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.cost import serving_cost
 from gpulens.plan.memory import TrainSetup, fits_in, training_memory
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.scheduling import engine_step_costs, replica_capacity, under_load
 from gpulens.plan.serve import (
     ServeSetup,
     max_batch_that_fits,
@@ -192,6 +193,9 @@ def serving_fixes(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     return fixes
 
 
+BATCH_PREFILL = "static batches: the whole batch prefilled together, no queueing"
+
+
 @dataclass
 class ReplicaOption:
     gpu: str
@@ -208,8 +212,13 @@ class ReplicaOption:
     break_even_months: float | None
     currency: str | None
     # what stopped the batch from growing: "TPOT" / "TTFT" (the next batch tried, twice this one,
-    # misses that target; "TTFT+TPOT" when both) or "memory" (the largest batch whose KV cache fits)
+    # misses that target; "TTFT+TPOT" when both) or "memory" (the largest batch whose KV cache fits).
+    # An engine's replica (continuous batching): what stops a higher rate per replica, the same
+    # words, or "utilization" (its queue grows without bound first)
     bound_by: str = "memory"
+    scheduling: str = BATCH_PREFILL  # the model the latencies come from, in words
+    utilization_ratio: float | None = None  # engine: the prefill queue's rho at the planned rate
+    queue_wait_seconds: float | None = None  # engine: of the TTFT, the wait for the prefill queue
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,9 +247,11 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
                     target_rps: float | None, tpot_slo_s: float | None, ttft_slo_s: float | None,
                     currency: str = "USD", ctx: int = 512 << 20,
                     misses: list[ReplicaMiss] | None = None) -> list[ReplicaOption]:
-    """For each GPU and tensor-parallel degree: the largest batch meeting the SLO (and what bound
+    """For each GPU and tensor-parallel degree: a replica's capacity within the SLO (and what bound
     it), the replicas needed for `target_rps` (one without a rate: a replica's capacity), and the
-    cost; sorted cheapest (or fewest GPUs) first. A GPU with no layout gets a `ReplicaMiss` in
+    cost; sorted cheapest (or fewest GPUs) first. hf prefills whole batches: the largest batch
+    meeting the SLO sets the capacity. An engine batches continuously: its capacity is the largest
+    request rate whose latencies under load meet the SLO (`_engine_replica`, plan/scheduling.py). A GPU with no layout gets a `ReplicaMiss` in
     `misses`, with the figure that misses at batch 1 on its largest degree that fits."""
     out: list[ReplicaOption] = []
     for gpu in gpus:
@@ -258,6 +269,15 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
             max_fit = max_batch_that_fits(m, s, gpu.memory_bytes, eff)
             if max_fit < 1:
                 miss = ReplicaMiss(gpu.name, tp, f"one sequence does not fit at TP {tp}")
+                continue
+            if s.runtime != "hf":  # an engine batches continuously: latencies under load
+                got = _engine_replica(m, s, gpu, eff, max_fit, target_rps=target_rps, tpot_slo_s=tpot_slo_s,
+                                      ttft_slo_s=ttft_slo_s, currency=currency)
+                if isinstance(got, ReplicaMiss):
+                    miss = got
+                else:
+                    found = True
+                    out.append(got)
                 continue
             best = None
             bound = "memory"
@@ -294,3 +314,37 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
             misses.append(miss or ReplicaMiss(gpu.name, 0, "no tensor-parallel degree runs this model on it"))
     out.sort(key=lambda o: (o.hourly_total is None, o.hourly_total or 0.0, o.gpus))
     return out
+
+
+def _engine_replica(m: ModelSpec, s: ServeSetup, gpu: GpuSpec, eff: Efficiency, max_fit: int, *,
+                    target_rps: float | None, tpot_slo_s: float | None, ttft_slo_s: float | None,
+                    currency: str) -> ReplicaOption | ReplicaMiss:
+    """An engine replica at one TP degree: the largest request rate it serves within the targets
+    with continuous batching and chunked prefill (plan/scheduling.py), the replicas for
+    `target_rps`, and its latencies at the rate each replica then gets (at capacity without one)."""
+    tp = s.tensor_parallel
+    costs = engine_step_costs(m, s, gpu, eff)
+    budget = s.step_budget_tokens
+    cap = replica_capacity(costs, prompt_tokens=s.prompt_tokens, new_tokens=s.new_tokens, step_budget_tokens=budget,
+                           ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, max_concurrent=max_fit)
+    if cap.requests_per_second <= 0:
+        lone = cap.at_capacity
+        got = [f"{n} {format_seconds(v)} > {format_seconds(t)}" for n, v, t in
+               (("TTFT", lone.ttft_seconds, ttft_slo_s), ("TPOT", lone.tpot_seconds, tpot_slo_s)) if t and v > t]
+        return ReplicaMiss(gpu.name, tp, f"at TP {tp} even one request alone misses: {', '.join(got) or cap.bound_by}")
+    rate = cap.requests_per_second
+    replicas = max(1, math.ceil(target_rps / rate)) if target_rps else 1
+    # each replica then gets target_rps / replicas, within its capacity (every figure grows with the rate)
+    load = under_load(costs, prompt_tokens=s.prompt_tokens, new_tokens=s.new_tokens, step_budget_tokens=budget,
+                      arrival_rate_per_second=target_rps / replicas) if target_rps else cap.at_capacity
+    total = replicas * tp
+    cost = serving_cost(gpu.hourly_price, total, rate * s.new_tokens * replicas, rate * replicas,
+                        currency=currency, purchase_per_gpu=gpu.purchase_price)
+    return ReplicaOption(
+        gpu=gpu.name, tensor_parallel=tp, batch=max(1, math.ceil(load.concurrent_requests)), replicas=replicas,
+        gpus=total, requests_per_second_per_replica=rate, ttft_seconds=load.ttft_seconds, tpot_seconds=load.tpot_seconds,
+        hourly_total=cost.hourly_total if cost else None, per_million_tokens=cost.per_million_tokens if cost else None,
+        per_thousand_requests=cost.per_thousand_requests if cost else None,
+        break_even_months=cost.break_even_months if cost else None, currency=currency if cost else None,
+        bound_by=cap.bound_by, scheduling=load.describe(), utilization_ratio=load.utilization_ratio,
+        queue_wait_seconds=load.queue_wait_seconds)

@@ -71,6 +71,7 @@ class PlanRequest:
     quantize_head: bool = False  # serving: int8/int4/fp8 quantize the output head too (gpt-fast)
     int4_group_size: int = INT4_GROUP  # serving, int4: weights per fp16 scale + zero point (gpt-fast's figures: 32)
     nccl_communicators: int = 1  # serving, engine at TP > 1: NCCL communicators per GPU (vLLM 0.2.x: 2)
+    prefill_chunk_tokens: int | None = None  # serving, engine: the scheduler's per-step budget (None: max_num_batched_tokens)
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
@@ -257,7 +258,8 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        max_num_batched_tokens=req.max_num_batched_tokens, nccl_record_streams=req.nccl_record_streams,
                        tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head,
-                       nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size)
+                       nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size,
+                       prefill_chunk_tokens=req.prefill_chunk_tokens)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []
@@ -290,8 +292,9 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                                    currency=user.currency, ctx=ctx, misses=misses)
         if replicas and req.target_requests_per_second:
             o = replicas[0]
+            how = (f" ({o.scheduling})" if o.utilization_ratio is not None else "")
             advice.append(Advice("note", f"For {req.target_requests_per_second:g} requests/s: {o.replicas} replica(s) x "
-                                         f"TP {o.tensor_parallel} = {o.gpus} x {o.gpu} at batch {o.batch}."))
+                                         f"TP {o.tensor_parallel} = {o.gpus} x {o.gpu} at batch {o.batch}{how}."))
         elif not replicas:
             advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets"
                                          + (f": {misses[0].reason}." if misses else ".")))

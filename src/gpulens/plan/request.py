@@ -18,7 +18,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "gpus": (1, 1 << 20), "batch": (1, 1 << 24), "seq": (1, 1 << 26), "grad_accum": (1, 1 << 20),
     "lora_rank": (1, 1 << 16), "nodes": (1, 1 << 16), "gpus_per_node": (1, 1 << 12), "inter_node_gbps": (1e-3, 1e6),
     "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
-    "max_num_batched_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
+    "max_num_batched_tokens": (1, 1 << 26), "prefill_chunk_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
 }
 
@@ -95,6 +95,10 @@ class PlanOptions:
     max_num_batched_tokens: int = _opt(("--max-num-batched-tokens",), "Serving, engine: tokens of the profiling "
                                        "forward whose activation peak the KV pool leaves room for (vLLM's flag; "
                                        "0.2.x used max(max_model_len, 2048)).", 8192)
+    prefill_chunk_tokens: int | None = _opt(("--prefill-chunk-tokens",), "Serving, engine, replica plans: the "
+                                            "scheduler's per-step token budget that running decodes and chunked "
+                                            "prompts share (default --max-num-batched-tokens: vLLM's one flag sets "
+                                            "both; SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens).")
     nccl_record_streams: bool = _opt(("--nccl-record-streams/--no-nccl-record-streams",), "Serving, engine at TP > 1: "
                                      "PyTorch's NCCL process group marks all-reduced tensors with record_stream, so the "
                                      "profiling forward keeps every one reserved (vLLM <= 0.2.6; "
@@ -169,7 +173,7 @@ class PlanOptions:
                       "sp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
-                      "max_num_batched_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
+                      "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
                       "quantize_head", "int4_group_size")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
@@ -206,6 +210,9 @@ class PlanOptions:
                                     hint="Drop --grad-ckpt, or use --recompute full alone.")
             if self.zero_layout != defaults["zero_layout"] and not self.zero:
                 raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
+        elif self.prefill_chunk_tokens is not None and self.runtime.lower() == "hf":
+            raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
+                                "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")
         elif self.int4_group_size != defaults["int4_group_size"] and self.dtype.lower() != "int4":
             raise BadInputError(f"--int4-group-size says how int4 weights are scaled, and --dtype is {self.dtype}.",
                                 hint="Add --dtype int4, or drop --int4-group-size.")
@@ -243,6 +250,7 @@ class PlanOptions:
             attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
+            prefill_chunk_tokens=self.prefill_chunk_tokens,
             nccl_record_streams=self.nccl_record_streams, nccl_communicators=self.nccl_communicators,
             tp_shards_head=self.tp_shards_head,
             quantize_head=self.quantize_head, int4_group_size=self.int4_group_size,

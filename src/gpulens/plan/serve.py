@@ -78,6 +78,13 @@ class ServeSetup:
     quantize_head: bool = False  # int8/int4/fp8 also quantize the output head (gpt-fast: every nn.Linear)
     nccl_communicators: int = 1  # engine at TP > 1: NCCL communicators on each GPU before it sizes the KV pool
     int4_group_size: int = INT4_GROUP  # int4 weights per fp16 scale + zero point (gpt-fast's README figures: 32)
+    prefill_chunk_tokens: int | None = None  # an engine scheduler's per-step token budget (None: max_num_batched_tokens)
+
+    @property
+    def step_budget_tokens(self) -> int:
+        """The tokens an engine step may carry, decodes and prefill chunks together (plan/scheduling.py):
+        vLLM's one flag sets this and its profiling forward, so the default is that flag."""
+        return self.prefill_chunk_tokens if self.prefill_chunk_tokens is not None else self.max_num_batched_tokens
 
     @property
     def compute_dtype(self) -> str:
@@ -110,6 +117,9 @@ class ServeSetup:
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
+        if self.prefill_chunk_tokens is not None and self.prefill_chunk_tokens <= 0:
+            raise BadInputError(f"The prefill chunk budget must be at least 1 token, not {self.prefill_chunk_tokens}.",
+                                hint="vLLM's default max_num_batched_tokens is 8192.")
         if self.int4_group_size <= 0:
             raise BadInputError(f"The int4 group size must be at least 1, not {self.int4_group_size}.",
                                 hint="GPTQ/AWQ use 128; gpt-fast's int4 benchmarks 32.")
