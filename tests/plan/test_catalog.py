@@ -9,7 +9,7 @@ from gpulens.plan import UnknownGpuError, UnsupportedPrecisionError, all_gpus, f
 from gpulens.plan.catalog import builtin_gpus
 
 REQUIRED = ["T4", "L4", "A10", "A10G", "L40S", "A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200",
-            "RTX-3090", "RTX-4090", "MI300X"]
+            "RTX-3090", "RTX-4090", "MI300X", "V100-SXM2-32GB", "V100-SXM2-16GB", "A800-80GB", "H800-SXM", "RTX-A6000"]
 
 
 def test_required_cards_are_present_with_sources_and_no_prices():
@@ -106,7 +106,8 @@ def test_laptop_parts_are_refused_with_what_to_do(name):
 
 
 @pytest.mark.parametrize("name, mib", [("t4", 15_360), ("l40s", 46_068), ("h100-sxm", 81_559), ("l4", 23_034),
-                                       ("a10g", 23_028), ("a100-40gb", 40_960), ("b200", 183_359)])
+                                       ("a10g", 23_028), ("a100-40gb", 40_960), ("b200", 183_359),
+                                       ("a800-80gb", 81_920), ("v100-sxm2-16gb", 16_160)])
 def test_capacity_is_what_nvidia_smi_prints_not_the_datasheet_size(name, mib):
     """A T4 sold as 16 GB shows 15,360 MiB in nvidia-smi; planning at 16 GiB called too much a fit."""
     g = find_gpu(name)

@@ -31,6 +31,10 @@ PUBLISHED = {
     "bert-base-uncased": 109_482_240,
     "bert-large-uncased": 335_141_888,
     "roberta-base": 124_645_632,
+    "mpt-7b": 6_649_286_656,  # model card "6.7B"; exact: transformers' MptForCausalLM on its config
+    "bloom-560m": 559_214_592,  # model card
+    "bloom-7b1": 7_069_016_064,  # model card
+    "falcon-7b": 6_921_720_704,  # FalconForCausalLM on its config (tied head); tests/plan/test_families.py
 }
 
 
@@ -41,7 +45,8 @@ def test_parameter_count_matches_published_total(name, published):
 
 def test_every_family_is_covered():
     families = {preset(n).family for n in PUBLISHED}
-    assert {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2", "gpt_neox", "bert"} <= families
+    assert {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2", "gpt_neox", "bert", "mpt", "bloom",
+            "falcon"} <= families
 
 
 def test_presets_are_a_few_dozen_and_carry_their_source():

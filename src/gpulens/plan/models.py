@@ -46,7 +46,21 @@ _FAMILIES: dict[str, dict[str, Any]] = {
              "encoder": True, "tied": True},
     "roberta": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "bias": True, "positions": "learned",
                 "encoder": True, "tied": True},
+    # MPT, BLOOM and Falcon name their config.json fields their own way: _own_fields reads them and
+    # adds the traits that depend on the config (biases, ALiBi or learned positions, norm count).
+    # transformers runs MPT's and BLOOM's attention eagerly (ALiBi added to the S x S scores).
+    "mpt": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "qkv_fused": True, "tied": True, "attn": "eager"},
+    "bloom": {"norm": "layernorm", "mlp": "plain", "act": "gelu_tanh", "qkv_fused": True, "bias": True, "tied": True,
+              "embedding_norm": True, "attn": "eager"},
+    "falcon": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "qkv_fused": True, "tied": True},
 }
+# the model_type of Falcon's first (remote-code) configs: RefinedWeb is the 40B's layout
+# (new_decoder_architecture), RefinedWebModel the 7B's
+_LEGACY_TYPES = {"refinedweb": "falcon", "refinedwebmodel": "falcon"}
+# encoder-decoders: two stacks, cross-attention and a cross-attention KV cache, none of which the
+# planner models; refused even with --assume-dense (a dense decoder reading would be made up)
+_ENCODER_DECODER = {"t5", "mt5", "umt5", "longt5", "switch_transformers", "bart", "mbart", "pegasus", "marian",
+                    "blenderbot", "m2m_100", "plbart", "led", "whisper", "nllb_moe", "fsmt", "prophetnet"}
 
 
 class UnknownModelTypeError(BadInputError):
@@ -55,7 +69,7 @@ class UnknownModelTypeError(BadInputError):
 
 
 def supported_model_types() -> list[str]:
-    return sorted(_FAMILIES)
+    return sorted(set(_FAMILIES) | set(_LEGACY_TYPES))
 
 
 def _rope_context(cfg: dict[str, Any], positions: int | None) -> int | None:
@@ -115,6 +129,8 @@ class ModelSpec:
     act: str = "silu"  # silu | gelu | gelu_tanh | gelu_new (GPT-2's Python tanh formula)
     norm: str = "rmsnorm"  # rmsnorm | gemma_rmsnorm | layernorm
     norms_per_layer: int = 2
+    norm_bias: bool = True  # a LayerNorm's bias (MPT's no_bias drops it); RMSNorm has none
+    embedding_norm: bool = False  # a LayerNorm right after the embedding lookup (BLOOM's word_embeddings_layernorm)
     qkv_fused: bool = False
     gate_up_fused: bool = False
     qkv_bias: bool = False
@@ -191,7 +207,7 @@ class ModelSpec:
         return 2 * h * inter + ((inter + h) if self.bias else 0)
 
     def _norm_params(self) -> int:
-        return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+        return 2 * self.hidden_size if self.norm == "layernorm" and self.norm_bias else self.hidden_size
 
     def expert_params_per_layer(self) -> int:
         if not self.is_moe:
@@ -230,6 +246,8 @@ class ModelSpec:
             n += self.type_vocab_size * h
         if self.encoder:
             n += 2 * h  # embedding LayerNorm
+        elif self.embedding_norm:
+            n += self._norm_params()
         return n
 
     @property
@@ -346,10 +364,13 @@ _COUNT_FIELDS = (
     "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank",
     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "sliding_window_pattern",
     "type_vocab_size", "original_max_position_embeddings",
+    "d_model", "n_heads", "n_layers", "max_seq_len", "n_embed", "num_kv_heads", "n_head_kv", "ffn_hidden_size",
+    "num_ln_in_parallel_attn",
 )
-_FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "use_parallel_residual")
+_FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "use_parallel_residual",
+                "no_bias", "learned_pos_emb", "multi_query", "new_decoder_architecture", "parallel_attn", "alibi")
 _REAL_FIELDS = ("resid_pdrop", "hidden_dropout_prob", "hidden_dropout", "final_logit_softcapping",
-                "attn_logit_softcapping", "rope_theta")
+                "attn_logit_softcapping", "rope_theta", "expansion_ratio")
 _COUNT_MAX = 1 << 40
 
 
@@ -373,6 +394,124 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
             raise BadInputError(f"The field {k!r} in {where} must be a finite number, not {v!r}.", hint="Fix the config.")
 
 
+# ---------------------------------------------------------------- MPT, BLOOM, Falcon: their own field names
+
+
+def _flag(d: dict[str, Any], key: str, default: bool, where: str, prefix: str = "") -> bool:
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise BadInputError(f"The field {prefix + key!r} in {where} must be true or false, not {v!r}.", hint="Fix the config.")
+    return v
+
+
+def _sub_config(cfg: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = cfg.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise BadInputError(f"The field {key!r} in {where} must be an object, not {v!r}.", hint="Fix the config.")
+    return v
+
+
+def _mpt_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """MPT (mosaicml/mpt-*, transformers' MptConfig and llm-foundry's): d_model, n_heads, n_layers,
+    expansion_ratio (or ffn_config.ffn_hidden_size), max_seq_len; no_bias drops every Linear's and
+    LayerNorm's bias; ALiBi (attn_config.alibi) or rotary (attn_config.rope) replace the learned
+    position table (learned_pos_emb), as llm-foundry's config does; attn_config.kv_n_heads for the
+    grouped-query variants. Defaults are transformers' MptConfig's (no_bias true, alibi true)."""
+    attn = _sub_config(cfg, "attn_config", where)
+    ffn = _sub_config(cfg, "ffn_config", where)
+    h = _positive_int(_need(cfg, ("d_model",), where), "d_model", where)
+    heads = _positive_int(_need(cfg, ("n_heads",), where), "n_heads", where)
+    layers = _positive_int(_need(cfg, ("n_layers",), where), "n_layers", where)
+    kind = str(attn.get("attn_type") or "multihead_attention")
+    if kind == "multihead_attention":
+        kv = heads
+    elif kind == "multiquery_attention":
+        kv = 1
+    elif kind == "grouped_query_attention":
+        kv = _positive_int(attn.get("kv_n_heads"), "attn_config.kv_n_heads", where)
+    else:
+        raise BadInputError(f"The attn_config.attn_type {kind!r} of {where} is none of MPT's (multihead_attention, "
+                            "multiquery_attention, grouped_query_attention).", hint="Fix the config.")
+    if _flag(attn, "qk_ln", False, where, "attn_config.") or _flag(attn, "qk_gn", False, where, "attn_config."):
+        raise BadInputError(f"The MPT config {where} normalizes queries and keys (attn_config.qk_ln or qk_gn), "
+                            "whose norms the planner does not model.", hint="Plan it from a config without qk_ln.")
+    alibi = _flag(attn, "alibi", True, where, "attn_config.")
+    rope = _flag(attn, "rope", False, where, "attn_config.")
+    learned = _flag(cfg, "learned_pos_emb", True, where) and not alibi and not rope
+    ffn_type = str(ffn.get("ffn_type") or "mptmlp")
+    if ffn_type not in ("mptmlp", "mptglu"):
+        raise BadInputError(f"The ffn_config.ffn_type {ffn_type!r} of {where} (TransformerEngine's fused MLP or a "
+                            "MegaBlocks MoE) is not an MLP the planner models.", hint="Plan it from a config with "
+                            "ffn_type mptmlp or mptglu.")
+    ratio = cfg.get("expansion_ratio", 4)
+    inter = ffn.get("ffn_hidden_size")
+    inter = (_positive_int(inter, "ffn_config.ffn_hidden_size", where) if inter is not None
+             else _positive_int(int(h * float(ratio)), "expansion_ratio", where))
+    act_cfg = ffn.get("ffn_act_fn") if isinstance(ffn.get("ffn_act_fn"), dict) else {}
+    act_name = str(act_cfg.get("name") or "gelu")
+    act = "silu" if act_name == "silu" else ("gelu_tanh" if act_cfg.get("approximate") == "tanh" else "gelu")
+    no_bias = _flag(cfg, "no_bias", True, where)
+    norm_type = str(cfg.get("norm_type") or "low_precision_layernorm").lower()
+    if "rmsnorm" in norm_type:
+        norm = "rmsnorm"
+    elif "layernorm" in norm_type:
+        norm = "layernorm"
+    else:
+        raise BadInputError(f"The norm_type {norm_type!r} of {where} is neither a LayerNorm nor an RMSNorm.",
+                            hint="Fix the config.")
+    return {"h": h, "layers": layers, "heads": heads, "kv": kv, "inter": inter,
+            "positions": cfg.get("max_seq_len") or 2048, "dropout": float(cfg.get("resid_pdrop") or 0.0),
+            "traits": {"bias": not no_bias, "norm_bias": not no_bias, "norm": norm, "act": act,
+                       "mlp": "gated" if ffn_type == "mptglu" else "plain",
+                       "positions": "learned" if learned else ("alibi" if alibi else "rope")}}
+
+
+def _bloom_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """BLOOM: hidden_size (n_embed in the first configs), n_head, n_layer; ALiBi (no position
+    table, no length limit in the config), a LayerNorm after the embedding, biases everywhere, an
+    MLP of 4 x hidden (transformers ignores n_inner), a tied head."""
+    h = _positive_int(_need(cfg, ("hidden_size", "n_embed"), where), "hidden_size", where)
+    layers = _positive_int(_need(cfg, ("n_layer", "num_hidden_layers"), where), "n_layer", where)
+    heads = _positive_int(_need(cfg, ("n_head", "num_attention_heads"), where), "n_head", where)
+    return {"h": h, "layers": layers, "heads": heads, "kv": heads, "inter": 4 * h, "positions": None,
+            "dropout": float(cfg.get("hidden_dropout") or 0.0), "traits": {"positions": "alibi"}}
+
+
+def _falcon_fields(cfg: dict[str, Any], legacy: str, where: str) -> dict[str, Any]:
+    """Falcon, as transformers' FalconConfig and FalconAttention read it: the fused query_key_value
+    holds all heads (3 x hidden), one shared K/V head (multi_query, the 7B) or num_kv_heads groups
+    (new_decoder_architecture, the 40B and 180B); parallel_attn feeds attention and MLP from one
+    LayerNorm (two, ln_attn and ln_mlp, in the new architecture); bias on every Linear or none;
+    rotary positions unless alibi. The remote-code model_types keep n_head / n_head_kv / n_layer
+    and imply the architecture: RefinedWeb is the new one."""
+    h = _positive_int(_need(cfg, ("hidden_size", "n_embed"), where), "hidden_size", where)
+    layers = _positive_int(_need(cfg, ("num_hidden_layers", "n_layer"), where), "num_hidden_layers", where)
+    heads = _positive_int(_need(cfg, ("num_attention_heads", "n_head"), where), "num_attention_heads", where)
+    new_arch = _flag(cfg, "new_decoder_architecture", legacy == "refinedweb", where)
+    if new_arch:
+        kv = int(cfg.get("num_kv_heads") or cfg.get("n_head_kv") or heads)
+    elif _flag(cfg, "multi_query", True, where):
+        kv = 1
+    else:
+        kv = heads  # the old layout without multi_query: query_key_value is 3 x hidden
+    parallel = _flag(cfg, "parallel_attn", True, where)
+    n_ln = cfg.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+    bias = _flag(cfg, "bias", False, where)
+    alibi = _flag(cfg, "alibi", False, where)
+    inter = int(cfg.get("ffn_hidden_size") or 4 * h)
+    act = str(cfg.get("activation") or "gelu")
+    return {"h": h, "layers": layers, "heads": heads, "kv": kv, "inter": inter,
+            "positions": cfg.get("max_position_embeddings") or 2048,  # FalconConfig's default
+            "dropout": float(cfg.get("hidden_dropout") or 0.0),
+            "traits": {"bias": bias, "norms_per_layer": 2 if (not parallel or n_ln == 2) else 1,
+                       "parallel": parallel, "positions": "alibi" if alibi else "rope",
+                       "act": act if act in ("gelu", "gelu_tanh", "silu") else "gelu"}}
+
+
 def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None,
                    assume_dense: bool = False) -> ModelSpec:
     """A ModelSpec from the fields of a Hugging Face `config.json` (a dict). A `model_type` that
@@ -386,6 +525,14 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         cfg = inner
     check_config_fields(cfg, where)
     mtype = str(cfg.get("model_type") or "").lower().replace("-", "_")
+    if mtype in _ENCODER_DECODER or cfg.get("is_encoder_decoder") is True:
+        raise UnknownModelTypeError(
+            f"The model {where} ({mtype or 'model_type unset'}) is an encoder-decoder, which the planner does not "
+            f"model: its figures come from one decoder-only or encoder-only stack, and a second stack with "
+            f"cross-attention and its own KV cache would be guesses.",
+            hint="Plan a decoder-only or encoder-only model; --assume-dense does not apply to encoder-decoders.")
+    legacy = mtype if mtype in _LEGACY_TYPES else ""
+    mtype = _LEGACY_TYPES.get(mtype, mtype)
     traits = dict(_FAMILIES.get(mtype, {}))
     if mtype.endswith("_text") and mtype.removesuffix("_text") in _FAMILIES:
         traits = dict(_FAMILIES[mtype.removesuffix("_text")])
@@ -407,6 +554,12 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         positions = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 1024
         kv = heads
         dropout = float(cfg.get("resid_pdrop", 0.1) or 0.0)
+    elif mtype in ("mpt", "bloom", "falcon"):
+        own = (_mpt_fields(cfg, where) if mtype == "mpt" else _bloom_fields(cfg, where) if mtype == "bloom"
+               else _falcon_fields(cfg, legacy, where))
+        h, layers, heads, kv, inter = own["h"], own["layers"], own["heads"], own["kv"], own["inter"]
+        positions, dropout = own["positions"], own["dropout"]
+        traits.update(own["traits"])
     else:
         h = need("hidden_size", "d_model")
         layers = need("num_hidden_layers", "n_layer", "num_layers")
@@ -443,7 +596,8 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
             hint="Add num_local_experts (or num_experts) and num_experts_per_tok.",
         )
     act = traits.get("act", "silu")
-    hact = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
+    hact = "" if mtype in ("mpt", "bloom", "falcon") else str(
+        cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
     if hact in ("gelu_pytorch_tanh", "gelu_tanh"):
         act = "gelu_tanh"
     elif hact == "gelu_new":
@@ -467,6 +621,8 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         act=act,
         norm=traits.get("norm", "rmsnorm"),
         norms_per_layer=int(traits.get("norms_per_layer", 2)),
+        norm_bias=bool(traits.get("norm_bias", True)),
+        embedding_norm=bool(traits.get("embedding_norm", False)),
         qkv_fused=bool(traits.get("qkv_fused", False)),
         gate_up_fused=bool(traits.get("gate_up_fused", False)),
         qkv_bias=bool(cfg.get("attention_bias", traits.get("qkv_bias", False))),
@@ -486,7 +642,8 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
         v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
         dropout=dropout,
-        parallel_residual=mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
+        parallel_residual=(mtype == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)))
+        or bool(traits.get("parallel", False)),
         final_logit_softcap=cfg.get("final_logit_softcapping"),
         attention_impl=str(traits.get("attn", "sdpa")),
         sliding_window=_sliding(cfg, mtype, layers)[0],
