@@ -156,6 +156,15 @@ def render_plan(res: Any) -> None:
         st.add_row("time per output token (TPOT)", f"{format_seconds(s['tpot_seconds'])} ({s['bound']}-bound)")
         st.add_row("output tokens per second", f"{s['output_tokens_per_second']:,.0f} at batch {s['batch']}")
         st.add_row("largest batch that fits", str(s["max_batch_that_fits"]))
+        if s.get("speculative"):
+            sd = s["speculative"]
+            st.add_row("speculative decoding",
+                       f"{sd['draft_model']} guesses K = {sd['speculative_tokens']}, acceptance {sd['acceptance_ratio']:g} "
+                       f"(assumed) → {sd['expected_new_tokens']:.2f} tokens per step")
+            st.add_row("", f"step = {sd['speculative_tokens']} × {format_seconds(sd['draft_step_seconds'])} draft + "
+                           f"{format_seconds(sd['verify_seconds'])} verify ({sd['verify_bound']}-bound) · TPOT "
+                           f"{format_seconds(sd['plain_tpot_seconds'])} without: {sd['speedup_ratio']:.2f}× "
+                           f"{'faster' if sd['speedup_ratio'] >= 1 else 'slower'}")
         if s.get("tensor_parallel_link"):
             share = s["tensor_parallel_seconds"] / max(s["tpot_seconds"], 1e-12)
             st.add_row("tensor-parallel all-reduces",
@@ -169,11 +178,13 @@ def render_plan(res: Any) -> None:
     console.print(st)
     if r.workload == "infer" and s.get("by_batch"):
         bt = Table(title="by batch size", box=None, header_style="bold", padding=(0, 2))
-        for c in ("batch", "TTFT", "TPOT", "output tokens/s"):
+        spec = "speculative_speedup_ratio" in s["by_batch"][0]
+        for c in ("batch", "TTFT", "TPOT", "output tokens/s") + (("speculation speed-up",) if spec else ()):
             bt.add_column(c, justify="right")
         for row in s["by_batch"]:
             bt.add_row(str(row["batch"]), format_seconds(row["ttft_seconds"]), format_seconds(row["tpot_seconds"]),
-                       f"{row['output_tokens_per_second']:,.0f}")
+                       f"{row['output_tokens_per_second']:,.0f}",
+                       *((f"{row['speculative_speedup_ratio']:.2f}×",) if spec else ()))
         print_table(console, bt)
     if res.cost:
         c = res.cost

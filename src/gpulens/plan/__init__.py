@@ -7,6 +7,7 @@ from gpulens.plan.models import ModelSpec, from_hf_config, load_model, preset, p
 from gpulens.plan.planner import Comparison, PlanRequest, PlanResult, compare, plan
 from gpulens.plan.request import PlanOptions
 from gpulens.plan.serve import ServeSetup, plan_serving
+from gpulens.plan.speculative import SpeculativeSetup, expected_tokens_per_step
 from gpulens.plan.speed import Efficiency, training_speed
 
 __all__ = [
@@ -19,11 +20,13 @@ __all__ = [
     "PlanRequest",
     "PlanResult",
     "ServeSetup",
+    "SpeculativeSetup",
     "TrainSetup",
     "UnknownGpuError",
     "UnsupportedPrecisionError",
     "all_gpus",
     "compare",
+    "expected_tokens_per_step",
     "find_gpu",
     "from_hf_config",
     "load_model",

@@ -25,6 +25,7 @@ from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
 from gpulens.plan.serve import INT4_GROUP, VLLM_MAX_BATCHED_TOKENS, ServeSetup, plan_serving
+from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS, SpeculativeSetup, break_even_batch
 from gpulens.plan.speed import Efficiency, training_speed
 from gpulens.units import format_seconds
 
@@ -69,6 +70,9 @@ class PlanRequest:
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held through the profiling forward
     tp_shards_head: bool = True  # serving: the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # serving: int8/int4/fp8 quantize the output head too (gpt-fast)
+    draft_model: str | None = None  # serving: speculative decoding's draft (plan/speculative.py), resolved like model
+    speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS  # K: guesses the draft proposes per step
+    acceptance_rate: float | None = None  # alpha: per-token acceptance probability (required with a draft)
     int4_group_size: int = INT4_GROUP  # serving, int4: weights per fp16 scale + zero point (gpt-fast's figures: 32)
     nccl_communicators: int = 1  # serving, engine at TP > 1: NCCL communicators per GPU (vLLM 0.2.x: 2)
     prefill_chunk_tokens: int | None = None  # serving, engine: the scheduler's per-step budget (None: max_num_batched_tokens)
@@ -253,7 +257,7 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
 
 def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficiency, ctx: int, user: UserConfig,
                 notes: list[str]) -> PlanResult:
-    setup = ServeSetup(dtype=req.dtype, kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=req.prompt,
+    setup = ServeSetup(speculative=_speculation(req, model), dtype=req.dtype, kv_dtype=req.kv_dtype, batch=req.batch, prompt_tokens=req.prompt,
                        new_tokens=req.new_tokens, runtime=req.runtime, tensor_parallel=req.tensor_parallel,
                        gpus_per_node=req.gpus_per_node, inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        max_num_batched_tokens=req.max_num_batched_tokens, nccl_record_streams=req.nccl_record_streams,
@@ -277,6 +281,8 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                                      f"{sp.max_batch_for_tpot}." if sp.max_batch_for_tpot else
                              f"No batch meets TPOT <= {req.tpot_target_seconds * 1000:.0f} ms on one replica."))
     s = sp.speed
+    if s.speculative is not None:
+        advice.append(Advice("note", _speculation_note(model, setup, gpu, eff, sp.max_batch_that_fits)))
     speed = s.to_dict() | {"max_batch_that_fits": sp.max_batch_that_fits, "max_concurrency": sp.max_concurrency,
                            "max_batch_for_tpot_target": sp.max_batch_for_tpot, "by_batch": sp.tpot_by_batch,
                            "kv_cache_bytes_per_token": sp.kv_cache_bytes_per_token}
@@ -301,6 +307,40 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     res = PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, replicas, notes + mem.notes)
     res.replica_misses = misses
     return res
+
+
+def _speculation(req: PlanRequest, model: ModelSpec) -> SpeculativeSetup | None:
+    """The draft model and its figures (None without --draft-model); the draft is resolved as --model is."""
+    if req.draft_model is None:
+        return None
+    if req.acceptance_rate is None:
+        raise BadInputError("--draft-model needs --acceptance-rate: how often the target accepts a draft token "
+                            "decides whether speculation pays, and gpulens does not guess it.",
+                            hint="Measure it (vLLM logs the draft acceptance rate) or pass e.g. --acceptance-rate 0.7.")
+    try:
+        draft = load_model(req.draft_model, assume_dense=req.assume_dense)
+    except BadInputError as e:  # say which of the two models it is about
+        raise BadInputError(f"--draft-model: {e.message}", hint=e.hint) from None
+    return SpeculativeSetup(draft=draft, acceptance_ratio=req.acceptance_rate, tokens=req.speculative_tokens)
+
+
+def _speculation_note(model: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, max_fit: int) -> str:
+    """Where speculation stops paying on this GPU: the verification of K + 1 tokens per sequence
+    turns compute-bound as the batch grows."""
+    spec = setup.speculative
+    assert spec is not None
+    at = break_even_batch(model, setup, gpu, eff)
+    head = (f"Speculative decoding assumes K = {spec.tokens} guesses of {spec.draft.name} per step and an acceptance "
+            f"rate of {spec.acceptance_ratio:g} per token (an input: measure it on your prompts). ")
+    if at is None:
+        return head + "It speeds decoding up at every batch up to 4,096 on this GPU."
+    if at == 1:
+        return head + ("It does not speed decoding up even at batch 1 here: the draft's steps cost more than the "
+                       "accepted tokens save. Drop --draft-model, or use a smaller draft or a smaller K.")
+    beyond = f" (more than the {max_fit} that fit here)" if at > max_fit else ""
+    return head + (f"It pays at small batch (memory-bound steps) and slows decoding from about batch {at} on{beyond}: "
+                   f"the verification of {spec.tokens + 1} tokens per sequence turns compute-bound. Turn it off for "
+                   "large batches (vLLM's speculative_disable_by_batch_size).")
 
 
 def replica_targets(req: PlanRequest) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.planner import PlanRequest
+from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS
 from gpulens.units import parse_duration
 
 # What each number may be: beyond these a plan means nothing (and a float must be finite).
@@ -20,6 +21,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
     "max_num_batched_tokens": (1, 1 << 26), "prefill_chunk_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
+    "speculative_tokens": (1, 32),
 }
 
 def _num(v: float) -> str:
@@ -28,6 +30,7 @@ def _num(v: float) -> str:
 
 WORKLOAD_ALIASES = {"inference": "infer", "serve": "infer", "serving": "infer"}
 DEFAULT_BATCH = {"train": 8, "infer": 1}
+SPECULATIVE_OPTIONS = ("draft_model", "speculative_tokens", "acceptance_rate")  # serving only (plan/speculative.py)
 
 
 def _opt(flags: tuple[str, ...], help: str, default: Any = None) -> Any:  # noqa: A002 - the CLI's word
@@ -126,6 +129,15 @@ class PlanOptions:
                                                           "FlashAttention-2 in 16-bit), flash2, flash1, or triton "
                                                           "(FlashAttention's Triton port, llm-foundry's attn_impl: triton).",
                                  "auto")
+    draft_model: str | None = _opt(("--draft-model",), "Serving, engine: speculative decoding with this draft model "
+                                   "(config.json path or folder, or preset name, as --model; same vocabulary, smaller): "
+                                   "it proposes --speculative-tokens guesses a step, the target verifies them in one "
+                                   "forward (Leviathan et al. 2023).")
+    speculative_tokens: int | None = _opt(("--speculative-tokens",), "Serving, with --draft-model: K, the draft's guesses "
+                                          "per step (default 4).")
+    acceptance_rate: float | None = _opt(("--acceptance-rate",), "Serving, with --draft-model (required): alpha, the "
+                                         "probability that the target accepts one draft token, 0 < alpha < 1 "
+                                         "(vLLM logs it as the draft acceptance rate).")
     tpot_target: str | None = _opt(("--tpot-target",), "Serving: per-token latency target, e.g. 50ms.")
     ttft_target: str | None = _opt(("--ttft-target",), "Serving: first-token latency target, e.g. 2s.")
     target_rps: float | None = _opt(("--target-rps",), "Serving: requests per second to plan replicas for.")
@@ -181,7 +193,7 @@ class PlanOptions:
                     flag = "--" + name.replace("_", "-")
                     raise BadInputError(f"{flag} shapes the electricity cost, and no --electricity-usd-per-kwh is given.",
                                         hint=f"Add --electricity-usd-per-kwh PRICE, or drop {flag}.")
-        other = train_only if workload == "infer" else serve_only
+        other = train_only if workload == "infer" else serve_only + SPECULATIVE_OPTIONS
         for name in other:
             if getattr(self, name) != defaults[name]:
                 flag = "--" + name.replace("_", "-")
@@ -219,6 +231,18 @@ class PlanOptions:
         elif self.tp is not None and gpus > 1 and self.tp != gpus:
             raise BadInputError(f"--gpus {gpus} with --tp {self.tp}: serving one replica on {gpus} GPUs is tensor "
                                 f"parallelism {gpus}.", hint=f"Give --tp {gpus}, or drop --gpus (plan replicas with --target-rps).")
+        if workload == "infer":
+            self.check_speculation()
+
+    def check_speculation(self) -> None:
+        """--speculative-tokens and --acceptance-rate describe a --draft-model (plan/speculative.py)."""
+        if self.draft_model is None and (self.speculative_tokens is not None or self.acceptance_rate is not None):
+            flag = "--speculative-tokens" if self.speculative_tokens is not None else "--acceptance-rate"
+            raise BadInputError(f"{flag} describes speculative decoding, and no --draft-model is given.",
+                                hint=f"Add --draft-model NAME (e.g. llama-3.2-1b), or drop {flag}.")
+        if self.acceptance_rate is not None and not 0.0 < self.acceptance_rate < 1.0:
+            raise BadInputError(f"--acceptance-rate must lie strictly between 0 and 1, not {self.acceptance_rate!r}.",
+                                hint="Give the probability that the target accepts one draft token, e.g. 0.7.")
 
     def to_request(self, gpu: str) -> PlanRequest:
         self.check_ranges()
@@ -253,7 +277,8 @@ class PlanOptions:
             prefill_chunk_tokens=self.prefill_chunk_tokens,
             nccl_record_streams=self.nccl_record_streams, nccl_communicators=self.nccl_communicators,
             tp_shards_head=self.tp_shards_head,
-            quantize_head=self.quantize_head, int4_group_size=self.int4_group_size,
+            quantize_head=self.quantize_head, int4_group_size=self.int4_group_size, draft_model=self.draft_model,
+            speculative_tokens=self.speculative_tokens or DEFAULT_SPECULATIVE_TOKENS, acceptance_rate=self.acceptance_rate,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,

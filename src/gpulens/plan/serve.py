@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
@@ -44,6 +44,9 @@ from gpulens.plan.links import (
 from gpulens.plan.memory import MemoryEstimate, fits_in
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.speed import Efficiency
+
+if TYPE_CHECKING:
+    from gpulens.plan.speculative import SpeculativeSetup, SpeculativeSpeed
 
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group (--int4-group-size)
@@ -74,6 +77,8 @@ class ServeSetup:
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
     max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
+    speculative: SpeculativeSetup | None = None  # a draft model proposes, the target verifies (plan/speculative.py)
+    step_tokens: int = 1  # tokens per sequence a decode step computes: K + 1 for a speculative verification
     tp_shards_head: bool = True  # the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # int8/int4/fp8 also quantize the output head (gpt-fast: every nn.Linear)
     nccl_communicators: int = 1  # engine at TP > 1: NCCL communicators on each GPU before it sizes the KV pool
@@ -187,9 +192,13 @@ class ServeSpeed:
     prefill_tensor_parallel_seconds: float = 0.0  # of the prefill, likewise
     tensor_parallel_link: str = ""  # the ring's slowest link
     tensor_parallel_protocol: str = ""  # the NCCL protocol the decode all-reduce is priced with
+    speculative: SpeculativeSpeed | None = None  # with a draft model: what a step costs and yields
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["speculative"] is None:
+            del d["speculative"]
+        return d
 
 
 @dataclass
@@ -247,24 +256,27 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     held = all_reduce_held_bytes(m, setup, tokens, cb)
     graphs = VLLM_CUDA_GRAPHS_BYTES
     nccl = engine_nccl_bytes(setup)
-    kv_pool = budget - w - act - held - graphs - nccl - eff.workspace_bytes
+    draft_w = serving_weight_bytes(setup.speculative.draft, setup) if setup.speculative else 0.0
+    kv_pool = budget - w - draft_w - act - held - graphs - nccl - eff.workspace_bytes
     breakdown = {
-        "weights": int(w), "activations": int(act), "cuda_graphs": int(graphs), "nccl_buffers": int(nccl),
+        "weights": int(w), **({"draft_weights": int(draft_w)} if draft_w else {}), "activations": int(act), "cuda_graphs": int(graphs), "nccl_buffers": int(nccl),
         "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
     }
     breakdown = {k: v for k, v in breakdown.items() if v or k != "nccl_buffers"}
     if held:  # after the profiling forward's own peak, in the memory table
-        breakdown = {k: v for k, v in breakdown.items() if k in ("weights", "activations")} | {
-            "nccl_held_activations": int(held)} | {k: v for k, v in breakdown.items() if k not in ("weights", "activations")}
+        first = ("weights", "draft_weights", "activations")
+        breakdown = {k: v for k, v in breakdown.items() if k in first} | {
+            "nccl_held_activations": int(held)} | {k: v for k, v in breakdown.items() if k not in first}
     if held:
         notes.append(f"{held / 2**30:.1f} GiB of all-reduced activations stay reserved through the profiling forward "
                      "(ProcessGroupNCCL's record_stream; vLLM <= 0.2.6, or TORCH_NCCL_AVOID_RECORD_STREAMS unset)")
     peak = int(sum(breakdown.values()))
-    seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    per_seq = kv(seq_tokens)
+    per_seq = engine_sequence_kv_bytes(m, setup)
     concurrency = int(max(0.0, kv_pool) // per_seq) if per_seq else 0
     fits = kv_pool > 0 and concurrency >= b
-    notes.append(f"the KV pool holds {concurrency} sequences of {setup.context_tokens} tokens")
+    notes.append(f"the KV pool holds {concurrency} sequences of {setup.context_tokens} tokens"
+                 + (f" (with the draft {setup.speculative.draft.name}'s cache and {setup.speculative.tokens} lookahead "
+                    "slots each)" if setup.speculative else ""))
     est = MemoryEstimate(peak, breakdown, "start (preallocated)", peak, cuda_context_bytes, capacity_bytes, fits,
                          {"start (preallocated)": peak}, notes)
     return est
@@ -298,12 +310,24 @@ def all_reduce_held_bytes(m: ModelSpec, setup: ServeSetup, tokens: int, act_byte
     return (2 * m.num_layers + 1) * tokens * m.hidden_size * act_bytes
 
 
+def engine_sequence_kv_bytes(m: ModelSpec, setup: ServeSetup) -> float:
+    """One sequence's KV blocks on one GPU of an engine's pool: the full context in whole blocks;
+    with a draft model (plan/speculative.py), K lookahead slots more, and the draft's cache beside
+    the target's (vLLM gives both models the same number of blocks)."""
+    tp = setup.tensor_parallel
+    extra = setup.speculative.tokens if setup.speculative else 0
+    seq_tokens = math.ceil((setup.context_tokens + extra) / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
+    per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp
+    if setup.speculative:
+        from gpulens.plan.speculative import draft_kv_bytes
+
+        per_seq += draft_kv_bytes(setup, seq_tokens)
+    return per_seq
+
+
 def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency) -> int:
     est = serving_memory(m, setup, capacity_bytes=capacity_bytes, eff=eff)
-    tp = setup.tensor_parallel
-    seq_tokens = math.ceil(setup.context_tokens / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp
-    return int(est.breakdown.get("kv_cache", 0) // per_seq)
+    return int(est.breakdown.get("kv_cache", 0) // engine_sequence_kv_bytes(m, setup))
 
 
 def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: int) -> float:
@@ -398,7 +422,12 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     """Prefill: compute-bound (2 N per token + causal attention) at the runtime's prefill
     efficiency. A decode step: the bytes it reads (the weights it touches, the KV cache at the
     current context; eager generate also copies the cache) over the runtime's share of the
-    bandwidth, or the compute bound at large batch, plus the runtime's fixed costs."""
+    bandwidth, or the compute bound at large batch, plus the runtime's fixed costs. With a draft
+    model, plan/speculative.py prices the draft and the verification steps with this function."""
+    if setup.speculative is not None:
+        from gpulens.plan.speculative import speculative_speed
+
+        return speculative_speed(m, setup, gpu, eff)
     rt = eff.runtime(setup.runtime)
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
@@ -436,12 +465,13 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
             rep = m.num_heads // m.num_kv_heads
             kv_read *= 3 + (2 * rep if rep > 1 else 0)
     replicated = 0.0 if setup.tp_shards_head else (tp - 1) * decode_head_bytes(m, b, setup)  # every rank reads it whole
-    weights_read = decode_weight_bytes(m, setup.dtype, b, setup.int4_group_size) - head_quantization_saving(m, setup) + replicated
+    q = setup.step_tokens  # a speculative verification computes K + 1 tokens per sequence, reading all once
+    weights_read = decode_weight_bytes(m, setup.dtype, b * q, setup.int4_group_size) - head_quantization_saving(m, setup) + replicated
     mem_time = (weights_read + kv_read) / bw + dequantize_seconds(m, setup, gpu)
-    comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) / peak
+    comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) * q / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
-    step_ar = tensor_parallel_all_reduce(m, setup, gpu, b * m.hidden_size * act_bytes)
+    step_ar = tensor_parallel_all_reduce(m, setup, gpu, b * q * m.hidden_size * act_bytes)
     prefill_ar = tensor_parallel_all_reduce(m, setup, gpu, b * p * m.hidden_size * act_bytes)
     comm = 2 * m.num_layers * step_ar.seconds  # two all-reduces per layer
     prefill_comm = 2 * m.num_layers * prefill_ar.seconds
@@ -517,6 +547,8 @@ def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency,
 
     setup.validate(gpu)
     check_tensor_parallel(m, setup.tensor_parallel)
+    if setup.speculative is not None:
+        setup.speculative.check(m, setup)
     mem = serving_memory(m, setup, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=cuda_context_bytes)
     speed = serving_speed(m, setup, gpu, eff)
     max_fit = max_batch_that_fits(m, setup, gpu.memory_bytes, eff)
@@ -525,7 +557,8 @@ def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency,
     while bb <= max(1, max_fit):
         s = serving_speed(m, replace(setup, batch=bb), gpu, eff)
         table.append({"batch": bb, "ttft_seconds": s.ttft_seconds, "tpot_seconds": s.tpot_seconds,
-                      "output_tokens_per_second": s.output_tokens_per_second})
+                      "output_tokens_per_second": s.output_tokens_per_second}
+                     | ({"speculative_speedup_ratio": s.speculative.speedup_ratio} if s.speculative else {}))
         bb *= 2
     best_for_target = None
     if tpot_target_seconds is not None:
