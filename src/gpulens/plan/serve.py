@@ -318,10 +318,9 @@ def engine_sequence_kv_bytes(m: ModelSpec, setup: ServeSetup) -> float:
     extra = setup.speculative.tokens if setup.speculative else 0
     seq_tokens = math.ceil((setup.context_tokens + extra) / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
     per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp
-    if setup.speculative:
-        from gpulens.plan.speculative import draft_kv_bytes
-
-        per_seq += draft_kv_bytes(setup, seq_tokens)
+    if setup.speculative:  # the draft's cache: split over the TP group like the target's
+        d = setup.speculative.draft
+        per_seq += d.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, d.num_kv_heads)) / tp
     return per_seq
 
 
@@ -424,10 +423,8 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     current context; eager generate also copies the cache) over the runtime's share of the
     bandwidth, or the compute bound at large batch, plus the runtime's fixed costs. With a draft
     model, plan/speculative.py prices the draft and the verification steps with this function."""
-    if setup.speculative is not None:
-        from gpulens.plan.speculative import speculative_speed
-
-        return speculative_speed(m, setup, gpu, eff)
+    if setup.speculative is not None:  # the draft prices its steps with this function (no import back up)
+        return setup.speculative.speed(m, setup, gpu, eff)
     rt = eff.runtime(setup.runtime)
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens

@@ -88,6 +88,10 @@ class SpeculativeSetup:
             raise BadInputError(f"The draft runs at the target's tensor parallelism {setup.tensor_parallel}, and {why}.",
                                 hint="Pick a draft whose heads split over the TP group, or a smaller --tp.")
 
+    def speed(self, m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency) -> ServeSpeed:
+        """What `serve.serving_speed` returns for a setup holding this draft (it calls this)."""
+        return speculative_speed(m, setup, gpu, eff)
+
     def to_dict(self) -> dict[str, Any]:
         return {"draft_model": self.draft.name, "speculative_tokens": self.tokens, "acceptance_ratio": self.acceptance_ratio}
 
@@ -160,13 +164,3 @@ def break_even_batch(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficie
             return b
         b *= 2
     return None
-
-
-def draft_kv_bytes(setup: ServeSetup, tokens: float) -> float:
-    """One sequence's draft KV cache on one GPU (0 without a draft): split over the TP group like the
-    target's, replicated beyond the draft's KV heads."""
-    spec = setup.speculative
-    if spec is None:
-        return 0.0
-    d, tp = spec.draft, setup.tensor_parallel
-    return d.kv_bytes_for_context(tokens, setup.kv_bytes) * max(1, tp // max(1, d.num_kv_heads)) / tp
