@@ -69,15 +69,17 @@ KNOWN_MISSES = {
                      "fast (MPT-70B on 64 A100-40GB at micro-batch 2: +56 %, its 128-GPU micro-batch-4 row +16 %; "
                      "MPT-13B at micro-batch 2 on H100: +30-38 %; MPT-30B on 8 GPUs at 8k tokens +33-36 %), "
                      "MPT-760M at 512-1k tokens on A100-80GB +23-33 %",
+    "serving_speed": "median 5.1 % / worst 124.3 % (held-out 6.5 % / 124.3 %) since the 24 held-out figures of "
+                     "torchao's and gpt-fast's Llama-3.1 tables joined (chosen by source before any prediction; "
+                     "was 4.4 % / 21.6 %, held-out 14.5 % / 18.6 % over 3): torchao's float8 dynamic-activation "
+                     "decode on the H100 +124 % (per-tensor) and +69 % (per-row), its H100 bf16 / int8 / int4 "
+                     "+16 / +21 / +30 % (the A100 rows of the same table are -2 to -7 %), gpt-fast Llama-3.1-405B "
+                     "int8 TP8 +34 % and 70B bf16 TP2 +28 %, Llama-2-70B int4 -22 %, LitGPT Llama-2-13B eager -19 %",
 }
 
 
 # Kinds within their bound over all figures that still miss it on the held-out ones alone.
-HELD_OUT_ONLY_MISSES = {
-    "serving_speed": "held-out median 14.5 % / worst 18.6 % (all: 4.4 % / 21.6 %, within the bound since the "
-                     "NCCL tuner's current LL latencies and gpt-fast's replicated output head): Llama-2-70B TP8 "
-                     "int8 decode 14.5 % and int4 (G=32) 9.6 % too fast, LitGPT Llama-2-13B eager 19 % too slow",
-}
+HELD_OUT_ONLY_MISSES: dict[str, str] = {}
 
 
 def _check(outcomes, kind: str, held_out_only: bool) -> None:

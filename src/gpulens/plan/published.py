@@ -142,7 +142,9 @@ def _predicted(fig: dict[str, Any], res: PlanResult) -> float:
     if kind == "training_time":
         return float(res.speed["tokens_per_second"]) / c["gpus"]
     if kind in ("serving_speed", "moe"):
-        if c.get("engine", "").startswith("LitGPT"):  # tokens over the whole call, prefill included
+        # LitGPT's and gpt-fast's generate.py (torchao's copy too) time the whole generate() call:
+        # tokens generated / (prefill + decode), prefill included
+        if c.get("engine", "").startswith(("LitGPT", "gpt-fast")):
             return c["new_tokens"] / (res.speed["ttft_seconds"] + c["new_tokens"] * res.speed["tpot_seconds"])
         return 1.0 / float(res.speed["tpot_seconds"])
     if kind == "serving_memory" and "block_tokens" in c:
