@@ -137,7 +137,15 @@ def render_plan(res: Any) -> None:
     if r.workload == "train":
         st.add_row("step time", format_seconds(s["step_seconds"]))
         st.add_row("tokens per second", f"{s['tokens_per_second']:,.0f}" + (f" (all {r.gpus} GPUs)" if r.gpus > 1 else ""))
-        st.add_row("MFU (model FLOPs / peak)", format_mfu(s["mfu_ratio"]))
+        fp8 = s.get("fp8")
+        st.add_row("MFU (model FLOPs / peak)", format_mfu(s["mfu_ratio"])
+                   + (f" (of the {s['mfu_peak_format']} peak, not the FP8 one)" if fp8 else ""))
+        if fp8:
+            st.add_row("FP8 GEMMs", f"{', '.join(fp8['gemms'])}: forward, dgrad, wgrad (E4M3/E5M2) in "
+                                    f"{format_seconds(fp8['gemm_seconds'] * r.grad_accum)}")
+            st.add_row("", f"casts to FP8 {format_seconds(fp8['cast_seconds'] * r.grad_accum)} (in memory-bound); "
+                           f"16-bit: {fp8['stays_16bit']}")
+            st.add_row("", f"FP8 peak x {fp8['ceiling_ratio']:.0%}: assumed, the 16-bit matmul ceiling's share")
         attn = s.get("attention_seconds") or 0.0
         matmuls = f"matmuls {format_seconds(s['compute_seconds'] - attn)}" + (
             f", attention {format_seconds(attn)} ({s['attention_kernel']})" if attn else "")

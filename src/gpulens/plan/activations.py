@@ -23,7 +23,7 @@ class _Mode:
 def _mode(precision: str) -> _Mode:
     if precision == "fp32":
         return _Mode(4, 4, 4, False)
-    if precision in ("amp_bf16", "amp_fp16"):
+    if precision in ("amp_bf16", "amp_fp16", "fp8"):  # fp8: Transformer Engine on the amp_bf16 layout (plan/fp8.py)
         return _Mode(4, 2, 4, True)
     return _Mode(2, 2, 2, False)  # bf16 / fp16: weights and states in 16-bit
 

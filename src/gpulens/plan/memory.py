@@ -30,6 +30,7 @@ from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and sp
     attention_kernel,
     layer_activation_bytes,
 )
+from gpulens.plan.fp8 import apply_fp8_memory, check_fp8_training
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.lora import (
     FINETUNE,
@@ -49,7 +50,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 LOSSES = ("torch", "fused")
-PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16", "fp16")
+PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16", "fp16", "fp8")  # fp8: plan/fp8.py
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw8bit")
 
 # cuBLAS/cuBLASLt workspaces live inside the caching allocator (measured: 64 MiB on the H200).
@@ -107,6 +108,8 @@ class TrainSetup:
 
     @property
     def activation_precision(self) -> str:
+        if self.precision == "fp8":  # TE's FP8 Linears inside bf16 autocast (plan/fp8.py)
+            return "amp_bf16"
         if self.low_precision_module:
             return "bf16" if self.precision == "amp_bf16" else "fp16"
         return self.precision
@@ -232,6 +235,9 @@ def training_memory(
 ) -> MemoryEstimate:
     """Itemized peak memory of one GPU for one training step."""
     setup.validate()
+    if setup.precision == "fp8":
+        check_fp8_training(m, finetune=setup.finetune, model_parallel=setup.model_parallel,
+                           zero_layout=setup.zero_layout, zero_stage=setup.zero_stage)
     if m.is_mla:
         raise BadInputError(f"{m.name} uses multi-head latent attention, whose training activations gpulens does not "
                             "model yet.", hint="Plan serving it (--workload infer), or pass a config of another family.")
@@ -335,6 +341,9 @@ def training_memory(
     cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
                                         "optimizer_step_temporaries": step_tmp,
                                         "fp32_gradient_partition": int(zs.fp32_gradient_partition)}
+    if setup.precision == "fp8":
+        apply_fp8_memory(cands, m, tokens=tokens, grad_ckpt=setup.grad_ckpt, zero3_gpus=gpus if zero >= 3 else 1,
+                         activation_scale=activation_scale, notes=notes)
 
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])

@@ -19,6 +19,7 @@ from gpulens.plan.advice import (
 from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UnsupportedPrecisionError, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
+from gpulens.plan.fp8 import check_fp8_gpu
 from gpulens.plan.kernels import check_attention_kernel
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.megatron import RECOMPUTE
@@ -171,6 +172,8 @@ def _check_precision(gpu: GpuSpec, req: PlanRequest) -> None:
         fmt = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp16": "fp16", "fp16": "fp16", "fp32": "fp32"}.get(req.precision)
         if fmt:
             gpu.peak_flops(fmt)
+        elif req.precision == "fp8":
+            check_fp8_gpu(gpu)
 
 
 def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig | None = None,

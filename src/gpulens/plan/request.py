@@ -46,7 +46,9 @@ class PlanOptions:
     gpus: int = _opt(("--gpus",), "Training: number of GPUs (data parallel; with --zero, sharded). "
                                  "Serving: GPUs per replica (= --tp).", 1)
     precision: str = _opt(("--precision",), "Training: fp32, amp_bf16, amp_fp16 (fp32 weights, 16-bit autocast), "
-                                            "bf16, fp16 (weights and states in 16-bit).", "amp_bf16")
+                                            "bf16, fp16 (weights and states in 16-bit), fp8 (Transformer "
+                                            "Engine: the blocks' Linear GEMMs in FP8, the rest as amp_bf16; "
+                                            "Hopper, Ada, Blackwell, MI300X).", "amp_bf16")
     optimizer: str = _opt(("--optimizer",), "adamw, sgd, sgd-momentum, adafactor, adamw8bit.", "adamw")
     batch: int | None = _opt(("--batch", "-b"), "Training: micro-batch per GPU (default 8). "
                                                 "Serving: concurrent sequences (default 1).")

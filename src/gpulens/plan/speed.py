@@ -16,6 +16,7 @@ from typing import Any
 
 from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.fp8 import Fp8Speed, check_fp8_training, fp8_speed
 from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
 from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
@@ -125,6 +126,8 @@ class TrainSpeed:
     attention_kernel: str = ""  # the kernel the attention core is priced at ("": with the matmuls)
     attention_seconds: float = 0.0  # of compute_seconds: the attention core at that kernel's measured rate
     attention_source: str = ""
+    mfu_peak_format: str = ""  # the dense peak mfu_ratio is taken against (fp8 runs: bf16, plan/fp8.py)
+    fp8: Fp8Speed | None = None  # --precision fp8: the FP8 GEMMs and their casts (plan/fp8.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,6 +206,9 @@ def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
 
 def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency) -> TrainSpeed:
     setup.validate()
+    if setup.precision == "fp8":
+        check_fp8_training(m, finetune=setup.finetune, model_parallel=setup.model_parallel,
+                           zero_layout=setup.zero_layout, zero_stage=setup.zero_stage)
     tokens = setup.micro_batch * setup.seq_len
     lora = setup.lora
     fpt = train_flops_per_token(m, setup.seq_len, recompute=setup.recompute)
@@ -225,6 +231,12 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         traffic *= 1.5
     elif setup.selective_recompute:  # the attention core re-reads q, k, v and rewrites its insides once more
         traffic += m.num_layers * layer_activation_bytes(m, precision, setup.micro_batch, setup.seq_len)["attention"]
+    fp8 = None
+    if setup.precision == "fp8":  # the block Linears' GEMMs at the FP8 peak, plus their casts (plan/fp8.py)
+        fp8 = fp8_speed(m, gpu, tokens=tokens, grad_ckpt=setup.grad_ckpt, compute_ratio=eff.compute_ratio,
+                        ratio_source=eff.source, bandwidth_bytes_per_second=bw)
+        compute += fp8.gemm_seconds - fp8.gemm_flops_per_token * tokens / _peak_for(gpu, precision, eff)
+        traffic += fp8.cast_bytes + 3 * fp8.saved_activation_delta_bytes
     if lora is not None and lora.method == "qlora":
         # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
         passes = 3 if setup.grad_ckpt else 2
@@ -283,6 +295,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         attention_kernel=attn.kernel if attn else "",
         attention_seconds=attn.seconds_per_token * tokens / mp * slots if attn else 0.0,
         attention_source=attn.source if attn else "",
+        mfu_peak_format=fmt,
+        fp8=fp8,
     )
 
 
@@ -323,7 +337,7 @@ def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_mic
     dp = setup.data_parallel
     if dp <= 1:
         return 0.0
-    amp = setup.precision in ("amp_bf16", "amp_fp16")
+    amp = setup.precision in ("amp_bf16", "amp_fp16", "fp8")
     gather_bytes = 2 if setup.low_precision_module else _mode(setup.precision).weight
     reduce_bytes = 4 if amp or setup.precision == "fp32" else 2
     layers = max(m.num_layers, 1)
