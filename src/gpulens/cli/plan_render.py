@@ -45,6 +45,29 @@ def _bar(breakdown: dict[str, int], capacity: int, context: int, width: int = 56
     return text
 
 
+def _mechanism_memory_rows(t: Table, mech: dict[str, dict]) -> None:
+    """Expert parallelism's and the optimizer offload's memory figures (plan/expert_parallel.py, offload.py)."""
+    ep = mech.get("expert_parallel")
+    if ep:
+        t.add_row("", f"of which experts ({ep['experts_per_gpu']} of {ep['num_experts']} per layer): weights",
+                  _gib(ep["expert_weights_bytes"]), "")
+    off = mech.get("optimizer_offload")
+    if off:
+        t.add_row("", "optimizer in CPU memory (ZeRO-Offload), per GPU", _gib(off["cpu_bytes_per_gpu"]), "")
+        t.add_row("", f"CPU memory per node ({off['gpus_per_node']} GPU(s))", _gib(off["cpu_bytes_per_node"]), "")
+
+
+def _mechanism_speed_rows(st: Table, s: dict[str, Any]) -> None:
+    if s.get("expert_all_to_all_count"):
+        st.add_row("expert all-to-alls", f"{s['expert_all_to_all_count']} per micro-batch, "
+                                         f"{format_seconds(s['expert_all_to_all_seconds'])} a step over "
+                                         f"{s['expert_all_to_all_link']} (not overlapped)")
+    if s.get("offload_host_link"):
+        st.add_row("optimizer offload", f"PCIe {format_seconds(s['offload_pcie_seconds'])} + CPU Adam "
+                                        f"{format_seconds(s['offload_cpu_adam_seconds'])} a step over "
+                                        f"{s['offload_host_link']} (not overlapped)")
+
+
 def verdict_line(res: Any) -> str:
     """The headline, agreeing with the numbers under it: what the verdict was decided on, and on a
     no-fit what tips it and by how much (the margin kept free counts; a preallocating engine is
@@ -96,6 +119,8 @@ def render_plan(res: Any) -> None:
                 + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
                 + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
                 + (" · SP" if r.sequence_parallel else "")
+                + (f" · EP {r.expert_parallel}" if r.expert_parallel > 1 else "")
+                + (" · optimizer offloaded to CPU" if r.offload == "optimizer" else "")
                 + (f" · {'QLoRA' if r.finetune == 'qlora' else 'LoRA'} r{r.lora_rank} ({r.lora_targets}, {r.lora_dtype}"
                    + (f", {r.lora_optimizer_dtype} states" if r.lora_optimizer_dtype not in (None, r.lora_dtype) else "")
                    + (", LitGPT" if r.lora_engine == "litgpt" else "")
@@ -130,6 +155,7 @@ def render_plan(res: Any) -> None:
     else:
         t.add_row("", "reserved by the allocator (≈)", _gib(mem.reserved_bytes), "")
     t.add_row(Text("┃", style="bold"), "the card", _gib(mem.capacity_bytes), "")
+    _mechanism_memory_rows(t, mem.mechanisms)
     print_table(console, t)
     console.print()
     s = d["speed"]
@@ -156,6 +182,7 @@ def render_plan(res: Any) -> None:
             st.add_row("tensor-parallel all-reduces", f"over {s['tensor_parallel_link']}")
         if s.get("pipeline_bubble_ratio"):
             st.add_row("pipeline bubble", f"{s['pipeline_bubble_ratio']:.0%} of the step (1F1B; more micro-batches shrink it)")
+        _mechanism_speed_rows(st, s)
         if s.get("communication_link"):
             st.add_row("gradient all-reduce", f"over {s['communication_link']}, {s['communication_link_bytes_per_second'] / 1e9:g} GB/s "
                                               f"per GPU · {s['nodes']} node(s)")

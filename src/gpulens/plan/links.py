@@ -194,3 +194,34 @@ def nccl_communicator_bytes(group: int) -> int:
     if group <= 1:
         return 0
     return NCCL_COMMUNICATOR_BYTES[min(group, 3)]
+
+
+def all_to_all(buffer_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+               inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND) -> AllReduceCost:
+    """An all-to-all of `buffer_bytes` per GPU over `group` GPUs placed on consecutive ranks (whole
+    nodes of `gpus_per_node`, as Megatron-Core and DeepSpeed lay out expert-parallel groups).
+
+    NCCL has no all-to-all kernel: it is one ncclSend and one ncclRecv per peer inside a
+    ncclGroupStart/End (NCCL user guide, "Point-to-point communication", the all-to-all example;
+    PyTorch's all_to_all_single on NCCL runs exactly that). Each GPU keeps 1/t of its buffer and
+    sends (t - 1)/t of it: the share for peers on its node over the node's interconnect, the share
+    for peers on other nodes over the network, both at once, so the transfer takes the slower of
+    the two. Alpha: the sends run concurrently, so one Simple-protocol launch (NCCL's point-to-point
+    protocol for large messages) and one step over the slowest link used (tuning.cc's latencies)."""
+    intra = intra_node_link(gpu)
+    if group <= 1:
+        return AllReduceCost(0.0, 0.0, 0.0, "", intra, 1)
+    if inter_node_bytes_per_second <= 0:
+        raise BadInputError("The inter-node link must be faster than 0 GB/s.", hint="Pass --inter-node-gbps 50, say.")
+    nodes = nodes_for(group, gpus_per_node)
+    local = min(group, gpus_per_node)
+    intra_seconds = (local - 1) / group * buffer_bytes / intra.bytes_per_second
+    inter_seconds = (group - local) / group * buffer_bytes / inter_node_bytes_per_second
+    link = intra
+    if inter_seconds > intra_seconds:
+        link = Link(inter_node_bytes_per_second, f"inter-node network ({inter_node_bytes_per_second / 1e9:g} GB/s per GPU)",
+                    "network")
+    kind = "network" if nodes > 1 else intra.kind
+    latency = NCCL_SIMPLE.base_seconds + NCCL_SIMPLE.step_seconds[kind]
+    transfer = max(intra_seconds, inter_seconds)
+    return AllReduceCost(latency + transfer, latency, transfer, NCCL_SIMPLE.name, link, nodes)

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
+from gpulens.plan import expert_parallel as ep_mod
 from gpulens.plan import lora_litgpt as litgpt
+from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and speed.py read them here
     _head_bytes_per_token,
     _loss_bytes,
@@ -89,6 +91,8 @@ class TrainSetup:
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
     selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
     attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton: what prices the attention (plan/kernels.py)
+    expert_parallel: int = 1  # MoE: experts split over groups of N data-parallel GPUs (plan/expert_parallel.py)
+    offload: str = "none"  # none | optimizer: ZeRO-Offload's fp32 master + Adam states on the CPU (plan/offload.py)
 
     @property
     def recompute(self) -> str:
@@ -144,6 +148,9 @@ class TrainSetup:
                                 "amounts of recomputation, not one.", hint="Pick --recompute selective or full.")
         if self.finetune not in FINETUNE:
             raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
+        offload_mod.check_offload(self.offload, zero_stage=self.zero_stage, layout=self.zero_layout,
+                                  precision=self.precision, optimizer=self.optimizer, lora=self.finetune != "full",
+                                  megatron=self.megatron)
 
     @property
     def model_parallel(self) -> int:
@@ -178,6 +185,7 @@ class MemoryEstimate:
     fits: bool
     candidates: dict[str, int] = field(default_factory=dict)  # every candidate peak
     notes: list[str] = field(default_factory=list)
+    mechanisms: dict[str, dict] = field(default_factory=dict)  # expert_parallel, optimizer_offload: their figures
 
     @property
     def headroom_bytes(self) -> int:
@@ -194,6 +202,7 @@ class MemoryEstimate:
             "headroom_bytes": self.headroom_bytes,
             "candidates": dict(self.candidates),
             "notes": list(self.notes),
+            "mechanisms": {k: dict(v) for k, v in self.mechanisms.items()},
         }
 
 
@@ -241,6 +250,9 @@ def training_memory(
     if m.is_mla:
         raise BadInputError(f"{m.name} uses multi-head latent attention, whose training activations gpulens does not "
                             "model yet.", hint="Plan serving it (--workload infer), or pass a config of another family.")
+    ep_mod.check_expert_parallel(m, setup.expert_parallel, data_parallel=setup.data_parallel,
+                                 zero_stage=setup.zero_stage if setup.num_gpus > 1 else 0,
+                                 megatron=setup.megatron, lora=setup.lora is not None)
     if setup.megatron:
         if setup.lora is not None:
             raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp for LoRA.")
@@ -270,11 +282,27 @@ def training_memory(
     zs = zero_states(n, stage=zero, gpus=gpus, layout=setup.zero_layout, weight_bytes=shard_weight,  # fp32 shards
                      state_bytes_per_param=states / n, amp=setup.deepspeed_amp,
                      largest_module_params=largest_module_params(m))
+    mechanisms: dict[str, dict] = {}
+    linear = m.linear_params
+    if setup.expert_parallel > 1:  # plan/expert_parallel.py: each part sharded over its own gradient group
+        zs, mechanisms["expert_parallel"], linear, ep_note = ep_mod.expert_parallel_memory(
+            m, setup.expert_parallel, setup.data_parallel, stage=zero, layout=setup.zero_layout,
+            weight_bytes=shard_weight, state_bytes_per_param=states / n, amp=setup.deepspeed_amp)
+        notes.append(ep_note)
     weights, grads, states = int(zs.weights), int(zs.gradients), int(zs.optimizer_states)
+    fp32_partition = int(zs.fp32_gradient_partition)
+    part = ep_mod.partition_params(m, ep=setup.expert_parallel, data_parallel=gpus, zero_stage=zero)
     if setup.deepspeed_amp:
         step_tmp = 0  # DeepSpeed's fused Adam updates in place
+    elif setup.expert_parallel > 1:
+        step_tmp = int(step_tmp * part / n)
     elif zero >= 1:
         step_tmp //= gpus
+    if setup.offload == "optimizer":  # plan/offload.py: master weights, moments, fp32 gradients on the host
+        mechanisms["optimizer_offload"], off_note = offload_mod.offload_memory(
+            part, min(gpus, setup.gpus_per_node), states + fp32_partition)
+        notes.append(off_note)
+        states, fp32_partition, step_tmp = 0, 0, 0
     gathered = 0
     if zero >= 3:
         # FSDP: the layer being computed + the prefetched one; DeepSpeed: the largest module
@@ -297,7 +325,7 @@ def training_memory(
     loss = _loss_bytes(m, setup.activation_precision, tokens, setup.loss)
     # autocast keeps a 16-bit copy of each Linear weight while the layers that saved it wait for
     # their backward (freed after the forward when the layers are checkpointed)
-    cast_cache = 2 * m.linear_params if (mode.amp and not setup.grad_ckpt) else 0
+    cast_cache = 2 * linear if (mode.amp and not setup.grad_ckpt) else 0
     if zero >= 3:
         cast_cache //= gpus
     # gradients already exist during the forward when they accumulate over micro-batches
@@ -323,7 +351,7 @@ def training_memory(
     fwd_logits = loss if setup.loss == "fused" else tokens * m.vocab_size * ((mode_c + 4 + 4) if mode_c != 4 else 8)
     cands["forward end"] = static | {
         "gradients": live_grads,
-        "autocast_weight_copies": 2 * m.linear_params // (gpus if zero >= 3 else 1) if mode.amp else 0,
+        "autocast_weight_copies": 2 * linear // (gpus if zero >= 3 else 1) if mode.amp else 0,
         "activations": saved,
         "logits_and_loss": fwd_logits,
     }
@@ -340,7 +368,7 @@ def training_memory(
         }
     cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
                                         "optimizer_step_temporaries": step_tmp,
-                                        "fp32_gradient_partition": int(zs.fp32_gradient_partition)}
+                                        "fp32_gradient_partition": fp32_partition}
     if setup.precision == "fp8":
         apply_fp8_memory(cands, m, tokens=tokens, grad_ckpt=setup.grad_ckpt, zero3_gpus=gpus if zero >= 3 else 1,
                          activation_scale=activation_scale, notes=notes)
@@ -359,6 +387,7 @@ def training_memory(
         fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
         candidates={k: int(v) for k, v in totals.items()},
         notes=notes,
+        mechanisms=mechanisms,
     )
 
 
@@ -389,8 +418,9 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
     """Megatron-style tensor/pipeline(/sequence) parallelism inside --gpus, data parallel over the
     rest; --zero 1 or more = the distributed optimizer (states sharded over the data-parallel ranks)."""
     if m.is_moe:
-        raise BadInputError("Tensor/pipeline parallel plans cover dense models (expert parallelism is not modelled).",
-                            hint="Plan a MoE with --gpus and --zero (data parallel).")
+        raise BadInputError("Tensor/pipeline parallel plans cover dense models; a MoE is planned with data "
+                            "parallelism (--gpus, --zero) and expert parallelism (--ep).",
+                            hint="Drop --tp/--pp and plan the MoE with --gpus, --zero and --ep.")
     if m.num_heads % setup.tensor_parallel or (m.num_kv_heads % setup.tensor_parallel
                                                and setup.tensor_parallel % m.num_kv_heads):
         raise BadInputError(f"--tp {setup.tensor_parallel} does not split {m.name}'s {m.num_heads} attention / "

@@ -60,6 +60,8 @@ class PlanRequest:
     pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
     sequence_parallel: bool = False
     attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton (plan/kernels.py)
+    expert_parallel: int = 1  # MoE training: experts split over groups of N GPUs (plan/expert_parallel.py)
+    offload: str = "none"  # none | optimizer: ZeRO-Offload (plan/offload.py)
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -233,7 +235,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second,
-                       attention_kernel=check_attention_kernel(req.attention_kernel))
+                       attention_kernel=check_attention_kernel(req.attention_kernel),
+                       expert_parallel=req.expert_parallel, offload=req.offload)
     setup.validate()
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulens.plan import expert_parallel as ep_mod
+from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.fp8 import Fp8Speed, check_fp8_training, fp8_speed
@@ -128,6 +130,14 @@ class TrainSpeed:
     attention_source: str = ""
     mfu_peak_format: str = ""  # the dense peak mfu_ratio is taken against (fp8 runs: bf16, plan/fp8.py)
     fp8: Fp8Speed | None = None  # --precision fp8: the FP8 GEMMs and their casts (plan/fp8.py)
+    expert_all_to_all_seconds: float = 0.0  # of communication_seconds: --ep's all-to-alls, the whole step
+    expert_all_to_all_link: str = ""
+    expert_all_to_all_count: int = 0  # per micro-batch: MoE layers x (4, or 6 with full recomputation)
+    expert_all_to_all_buffer_bytes: float = 0.0  # per GPU, one all-to-all
+    offload_pcie_seconds: float = 0.0  # --offload optimizer: gradients to the host, weights back
+    offload_cpu_adam_seconds: float = 0.0  # --offload optimizer: the host's Adam step
+    offload_host_link: str = ""
+    offload_host_link_bytes_per_second: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -200,6 +210,11 @@ def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
         "adafactor": 2 * w + w + 3 * 4,
         "adamw8bit": 2 * w + w + 4,
     }[setup.optimizer]
+    if setup.offload == "optimizer":
+        return 0.0  # the host runs the step (plan/offload.py)
+    if setup.expert_parallel > 1:  # its replicated share and its own experts
+        return per_param * ep_mod.partition_params(m, ep=setup.expert_parallel, data_parallel=setup.num_gpus,
+                                                   zero_stage=setup.zero_stage)
     shard = setup.num_gpus if setup.zero_stage >= 1 and setup.num_gpus > 1 else 1
     return m.params * per_param / shard
 
@@ -246,6 +261,13 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
     compute, memory, overhead = compute / mp, memory / mp, overhead / setup.pipeline_parallel
     model_comm = _model_parallel_seconds(m, setup, gpu) if setup.megatron else 0.0
+    a2a = None
+    if setup.expert_parallel > 1:  # not overlapped with compute (plan/expert_parallel.py)
+        a2a = ep_mod.all_to_all_time(m, gpu, ep=setup.expert_parallel, tokens=tokens,
+                                     activation_bytes=_mode(setup.activation_precision).compute, grad_ckpt=setup.grad_ckpt,
+                                     gpus_per_node=setup.gpus_per_node,
+                                     inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+        model_comm += a2a.seconds_per_micro_batch
     per_micro = compute + memory + overhead + model_comm
     opt_time = _optimizer_traffic_bytes(m, setup) / bw / mp
     comm = 0.0
@@ -262,13 +284,21 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             comm = setup.grad_accum * zero3_exposed_seconds(m, setup, gpu, per_micro)
         else:
             ring = 2 * (dp - 1) / dp * grad_bytes / link.bytes_per_second
+            if setup.expert_parallel > 1 and lora is None:  # experts reduced over dp / ep only
+                ring = ep_mod.gradient_ring_seconds(ep_mod.expert_split(m, setup.expert_parallel, dp),
+                                                    grad_bytes / m.params, link)
             if setup.zero_stage >= 3:
                 ring *= 1.5  # parameters are all-gathered in the forward and the backward
             # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
             comm = max(0.0, ring - (2 / 3) * per_micro)
     # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches
     slots = setup.grad_accum + setup.pipeline_parallel - 1
-    step = slots * per_micro + opt_time + comm
+    off = None
+    if setup.offload == "optimizer":  # once per step, not overlapped (no delayed parameter update)
+        off = offload_mod.offload_time(ep_mod.partition_params(m, ep=setup.expert_parallel, data_parallel=setup.num_gpus,
+                                                               zero_stage=setup.zero_stage),
+                                       min(setup.num_gpus, setup.gpus_per_node), gpu)
+    step = slots * per_micro + opt_time + comm + (off.seconds if off else 0.0)
     global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
@@ -297,6 +327,14 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         attention_source=attn.source if attn else "",
         mfu_peak_format=fmt,
         fp8=fp8,
+        expert_all_to_all_seconds=a2a.seconds_per_micro_batch * slots if a2a else 0.0,
+        expert_all_to_all_link=a2a.link if a2a else "",
+        expert_all_to_all_count=a2a.count if a2a else 0,
+        expert_all_to_all_buffer_bytes=a2a.buffer_bytes if a2a else 0.0,
+        offload_pcie_seconds=off.pcie_seconds if off else 0.0,
+        offload_cpu_adam_seconds=off.cpu_adam_seconds if off else 0.0,
+        offload_host_link=off.host_link if off else "",
+        offload_host_link_bytes_per_second=off.host_link_bytes_per_second if off else 0.0,
     )
 
 
