@@ -58,6 +58,8 @@ class PlanRequest:
     lora_targets: str = "all"
     pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
     sequence_parallel: bool = False
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline stage (plan/interleaved.py)
+    context_parallel: int = 1  # ring attention over the sequence (plan/context_parallel.py)
     attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton (plan/kernels.py)
     # serving
     dtype: str = "bf16"
@@ -229,6 +231,7 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        lora_engine=req.lora_engine, qlora_double_quant=req.qlora_double_quant,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
+                       virtual_stages=req.virtual_stages, context_parallel=req.context_parallel,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        attention_kernel=check_attention_kernel(req.attention_kernel))
     setup.validate()
