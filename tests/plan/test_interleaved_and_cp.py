@@ -167,3 +167,10 @@ def test_text_and_json_show_both(capsys, monkeypatch):
     assert d["setup"]["virtual_stages"] == 2 and d["setup"]["context_parallel"] == 2
     assert d["speed"]["pipeline_bubble_over_compute_ratio"] == pytest.approx(3 / 16)
     assert d["speed"]["context_parallel_transfer_seconds"] > 0
+
+
+def test_global_batch_counts_data_parallel_replicas_only():
+    # 64 GPUs = TP 8 x PP 4 x CP 2 x DP 1: one replica, 8 micro-batches of 4096 tokens a step
+    s = _plan(**dict(PIPE, gpus=64), context_parallel=2).speed
+    assert s["global_batch_tokens"] == 8 * 4096
+    assert s["tokens_per_second"] * s["step_seconds"] == pytest.approx(8 * 4096)

@@ -252,7 +252,7 @@ def training_memory(
                             "model yet.", hint="Plan serving it (--workload infer), or pass a config of another family.")
     if setup.megatron:
         if setup.lora is not None:
-            raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp for LoRA.")
+            raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp/--cp for LoRA.")
         return _megatron_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
                                 cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio)
     if setup.lora is not None:

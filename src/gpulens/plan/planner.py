@@ -254,7 +254,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                          purchase_per_gpu=gpu.purchase_price)
     if cost is None:
         notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
-    speed = sp.to_dict() | {"global_batch_tokens": req.batch * req.seq * req.grad_accum * req.gpus}
+    # tokens per optimizer step: tensor, pipeline and context-parallel ranks share their samples
+    speed = sp.to_dict() | {"global_batch_tokens": req.batch * req.seq * req.grad_accum * setup.data_parallel}
     return PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, [], notes + mem.notes)
 
 
