@@ -118,6 +118,8 @@ def render_plan(res: Any) -> None:
                 + (" · selective recompute" if r.recompute == "selective" else "") + (f" · ZeRO-{r.zero} ({r.zero_layout} layout)" if r.zero else "")
                 + (f" · TP {r.tensor_parallel}" if r.tensor_parallel > 1 else "")
                 + (f" · PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
+                + (f" × {r.virtual_stages} chunks" if r.virtual_stages > 1 else "")
+                + (f" · CP {r.context_parallel}" if r.context_parallel > 1 else "")
                 + (" · SP" if r.sequence_parallel else "")
                 + (f" · EP {r.expert_parallel}" if r.expert_parallel > 1 else "")
                 + (" · optimizer offloaded to CPU" if r.offload == "optimizer" else "")
@@ -181,7 +183,15 @@ def render_plan(res: Any) -> None:
         if s.get("tensor_parallel_link"):
             st.add_row("tensor-parallel all-reduces", f"over {s['tensor_parallel_link']}")
         if s.get("pipeline_bubble_ratio"):
-            st.add_row("pipeline bubble", f"{s['pipeline_bubble_ratio']:.0%} of the step (1F1B; more micro-batches shrink it)")
+            v = s.get("pipeline_virtual_stages", 1)
+            st.add_row("pipeline bubble", f"{s['pipeline_bubble_ratio']:.0%} of the step ("
+                       + (f"interleaved 1F1B, {v} chunks per stage" if v > 1 else "1F1B; more micro-batches shrink it") + ")")
+            st.add_row("stage-to-stage sends", format_seconds(s.get("pipeline_p2p_seconds", 0.0))
+                       + (f" ({v}× 1F1B's)" if v > 1 else ""))
+        if s.get("context_parallel", 1) > 1:
+            st.add_row("context parallel (ring)", f"K/V sends {format_seconds(s['context_parallel_transfer_seconds'])}, "
+                       f"{format_seconds(s['context_parallel_exposed_seconds'])} not hidden by attention")
+            st.add_row("", f"over {s['context_parallel_link']}")
         _mechanism_speed_rows(st, s)
         if s.get("communication_link"):
             st.add_row("gradient all-reduce", f"over {s['communication_link']}, {s['communication_link_bytes_per_second'] / 1e9:g} GB/s "

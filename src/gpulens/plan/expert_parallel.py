@@ -54,8 +54,8 @@ def check_expert_parallel(m: ModelSpec, ep: int, *, data_parallel: int, zero_sta
         raise BadInputError(f"--ep splits a MoE's experts over GPUs, and {m.name} is a dense model.",
                             hint="Drop --ep, or plan a MoE (e.g. --model mixtral-8x7b).")
     if megatron:
-        raise BadInputError("--ep is planned inside data parallelism; with --tp/--pp it is not modelled.",
-                            hint="Drop --tp/--pp and plan the MoE with --gpus, --zero and --ep.")
+        raise BadInputError("--ep is planned inside data parallelism; with --tp/--pp/--cp it is not modelled.",
+                            hint="Drop --tp/--pp/--cp and plan the MoE with --gpus, --zero and --ep.")
     if lora:
         raise BadInputError("LoRA is planned with plain data parallelism; --ep with LoRA is not modelled.",
                             hint="Drop --ep for LoRA.")

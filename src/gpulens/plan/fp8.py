@@ -116,8 +116,8 @@ def check_fp8_training(m: ModelSpec, *, finetune: str, model_parallel: int, zero
                             "Transformer Engine's FP8 GEMMs).", hint=f"Use --precision bf16 with --finetune {finetune}, "
                                                                      "or --finetune full with fp8.")
     if model_parallel > 1:
-        raise BadInputError("--precision fp8 is planned with data parallelism (and ZeRO) only, not with --tp/--pp.",
-                            hint="Drop --tp/--pp, or plan that layout with --precision amp_bf16.")
+        raise BadInputError("--precision fp8 is planned with data parallelism (and ZeRO) only, not with --tp/--pp/--cp.",
+                            hint="Drop --tp/--pp/--cp, or plan that layout with --precision amp_bf16.")
     if m.is_moe or m.encoder:
         raise BadInputError(f"--precision fp8 is modelled for dense decoders; {m.name} is "
                             f"{'a mixture of experts' if m.is_moe else 'an encoder'}.",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from gpulens.errors import BadInputError
 from gpulens.plan import expert_parallel as ep_mod
+from gpulens.plan import interleaved
 from gpulens.plan import lora_litgpt as litgpt
 from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and speed.py read them here
@@ -32,6 +33,7 @@ from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and sp
     attention_kernel,
     layer_activation_bytes,
 )
+from gpulens.plan.context_parallel import check_context_parallel
 from gpulens.plan.fp8 import apply_fp8_memory, check_fp8_training
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.lora import (
@@ -79,6 +81,8 @@ class TrainSetup:
     tensor_parallel: int = 1  # Megatron-style model parallelism inside --gpus (gpus = dp x tp x pp)
     pipeline_parallel: int = 1
     sequence_parallel: bool = False
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline stage (plan/interleaved.py)
+    context_parallel: int = 1  # ring attention over the sequence, inside --gpus (plan/context_parallel.py)
     finetune: str = "full"  # full | lora | qlora
     loss: str = "torch"  # torch (transformers: fp32 logits) | fused (in-place 16-bit cross-entropy kernel)
     lora_rank: int = 16
@@ -137,10 +141,14 @@ class TrainSetup:
             raise BadInputError(f"Unknown loss kernel {self.loss!r}.", hint="Use --loss torch or --loss fused.")
         if self.tensor_parallel < 1 or self.pipeline_parallel < 1:
             raise BadInputError("Tensor and pipeline parallel degrees must be at least 1.", hint="Pass --tp 1 or more.")
-        if self.num_gpus % self.model_parallel:
+        check_context_parallel(self.context_parallel, self.seq_len)
+        interleaved.check_schedule(self.virtual_stages, self.pipeline_parallel, self.grad_accum)
+        if self.num_gpus % (self.model_parallel * self.context_parallel):
+            cp = f" x --cp {self.context_parallel}" if self.context_parallel > 1 else ""
             raise BadInputError(f"--gpus {self.num_gpus} is not a multiple of --tp {self.tensor_parallel} x --pp "
-                                f"{self.pipeline_parallel}.", hint="GPUs = data parallel x tensor parallel x pipeline "
-                                                                   "parallel: pick degrees whose product divides --gpus.")
+                                f"{self.pipeline_parallel}{cp}.", hint="GPUs = data parallel x tensor parallel x pipeline "
+                                                                   "parallel (x context parallel): pick degrees whose "
+                                                                   "product divides --gpus.")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise BadInputError("Sequence parallelism splits along the tensor-parallel group.", hint="Use it with --tp 2 or more.")
         if self.grad_ckpt and self.selective_recompute:
@@ -158,11 +166,18 @@ class TrainSetup:
 
     @property
     def megatron(self) -> bool:
-        return self.model_parallel > 1
+        return self.model_parallel > 1 or self.context_parallel > 1
 
     @property
     def data_parallel(self) -> int:
-        return self.num_gpus // self.model_parallel
+        """Replicas that see different samples (context-parallel ranks share theirs)."""
+        return self.num_gpus // (self.model_parallel * self.context_parallel)
+
+    @property
+    def gradient_group(self) -> int:
+        """Ranks that hold the same weights and all-reduce their gradients: data x context parallel
+        (Megatron's data_parallel_group_with_cp; the distributed optimizer shards over it too)."""
+        return self.data_parallel * self.context_parallel
 
     @property
     def lora(self) -> LoraSetup | None:
@@ -255,7 +270,7 @@ def training_memory(
                                  megatron=setup.megatron, lora=setup.lora is not None)
     if setup.megatron:
         if setup.lora is not None:
-            raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp for LoRA.")
+            raise BadInputError("LoRA is planned with data parallelism only.", hint="Drop --tp/--pp/--cp for LoRA.")
         return _megatron_memory(m, setup, capacity_bytes=capacity_bytes, workspace_bytes=workspace_bytes,
                                 cuda_context_bytes=cuda_context_bytes, reserved_ratio=reserved_ratio)
     if setup.lora is not None:
@@ -404,13 +419,20 @@ def megatron_stage_params(m: ModelSpec, setup: TrainSetup) -> float:
 def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
     """What the first pipeline stage holds: its L/p layers for every micro-batch in flight (1F1B:
     up to p of them), Korthikanti et al.'s per-layer accounting for a LLaMA-like layer."""
-    items = llama_layer_items(seq=setup.seq_len, micro_batch=setup.micro_batch, hidden=m.hidden_size,
+    items = llama_layer_items(seq=setup.seq_len // setup.context_parallel, micro_batch=setup.micro_batch, hidden=m.hidden_size,
                               heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
                               intermediate=m.moe_intermediate_size or m.intermediate_size,
                               tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
                               recompute=setup.recompute)
-    in_flight = min(setup.pipeline_parallel, setup.grad_accum)
-    return m.num_layers / setup.pipeline_parallel * in_flight * sum(items.values())
+    layers = interleaved.first_stage_layers_in_flight(m.num_layers, setup.pipeline_parallel, setup.virtual_stages,
+                                                      setup.grad_accum)
+    return layers * sum(items.values())
+
+
+def _last_over_first(m: ModelSpec, setup: TrainSetup) -> float:
+    """The last stage's activations (while it computes the loss) over the first stage's peak."""
+    args = (m.num_layers, setup.pipeline_parallel, setup.virtual_stages, setup.grad_accum)
+    return interleaved.last_stage_layers_in_flight(*args) / interleaved.first_stage_layers_in_flight(*args)
 
 
 def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
@@ -428,25 +450,28 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
     if m.num_layers % setup.pipeline_parallel:
         raise BadInputError(f"--pp {setup.pipeline_parallel} does not split {m.name}'s {m.num_layers} layers evenly.",
                             hint="Pick a degree that divides the number of layers.")
+    interleaved.check_layers(m.num_layers, setup.pipeline_parallel, setup.virtual_stages, m.name)
     params = megatron_stage_params(m, setup)
-    per_param = model_state_bytes_per_param(setup.precision, setup.data_parallel, setup.zero_stage >= 1)
+    per_param = model_state_bytes_per_param(setup.precision, setup.gradient_group, setup.zero_stage >= 1)
     weights = params * (4 if setup.precision == "fp32" else 2)
     grads = params * 4  # Megatron accumulates gradients in fp32 (main_grad)
     states = params * per_param - weights - grads
     act = megatron_activation_bytes(m, setup)
-    tokens = setup.micro_batch * setup.seq_len
+    tokens = setup.micro_batch * setup.seq_len // setup.context_parallel  # this GPU's share of the sequence
     logits = _loss_bytes(m, "bf16", tokens) / setup.tensor_parallel  # vocab-parallel cross-entropy, last stage
     static = {"weights": int(weights), "gradients": int(grads), "optimizer_states": int(states),
               "cuda_workspace": workspace_bytes}
     cands = {"backward start": static | {"activations": int(act)},
-             "last stage loss": static | {"activations": int(act / max(1, min(setup.pipeline_parallel, setup.grad_accum))),
+             "last stage loss": static | {"activations": int(act * _last_over_first(m, setup)),
                                           "logits_and_loss": int(logits)}}
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])
     breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
     peak = int(sum(breakdown.values()))
-    notes = [f"Megatron-style: TP {setup.tensor_parallel} x PP {setup.pipeline_parallel} x DP {setup.data_parallel}"
+    notes = [f"Megatron-style: TP {setup.tensor_parallel} x PP {setup.pipeline_parallel}"
+             + (f" x CP {setup.context_parallel}" if setup.context_parallel > 1 else "") + f" x DP {setup.data_parallel}"
              + (" with sequence parallelism" if setup.sequence_parallel else "")
+             + (f", interleaved 1F1B with {setup.virtual_stages} model chunks per stage" if setup.virtual_stages > 1 else "")
              + f"; {per_param:g} bytes of model state per parameter (Megatron's table"
              + (", distributed optimizer" if setup.zero_stage >= 1 else "") + "); flash attention, Megatron's own "
                "kernels (not transformers')"]

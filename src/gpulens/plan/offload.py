@@ -67,7 +67,7 @@ def check_offload(offload: str, *, zero_stage: int, layout: str, precision: str,
         return
     if lora or megatron:
         raise BadInputError("--offload optimizer is planned for full fine-tuning with data parallelism (ZeRO-Offload).",
-                            hint="Drop --offload, or drop --finetune/--tp/--pp.")
+                            hint="Drop --offload, or drop --finetune/--tp/--pp/--cp.")
     if zero_stage < 1:
         raise BadInputError("--offload optimizer is a ZeRO option (DeepSpeed's offload_optimizer, stages 1-3), and "
                             "--zero is 0.", hint="Add --zero 2 (ZeRO-Offload's stage) with --zero-layout deepspeed.")

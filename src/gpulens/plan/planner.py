@@ -59,6 +59,8 @@ class PlanRequest:
     lora_targets: str = "all"
     pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
     sequence_parallel: bool = False
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline stage (plan/interleaved.py)
+    context_parallel: int = 1  # ring attention over the sequence (plan/context_parallel.py)
     attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton (plan/kernels.py)
     expert_parallel: int = 1  # MoE training: experts split over groups of N GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload (plan/offload.py)
@@ -234,6 +236,7 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        lora_engine=req.lora_engine, qlora_double_quant=req.qlora_double_quant,
                        tensor_parallel=req.tensor_parallel, pipeline_parallel=req.pipeline_parallel,
                        sequence_parallel=req.sequence_parallel, loss=req.loss,
+                       virtual_stages=req.virtual_stages, context_parallel=req.context_parallel,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        attention_kernel=check_attention_kernel(req.attention_kernel),
                        expert_parallel=req.expert_parallel, offload=req.offload)
@@ -257,7 +260,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                          purchase_per_gpu=gpu.purchase_price)
     if cost is None:
         notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
-    speed = sp.to_dict() | {"global_batch_tokens": req.batch * req.seq * req.grad_accum * req.gpus}
+    # tokens per optimizer step: tensor, pipeline and context-parallel ranks share their samples
+    speed = sp.to_dict() | {"global_batch_tokens": req.batch * req.seq * req.grad_accum * setup.data_parallel}
     return PlanResult(req, model, gpu, mem.fits, mem, speed, advice, eff, cost, [], notes + mem.notes)
 
 

@@ -21,7 +21,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
     "max_num_batched_tokens": (1, 1 << 26), "prefill_chunk_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
-    "speculative_tokens": (1, 32), "ep": (1, 1 << 12),
+    "speculative_tokens": (1, 32), "ep": (1, 1 << 12), "virtual_stages": (1, 1 << 12), "cp": (1, 1 << 12),
 }
 
 def _num(v: float) -> str:
@@ -131,6 +131,12 @@ class PlanOptions:
     offload: str = _opt(("--offload",), "Training: none, or optimizer (ZeRO-Offload: fp32 master weights and Adam "
                                         "states in CPU memory, the Adam step on the CPU; with --zero 1-3 and "
                                         "--zero-layout deepspeed).", "none")
+    virtual_stages: int = _opt(("--virtual-stages",), "Training, with --pp: model chunks per pipeline stage; 2 or "
+                                                      "more = Megatron's interleaved 1F1B schedule (bubble / V, "
+                                                      "stage-to-stage traffic x V). Default 1: plain 1F1B.", 1)
+    cp: int = _opt(("--cp",), "Training: context-parallel GPUs inside --gpus (GPUs = data x tensor x context x "
+                              "pipeline parallel): each holds 1/cp of the sequence, attention as ring attention "
+                              "(Megatron-Core). Default 1.", 1)
     attention_kernel: str = _opt(("--attention-kernel",), "Training: the attention kernel, priced at its measured "
                                                           "speed on A100 / H100: auto (what PyTorch SDPA picks: "
                                                           "FlashAttention-2 in 16-bit), flash2, flash1, or triton "
@@ -189,7 +195,7 @@ class PlanOptions:
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
-                      "sp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
+                      "sp", "virtual_stages", "cp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant", "ep", "offload")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
                       "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
@@ -279,6 +285,7 @@ class PlanOptions:
             qlora_double_quant=self.qlora_double_quant,
             lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp,
             expert_parallel=self.ep, offload=self.offload.lower(),
+            virtual_stages=self.virtual_stages, context_parallel=self.cp,
             attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
             runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,

@@ -15,9 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan import expert_parallel as ep_mod
+from gpulens.plan import interleaved
 from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.context_parallel import ring_attention_cost
 from gpulens.plan.fp8 import Fp8Speed, check_fp8_training, fp8_speed
 from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
 from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
@@ -125,6 +127,13 @@ class TrainSpeed:
     communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
     tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
     pipeline_bubble_ratio: float = 0.0  # share of the step the first stage waits in the 1F1B bubble
+    pipeline_bubble_over_compute_ratio: float = 0.0  # the paper's bubble fraction: (p - 1) / (V m)
+    pipeline_virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
+    pipeline_p2p_seconds: float = 0.0  # of communication_seconds: the stage-to-stage sends of the step
+    context_parallel: int = 1
+    context_parallel_link: str = ""  # the link the ring attention's K/V sends run over
+    context_parallel_transfer_seconds: float = 0.0  # the ring's sends over the step (mostly hidden)
+    context_parallel_exposed_seconds: float = 0.0  # of communication_seconds: what the attention does not hide
     attention_kernel: str = ""  # the kernel the attention core is priced at ("": with the matmuls)
     attention_seconds: float = 0.0  # of compute_seconds: the attention core at that kernel's measured rate
     attention_source: str = ""
@@ -259,8 +268,14 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     memory = traffic / bw
     overhead = m.num_layers * eff.layer_overhead_seconds * (4 / 3 if setup.grad_ckpt else 1)
     mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
-    compute, memory, overhead = compute / mp, memory / mp, overhead / setup.pipeline_parallel
-    model_comm = _model_parallel_seconds(m, setup, gpu) if setup.megatron else 0.0
+    cp = setup.context_parallel  # ... for 1/cp of the sequence (plan/context_parallel.py)
+    compute, memory, overhead = compute / mp / cp, memory / mp / cp, overhead / setup.pipeline_parallel
+    attn_micro = (attn.seconds_per_token * tokens if attn else
+                  12 * m.num_layers * m.num_heads * m.head_dim * setup.seq_len * tokens
+                  * (4 / 3 if setup.recompute != "none" else 1) / _peak_for(gpu, precision, eff)) / mp / cp
+    ring = ring_attention_cost(m, setup, gpu, attn_micro)
+    p2p = _pipeline_p2p_seconds(m, setup, gpu)
+    model_comm = _model_parallel_seconds(m, setup, gpu) + ring.exposed_seconds if setup.megatron else 0.0
     a2a = None
     if setup.expert_parallel > 1:  # not overlapped with compute (plan/expert_parallel.py)
         a2a = ep_mod.all_to_all_time(m, gpu, ep=setup.expert_parallel, tokens=tokens,
@@ -272,10 +287,11 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     opt_time = _optimizer_traffic_bytes(m, setup) / bw / mp
     comm = 0.0
     dp = setup.data_parallel
+    group = setup.gradient_group  # gradients are all-reduced over data x context parallel ranks
     # data-parallel ranks sit tp x pp apart: their ring leaves the node once the job does
-    link = collective_link(gpu, setup.num_gpus if dp > 1 else 1, gpus_per_node=setup.gpus_per_node,
+    link = collective_link(gpu, setup.num_gpus if group > 1 else 1, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-    if dp > 1:
+    if group > 1:
         grad_bytes = (adapter_params(m, lora) * lora.adapter_bytes if lora is not None else
                       m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
         if setup.zero_stage >= 3 and lora is None and not setup.megatron:
@@ -283,16 +299,18 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             # backward, and reduce-scatters its gradients: hidden only behind one layer's compute
             comm = setup.grad_accum * zero3_exposed_seconds(m, setup, gpu, per_micro)
         else:
-            ring = 2 * (dp - 1) / dp * grad_bytes / link.bytes_per_second
+            ar = 2 * (group - 1) / group * grad_bytes / link.bytes_per_second
             if setup.expert_parallel > 1 and lora is None:  # experts reduced over dp / ep only
-                ring = ep_mod.gradient_ring_seconds(ep_mod.expert_split(m, setup.expert_parallel, dp),
-                                                    grad_bytes / m.params, link)
+                ar = ep_mod.gradient_ring_seconds(ep_mod.expert_split(m, setup.expert_parallel, dp),
+                                                  grad_bytes / m.params, link)
             if setup.zero_stage >= 3:
-                ring *= 1.5  # parameters are all-gathered in the forward and the backward
+                ar *= 1.5  # parameters are all-gathered in the forward and the backward
             # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
-            comm = max(0.0, ring - (2 / 3) * per_micro)
-    # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches
-    slots = setup.grad_accum + setup.pipeline_parallel - 1
+            comm = max(0.0, ar - (2 / 3) * per_micro)
+    # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches; interleaved,
+    # (p - 1) / V (plan/interleaved.py)
+    p, v = setup.pipeline_parallel, setup.virtual_stages
+    slots = setup.grad_accum + interleaved.bubble_slots(p, v)
     off = None
     if setup.offload == "optimizer":  # once per step, not overlapped (no delayed parameter update)
         off = offload_mod.offload_time(ep_mod.partition_params(m, ep=setup.expert_parallel, data_parallel=setup.num_gpus,
@@ -316,14 +334,21 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
         nodes=nodes_for(setup.num_gpus, setup.gpus_per_node),
-        communication_link=link.name if dp > 1 else "",
-        communication_link_bytes_per_second=link.bytes_per_second if dp > 1 else 0.0,
+        communication_link=link.name if group > 1 else "",
+        communication_link_bytes_per_second=link.bytes_per_second if group > 1 else 0.0,
         tensor_parallel_link=(collective_link(gpu, setup.tensor_parallel, gpus_per_node=setup.gpus_per_node,
                                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
                               if setup.tensor_parallel > 1 else ""),
-        pipeline_bubble_ratio=(setup.pipeline_parallel - 1) / slots,
+        pipeline_bubble_ratio=interleaved.bubble_slots(p, v) / slots,
+        pipeline_bubble_over_compute_ratio=interleaved.bubble_over_compute_ratio(p, v, setup.grad_accum),
+        pipeline_virtual_stages=v,
+        pipeline_p2p_seconds=p2p * slots,
+        context_parallel=cp,
+        context_parallel_link=ring.link,
+        context_parallel_transfer_seconds=ring.transfer_seconds * slots,
+        context_parallel_exposed_seconds=ring.exposed_seconds * slots,
         attention_kernel=attn.kernel if attn else "",
-        attention_seconds=attn.seconds_per_token * tokens / mp * slots if attn else 0.0,
+        attention_seconds=attn.seconds_per_token * tokens / mp / cp * slots if attn else 0.0,
         attention_source=attn.source if attn else "",
         mfu_peak_format=fmt,
         fp8=fp8,
@@ -345,17 +370,31 @@ def _model_parallel_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> fl
     all-gather under sequence parallelism), not overlapped, over the TP group's link; pipeline
     parallelism's activation and gradient sends between stages over theirs."""
     t, p = setup.tensor_parallel, setup.pipeline_parallel
-    msg = setup.micro_batch * setup.seq_len * m.hidden_size * 2  # bf16 activations of the micro-batch
+    msg = _activation_message_bytes(m, setup)
     seconds = 0.0
     if t > 1:
         ar = ring_all_reduce(msg, t, gpu, gpus_per_node=setup.gpus_per_node,
                              inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
         seconds += m.num_layers / p * (6 if setup.grad_ckpt else 4) * ar.seconds
-    if p > 1:
-        link = collective_link(gpu, t * p, gpus_per_node=setup.gpus_per_node,
-                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-        seconds += 2 * (msg / t if setup.sequence_parallel else msg) / link.bytes_per_second
-    return seconds
+    return seconds + _pipeline_p2p_seconds(m, setup, gpu)
+
+
+def _activation_message_bytes(m: ModelSpec, setup: TrainSetup) -> float:
+    """bf16 activations of the micro-batch's share of the sequence this GPU holds (1/cp of it)."""
+    return setup.micro_batch * setup.seq_len / setup.context_parallel * m.hidden_size * 2
+
+
+def _pipeline_p2p_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> float:
+    """Per micro-batch, on one GPU: the activation sent to the next stage and its gradient sent
+    back; interleaved over V chunks, each micro-batch crosses V stage boundaries each way
+    (Narayanan et al. 2021, 2.2.2: "the amount of communication also increases by v")."""
+    t, p = setup.tensor_parallel, setup.pipeline_parallel
+    if p <= 1:
+        return 0.0
+    msg = _activation_message_bytes(m, setup)
+    link = collective_link(gpu, t * setup.context_parallel * p, gpus_per_node=setup.gpus_per_node,
+                           inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+    return 2 * setup.virtual_stages * (msg / t if setup.sequence_parallel else msg) / link.bytes_per_second
 
 
 def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_micro_seconds: float) -> float:
