@@ -131,8 +131,10 @@ def render_plan(res: Any) -> None:
                    if r.finetune != "full" else ""))
         cards = f"{r.gpus} × {g.name}"
     else:
-        what = f"serve · {r.runtime} · weights {r.dtype} · {r.batch} × ({r.prompt} prompt + {r.new_tokens} new) tokens"
-        cards = f"{r.tensor_parallel} × {g.name}" if r.tensor_parallel > 1 else g.name
+        what = (f"serve · {r.runtime} · weights {r.dtype} · {r.batch} × ({r.prompt} prompt + {r.new_tokens} new) tokens"
+                + (f" · TP {r.tensor_parallel} × PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
+                + (f" · prefix hit {r.prefix_hit_ratio:.0%}" if r.prefix_hit_ratio else ""))
+        cards = f"{r.replica_gpus} × {g.name}" if r.replica_gpus > 1 else g.name
     console.print(f"[bold]{m.name}[/] ({params}) on [bold]{cards}[/] ({_gib(g.memory_bytes)} each)")
     console.print(f"  {what}", highlight=False)
     console.print(verdict_line(res), highlight=False)
@@ -215,6 +217,15 @@ def render_plan(res: Any) -> None:
             st.add_row("tensor-parallel all-reduces",
                        f"{format_seconds(s['tensor_parallel_seconds'])} of each token ({share:.0%}) over "
                        f"{s['tensor_parallel_link']} (NCCL {s.get('tensor_parallel_protocol') or 'ring'})")
+        if s.get("pipeline"):
+            pl = s["pipeline"]
+            st.add_row("pipeline stages", f"{pl['stages']}, {pl['micro_batches']} micro-batch(es) of ≤ {pl['micro_batch']} "
+                                          f"in flight; TPOT = stages {format_seconds(pl['stages_seconds'])} + sends "
+                                          f"{format_seconds(pl['send_seconds'])}")
+            st.add_row("", f"sends over {pl['link']}" + (f" ({pl['inter_node_sends']} across nodes)" if pl["inter_node_sends"] else ""))
+        if s.get("prefix_hit_ratio"):
+            st.add_row("prefix cache hits", f"{s['prefix_hit_ratio']:.0%} of each prompt: the prefill computes "
+                                            f"{s['prefill_flops'] / 1e12:,.3g} TFLOPs")
         if s.get("max_batch_for_tpot_target") is not None:
             st.add_row("largest batch meeting the TPOT target", str(s["max_batch_for_tpot_target"]))
     # serving speed comes from the runtime's own factors (fitted for it, or its defaults)

@@ -219,6 +219,7 @@ class ReplicaOption:
     scheduling: str = BATCH_PREFILL  # the model the latencies come from, in words
     utilization_ratio: float | None = None  # engine: the prefill queue's rho at the planned rate
     queue_wait_seconds: float | None = None  # engine: of the TTFT, the wait for the prefill queue
+    pipeline_parallel: int = 1  # stages per replica: GPUs per replica = tensor_parallel x pipeline_parallel
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -299,7 +300,7 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
                 continue
             found = True
             replicas = max(1, math.ceil(target_rps / best.requests_per_second)) if target_rps else 1
-            total = replicas * tp
+            total = replicas * tp * s.pipeline_parallel
             cost = serving_cost(gpu.hourly_price, total, best.output_tokens_per_second * replicas,
                                 best.requests_per_second * replicas, currency=currency, purchase_per_gpu=gpu.purchase_price)
             out.append(ReplicaOption(
@@ -309,7 +310,7 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
                 per_million_tokens=cost.per_million_tokens if cost else None,
                 per_thousand_requests=cost.per_thousand_requests if cost else None,
                 break_even_months=cost.break_even_months if cost else None, currency=currency if cost else None,
-                bound_by=bound))
+                bound_by=bound, pipeline_parallel=s.pipeline_parallel))
         if not found and misses is not None:
             misses.append(miss or ReplicaMiss(gpu.name, 0, "no tensor-parallel degree runs this model on it"))
     out.sort(key=lambda o: (o.hourly_total is None, o.hourly_total or 0.0, o.gpus))
@@ -325,7 +326,7 @@ def _engine_replica(m: ModelSpec, s: ServeSetup, gpu: GpuSpec, eff: Efficiency, 
     tp = s.tensor_parallel
     costs = engine_step_costs(m, s, gpu, eff)
     budget = s.step_budget_tokens
-    cap = replica_capacity(costs, prompt_tokens=s.prompt_tokens, new_tokens=s.new_tokens, step_budget_tokens=budget,
+    cap = replica_capacity(costs, prompt_tokens=s.prefill_tokens, new_tokens=s.new_tokens, step_budget_tokens=budget,
                            ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, max_concurrent=max_fit)
     if cap.requests_per_second <= 0:
         lone = cap.at_capacity
@@ -335,9 +336,9 @@ def _engine_replica(m: ModelSpec, s: ServeSetup, gpu: GpuSpec, eff: Efficiency, 
     rate = cap.requests_per_second
     replicas = max(1, math.ceil(target_rps / rate)) if target_rps else 1
     # each replica then gets target_rps / replicas, within its capacity (every figure grows with the rate)
-    load = under_load(costs, prompt_tokens=s.prompt_tokens, new_tokens=s.new_tokens, step_budget_tokens=budget,
+    load = under_load(costs, prompt_tokens=s.prefill_tokens, new_tokens=s.new_tokens, step_budget_tokens=budget,
                       arrival_rate_per_second=target_rps / replicas) if target_rps else cap.at_capacity
-    total = replicas * tp
+    total = replicas * tp * s.pipeline_parallel
     cost = serving_cost(gpu.hourly_price, total, rate * s.new_tokens * replicas, rate * replicas,
                         currency=currency, purchase_per_gpu=gpu.purchase_price)
     return ReplicaOption(
@@ -347,4 +348,4 @@ def _engine_replica(m: ModelSpec, s: ServeSetup, gpu: GpuSpec, eff: Efficiency, 
         per_thousand_requests=cost.per_thousand_requests if cost else None,
         break_even_months=cost.break_even_months if cost else None, currency=currency if cost else None,
         bound_by=cap.bound_by, scheduling=load.describe(), utilization_ratio=load.utilization_ratio,
-        queue_wait_seconds=load.queue_wait_seconds)
+        queue_wait_seconds=load.queue_wait_seconds, pipeline_parallel=s.pipeline_parallel)

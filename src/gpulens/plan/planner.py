@@ -57,7 +57,7 @@ class PlanRequest:
     finetune: str = "full"  # full | lora | qlora (see plan/lora.py)
     lora_rank: int = 16
     lora_targets: str = "all"
-    pipeline_parallel: int = 1  # training (tensor_parallel is shared with serving)
+    pipeline_parallel: int = 1  # training: inside gpus; serving: stages per replica (plan/serve_pipeline.py)
     sequence_parallel: bool = False
     virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline stage (plan/interleaved.py)
     context_parallel: int = 1  # ring attention over the sequence (plan/context_parallel.py)
@@ -81,6 +81,7 @@ class PlanRequest:
     int4_group_size: int = INT4_GROUP  # serving, int4: weights per fp16 scale + zero point (gpt-fast's figures: 32)
     nccl_communicators: int = 1  # serving, engine at TP > 1: NCCL communicators per GPU (vLLM 0.2.x: 2)
     prefill_chunk_tokens: int | None = None  # serving, engine: the scheduler's per-step budget (None: max_num_batched_tokens)
+    prefix_hit_ratio: float = 0.0  # serving, engine: share of each prompt in the prefix cache (plan/serve_engines.py)
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
@@ -91,6 +92,11 @@ class PlanRequest:
     electricity_usd_per_kwh: float | None = None
     power_fraction: float = 1.0  # the share of TDP the GPUs draw on average
     pue: float = 1.0  # the site's power usage effectiveness
+
+    @property
+    def replica_gpus(self) -> int:
+        """Serving: one replica's GPUs, tensor x pipeline parallel."""
+        return self.tensor_parallel * self.pipeline_parallel
 
     def validate(self) -> None:
         if self.workload not in ("train", "infer"):
@@ -141,7 +147,7 @@ class PlanResult:
             "fits": self.fits,
             "workload": r.workload,
             "model": self.model.to_dict() | {"source": self.model.source},
-            "gpu": {"name": self.gpu.name, "count": r.gpus if r.workload == "train" else r.tensor_parallel,
+            "gpu": {"name": self.gpu.name, "count": r.gpus if r.workload == "train" else r.replica_gpus,
                     "memory_bytes": self.gpu.memory_bytes, "sources": list(self.gpu.sources)},
             "setup": asdict(r),
             "memory": self.memory.to_dict(),
@@ -214,7 +220,7 @@ def _with_electricity(res: PlanResult) -> PlanResult:
     if req.electricity_usd_per_kwh is None:
         return res
     train = req.workload == "train"
-    gpus = req.gpus if train else req.tensor_parallel
+    gpus = req.gpus if train else req.replica_gpus
     tps = res.speed.get("tokens_per_second" if train else "output_tokens_per_second") or 0.0
     res.electricity = electricity_cost(res.gpu.tdp_watts, gpus, float(tps), req.electricity_usd_per_kwh,
                                        power_fraction=req.power_fraction, pue=req.pue)
@@ -273,7 +279,8 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        max_num_batched_tokens=req.max_num_batched_tokens, nccl_record_streams=req.nccl_record_streams,
                        tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head,
                        nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size,
-                       prefill_chunk_tokens=req.prefill_chunk_tokens)
+                       prefill_chunk_tokens=req.prefill_chunk_tokens, pipeline_parallel=req.pipeline_parallel,
+                       prefix_hit_ratio=req.prefix_hit_ratio)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []
@@ -296,7 +303,7 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     speed = s.to_dict() | {"max_batch_that_fits": sp.max_batch_that_fits, "max_concurrency": sp.max_concurrency,
                            "max_batch_for_tpot_target": sp.max_batch_for_tpot, "by_batch": sp.tpot_by_batch,
                            "kv_cache_bytes_per_token": sp.kv_cache_bytes_per_token}
-    cost = serving_cost(gpu.hourly_price, req.tensor_parallel, s.output_tokens_per_second, s.requests_per_second,
+    cost = serving_cost(gpu.hourly_price, req.replica_gpus, s.output_tokens_per_second, s.requests_per_second,
                         currency=user.currency, purchase_per_gpu=gpu.purchase_price)
     if cost is None:
         notes.append(f"No price for {gpu.name}: add one to {user.path} to see costs (gpulens invents no prices).")
@@ -309,8 +316,9 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
         if replicas and req.target_requests_per_second:
             o = replicas[0]
             how = (f" ({o.scheduling})" if o.utilization_ratio is not None else "")
+            pp = f" x PP {o.pipeline_parallel}" if o.pipeline_parallel > 1 else ""
             advice.append(Advice("note", f"For {req.target_requests_per_second:g} requests/s: {o.replicas} replica(s) x "
-                                         f"TP {o.tensor_parallel} = {o.gpus} x {o.gpu} at batch {o.batch}{how}."))
+                                         f"TP {o.tensor_parallel}{pp} = {o.gpus} x {o.gpu} at batch {o.batch}{how}."))
         elif not replicas:
             advice.append(Advice("note", f"No replica layout on {gpu.name} meets the latency targets"
                                          + (f": {misses[0].reason}." if misses else ".")))

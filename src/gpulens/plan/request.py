@@ -22,6 +22,7 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
     "max_num_batched_tokens": (1, 1 << 26), "prefill_chunk_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
     "speculative_tokens": (1, 32), "ep": (1, 1 << 12), "virtual_stages": (1, 1 << 12), "cp": (1, 1 << 12),
+    "prefix_hit_ratio": (0, 1),
 }
 
 def _num(v: float) -> str:
@@ -44,7 +45,7 @@ class PlanOptions:
     model: str | None = _opt(("--model", "-m"), "config.json path or folder, preset name, or a size such as 7b.")
     workload: str = _opt(("--workload", "-w"), "train or infer.", "train")
     gpus: int = _opt(("--gpus",), "Training: number of GPUs (data parallel; with --zero, sharded). "
-                                 "Serving: GPUs per replica (= --tp).", 1)
+                                 "Serving: GPUs per replica (= --tp x --pp).", 1)
     precision: str = _opt(("--precision",), "Training: fp32, amp_bf16, amp_fp16 (fp32 weights, 16-bit autocast), "
                                             "bf16, fp16 (weights and states in 16-bit), fp8 (Transformer "
                                             "Engine: the blocks' Linear GEMMs in FP8, the rest as amp_bf16; "
@@ -95,8 +96,9 @@ class PlanOptions:
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
-    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi "
-                                          "(CUDA graphs, preallocated paged KV cache).", "hf")
+    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi, trtllm "
+                                          "(CUDA graphs, preallocated paged KV cache; trtllm: 90 % of the memory left "
+                                          "free, 64-token blocks).", "hf")
     max_num_batched_tokens: int = _opt(("--max-num-batched-tokens",), "Serving, engine: tokens of the profiling "
                                        "forward whose activation peak the KV pool leaves room for (vLLM's flag; "
                                        "0.2.x used max(max_model_len, 2048)).", 8192)
@@ -124,7 +126,12 @@ class PlanOptions:
     tp: int | None = _opt(("--tp",), "Serving: tensor-parallel GPUs per replica (default --gpus). Training: "
                                       "Megatron-style tensor parallelism inside --gpus (GPUs = data x tensor x "
                                       "pipeline parallel; default 1).")
-    pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus.", 1)
+    pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus. Serving, engine "
+                              "(vllm, sglang, trtllm): pipeline stages per replica, layers/N each (GPUs per replica = "
+                              "--tp x --pp).", 1)
+    prefix_hit_ratio: float = _opt(("--prefix-hit-ratio",), "Serving, engine: share of each prompt's tokens found in "
+                                   "the prefix cache, 0 <= R < 1 (vLLM automatic prefix caching, SGLang RadixAttention): "
+                                   "the prefill computes the other (1 - R) of them.", 0.0)
     sp: bool = _opt(("--sp/--no-sp",), "Training: sequence parallelism along the tensor-parallel group.", False)
     ep: int = _opt(("--ep",), "Training, MoE: expert parallelism inside --gpus: each GPU holds 1/N of every MoE "
                               "layer's experts, two all-to-alls per layer forward and two backward (GShard).", 1)
@@ -194,12 +201,12 @@ class PlanOptions:
         its default, LoRA settings without LoRA, a ZeRO layout without ZeRO, and serving GPUs that
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
-        train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout", "pp",
+        train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout",
                       "sp", "virtual_stages", "cp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant", "ep", "offload")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
                       "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
-                      "quantize_head", "int4_group_size")
+                      "quantize_head", "int4_group_size", "prefix_hit_ratio")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if getattr(self, name) != defaults[name]:
@@ -241,11 +248,33 @@ class PlanOptions:
         elif self.int4_group_size != defaults["int4_group_size"] and self.dtype.lower() != "int4":
             raise BadInputError(f"--int4-group-size says how int4 weights are scaled, and --dtype is {self.dtype}.",
                                 hint="Add --dtype int4, or drop --int4-group-size.")
-        elif self.tp is not None and gpus > 1 and self.tp != gpus:
+        elif self.pp == 1 and self.tp is not None and gpus > 1 and self.tp != gpus:
             raise BadInputError(f"--gpus {gpus} with --tp {self.tp}: serving one replica on {gpus} GPUs is tensor "
                                 f"parallelism {gpus}.", hint=f"Give --tp {gpus}, or drop --gpus (plan replicas with --target-rps).")
         if workload == "infer":
             self.check_speculation()
+            self.check_serving_stages(gpus)
+
+    def check_serving_stages(self, gpus: int) -> None:
+        """Serving --pp and --prefix-hit-ratio: engines only; one replica's GPUs are --tp x --pp."""
+        runtime = self.runtime.lower()
+        if self.prefix_hit_ratio >= 1:
+            raise BadInputError(f"--prefix-hit-ratio must be below 1, not {self.prefix_hit_ratio!r}: a request "
+                                "computes at least its last prompt token.", hint="Give e.g. --prefix-hit-ratio 0.5.")
+        if self.prefix_hit_ratio > 0 and runtime == "hf":
+            raise BadInputError("--prefix-hit-ratio describes an engine's prefix cache, and --runtime hf recomputes "
+                                "every prompt.", hint="Add --runtime vllm (or sglang, tgi, trtllm), or drop --prefix-hit-ratio.")
+        if self.pp == 1:
+            return
+        if runtime in ("hf", "tgi"):
+            what = "transformers' generate runs on one GPU" if runtime == "hf" else "TGI shards only by tensor parallelism"
+            raise BadInputError(f"--pp {self.pp} splits a model into pipeline stages, and {what}.",
+                                hint="Use --runtime vllm, sglang or trtllm with --pp, or drop --pp (use --tp).")
+        tp = self.tp if self.tp is not None else max(1, gpus // self.pp)
+        if gpus > 1 and tp * self.pp != gpus:
+            raise BadInputError(f"--gpus {gpus} is not --tp {tp} x --pp {self.pp}: one replica's GPUs are its "
+                                "tensor-parallel group times its pipeline stages.",
+                                hint=f"Give --gpus {tp * self.pp}, or drop --gpus (plan replicas with --target-rps).")
 
     def check_speculation(self) -> None:
         """--speculative-tokens and --acceptance-rate describe a --draft-model (plan/speculative.py)."""
@@ -273,7 +302,7 @@ class PlanOptions:
                                     hint="Give --nodes with --gpus-per-node, or --gpus alone.")
         self.check_combinations(workload, gpus)
         # serving on N GPUs of one replica = tensor parallelism N
-        tp = self.tp if self.tp is not None else (gpus if workload == "infer" else 1)
+        tp = self.tp if self.tp is not None else (max(1, gpus // self.pp) if workload == "infer" else 1)
         return PlanRequest(
             model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
@@ -296,7 +325,7 @@ class PlanOptions:
             speculative_tokens=self.speculative_tokens or DEFAULT_SPECULATIVE_TOKENS, acceptance_rate=self.acceptance_rate,
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
-            target_requests_per_second=self.target_rps, assume_dense=self.assume_dense,
+            target_requests_per_second=self.target_rps, prefix_hit_ratio=self.prefix_hit_ratio, assume_dense=self.assume_dense,
             gpus_per_node=self.gpus_per_node, inter_node_bytes_per_second=self.inter_node_gbps * 1e9,
             electricity_usd_per_kwh=self.electricity_usd_per_kwh, power_fraction=self.power_fraction, pue=self.pue,
         )

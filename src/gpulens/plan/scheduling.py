@@ -34,8 +34,13 @@ tokens, a per-step budget of C tokens:
   compute (at most a full step). At zero load this is ceil(P / C) fixed costs + P c: the chunked
   prefill of one request alone.
 
+With prefix caching (`ServeSetup.prefix_hit_ratio`, plan/serve_engines.py) P is the prompt tokens
+the engine computes, (1 - R) x the prompt: they take the budget and the prefill cost (whose
+attention still reads the whole context, in `serving_speed`); the cached blocks' memory is not
+shared across requests here.
+
 It is a mean-value model: no tail percentiles, no preemption when the KV pool runs out (the caller
-keeps the concurrency within the pool), no prefix caching, identical requests.
+keeps the concurrency within the pool), identical requests.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def engine_step_costs(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Effici
             steps[batch] = serving_speed(m, replace(setup, batch=batch), gpu, eff).tpot_seconds
         return steps[batch]
 
-    return StepCosts(decode_step, max(0.0, prefill - fixed) / setup.prompt_tokens, fixed)
+    return StepCosts(decode_step, max(0.0, prefill - fixed) / setup.prefill_tokens, fixed)  # per computed prompt token
 
 
 @dataclass(frozen=True)

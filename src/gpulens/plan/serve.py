@@ -1,4 +1,4 @@
-"""Serving memory and speed for two runtime profiles (hf; vllm, sglang and tgi as engines).
+"""Serving memory and speed for two runtime profiles (hf; vllm, sglang, tgi and trtllm as engines).
 
 - `hf`: transformers' generate with a DynamicCache. The prefill computes logits for every prompt
   position (16-bit, batch x prompt x vocabulary); the cache grows by concatenation, so each decode
@@ -6,6 +6,7 @@
 - `vllm`: a fixed share of the card (gpu_memory_utilization, default 0.9) is taken at start;
   what the weights, the profiling forward and CUDA graphs leave becomes the paged KV cache;
   logits only for the last position. The answer is the maximum concurrency at a context length.
+  `trtllm` sizes it from the free memory (serve_engines.py); pipeline stages: serve_pipeline.py.
 
 Speed: prefill is compute-bound (2 N per token + causal attention over peak x efficiency); a
 decode step is memory-bound (weights + KV bytes per step over bandwidth x efficiency) plus a fixed
@@ -29,10 +30,12 @@ holds when the pool is sized (`nccl_communicators`: vLLM 0.2.x two), all of whic
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpulens.errors import BadInputError
+from gpulens.plan import serve_engines as engines
+from gpulens.plan import serve_pipeline as stages
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.links import (
     DEFAULT_GPUS_PER_NODE,
@@ -50,8 +53,8 @@ if TYPE_CHECKING:
 
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group (--int4-group-size)
-RUNTIMES = ("hf", "vllm", "sglang", "tgi")  # the engines share vLLM's memory layout (preallocated paged KV)
-VLLM_BLOCK_TOKENS = 16
+VLLM_BLOCK_TOKENS = engines.VLLM_BLOCK_TOKENS  # callers import it from here
+RUNTIMES = ("hf", "vllm", "sglang", "tgi", "trtllm")  # the engines preallocate a paged KV pool (vLLM's layout; trtllm's own sizing)
 VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget (--max-num-batched-tokens)
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
 # Weight-only kernels (int8: gpt-fast's int8 Linear / AWQ-GPTQ int8; int4: tinygemm / Marlin style,
@@ -84,6 +87,12 @@ class ServeSetup:
     nccl_communicators: int = 1  # engine at TP > 1: NCCL communicators on each GPU before it sizes the KV pool
     int4_group_size: int = INT4_GROUP  # int4 weights per fp16 scale + zero point (gpt-fast's README figures: 32)
     prefill_chunk_tokens: int | None = None  # an engine scheduler's per-step token budget (None: max_num_batched_tokens)
+    pipeline_parallel: int = 1  # pipeline stages per replica, each on tensor_parallel GPUs (plan/serve_pipeline.py)
+    prefix_hit_ratio: float = 0.0  # share of each prompt found in the engine's prefix cache (plan/serve_engines.py)
+
+    @property
+    def prefill_tokens(self) -> int:  # prompt tokens a prefill computes: those the prefix cache does not hold
+        return engines.computed_prompt_tokens(self.prompt_tokens, self.prefix_hit_ratio)
 
     @property
     def step_budget_tokens(self) -> int:
@@ -116,15 +125,17 @@ class ServeSetup:
         if self.dtype not in WEIGHT_BYTES:
             raise BadInputError(f"Unknown weight dtype {self.dtype!r}.", hint=f"Use one of {', '.join(WEIGHT_BYTES)}.")
         if self.runtime not in RUNTIMES:
-            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang or tgi.")
+            raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang, tgi or trtllm.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
                         ("profiling token budget", self.max_num_batched_tokens),
-                        ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel)):
+                        ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel),
+                        ("pipeline-parallel degree", self.pipeline_parallel)):
             if v <= 0:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
         if self.prefill_chunk_tokens is not None and self.prefill_chunk_tokens <= 0:
             raise BadInputError(f"The prefill chunk budget must be at least 1 token, not {self.prefill_chunk_tokens}.",
                                 hint="vLLM's default max_num_batched_tokens is 8192.")
+        engines.check_prefix_caching(self.runtime, self.prefix_hit_ratio)
         if self.int4_group_size <= 0:
             raise BadInputError(f"The int4 group size must be at least 1, not {self.int4_group_size}.",
                                 hint="GPTQ/AWQ use 128; gpt-fast's int4 benchmarks 32.")
@@ -193,12 +204,12 @@ class ServeSpeed:
     tensor_parallel_link: str = ""  # the ring's slowest link
     tensor_parallel_protocol: str = ""  # the NCCL protocol the decode all-reduce is priced with
     speculative: SpeculativeSpeed | None = None  # with a draft model: what a step costs and yields
+    prefill_flops: float = 0.0  # the prefill's FLOPs (prompt tokens the prefix cache does not hold)
+    prefix_hit_ratio: float = 0.0
+    pipeline: stages.PipelineSpeed | None = None  # pipeline stages: micro-batches and sends (plan/serve_pipeline.py)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["speculative"] is None:
-            del d["speculative"]
-        return d
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in ("speculative", "pipeline")}
 
 
 @dataclass
@@ -218,7 +229,8 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
     cb = 4 if setup.compute_dtype == "fp32" else 2
     w = serving_weight_bytes(m, setup)
-    kv_share = max(1, tp // max(1, m.num_kv_heads)) / tp  # KV heads split over TP, replicated beyond them
+    # KV heads split over TP, replicated beyond them; a pipeline stage holds its layers' share
+    kv_share = max(1, tp // max(1, m.num_kv_heads)) / tp / setup.pipeline_parallel
 
     def kv(tokens: float) -> float:  # one sequence's cache on one GPU
         return m.kv_bytes_for_context(tokens, setup.kv_bytes) * kv_share
@@ -254,12 +266,18 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     tokens = max(setup.max_num_batched_tokens, p)
     act = tokens * (2 * h * cb + 3 * inter * cb / tp) + min(256, max(b, 1)) * vocab * 4
     held = all_reduce_held_bytes(m, setup, tokens, cb)
-    graphs = VLLM_CUDA_GRAPHS_BYTES
+    graphs = VLLM_CUDA_GRAPHS_BYTES if setup.runtime != "trtllm" else 0  # TensorRT-LLM: no graph pool (serve_engines)
     nccl = engine_nccl_bytes(setup)
     draft_w = serving_weight_bytes(setup.speculative.draft, setup) if setup.speculative else 0.0
     kv_pool = budget - w - draft_w - act - held - graphs - nccl - eff.workspace_bytes
+    if setup.runtime == "trtllm":  # a share of what is free, not of the card
+        kv_pool = engines.trtllm_kv_pool_bytes(capacity_bytes, cuda_context_bytes, w + draft_w + act + held + nccl + eff.workspace_bytes)
+        notes.append(engines.TRTLLM_NOTE)
+    if setup.pipeline_parallel > 1:
+        notes.append(stages.stage_note(m, setup.pipeline_parallel))
     breakdown = {
-        "weights": int(w), **({"draft_weights": int(draft_w)} if draft_w else {}), "activations": int(act), "cuda_graphs": int(graphs), "nccl_buffers": int(nccl),
+        "weights": int(w), **({"draft_weights": int(draft_w)} if draft_w else {}), "activations": int(act),
+        **({"cuda_graphs": int(graphs)} if setup.runtime != "trtllm" else {}), "nccl_buffers": int(nccl),
         "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
     }
     breakdown = {k: v for k, v in breakdown.items() if v or k != "nccl_buffers"}
@@ -316,8 +334,9 @@ def engine_sequence_kv_bytes(m: ModelSpec, setup: ServeSetup) -> float:
     the target's (vLLM gives both models the same number of blocks)."""
     tp = setup.tensor_parallel
     extra = setup.speculative.tokens if setup.speculative else 0
-    seq_tokens = math.ceil((setup.context_tokens + extra) / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp
+    block = engines.block_tokens(setup.runtime)
+    seq_tokens = math.ceil((setup.context_tokens + extra) / block) * block
+    per_seq = m.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, m.num_kv_heads)) / tp / setup.pipeline_parallel
     if setup.speculative:  # the draft's cache: split over the TP group like the target's
         d = setup.speculative.draft
         per_seq += d.kv_bytes_for_context(seq_tokens, setup.kv_bytes) * max(1, tp // max(1, d.num_kv_heads)) / tp
@@ -389,8 +408,12 @@ def serving_weight_bytes(m: ModelSpec, setup: ServeSetup) -> float:
     """One GPU's weights: the model over the TP group, the quantized head's saving taken off, and,
     for an engine that splits only the blocks, the rest (embedding, head, final norm) whole."""
     w = (weight_bytes(m, setup.dtype, setup.int4_group_size) - head_quantization_saving(m, setup)) / setup.tensor_parallel
+    rest = (m.params - m.block_params) * 2 - head_quantization_saving(m, setup)
+    if setup.pipeline_parallel > 1:  # the heaviest stage: its share of the blocks, its embedding or head (serve_pipeline)
+        blocks = weight_bytes(m, setup.dtype, setup.int4_group_size) - (m.params - m.block_params) * 2
+        rest = stages.heaviest_stage_rest_params(m) * 2 - head_quantization_saving(m, setup)
+        w = (blocks / setup.pipeline_parallel + rest) / setup.tensor_parallel
     if not setup.tp_shards_head and setup.tensor_parallel > 1:
-        rest = (m.params - m.block_params) * 2 - head_quantization_saving(m, setup)
         w += rest * (setup.tensor_parallel - 1) / setup.tensor_parallel
     return w
 
@@ -425,6 +448,9 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     model, plan/speculative.py prices the draft and the verification steps with this function."""
     if setup.speculative is not None:  # the draft prices its steps with this function (no import back up)
         return setup.speculative.speed(m, setup, gpu, eff)
+    if setup.pipeline_parallel > 1:  # the stages' sum and the sends (plan/serve_pipeline.py)
+        return stages.pipelined_speed(m, setup, gpu, serving_speed(m, replace(setup, pipeline_parallel=1), gpu, eff),
+                               lambda size: serving_speed(m, replace(setup, pipeline_parallel=1, batch=size), gpu, eff))
     rt = eff.runtime(setup.runtime)
     tp = setup.tensor_parallel
     b, p, k = setup.batch, setup.prompt_tokens, setup.new_tokens
@@ -437,15 +463,17 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     peak = gpu.peak_flops(fmt) * matmul_ratio * tp
     bw = gpu.memory_bandwidth_bytes_per_second * rt.decode_bandwidth_ratio * tp
     n = m.matmul_params
-    attn_flops = 2 * m.num_layers * m.num_heads * m.head_dim * p * p * b  # causal QK^T and AV
-    prefill_flops = 2 * n * b * p + attn_flops
+    q_p = setup.prefill_tokens  # a prefix-cache hit's tokens are not computed; the rest attend to all p
+    cached = p - q_p
+    attn_flops = 2 * m.num_layers * m.num_heads * m.head_dim * (p * p - cached * cached) * b  # causal QK^T and AV
+    prefill_flops = 2 * n * b * q_p + attn_flops
     if setup.runtime != "hf":
-        prefill_flops -= 2 * m.vocab_size * m.hidden_size * b * (p - 1)  # logits of the last position only
+        prefill_flops -= 2 * m.vocab_size * m.hidden_size * b * (q_p - 1)  # logits of the last position only
     pre_ratio = rt.prefill_compute_ratio or matmul_ratio
     # a prefill is one forward of the same layers: their launch cost per layer, plus its own fixed cost
     prefill = (prefill_flops / (gpu.peak_flops(fmt) * pre_ratio * tp) + rt.prefill_overhead_seconds
                + m.num_layers * rt.decode_layer_overhead_seconds)
-    elementwise = m.num_layers * b * p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[setup.compute_dtype])
+    elementwise = m.num_layers * b * q_p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[setup.compute_dtype])
     pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
     prefill += elementwise / pre_bw
     ctx = p + k / 2  # mean context during decode
@@ -469,7 +497,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
     step_ar = tensor_parallel_all_reduce(m, setup, gpu, b * q * m.hidden_size * act_bytes)
-    prefill_ar = tensor_parallel_all_reduce(m, setup, gpu, b * p * m.hidden_size * act_bytes)
+    prefill_ar = tensor_parallel_all_reduce(m, setup, gpu, b * q_p * m.hidden_size * act_bytes)
     comm = 2 * m.num_layers * step_ar.seconds  # two all-reduces per layer
     prefill_comm = 2 * m.num_layers * prefill_ar.seconds
     prefill += prefill_comm
@@ -491,6 +519,8 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         prefill_tensor_parallel_seconds=prefill_comm,
         tensor_parallel_link=step_ar.link.name if tp > 1 else "",
         tensor_parallel_protocol=step_ar.protocol,
+        prefill_flops=prefill_flops,
+        prefix_hit_ratio=setup.prefix_hit_ratio,
     )
 
 
@@ -518,8 +548,6 @@ def tensor_parallel_all_reduce(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, me
 
 def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: Efficiency, limit: int = 4096) -> int:
     """The largest concurrency whose memory fits (0 if not even one)."""
-    from dataclasses import replace
-
     if setup.runtime != "hf":
         return min(limit, vllm_concurrency(m, setup, capacity_bytes, eff))
 
@@ -540,10 +568,9 @@ def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, ef
 
 def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, *, tpot_target_seconds: float | None = None,
                  cuda_context_bytes: int = 512 << 20) -> ServePlan:
-    from dataclasses import replace
-
     setup.validate(gpu)
     check_tensor_parallel(m, setup.tensor_parallel)
+    stages.check_pipeline(m, setup.runtime, setup.pipeline_parallel, speculative=setup.speculative is not None)
     if setup.speculative is not None:
         setup.speculative.check(m, setup)
     mem = serving_memory(m, setup, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=cuda_context_bytes)

@@ -62,7 +62,8 @@ ENGINE = RuntimeSpeed(
     decode_bandwidth_ratio=0.75, decode_step_overhead_seconds=0.0005, decode_layer_overhead_seconds=0.00001,
     prefill_overhead_seconds=0.003, prefill_compute_ratio=0.6, prefill_bandwidth_ratio=0.7,  # fused norms/activations
     source="defaults for a CUDA-graph serving engine (60-80 % of the bandwidth bound at small batch)")
-RUNTIME_DEFAULTS: dict[str, RuntimeSpeed] = {"hf": HF_EAGER, "vllm": ENGINE, "sglang": ENGINE, "tgi": ENGINE}
+# TensorRT-LLM: the same engine defaults (CUDA graphs or fused plugins); no sourced figure of its own (plan/serve_engines.py)
+RUNTIME_DEFAULTS: dict[str, RuntimeSpeed] = {"hf": HF_EAGER, "vllm": ENGINE, "sglang": ENGINE, "tgi": ENGINE, "trtllm": ENGINE}
 
 
 @dataclass(frozen=True)
