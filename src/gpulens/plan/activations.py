@@ -158,3 +158,20 @@ def _loss_bytes(m: ModelSpec, precision: str, tokens: int, loss: str = "torch") 
     if m.final_logit_softcap:
         per_tok += _mode(precision).compute * m.vocab_size  # tanh output kept by soft-capping
     return tokens * per_tok
+
+
+def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int, loss: str = "torch") -> int:
+    """Saved activations without checkpointing plus the loss tensors (`loss`: the cross-entropy
+    kernel, as `TrainSetup.loss`): the memory traffic a step's elementwise kernels move (used by
+    the speed model)."""
+    layer = layer_activation_bytes(m, precision, micro_batch, seq)
+    per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
+    return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq, loss)
+
+
+def recomputed_attention_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:
+    """What selective recomputation drops from one layer and brings back while that layer's
+    backward runs: the attention core's insides."""
+    full = layer_activation_bytes(m, precision, micro_batch, seq)
+    sel = layer_activation_bytes(m, precision, micro_batch, seq, recompute="selective")
+    return full["attention"] - sel["attention"]

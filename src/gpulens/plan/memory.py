@@ -18,35 +18,32 @@ optimizer step. Validated against tests/plan/test_memory_calibration.py (real H2
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpulens.errors import BadInputError
 from gpulens.plan import expert_parallel as ep_mod
 from gpulens.plan import interleaved
-from gpulens.plan import lora_litgpt as litgpt
 from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and speed.py read them here
     _head_bytes_per_token,
     _loss_bytes,
     _Mode,
     _mode,
+    activation_bytes_full,
     attention_kernel,
     layer_activation_bytes,
+    recomputed_attention_bytes,
 )
 from gpulens.plan.context_parallel import check_context_parallel
 from gpulens.plan.fp8 import apply_fp8_memory, check_fp8_training
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.lora import (
     FINETUNE,
-    PAGED_NOTE,
     LoraSetup,
-    adapter_params,
-    base_weight_bytes,
-    head_and_first_norm_delta_per_token,
-    largest_linear_params,
-    layer_delta_per_token,
 )
+from gpulens.plan.lora_memory import _lora_memory, lora_layer_and_head_bytes  # noqa: F401 - re-exported
 from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
+from gpulens.plan.memory_estimate import FIT_MARGIN_RATIO, MemoryEstimate, fits_in  # noqa: F401 - re-exported
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.zero import check_layout, largest_module_params, zero_states
 
@@ -63,8 +60,6 @@ DEFAULT_WORKSPACE_BYTES = 64 * MiB
 DEFAULT_CUDA_CONTEXT_BYTES = 512 * MiB
 # Reserved / allocated: the caching allocator keeps freed blocks; the H200 runs show 1.03–1.29.
 DEFAULT_RESERVED_RATIO = 1.10
-# Leave this share of the card free when deciding "fits" (fragmentation, other allocations).
-FIT_MARGIN_RATIO = 0.02
 
 
 @dataclass(frozen=True)
@@ -184,45 +179,6 @@ class TrainSetup:
         return None if self.finetune == "full" else LoraSetup(self.finetune, self.lora_rank, self.lora_targets,
                                                               self.lora_dtype, self.lora_optimizer_dtype,
                                                               self.lora_engine, self.qlora_double_quant)
-
-
-@dataclass
-class MemoryEstimate:
-    """Predicted memory of one GPU. `peak_bytes` is the peak the framework allocates
-    (torch.cuda.max_memory_allocated); `breakdown` itemizes it (bytes per item, summing to it)."""
-
-    peak_bytes: int
-    breakdown: dict[str, int]
-    peak_at: str
-    reserved_bytes: int
-    cuda_context_bytes: int
-    capacity_bytes: int
-    fits: bool
-    candidates: dict[str, int] = field(default_factory=dict)  # every candidate peak
-    notes: list[str] = field(default_factory=list)
-    mechanisms: dict[str, dict] = field(default_factory=dict)  # expert_parallel, optimizer_offload: their figures
-
-    @property
-    def headroom_bytes(self) -> int:
-        return self.capacity_bytes - self.cuda_context_bytes - self.peak_bytes
-
-    def to_dict(self) -> dict:
-        return {
-            "peak_bytes": self.peak_bytes,
-            "breakdown": dict(self.breakdown),
-            "peak_at": self.peak_at,
-            "reserved_bytes": self.reserved_bytes,
-            "cuda_context_bytes": self.cuda_context_bytes,
-            "capacity_bytes": self.capacity_bytes,
-            "headroom_bytes": self.headroom_bytes,
-            "candidates": dict(self.candidates),
-            "notes": list(self.notes),
-            "mechanisms": {k: dict(v) for k, v in self.mechanisms.items()},
-        }
-
-
-def fits_in(peak_bytes: float, context_bytes: float, capacity_bytes: float) -> bool:
-    return peak_bytes + context_bytes <= capacity_bytes * (1 - FIT_MARGIN_RATIO)
 
 
 def _optimizer_bytes(m: ModelSpec, optimizer: str, state_bytes: int) -> tuple[int, int, str]:
@@ -479,129 +435,3 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
                           cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
                           fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
                           candidates={k: int(v) for k, v in totals.items()}, notes=notes)
-
-
-def lora_layer_and_head_bytes(m: ModelSpec, lora: LoraSetup, precision: str, micro_batch: int,
-                              seq: int, recompute: str = "none") -> tuple[float, float]:
-    """(one layer, head + first norm) bytes saved for backward under LoRA, for the micro-batch."""
-    tokens = micro_batch * seq
-    c = _mode(precision).compute
-    layer = layer_activation_bytes(m, precision, micro_batch, seq, recompute=recompute)
-    per_layer = layer["attention"] + layer["mlp"] + layer["norms"] + tokens * layer_delta_per_token(m, lora, c)
-    head = tokens * (_head_bytes_per_token(m, _mode(precision)) + head_and_first_norm_delta_per_token(m, c))
-    return per_layer, head
-
-
-def _lora_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, workspace_bytes: int,
-                 cuda_context_bytes: int, reserved_ratio: float, activation_scale: float) -> MemoryEstimate:
-    """LoRA / QLoRA (plan/lora.py): frozen base, adapters (fp32, or --lora-dtype) with their
-    gradients and AdamW moments (in --lora-optimizer-dtype), the activations a frozen base keeps. Data parallel only replicates (no ZeRO: the
-    sharded states would be the adapters' few megabytes)."""
-    lora = setup.lora
-    assert lora is not None
-    lora.validate(m, setup.precision)
-    if setup.optimizer not in ("adamw", "adamw8bit", "sgd"):
-        raise BadInputError(f"LoRA planning takes --optimizer adamw, adamw8bit or sgd, not {setup.optimizer!r}.",
-                            hint="Pass --optimizer adamw (paged AdamW is the same on the GPU).")
-    mode = _mode(setup.precision)
-    precision = setup.precision if lora.method == "lora" else "bf16"  # QLoRA computes in bf16
-    b, s = setup.micro_batch, setup.seq_len
-    tokens = b * s
-    notes = [f"{'QLoRA' if lora.method == 'qlora' else 'LoRA'} rank {lora.rank} on the {lora.targets} Linear layers: "
-             f"{adapter_params(m, lora):,} trainable parameters ({lora.dtype}; optimizer states "
-             f"{lora.optimizer_dtype or lora.dtype}" + (", with an fp32 master copy" if lora.master_bytes else "")
-             + "), base frozen"]
-    n_ad = adapter_params(m, lora)
-    base = base_weight_bytes(m, lora, mode.weight)
-    per_state = {"adamw": 2 * lora.state_bytes, "adamw8bit": 2 + 8 / 256, "sgd": 0}[setup.optimizer]
-    per_state += lora.master_bytes if setup.optimizer != "sgd" else 0
-    if lora.engine == "litgpt":
-        return _litgpt_lora_memory(m, setup, n_ad, per_state, notes, capacity_bytes=capacity_bytes,
-                                   workspace_bytes=workspace_bytes, cuda_context_bytes=cuda_context_bytes,
-                                   reserved_ratio=reserved_ratio, activation_scale=activation_scale)
-    per_layer, head = lora_layer_and_head_bytes(m, lora, precision, b, s, setup.recompute)
-    if setup.grad_ckpt:
-        saved = m.num_layers * tokens * m.hidden_size * mode.residual + head
-    else:
-        saved = m.num_layers * per_layer + head
-    saved = int(saved * activation_scale)
-    loss = _loss_bytes(m, precision, tokens)
-    ad = lora.adapter_bytes
-    static = {"weights": int(base), "lora_adapters": n_ad * ad, "optimizer_states": int(n_ad * per_state),
-              "cuda_workspace": workspace_bytes}
-    if lora.method == "qlora":
-        static["dequantized_weight"] = 2 * largest_linear_params(m)  # one Linear's bf16 weight at a time
-        notes.append("QLoRA: block Linear weights in 4-bit NF4 " + ("with double quantization (0.516 bytes each); "
-                     if lora.double_quant else "with an fp32 scale per 64 weights (0.5625 bytes each); ") + PAGED_NOTE)
-    grads = n_ad * ad
-    cands = {
-        "backward start": static | {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved,
-                                    "logits_and_loss": loss},
-        "optimizer step": static | {"gradients": grads,
-                                    "optimizer_step_temporaries": n_ad * max(ad, lora.state_bytes) if per_state else 0},
-    }
-    if setup.grad_ckpt or setup.selective_recompute:
-        back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, precision, b, s)
-        cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
-            "gradients": grads, "activations": saved + int(back * activation_scale), "logits_and_loss": tokens * m.hidden_size * 4}
-    return _peak_of(cands, notes, reserved_ratio=reserved_ratio, cuda_context_bytes=cuda_context_bytes,
-                    capacity_bytes=capacity_bytes)
-
-
-def _litgpt_lora_memory(m: ModelSpec, setup: TrainSetup, n_ad: int, per_state: float, notes: list[str], *,
-                        capacity_bytes: int, workspace_bytes: int, cuda_context_bytes: int, reserved_ratio: float,
-                        activation_scale: float) -> MemoryEstimate:
-    """LoRA / QLoRA as LitGPT's finetune/lora.py runs it on one GPU (plan/lora_litgpt.py)."""
-    lora = setup.lora
-    assert lora is not None
-    qlora = lora.method == "qlora"
-    litgpt.validate_litgpt(m, setup.precision, lora.dtype, lora.targets, setup.grad_ckpt, setup.selective_recompute,
-                           setup.num_gpus)
-    if qlora and setup.optimizer == "adamw":
-        per_state = 8  # bitsandbytes' PagedAdamW: 32-bit moments (in managed memory)
-        notes[0] = notes[0].replace(f"optimizer states {lora.optimizer_dtype or lora.dtype}",
-                                    "optimizer states fp32 in bitsandbytes' PagedAdamW")
-    tokens = setup.micro_batch * setup.seq_len
-    grads = n_ad * lora.adapter_bytes
-    static = {"weights": int(litgpt.weight_bytes(m, qlora, lora.double_quant)), "lora_adapters": grads,
-              "optimizer_states": int(n_ad * per_state), "cuda_workspace": workspace_bytes}
-    saved = int(litgpt.activation_bytes(m, lora.targets, lora.rank, qlora, tokens) * activation_scale)
-    live = {"gradients": grads if setup.grad_accum > 1 else 0, "activations": saved}
-    cands = {k: static | live | extra for k, extra in litgpt.loss_candidates(m, qlora, tokens).items()}
-    cands["optimizer step"] = static | {"gradients": grads, "optimizer_step_temporaries": grads if per_state else 0}
-    notes.append("LitGPT finetune/lora.py (bf16-true, one GPU): its RMSNorm in bf16, one dropout on the fused qkv "
-                 "input, fp32 logits from Lightning's precision plugin" + (
-                     "; every Linear, the output head too, in NF4 " + ("with" if lora.double_quant else "without")
-                     + " double quantization, bitsandbytes PagedAdamW" if qlora else ""))
-    return _peak_of(cands, notes, reserved_ratio=reserved_ratio, cuda_context_bytes=cuda_context_bytes,
-                    capacity_bytes=capacity_bytes)
-
-
-def _peak_of(cands: dict[str, dict[str, float]], notes: list[str], *, reserved_ratio: float, cuda_context_bytes: int,
-             capacity_bytes: int) -> MemoryEstimate:
-    """The estimate at the moment of a step that holds the most (each candidate: what is live then, by part)."""
-    totals = {k: sum(v.values()) for k, v in cands.items()}
-    peak_at = max(totals, key=lambda k: totals[k])
-    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
-    peak = int(sum(breakdown.values()))
-    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
-                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
-                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
-                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
-
-
-def activation_bytes_full(m: ModelSpec, precision: str, micro_batch: int, seq: int, loss: str = "torch") -> int:
-    """Saved activations without checkpointing plus the loss tensors (`loss`: the cross-entropy
-    kernel, as `TrainSetup.loss`): the memory traffic a step's elementwise kernels move (used by
-    the speed model)."""
-    layer = layer_activation_bytes(m, precision, micro_batch, seq)
-    per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
-    return m.num_layers * per_layer + _loss_bytes(m, precision, micro_batch * seq, loss)
-
-
-def recomputed_attention_bytes(m: ModelSpec, precision: str, micro_batch: int, seq: int) -> int:
-    """What selective recomputation drops from one layer and brings back while that layer's
-    backward runs: the attention core's insides."""
-    full = layer_activation_bytes(m, precision, micro_batch, seq)
-    sel = layer_activation_bytes(m, precision, micro_batch, seq, recompute="selective")
-    return full["attention"] - sel["attention"]
