@@ -28,21 +28,23 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.mfu import MFU_IMPOSSIBLE
-from gpulens.plan.catalog import GpuSpec, find_gpu, user_config_file
+from gpulens.plan.calibration_store import (  # noqa: F401 - re-exported: the planner and the CLI read them here
+    calibration_path,
+    gpu_from_env_json,
+    load_efficiency,
+    read_store,
+)
+from gpulens.plan.catalog import GpuSpec, find_gpu
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
 from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
 from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, default_efficiency, training_speed
-from gpulens.safe_parse import json_lines, json_value, load_json, read_text
+from gpulens.safe_parse import json_lines, load_json, read_text
 
 # weak pull toward the defaults, so that a factor no run constrains stays sensible
 _PRIOR_WEIGHT = 0.15
 # The figure a calibration fits for training step time: its own word, not the store's `train_step` event.
 FIGURE_TRAIN_STEP = "train_step"
-
-
-def calibration_path() -> Path:
-    return user_config_file("GPULENS_CALIBRATION", "calibration.json")
 
 
 @dataclass
@@ -509,20 +511,10 @@ def drop_unhelpful(eff: Efficiency, checks: list[FigureCheck], base: Efficiency 
 # ---------------------------------------------------------------- storage
 
 
-def _read_store(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {"version": 1, "gpus": {}}
-    hint = "Delete it and run `gpulens plan calibrate` again."
-    data = load_json(read_text(path, "the calibration file", hint=hint), f"the calibration file {path}", hint=hint)
-    if not isinstance(data, dict) or not isinstance(data.get("gpus"), dict):
-        raise BadInputError(f"The calibration file {path} is not in gpulens's format.", hint="Delete it and calibrate again.")
-    return data
-
-
 def save_calibration(reports: list[FitReport] | FitReport, *, measurements: str, path: Path | None = None) -> Path:
     """Add the fits to the calibration file in one atomic replace (a crash leaves the old file)."""
     path = path or calibration_path()
-    data = _read_store(path)
+    data = read_store(path)
     for report in [reports] if isinstance(reports, FitReport) else reports:
         data["gpus"][report.gpu] = report.efficiency.to_dict() | {
             "measurements": measurements,
@@ -547,26 +539,6 @@ def save_calibration(reports: list[FitReport] | FitReport, *, measurements: str,
         raise BadInputError(f"Cannot write the calibration file {path}: {e.strerror}.",
                             hint="Set GPULENS_CALIBRATION to a writable path.") from None
     return path
-
-
-def load_efficiency(gpu: GpuSpec, *, path: Path | None = None) -> Efficiency:
-    """The stored calibration of `gpu`, else the defaults (which say they are not calibrated)."""
-    data = _read_store(path or calibration_path())
-    entry = data["gpus"].get(gpu.name)
-    if not entry:
-        return default_efficiency(gpu)
-    eff = Efficiency.from_dict(entry)
-    return replace(eff, calibrated=True, source=entry.get("source") or "calibrated")
-
-
-def gpu_from_env_json(measurements_path: Path) -> str | None:
-    """gpulens recordings keep an env.json (device name, versions) beside their files."""
-    env = measurements_path.parent / "env.json"
-    try:
-        name = json_value(env.read_bytes()).get("device", {}).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return str(name) if name else None
 
 
 def calibrate(measurements: Path | list[Measurement], *, gpu_name: str | None, source: str | None = None,
