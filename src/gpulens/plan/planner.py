@@ -25,7 +25,8 @@ from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_P
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
-from gpulens.plan.serve import INT4_GROUP, VLLM_MAX_BATCHED_TOKENS, ServeSetup, plan_serving
+from gpulens.plan.serve import INT4_GROUP, ServeSetup, plan_serving
+from gpulens.plan.serve_engine_rules import with_engine_defaults
 from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS, SpeculativeSetup, break_even_batch
 from gpulens.plan.speed import Efficiency, training_speed
 from gpulens.units import format_seconds
@@ -71,7 +72,7 @@ class PlanRequest:
     new_tokens: int = 128
     runtime: str = "hf"
     tensor_parallel: int = 1
-    max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
+    max_num_batched_tokens: int | None = None  # an engine's profiling forward (None: the engine's default, serve_engine_rules)
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held through the profiling forward
     tp_shards_head: bool = True  # serving: the output head split over the TP group (vLLM); gpt-fast replicates it
     quantize_head: bool = False  # serving: int8/int4/fp8 quantize the output head too (gpt-fast)
@@ -281,6 +282,7 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size,
                        prefill_chunk_tokens=req.prefill_chunk_tokens, pipeline_parallel=req.pipeline_parallel,
                        prefix_hit_ratio=req.prefix_hit_ratio)
+    setup = with_engine_defaults(setup, model, gpu.memory_bytes)  # SGLang's, TGI's own token budgets (serve_engine_rules)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
     advice: list[Advice] = []

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.planner import PlanRequest
+from gpulens.plan.serve_engines import check_engine_options
 from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS
 from gpulens.units import parse_duration
 
@@ -99,13 +100,18 @@ class PlanOptions:
     runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi, trtllm "
                                           "(CUDA graphs, preallocated paged KV cache; trtllm: 90 % of the memory left "
                                           "free, 64-token blocks).", "hf")
-    max_num_batched_tokens: int = _opt(("--max-num-batched-tokens",), "Serving, engine: tokens of the profiling "
-                                       "forward whose activation peak the KV pool leaves room for (vLLM's flag; "
-                                       "0.2.x used max(max_model_len, 2048)).", 8192)
+    max_num_batched_tokens: int | None = _opt(("--max-num-batched-tokens",), "Serving, engine: tokens of the "
+                                              "profiling forward whose activation peak the KV pool leaves room for "
+                                              "(vLLM's and trtllm's default 8,192; vLLM 0.2.x used max(max_model_len, "
+                                              "2048); tgi: its warmup, --max-batch-prefill-tokens, default "
+                                              "min(max_position_embeddings, 4096) + 49; refused with sglang, which "
+                                              "profiles none).")
     prefill_chunk_tokens: int | None = _opt(("--prefill-chunk-tokens",), "Serving, engine, replica plans: the "
                                             "scheduler's per-step token budget that running decodes and chunked "
-                                            "prompts share (default --max-num-batched-tokens: vLLM's one flag sets "
-                                            "both; SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens).")
+                                            "prompts share (default: the engine's own; vllm, trtllm "
+                                            "--max-num-batched-tokens, which sets both; tgi "
+                                            "--max-batch-prefill-tokens, likewise; sglang --chunked-prefill-size, "
+                                            "2048 on a GPU under 25,000 MiB, else 8192).")
     nccl_record_streams: bool = _opt(("--nccl-record-streams/--no-nccl-record-streams",), "Serving, engine at TP > 1: "
                                      "PyTorch's NCCL process group marks all-reduced tensors with record_stream, so the "
                                      "profiling forward keeps every one reserved (vLLM <= 0.2.6; "
@@ -256,7 +262,7 @@ class PlanOptions:
             self.check_serving_stages(gpus)
 
     def check_serving_stages(self, gpus: int) -> None:
-        """Serving --pp and --prefix-hit-ratio: engines only; one replica's GPUs are --tp x --pp."""
+        """Serving --pp, --prefix-hit-ratio and --max-num-batched-tokens (not sglang): engines only; GPUs = --tp x --pp."""
         runtime = self.runtime.lower()
         if self.prefix_hit_ratio >= 1:
             raise BadInputError(f"--prefix-hit-ratio must be below 1, not {self.prefix_hit_ratio!r}: a request "
@@ -264,6 +270,7 @@ class PlanOptions:
         if self.prefix_hit_ratio > 0 and runtime == "hf":
             raise BadInputError("--prefix-hit-ratio describes an engine's prefix cache, and --runtime hf recomputes "
                                 "every prompt.", hint="Add --runtime vllm (or sglang, tgi, trtllm), or drop --prefix-hit-ratio.")
+        check_engine_options(runtime, self.max_num_batched_tokens)
         if self.pp == 1:
             return
         if runtime in ("hf", "tgi"):

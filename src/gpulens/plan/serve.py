@@ -3,28 +3,22 @@
 - `hf`: transformers' generate with a DynamicCache. The prefill computes logits for every prompt
   position (16-bit, batch x prompt x vocabulary); the cache grows by concatenation, so each decode
   step copies it once more. Peak = max(prefill, the last layer's MLP in prefill, end of decode).
-- `vllm`: a fixed share of the card (gpu_memory_utilization, default 0.9) is taken at start;
-  what the weights, the profiling forward and CUDA graphs leave becomes the paged KV cache;
-  logits only for the last position. The answer is the maximum concurrency at a context length.
-  `trtllm` sizes it from the free memory (serve_engines.py); pipeline stages: serve_pipeline.py.
+- `vllm`: a share of the card (gpu_memory_utilization, 0.9) less the weights, profiling forward and
+  CUDA graphs is the paged KV cache; last-position logits; the answer is the maximum concurrency.
+  trtllm, sglang, tgi size it their own way (serve_engines.py); pipeline stages: serve_pipeline.py.
 
-Speed: prefill is compute-bound (2 N per token + causal attention over peak x efficiency); a
-decode step is memory-bound (weights + KV bytes per step over bandwidth x efficiency) plus a fixed
-per-step and per-layer overhead (large for eager generate, small for a CUDA-graph engine).
+Speed: prefill compute-bound (2 N per token + causal attention); a decode step memory-bound (weights
++ KV bytes per step over bandwidth x efficiency) plus fixed per-step and per-layer overheads.
 
-Tensor parallelism (Megatron's split) adds two all-reduces per layer, after the attention output
-and after the MLP's down projection, of the layer's activations: batch x hidden x 2 bytes per
-decode step, batch x prompt x hidden x 2 in the prefill. Each is a ring all-reduce priced by size,
-degree and link (`links.ring_all_reduce`: NCCL's alpha-beta model). None of it is overlapped: the
-next layer needs the reduced activations, and vLLM, TGI, SGLang and gpt-fast issue the all-reduce
-on the compute stream between the two matmuls (no compute hides it).
+Tensor parallelism (Megatron's split): two all-reduces per layer (after attention's output and the
+MLP's down projection) of batch x hidden x 2 bytes a decode step, x prompt in the prefill, each a
+ring all-reduce by size, degree and link (`links.ring_all_reduce`), not overlapped: vLLM, TGI,
+SGLang and gpt-fast issue it on the compute stream between the two matmuls.
 
-Engine choices a user sets (docs/plan.md, Serving options): whether the output head is split over
-the TP group (`tp_shards_head`: vLLM yes, gpt-fast no) and quantized with the blocks
-(`quantize_head`: gpt-fast yes, GPTQ/AWQ checkpoints no); the profiling forward's token budget
-(`max_num_batched_tokens`) and whether PyTorch's NCCL record_stream holds its all-reduced
-activations (`nccl_record_streams`: vLLM <= 0.2.6), and how many NCCL communicators each GPU
-holds when the pool is sized (`nccl_communicators`: vLLM 0.2.x two), all of which shrink the KV pool.
+Engine choices a user sets (docs/plan.md, Serving options): the output head split over the TP group
+(`tp_shards_head`: vLLM yes, gpt-fast no) and quantized (`quantize_head`); the profiling forward's
+tokens (`max_num_batched_tokens`), NCCL's record_stream (`nccl_record_streams`: vLLM <= 0.2.6) and
+communicators per GPU (`nccl_communicators`: vLLM 0.2.x two), which shrink the KV pool.
 """
 
 from __future__ import annotations
@@ -55,7 +49,7 @@ WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, 
 INT4_GROUP = 128  # GPTQ/AWQ default group size: one fp16 scale and one zero point per group (--int4-group-size)
 VLLM_BLOCK_TOKENS = engines.VLLM_BLOCK_TOKENS  # callers import it from here
 RUNTIMES = ("hf", "vllm", "sglang", "tgi", "trtllm")  # the engines preallocate a paged KV pool (vLLM's layout; trtllm's own sizing)
-VLLM_MAX_BATCHED_TOKENS = 8192  # the profiling forward's token budget (--max-num-batched-tokens)
+VLLM_MAX_BATCHED_TOKENS = engines.rules.VLLM_MAX_BATCHED_TOKENS  # the profiling forward's token budget (--max-num-batched-tokens)
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
 # Weight-only kernels (int8: gpt-fast's int8 Linear / AWQ-GPTQ int8; int4: tinygemm / Marlin style,
 # grouped scales and zero points) turn every weight back into 16-bit on the CUDA cores before the
@@ -78,7 +72,7 @@ class ServeSetup:
     gpu_memory_utilization: float = 0.9
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # TP beyond one node runs over the network
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND
-    max_num_batched_tokens: int = VLLM_MAX_BATCHED_TOKENS  # an engine's profiling forward (vLLM's flag)
+    max_num_batched_tokens: int | None = None  # an engine's profiling forward (None: the engine's default, serve_engine_rules)
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held to the forward's end
     speculative: SpeculativeSetup | None = None  # a draft model proposes, the target verifies (plan/speculative.py)
     step_tokens: int = 1  # tokens per sequence a decode step computes: K + 1 for a speculative verification
@@ -97,8 +91,8 @@ class ServeSetup:
     @property
     def step_budget_tokens(self) -> int:
         """The tokens an engine step may carry, decodes and prefill chunks together (plan/scheduling.py):
-        vLLM's one flag sets this and its profiling forward, so the default is that flag."""
-        return self.prefill_chunk_tokens if self.prefill_chunk_tokens is not None else self.max_num_batched_tokens
+        vLLM's one flag sets this and its profiling forward (SGLang, TGI: serve_engine_rules.with_engine_defaults)."""
+        return self.prefill_chunk_tokens or self.max_num_batched_tokens or VLLM_MAX_BATCHED_TOKENS
 
     @property
     def compute_dtype(self) -> str:
@@ -127,7 +121,7 @@ class ServeSetup:
         if self.runtime not in RUNTIMES:
             raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang, tgi or trtllm.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
-                        ("profiling token budget", self.max_num_batched_tokens),
+                        ("profiling token budget", self.max_num_batched_tokens or 1),
                         ("number of new tokens", self.new_tokens), ("tensor-parallel degree", self.tensor_parallel),
                         ("pipeline-parallel degree", self.pipeline_parallel)):
             if v <= 0:
@@ -261,10 +255,12 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
         peak = int(sum(breakdown.values()))
         return MemoryEstimate(peak, breakdown, at, int(peak * eff.reserved_ratio), cuda_context_bytes, capacity_bytes,
                               fits_in(peak, cuda_context_bytes, capacity_bytes), {n: int(v) for n, v in totals.items()}, notes)
-    # vLLM: preallocate; the KV pool is what is left
+    # vLLM: preallocate; the KV pool is what is left (SGLang, TGI: serve_engine_rules.py)
+    setup = engines.rules.with_engine_defaults(setup, m, capacity_bytes)
     budget = setup.gpu_memory_utilization * capacity_bytes - cuda_context_bytes
-    tokens = max(setup.max_num_batched_tokens, p)
-    act = tokens * (2 * h * cb + 3 * inter * cb / tp) + min(256, max(b, 1)) * vocab * 4
+    tokens = max(setup.max_num_batched_tokens or VLLM_MAX_BATCHED_TOKENS, p)  # SGLang runs none
+    mlp_act = tokens * (2 * h * cb + 3 * inter * cb / tp)
+    act = mlp_act + min(256, max(b, 1)) * vocab * 4
     held = all_reduce_held_bytes(m, setup, tokens, cb)
     graphs = VLLM_CUDA_GRAPHS_BYTES if setup.runtime != "trtllm" else 0  # TensorRT-LLM: no graph pool (serve_engines)
     nccl = engine_nccl_bytes(setup)
@@ -280,12 +276,17 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
         **({"cuda_graphs": int(graphs)} if setup.runtime != "trtllm" else {}), "nccl_buffers": int(nccl),
         "cuda_workspace": int(eff.workspace_bytes), "kv_cache": int(max(0.0, kv_pool)),
     }
+    pool = engines.engine_pool(setup.runtime, m, capacity_bytes=capacity_bytes, cuda_context_bytes=cuda_context_bytes, tokens=tokens,
+                               weights={"weights": w, "draft_weights": draft_w}, mlp_activation_bytes=mlp_act + held, act_bytes=cb,
+                               nccl_bytes=nccl, workspace_bytes=eff.workspace_bytes, kv_bytes_per_token=kv(1.0), gpus=tp * setup.pipeline_parallel)
+    if pool is not None:  # SGLang's, TGI's own sizing, each rule in its note
+        kv_pool, held, breakdown = pool.kv_pool_bytes, 0.0, {k: int(v) for k, v in pool.rows.items()}
+        notes.insert(0, pool.note)
     breakdown = {k: v for k, v in breakdown.items() if v or k != "nccl_buffers"}
     if held:  # after the profiling forward's own peak, in the memory table
         first = ("weights", "draft_weights", "activations")
         breakdown = {k: v for k, v in breakdown.items() if k in first} | {
             "nccl_held_activations": int(held)} | {k: v for k, v in breakdown.items() if k not in first}
-    if held:
         notes.append(f"{held / 2**30:.1f} GiB of all-reduced activations stay reserved through the profiling forward "
                      "(ProcessGroupNCCL's record_stream; vLLM <= 0.2.6, or TORCH_NCCL_AVOID_RECORD_STREAMS unset)")
     peak = int(sum(breakdown.values()))
@@ -568,6 +569,7 @@ def max_batch_that_fits(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, ef
 
 def plan_serving(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, *, tpot_target_seconds: float | None = None,
                  cuda_context_bytes: int = 512 << 20) -> ServePlan:
+    setup = engines.rules.with_engine_defaults(setup, m, gpu.memory_bytes)  # SGLang's, TGI's own defaults
     setup.validate(gpu)
     check_tensor_parallel(m, setup.tensor_parallel)
     stages.check_pipeline(m, setup.runtime, setup.pipeline_parallel, speculative=setup.speculative is not None)

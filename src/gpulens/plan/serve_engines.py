@@ -1,5 +1,10 @@
 """Where the serving engines differ from vLLM's memory layout, and prefix caching.
 
+vLLM (`--runtime vllm`, the reference profile, in serve.py): gpu_memory_utilization (0.9) of the
+whole card, less the weights, the profiling forward over max_num_batched_tokens (8,192), a CUDA-graph
+pool and NCCL buffers, is the KV pool, in blocks of 16 tokens. SGLang and TGI: serve_engine_rules.py
+(each engine's defaults at a named release, with where in its source they are).
+
 TensorRT-LLM (`--runtime trtllm`):
 - KV pool: `KvCacheConfig.free_gpu_memory_fraction` (default 0.9; the executor's
   `kv_cache_free_gpu_mem_fraction`) of the memory FREE once the weights and the engine's
@@ -31,9 +36,13 @@ from __future__ import annotations
 import math
 
 from gpulens.errors import BadInputError
+from gpulens.plan import serve_engine_rules as rules
+from gpulens.plan.models import ModelSpec
 
 VLLM_BLOCK_TOKENS = 16
-ENGINE_BLOCK_TOKENS = {"trtllm": 64}  # others: vLLM's 16
+# trtllm-build --tokens_per_block; SGLang ServerArgs.page_size = 1 (token-level RadixAttention pages);
+# TGI v2.0.4 cache_manager.BLOCK_SIZE = 16 (serve_engine_rules.py); vLLM's 16 otherwise
+ENGINE_BLOCK_TOKENS = {"trtllm": 64, "sglang": 1, "tgi": 16}
 TRTLLM_KV_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction default
 PREFIX_CACHING_RUNTIMES = ("vllm", "sglang", "tgi", "trtllm")
 TRTLLM_NOTE = (f"TensorRT-LLM: the KV pool is {TRTLLM_KV_FREE_FRACTION:.0%} of the memory free after the weights and "
@@ -49,6 +58,26 @@ def trtllm_kv_pool_bytes(capacity_bytes: float, cuda_context_bytes: float, alloc
     """TensorRT-LLM's KV pool: the free fraction of what the card has left after the CUDA context
     and everything allocated before the pool (weights, activations, workspace, NCCL buffers)."""
     return TRTLLM_KV_FREE_FRACTION * (capacity_bytes - cuda_context_bytes - allocated_bytes)
+
+
+def engine_pool(runtime: str, m: ModelSpec, *, capacity_bytes: float, cuda_context_bytes: float,
+                weights: dict[str, float], mlp_activation_bytes: float, tokens: int, act_bytes: float,
+                nccl_bytes: float, workspace_bytes: float, kv_bytes_per_token: float, gpus: int) -> rules.EnginePool | None:
+    """SGLang's and TGI's own KV pools and start-up rows (serve_engine_rules.py); None: vLLM's layout."""
+    if runtime == "sglang":
+        return rules.sglang_pool(capacity_bytes, cuda_context_bytes, weights, nccl_bytes, gpus)
+    if runtime == "tgi":
+        act = mlp_activation_bytes + rules.tgi_logits_bytes(m, tokens, act_bytes)
+        return rules.tgi_pool(capacity_bytes, cuda_context_bytes, weights, act, nccl_bytes, workspace_bytes,
+                              rules.tgi_warmup_kv_bytes(m, tokens, kv_bytes_per_token), tokens)
+    return None
+
+
+def check_engine_options(runtime: str, max_num_batched_tokens: int | None) -> None:
+    if runtime == "sglang" and max_num_batched_tokens is not None:
+        raise BadInputError("--max-num-batched-tokens sizes an engine's profiling forward, and SGLang sizes its KV "
+                            "pool from mem_fraction_static without one.",
+                            hint="Set SGLang's --chunked-prefill-size with --prefill-chunk-tokens, or drop --max-num-batched-tokens.")
 
 
 def check_prefix_caching(runtime: str, ratio: float) -> None:
