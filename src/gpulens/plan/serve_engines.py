@@ -42,7 +42,7 @@ from gpulens.plan.models import ModelSpec
 VLLM_BLOCK_TOKENS = 16
 # trtllm-build --tokens_per_block; SGLang ServerArgs.page_size = 1 (token-level RadixAttention pages);
 # TGI v2.0.4 cache_manager.BLOCK_SIZE = 16 (serve_engine_rules.py); vLLM's 16 otherwise
-ENGINE_BLOCK_TOKENS = {"trtllm": 64, "sglang": 1, "tgi": 16}
+ENGINE_BLOCK_TOKENS = {"trtllm": 64, "sglang": 1, "tgi": rules.TGI_BLOCK_TOKENS}
 TRTLLM_KV_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction default
 PREFIX_CACHING_RUNTIMES = ("vllm", "sglang", "tgi", "trtllm")
 TRTLLM_NOTE = (f"TensorRT-LLM: the KV pool is {TRTLLM_KV_FREE_FRACTION:.0%} of the memory free after the weights and "
