@@ -4,10 +4,12 @@ plan/speed.py `zero3_exposed_seconds`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
+from gpulens.cli.main import main
 from gpulens.plan import TrainSetup, find_gpu, preset, training_speed
 from gpulens.plan.links import ring_bus_bytes_per_second, ring_gather_or_scatter
 from gpulens.plan.speed import Efficiency, zero3_exposed_seconds
@@ -40,3 +42,61 @@ def test_fsdp_communication_hides_behind_a_block_until_the_block_is_too_short():
     tiny = zero3_exposed_seconds(m, base, h100, per_micro_seconds=1e-3)
     gather = ring_gather_or_scatter(m.block_params / m.num_layers * 2, 64, h100).seconds
     assert tiny > m.num_layers * gather
+
+
+def test_without_backward_prefetch_the_backward_collectives_add_to_its_compute():
+    """fsdp.rst, "FSDP Prefetch Nuances": with no backward prefetch the reduce-scatter blocks the
+    next all-gather on the one NCCL stream, so each block's backward waits for both."""
+    m, h100 = preset("llama-3-8b"), find_gpu("h100-sxm")
+    base = TrainSetup("amp_bf16", "adamw", 2, 2048, num_gpus=8, zero_stage=3, zero_layout="fsdp-bf16")
+    per_micro = 0.4  # long blocks: with a prefetch everything but the first gather and last scatter hides
+    block = m.block_params / m.num_layers
+    gather = ring_gather_or_scatter(block * 2, 8, h100).seconds
+    scatter = ring_gather_or_scatter(block * 4, 8, h100).seconds  # fp32 under amp
+    hidden = zero3_exposed_seconds(m, base, h100, per_micro)
+    assert hidden == pytest.approx(gather + scatter)
+    for prefetch in ("pre", "post"):  # the same order on the NCCL stream: priced alike
+        assert zero3_exposed_seconds(m, replace(base, backward_prefetch=prefetch), h100, per_micro) == hidden
+    none = zero3_exposed_seconds(m, replace(base, backward_prefetch="none"), h100, per_micro)
+    assert none == pytest.approx(hidden + (m.num_layers - 1) * (gather + scatter))
+    # and the step shows it
+    eff = Efficiency()
+    pre_step = training_speed(m, base, h100, eff).step_seconds
+    none_step = training_speed(m, replace(base, backward_prefetch="none"), h100, eff).step_seconds
+    assert none_step > pre_step * 1.05
+
+
+def test_reduce_dtype_sets_the_reduce_scatter_bytes():
+    m, h100 = preset("llama-3-8b"), find_gpu("h100-sxm")
+    base = TrainSetup("amp_bf16", "adamw", 2, 2048, num_gpus=8, zero_stage=3, zero_layout="fsdp-bf16",
+                      backward_prefetch="none")
+    block = m.block_params / m.num_layers
+    fp32 = zero3_exposed_seconds(m, base, h100, 0.4)
+    bf16 = zero3_exposed_seconds(m, replace(base, reduce_dtype="bf16"), h100, 0.4)
+    saved = m.num_layers * (ring_gather_or_scatter(block * 4, 8, h100).seconds
+                            - ring_gather_or_scatter(block * 2, 8, h100).seconds)
+    assert fp32 - bf16 == pytest.approx(saved)
+    assert zero3_exposed_seconds(m, replace(base, reduce_dtype="fp32"), h100, 0.4) == fp32  # amp's default
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--zero", "2", "--gpus", "8", "--backward-prefetch", "none"], "--backward-prefetch shapes FSDP"),
+    (["--zero", "3", "--reduce-dtype", "bf16"], "--reduce-dtype shapes FSDP"),  # one GPU: nothing to reduce
+    (["--zero", "3", "--gpus", "8", "--tp", "2", "--backward-prefetch", "post"], "no --tp, --pp or --cp"),
+    (["--zero", "3", "--gpus", "8", "--backward-prefetch", "sometimes"], "Unknown backward prefetch"),
+    (["--zero", "3", "--gpus", "8", "--reduce-dtype", "fp16"], "Unknown gradient reduce dtype"),
+])
+def test_fsdp_collective_options_are_refused_where_they_mean_nothing(capsys, argv, words):
+    rc = main(["plan", "--model", "llama-3-8b", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert words in err and "Traceback" not in err + out
+
+
+def test_the_plan_says_which_prefetch_it_priced(capsys):
+    rc = main(["plan", "--model", "llama-3-8b", "--gpus", "8", "--zero", "3", "--batch", "2",
+               "--backward-prefetch", "none", "--reduce-dtype", "bf16", "--format", "json"])
+    out, _ = capsys.readouterr()
+    assert rc == 0
+    notes = " ".join(json.loads(out)["notes"])
+    assert "Backward prefetch none" in notes and "reduce-scattered in bf16" in notes

@@ -45,7 +45,7 @@ from gpulens.plan.lora_memory import _lora_memory, lora_layer_and_head_bytes  # 
 from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
 from gpulens.plan.memory_estimate import FIT_MARGIN_RATIO, MemoryEstimate, fits_in  # noqa: F401 - re-exported
 from gpulens.plan.models import ModelSpec
-from gpulens.plan.zero import check_layout, largest_module_params, zero_states
+from gpulens.plan.zero import check_layout, check_zero3_collectives, largest_module_params, zero_states
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -92,6 +92,8 @@ class TrainSetup:
     attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton: what prices the attention (plan/kernels.py)
     expert_parallel: int = 1  # MoE: experts split over groups of N data-parallel GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload's fp32 master + Adam states on the CPU (plan/offload.py)
+    backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (speed.zero3_exposed_seconds)
+    reduce_dtype: str | None = None  # ZeRO-3's gradient reduce-scatter: fp32 | bf16 (None: fp32 under amp)
 
     @property
     def recompute(self) -> str:
@@ -151,6 +153,7 @@ class TrainSetup:
                                 "amounts of recomputation, not one.", hint="Pick --recompute selective or full.")
         if self.finetune not in FINETUNE:
             raise BadInputError(f"Unknown fine-tuning method {self.finetune!r}.", hint="Use --finetune full, lora or qlora.")
+        check_zero3_collectives(self.backward_prefetch, self.reduce_dtype)
         offload_mod.check_offload(self.offload, zero_stage=self.zero_stage, layout=self.zero_layout,
                                   precision=self.precision, optimizer=self.optimizer, lora=self.finetune != "full",
                                   megatron=self.megatron)

@@ -29,6 +29,7 @@ from gpulens.plan.serve import INT4_GROUP, ServeSetup, plan_serving
 from gpulens.plan.serve_engine_rules import with_engine_defaults
 from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS, SpeculativeSetup, break_even_batch
 from gpulens.plan.speed import Efficiency, training_speed
+from gpulens.plan.zero import BACKWARD_PREFETCH
 from gpulens.units import format_seconds
 
 Workload = Literal["train", "infer"]
@@ -65,6 +66,8 @@ class PlanRequest:
     attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton (plan/kernels.py)
     expert_parallel: int = 1  # MoE training: experts split over groups of N GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload (plan/offload.py)
+    backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (plan/zero.py BACKWARD_PREFETCH)
+    reduce_dtype: str | None = None  # ZeRO-3's gradient reduce-scatter: fp32 | bf16 (None: fp32 under amp)
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -246,7 +249,8 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        virtual_stages=req.virtual_stages, context_parallel=req.context_parallel,
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        attention_kernel=check_attention_kernel(req.attention_kernel),
-                       expert_parallel=req.expert_parallel, offload=req.offload)
+                       expert_parallel=req.expert_parallel, offload=req.offload,
+                       backward_prefetch=req.backward_prefetch, reduce_dtype=req.reduce_dtype)
     setup.validate()
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
@@ -255,6 +259,9 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
             "fp32 shards of weights, gradients and moments; each unit gathered and computed in bf16 without "
             "autocast (FSDP MixedPrecision, as Composer / llm-foundry run it)." if req.zero_layout == "fsdp-bf16" else
             "weights and gradients in the precision's storage dtype (fp32 under amp), as PyTorch FSDP keeps them."))
+        if req.zero == 3 and (req.backward_prefetch != "pre" or req.reduce_dtype):
+            notes.append(f"Backward prefetch {req.backward_prefetch}: {BACKWARD_PREFETCH[req.backward_prefetch]}"
+                         + (f"; gradients reduce-scattered in {req.reduce_dtype}." if req.reduce_dtype else "."))
     mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
                           cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)
     sp = training_speed(model, setup, gpu, eff)

@@ -43,6 +43,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
 # Composer's FSDP mixed-precision modes as the planner expresses them (docs/plan.md).
 # DEFAULT reduces gradients in fp32, PURE in bf16: the memory held is the same.
 _COMPOSER_PRECISION = {("amp_bf16", "DEFAULT"): ("amp_bf16", "fsdp-bf16"), ("bf16", "PURE"): ("amp_bf16", "fsdp-bf16")}
+# The reduce-scatter's dtype (docs/plan-llm-foundry-sources.md, section 1): PURE sets param, reduce
+# and buffer dtypes to bf16 in every Composer release; DEFAULT's reduce_dtype is fp32 from Composer
+# 0.16.4 (commit d745fcb1) and bf16 (inferred from param_dtype) in 0.13.2-0.16.3. The DEFAULT tables'
+# Composer release is not public (the pin allows 0.16.3 and 0.16.4): fp32, the documented intent.
+# Composer's FSDP runs BackwardPrefetch.BACKWARD_POST (priced as BACKWARD_PRE: plan/zero.py).
+_COMPOSER_REDUCE_DTYPE = {"DEFAULT": "fp32", "PURE": "bf16"}
 
 
 def figures_path() -> Path:
@@ -106,10 +112,11 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
         zero = 3 if c.get("sharding") == "FULL_SHARD" else 0
         inter = _inter_node_bytes_per_second(fig)
         net = {"inter_node_bytes_per_second": inter} if inter else {}
+        fsdp = {"backward_prefetch": "post", "reduce_dtype": _COMPOSER_REDUCE_DTYPE[c["mixed_precision"]]} if zero == 3 else {}
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=precision,
                            batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], grad_ckpt=c["grad_ckpt"],
                            zero=zero, zero_layout=layout, loss="fused" if c.get("loss") == "fused_crossentropy" else "torch",
-                           attention_kernel=_attention_kernel(fig), **net)
+                           attention_kernel=_attention_kernel(fig), **net, **fsdp)
     if kind in ("lora_memory", "lora_fit"):
         return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c.get("gpus", 1), precision=c["precision"],
                            batch=c["batch"], seq=c["seq"], finetune=c["finetune"], lora_rank=c["lora_rank"],

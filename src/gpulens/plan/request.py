@@ -91,6 +91,13 @@ class PlanOptions:
                                                 "or fsdp-bf16 (FSDP MixedPrecision, Composer/llm-foundry: fp32 shards, "
                                                 "each unit gathered and computed in bf16).",
                             "fsdp")
+    backward_prefetch: str = _opt(("--backward-prefetch",), "Training, --zero 3: FSDP's backward prefetch: pre "
+                                  "(default: BACKWARD_PRE, as FSDP, FSDP2 and DeepSpeed prefetch), post (BACKWARD_POST, "
+                                  "Composer's default; priced as pre) or none (NO_PREFETCH, the default of transformers' Trainer and HF Accelerate: the "
+                                  "backward's all-gathers and reduce-scatters do not overlap its compute).", "pre")
+    reduce_dtype: str | None = _opt(("--reduce-dtype",), "Training, --zero 3: the dtype gradients are reduce-scattered "
+                                    "in: fp32 (the default under amp; FSDP MixedPrecision(reduce_dtype=float32), "
+                                    "Composer DEFAULT) or bf16 (half the bytes: Composer PURE).")
     loss: str = _opt(("--loss",), "Training: torch (transformers upcasts the logits to fp32) or fused (an in-place "
                                   "16-bit cross-entropy kernel, llm-foundry's default).", "torch")
     dtype: str = _opt(("--dtype",), "Serving: weight format fp32, bf16, fp16, fp8, int8, int4.", "bf16")
@@ -208,6 +215,7 @@ class PlanOptions:
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
         defaults = {f.name: f.default for f in fields(self)}
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout",
+                      "backward_prefetch", "reduce_dtype",
                       "sp", "virtual_stages", "cp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant", "ep", "offload")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
@@ -248,6 +256,14 @@ class PlanOptions:
                                     hint="Drop --grad-ckpt, or use --recompute full alone.")
             if self.zero_layout != defaults["zero_layout"] and not self.zero:
                 raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
+            fsdp = (self.zero == 3 and gpus >= 2 and (self.tp or 1) == 1 and self.pp == 1 and self.cp == 1
+                    and self.finetune.lower() == "full")
+            for name in ("backward_prefetch", "reduce_dtype"):
+                if getattr(self, name) != defaults[name] and not fsdp:
+                    flag = "--" + name.replace("_", "-")
+                    raise BadInputError(f"{flag} shapes FSDP / ZeRO-3's per-layer gathers and reduce-scatters, which this "
+                                        "plan does not run: they need --zero 3 on 2 or more GPUs, full fine-tuning and "
+                                        "no --tp, --pp or --cp.", hint=f"Add --zero 3 with --gpus 2 or more, or drop {flag}.")
         elif self.prefill_chunk_tokens is not None and self.runtime.lower() == "hf":
             raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
                                 "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")
@@ -320,7 +336,8 @@ class PlanOptions:
             lora_dtype=(self.lora_dtype or ("bf16" if self.lora_engine.lower() == "litgpt" else "fp32")).lower(),
             qlora_double_quant=self.qlora_double_quant,
             lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp,
-            expert_parallel=self.ep, offload=self.offload.lower(),
+            expert_parallel=self.ep, offload=self.offload.lower(), backward_prefetch=self.backward_prefetch.lower(),
+            reduce_dtype=self.reduce_dtype.lower() if self.reduce_dtype else None,
             virtual_stages=self.virtual_stages, context_parallel=self.cp,
             attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,

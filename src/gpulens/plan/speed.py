@@ -26,6 +26,7 @@ from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.zero import REDUCE_DTYPES
 
 
 @dataclass(frozen=True)
@@ -404,20 +405,25 @@ def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_mic
     Per transformer block (FSDP's wrapping unit in llm-foundry, torchtitan and transformers'
     auto-wrap): an all-gather of its parameters before its forward, another before its backward,
     and a reduce-scatter of its gradients after it, each a ring over the data-parallel group
-    (`links.ring_gather_or_scatter`). FSDP prefetches one unit ahead (`forward_prefetch`,
-    `BackwardPrefetch.BACKWARD_PRE`) on one communication stream, so a unit's collectives hide
-    only behind one unit's compute: exposed = the first gather (nothing runs before it), then per
-    block max(0, gather - forward compute) and max(0, gather + reduce-scatter - backward compute),
-    then the last reduce-scatter. Gathered dtype: the module's compute dtype (bf16 under FSDP
-    MixedPrecision and DeepSpeed, the fp32 weights under the plain `fsdp` layout with autocast);
-    gradients reduced in fp32 under amp (Composer's DEFAULT), else in the weights' dtype.
+    (`links.ring_gather_or_scatter`). In the forward the next unit's all-gather runs on its own
+    stream beside this unit's compute (FSDP's implicit prefetch). In the backward, with a backward
+    prefetch (`--backward-prefetch pre`, FSDP's default, or `post`), the next all-gather and this
+    unit's reduce-scatter share one NCCL stream beside the next unit's compute. So a unit's
+    collectives hide only behind one unit's compute: exposed = the first gather (nothing runs
+    before it), then per block max(0, gather - forward compute) and max(0, gather + reduce-scatter
+    - backward compute), then the last reduce-scatter. Without one (`none`) the reduce-scatter
+    blocks the next all-gather and that unit's backward waits for both: gather + reduce-scatter
+    per block (PyTorch docs/source/notes/fsdp.rst, "FSDP Prefetch Nuances": "0 overlap").
+    Gathered dtype: the module's compute dtype (bf16 under FSDP MixedPrecision and DeepSpeed, the
+    fp32 weights under the plain `fsdp` layout with autocast); gradients reduced in `--reduce-dtype`,
+    by default fp32 under amp (Composer's DEFAULT from 0.16.4), else in the weights' dtype.
     Source: PyTorch FSDP docs and Zhao et al. 2023 (PyTorch FSDP, VLDB), sections 3.3-3.4."""
     dp = setup.data_parallel
     if dp <= 1:
         return 0.0
     amp = setup.precision in ("amp_bf16", "amp_fp16", "fp8")
     gather_bytes = 2 if setup.low_precision_module else _mode(setup.precision).weight
-    reduce_bytes = 4 if amp or setup.precision == "fp32" else 2
+    reduce_bytes = REDUCE_DTYPES[setup.reduce_dtype] if setup.reduce_dtype else (4 if amp or setup.precision == "fp32" else 2)
     layers = max(m.num_layers, 1)
     block = m.block_params / layers
     kw = dict(gpus_per_node=setup.gpus_per_node, inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
@@ -426,5 +432,5 @@ def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_mic
     fwd_share = 1 / 4 if setup.grad_ckpt else 1 / 3  # recomputation runs in the backward
     per_layer = per_micro_seconds / layers
     fwd, bwd = fwd_share * per_layer, (1 - fwd_share) * per_layer
-    return (gather + (layers - 1) * max(0.0, gather - fwd)
-            + (layers - 1) * max(0.0, gather + scatter - bwd) + scatter)
+    backward = gather + scatter if setup.backward_prefetch == "none" else max(0.0, gather + scatter - bwd)
+    return gather + (layers - 1) * max(0.0, gather - fwd) + (layers - 1) * backward + scatter

@@ -32,6 +32,24 @@ from gpulens.errors import BadInputError
 from gpulens.plan.models import ModelSpec
 
 ZERO_LAYOUTS = ("fsdp", "deepspeed", "fsdp-bf16")
+# ZeRO-3 / FSDP's backward prefetch (FSDP's `backward_prefetch`; speed.zero3_exposed_seconds prices it):
+BACKWARD_PREFETCH = {
+    "pre": "BACKWARD_PRE, FSDP's default (FSDP2 and DeepSpeed ZeRO-3 prefetch too): the next unit's all-gather "
+           "is issued before this unit's gradient kernels, so it and this unit's reduce-scatter hide behind them",
+    "post": "BACKWARD_POST (Composer's default): issued after them, reordered before the current reduce-scatter; "
+            "priced as pre (the same order on the NCCL stream once the CPU runs ahead of the GPU)",
+    "none": "no backward prefetch (NO_PREFETCH, the default of transformers' Trainer and HF Accelerate's FSDP plugin): this unit's "
+            "reduce-scatter blocks the next all-gather on the one NCCL stream, so the backward's collectives do not "
+            "overlap its compute",
+}
+REDUCE_DTYPES = {"fp32": 4, "bf16": 2}  # --reduce-dtype: bytes per gradient element reduce-scattered
+
+
+def check_zero3_collectives(backward_prefetch: str, reduce_dtype: str | None) -> None:
+    if backward_prefetch not in BACKWARD_PREFETCH:
+        raise BadInputError(f"Unknown backward prefetch {backward_prefetch!r}.", hint="Use --backward-prefetch pre, post or none.")
+    if reduce_dtype is not None and reduce_dtype not in REDUCE_DTYPES:
+        raise BadInputError(f"Unknown gradient reduce dtype {reduce_dtype!r}.", hint="Use --reduce-dtype fp32 or bf16.")
 
 
 @dataclass(frozen=True)
