@@ -189,6 +189,11 @@ def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
     )
 
 
+def user_gpu(entry: dict[str, Any], *, where: str) -> GpuSpec:
+    """A card as a user's plan.yaml `gpus:` entry describes it (the fields of the bundled catalog)."""
+    return _spec_from_entry(entry, user=True, where=where)
+
+
 @lru_cache(maxsize=1)
 def builtin_gpus() -> tuple[GpuSpec, ...]:
     text = resources.files("gpulens.plan").joinpath("data/gpus.yaml").read_text()
@@ -230,7 +235,7 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     data = load_yaml(read_text(path, "the plan config", hint=hint), f"the plan config {path}", hint=hint) or {}
     if not isinstance(data, dict):
         raise BadInputError(f"The plan config {path} is not a mapping.", hint="See docs/plan.md for its layout.")
-    gpus = tuple(_spec_from_entry(e, user=True, where=str(path)) for e in data.get("gpus") or ())
+    gpus = tuple(user_gpu(e, where=str(path)) for e in data.get("gpus") or ())
     prices: dict[str, dict[str, float]] = {}
     for gname, p in (data.get("prices") or {}).items():
         if isinstance(p, int | float):

@@ -86,6 +86,7 @@ class PlanRequest:
     nccl_communicators: int = 1  # serving, engine at TP > 1: NCCL communicators per GPU (vLLM 0.2.x: 2)
     prefill_chunk_tokens: int | None = None  # serving, engine: the scheduler's per-step budget (None: max_num_batched_tokens)
     prefix_hit_ratio: float = 0.0  # serving, engine: share of each prompt in the prefix cache (plan/serve_engines.py)
+    fp8_activations: str = "dynamic"  # serving, --dtype fp8: dynamic or static activation scales (plan/serve_quant.py)
     tpot_target_seconds: float | None = None
     ttft_target_seconds: float | None = None
     target_requests_per_second: float | None = None
@@ -288,7 +289,7 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        tp_shards_head=req.tp_shards_head, quantize_head=req.quantize_head,
                        nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size,
                        prefill_chunk_tokens=req.prefill_chunk_tokens, pipeline_parallel=req.pipeline_parallel,
-                       prefix_hit_ratio=req.prefix_hit_ratio)
+                       prefix_hit_ratio=req.prefix_hit_ratio, fp8_activations=req.fp8_activations)
     setup = with_engine_defaults(setup, model, gpu.memory_bytes)  # SGLang's, TGI's own token budgets (serve_engine_rules)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory
@@ -309,6 +310,10 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     s = sp.speed
     if s.speculative is not None:
         advice.append(Advice("note", _speculation_note(model, setup, gpu, eff, sp.max_batch_that_fits)))
+    if s.fp8_activation_quant_seconds:
+        notes.append(f"FP8 activations scaled dynamically: an amax reduction and a cast per GEMM input, "
+                     f"{s.fp8_activation_quant_seconds * 1000:.2f} ms of each decode step at batch {setup.batch} "
+                     "(launch floors at decode sizes; --fp8-activations static for a checkpoint with calibrated scales).")
     speed = s.to_dict() | {"max_batch_that_fits": sp.max_batch_that_fits, "max_concurrency": sp.max_concurrency,
                            "max_batch_for_tpot_target": sp.max_batch_for_tpot, "by_batch": sp.tpot_by_batch,
                            "kv_cache_bytes_per_token": sp.kv_cache_bytes_per_token}

@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpulens.plan.catalog import UserConfig
+from gpulens.plan.catalog import UserConfig, user_gpu
 from gpulens.plan.models import ModelSpec, from_hf_config, load_model
 from gpulens.plan.planner import PlanRequest, PlanResult, plan
 from gpulens.plan.serve import VLLM_BLOCK_TOKENS
@@ -164,6 +164,8 @@ def predict(fig: dict[str, Any], *, user: UserConfig | None = None) -> Outcome:
     """Plan one figure's configuration with the defaults (no calibration file, no user config)."""
     model = _model(fig["config"], fig["id"])
     req = _request(fig, model)
+    if user is None and "gpu_spec" in fig["config"]:  # a card outside the catalog, described as a user would
+        user = UserConfig(gpus=(user_gpu(fig["config"]["gpu_spec"], where=f"figure {fig['id']}"),))
     res = plan(req, model=model, user=user or UserConfig(),
                calibration_path=Path("/nonexistent/gpulens-calibration.json"))
     kind = fig["kind"]

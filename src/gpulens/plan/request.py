@@ -142,6 +142,10 @@ class PlanOptions:
     pp: int = _opt(("--pp",), "Training: pipeline-parallel stages (1F1B schedule) inside --gpus. Serving, engine "
                               "(vllm, sglang, trtllm): pipeline stages per replica, layers/N each (GPUs per replica = "
                               "--tp x --pp).", 1)
+    fp8_activations: str = _opt(("--fp8-activations",), "Serving, --dtype fp8: dynamic (default: each GEMM input "
+                                "scaled at run time, an amax reduction and a cast per input every step: vLLM's online "
+                                "fp8, torchao) or static (calibrated scales in the checkpoint: TensorRT-LLM / ModelOpt).",
+                                "dynamic")
     prefix_hit_ratio: float = _opt(("--prefix-hit-ratio",), "Serving, engine: share of each prompt's tokens found in "
                                    "the prefix cache, 0 <= R < 1 (vLLM automatic prefix caching, SGLang RadixAttention): "
                                    "the prefill computes the other (1 - R) of them.", 0.0)
@@ -220,7 +224,7 @@ class PlanOptions:
                       "qlora_double_quant", "ep", "offload")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
                       "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
-                      "quantize_head", "int4_group_size", "prefix_hit_ratio")
+                      "quantize_head", "int4_group_size", "prefix_hit_ratio", "fp8_activations")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if getattr(self, name) != defaults[name]:
@@ -267,6 +271,9 @@ class PlanOptions:
         elif self.prefill_chunk_tokens is not None and self.runtime.lower() == "hf":
             raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
                                 "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")
+        elif self.fp8_activations != defaults["fp8_activations"] and self.dtype.lower() != "fp8":
+            raise BadInputError(f"--fp8-activations says how FP8 GEMMs scale their inputs, and --dtype is {self.dtype}.",
+                                hint="Add --dtype fp8, or drop --fp8-activations.")
         elif self.int4_group_size != defaults["int4_group_size"] and self.dtype.lower() != "int4":
             raise BadInputError(f"--int4-group-size says how int4 weights are scaled, and --dtype is {self.dtype}.",
                                 hint="Add --dtype int4, or drop --int4-group-size.")
@@ -350,6 +357,7 @@ class PlanOptions:
             tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
             ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
             target_requests_per_second=self.target_rps, prefix_hit_ratio=self.prefix_hit_ratio, assume_dense=self.assume_dense,
+            fp8_activations=self.fp8_activations.lower(),
             gpus_per_node=self.gpus_per_node, inter_node_bytes_per_second=self.inter_node_gbps * 1e9,
             electricity_usd_per_kwh=self.electricity_usd_per_kwh, power_fraction=self.power_fraction, pue=self.pue,
         )

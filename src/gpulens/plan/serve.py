@@ -40,6 +40,14 @@ from gpulens.plan.links import (
 )
 from gpulens.plan.memory import MemoryEstimate, fits_in
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.serve_quant import (  # noqa: F401 - re-exported: callers and tests read them here
+    DEQUANT_OPS_PER_WEIGHT,
+    check_fp8_activations,
+    dequantize_seconds,
+    expected_experts_touched,
+    fp8_activation_quant_seconds,
+    quantized_head_params,
+)
 from gpulens.plan.speed import Efficiency
 
 if TYPE_CHECKING:
@@ -51,13 +59,6 @@ VLLM_BLOCK_TOKENS = engines.VLLM_BLOCK_TOKENS  # callers import it from here
 RUNTIMES = ("hf", "vllm", "sglang", "tgi", "trtllm")  # the engines preallocate a paged KV pool (vLLM's layout; trtllm's own sizing)
 VLLM_MAX_BATCHED_TOKENS = engines.rules.VLLM_MAX_BATCHED_TOKENS  # the profiling forward's token budget (--max-num-batched-tokens)
 VLLM_CUDA_GRAPHS_BYTES = 1 << 30  # captured graphs' private pool, typical size
-# Weight-only kernels (int8: gpt-fast's int8 Linear / AWQ-GPTQ int8; int4: tinygemm / Marlin style,
-# grouped scales and zero points) turn every weight back into 16-bit on the CUDA cores before the
-# multiply: operations per weight, counted from the kernel's arithmetic. int8: convert, then the
-# FMA (2); int4: shift and mask out of the packed byte, convert, scale and zero point (one FMA, 2),
-# then the FMA with the activation (2). Priced at the GPU's non-tensor FP32 rate and not
-# overlapped with the weight stream (the GEMV waits on its dequantized registers).
-DEQUANT_OPS_PER_WEIGHT = {"int8": 3.0, "int4": 6.0}
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class ServeSetup:
     prefill_chunk_tokens: int | None = None  # an engine scheduler's per-step token budget (None: max_num_batched_tokens)
     pipeline_parallel: int = 1  # pipeline stages per replica, each on tensor_parallel GPUs (plan/serve_pipeline.py)
     prefix_hit_ratio: float = 0.0  # share of each prompt found in the engine's prefix cache (plan/serve_engines.py)
+    fp8_activations: str = "dynamic"  # --dtype fp8: activation scales computed each step, or static (plan/serve_quant.py)
 
     @property
     def prefill_tokens(self) -> int:  # prompt tokens a prefill computes: those the prefix cache does not hold
@@ -118,6 +120,7 @@ class ServeSetup:
     def validate(self, gpu: GpuSpec | None = None) -> None:
         if self.dtype not in WEIGHT_BYTES:
             raise BadInputError(f"Unknown weight dtype {self.dtype!r}.", hint=f"Use one of {', '.join(WEIGHT_BYTES)}.")
+        check_fp8_activations(self.fp8_activations)
         if self.runtime not in RUNTIMES:
             raise BadInputError(f"Unknown runtime {self.runtime!r}.", hint="Use hf (transformers generate), vllm, sglang, tgi or trtllm.")
         for what, v in (("batch", self.batch), ("prompt length", self.prompt_tokens),
@@ -201,6 +204,7 @@ class ServeSpeed:
     prefill_flops: float = 0.0  # the prefill's FLOPs (prompt tokens the prefix cache does not hold)
     prefix_hit_ratio: float = 0.0
     pipeline: stages.PipelineSpeed | None = None  # pipeline stages: micro-batches and sends (plan/serve_pipeline.py)
+    fp8_activation_quant_seconds: float = 0.0  # of each decode step: dynamic FP8 activation scaling (serve_quant.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k not in ("speculative", "pipeline")}
@@ -349,14 +353,6 @@ def vllm_concurrency(m: ModelSpec, setup: ServeSetup, capacity_bytes: int, eff: 
     return int(est.breakdown.get("kv_cache", 0) // engine_sequence_kv_bytes(m, setup))
 
 
-def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: int) -> float:
-    """Distinct experts of one MoE layer that `tokens` routed tokens touch, in expectation, with
-    each token picking `experts_per_token` of `num_experts` uniformly: E (1 - (1 - k/E)^b)."""
-    if num_experts <= 0:
-        return 0.0
-    return num_experts * (1 - (1 - experts_per_token / num_experts) ** max(tokens, 0))
-
-
 def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int, group: int = INT4_GROUP) -> float:
     """Weight bytes one decode step reads: every matrix except the input embedding's table (a
     lookup reads `batch` rows; a tied table is read whole by the output head), and for a MoE only
@@ -371,16 +367,6 @@ def decode_weight_bytes(m: ModelSpec, dtype: str, batch: int, group: int = INT4_
         touched = expected_experts_touched(m.num_experts, m.experts_per_token, batch) / m.num_experts
         total -= m.moe_layers * m.expert_params_per_layer() * block_bytes_per_param * (1 - touched)
     return total
-
-
-def quantized_head_params(m: ModelSpec, setup: ServeSetup) -> int:
-    """Parameters of the output head that `quantize_head` stores in the weight format: the
-    untied head's vocabulary x hidden (gpt-fast's quantize.py replaces every nn.Linear, the head
-    included; GPTQ/AWQ/FP8 checkpoints keep it 16-bit, the default); 0 for 16-bit weights and a
-    tied table (the embedding lookup needs it in 16-bit)."""
-    if not setup.quantize_head or setup.dtype in ("fp32", "bf16", "fp16") or m.tie_word_embeddings or m.encoder:
-        return 0
-    return m.vocab_size * m.hidden_size
 
 
 def head_quantization_saving(m: ModelSpec, setup: ServeSetup) -> float:
@@ -476,7 +462,7 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
                + m.num_layers * rt.decode_layer_overhead_seconds)
     elementwise = m.num_layers * b * q_p * elementwise_bytes_per_token_layer(m, WEIGHT_BYTES[setup.compute_dtype])
     pre_bw = gpu.memory_bandwidth_bytes_per_second * (rt.prefill_bandwidth_ratio or eff.memory_bandwidth_ratio) * tp
-    prefill += elementwise / pre_bw
+    prefill += elementwise / pre_bw + fp8_activation_quant_seconds(m, setup, gpu, b * q_p, pre_bw / tp)
     ctx = p + k / 2  # mean context during decode
     kv_read = b * m.kv_bytes_for_context(ctx, setup.kv_bytes)
     if setup.runtime == "hf":
@@ -494,6 +480,8 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     q = setup.step_tokens  # a speculative verification computes K + 1 tokens per sequence, reading all once
     weights_read = decode_weight_bytes(m, setup.dtype, b * q, setup.int4_group_size) - head_quantization_saving(m, setup) + replicated
     mem_time = (weights_read + kv_read) / bw + dequantize_seconds(m, setup, gpu)
+    fp8_quant = fp8_activation_quant_seconds(m, setup, gpu, b * q, bw / tp)  # launch floors at decode sizes
+    mem_time += fp8_quant
     comp_time = (2 * m.active_params * b + 4 * m.num_layers * m.num_heads * m.head_dim * ctx * b) * q / peak
     overhead = rt.decode_step_overhead_seconds + m.num_layers * rt.decode_layer_overhead_seconds
     act_bytes = 4 if fmt == "fp32" else 2
@@ -522,23 +510,8 @@ def serving_speed(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
         tensor_parallel_protocol=step_ar.protocol,
         prefill_flops=prefill_flops,
         prefix_hit_ratio=setup.prefix_hit_ratio,
+        fp8_activation_quant_seconds=fp8_quant,
     )
-
-
-def dequantize_seconds(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec) -> float:
-    """One decode step's weight-only dequantization on the CUDA cores (DEQUANT_OPS_PER_WEIGHT),
-    split over the TP group; 0 for 16-bit and FP8 weights and for a GPU without an FP32 figure."""
-    ops = DEQUANT_OPS_PER_WEIGHT.get(setup.dtype)
-    if not ops or not gpu.fp32_flops:
-        return 0.0
-    weights = m.block_params
-    if m.is_moe:  # only the experts the batch routes to are read (and dequantized)
-        touched = expected_experts_touched(m.num_experts, m.experts_per_token, setup.batch) / m.num_experts
-        weights -= m.moe_layers * m.expert_params_per_layer() * (1 - touched)
-    head = quantized_head_params(m, setup)
-    tp = setup.tensor_parallel
-    head_share = 1.0 if not setup.tp_shards_head else 1 / tp  # a replicated head is dequantized on every rank
-    return ops * (weights / tp + head * head_share) / gpu.fp32_flops
 
 
 def tensor_parallel_all_reduce(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, message_bytes: float) -> AllReduceCost:
