@@ -12,6 +12,7 @@ import pytest
 from gpulens.cli.main import main
 from gpulens.plan import TrainSetup, find_gpu, preset, training_speed
 from gpulens.plan.links import ring_bus_bytes_per_second, ring_gather_or_scatter
+from gpulens.plan.overlap import hidden_collective_cost_seconds, overlap_compute_slowdown
 from gpulens.plan.speed import Efficiency, zero3_exposed_seconds
 
 
@@ -31,13 +32,14 @@ def test_fsdp_communication_hides_behind_a_block_until_the_block_is_too_short():
     base = TrainSetup("amp_bf16", "adamw", 2, 2048, num_gpus=64, zero_stage=3, zero_layout="fsdp-bf16")
     eff = Efficiency()
     # compute per block dwarfs the block's gathers over 400 GB/s: only the first gather and the last
-    # reduce-scatter are exposed, the same at 16 and 64 GPUs (what llm-foundry's flat MFU shows)
+    # reduce-scatter are exposed (the rest costs only the compute it slows: plan/overlap.py), the
+    # same at 16 and 64 GPUs (what llm-foundry's flat MFU shows)
     at16 = training_speed(m, replace(base, num_gpus=16), h100, eff).communication_seconds
     at64 = training_speed(m, base, h100, eff).communication_seconds
-    assert 0 < at64 < 0.02 and at64 == pytest.approx(at16, rel=0.2)
+    assert 0 < at64 < 0.1 and at64 == pytest.approx(at16, rel=0.25)  # the ring's latency grows with its steps
     # over 100 GbE (12.5 GB/s per GPU) the same blocks cannot hide their collectives
     slow = training_speed(m, replace(base, inter_node_bytes_per_second=12.5e9), h100, eff)
-    assert slow.communication_seconds > 10 * at64
+    assert slow.communication_seconds > 4 * at64
     # and a tiny micro-batch exposes them even on InfiniBand
     tiny = zero3_exposed_seconds(m, base, h100, per_micro_seconds=1e-3)
     gather = ring_gather_or_scatter(m.block_params / m.num_layers * 2, 64, h100).seconds
@@ -53,12 +55,14 @@ def test_without_backward_prefetch_the_backward_collectives_add_to_its_compute()
     block = m.block_params / m.num_layers
     gather = ring_gather_or_scatter(block * 2, 8, h100).seconds
     scatter = ring_gather_or_scatter(block * 4, 8, h100).seconds  # fp32 under amp
+    total = m.num_layers * (2 * gather + scatter)
     hidden = zero3_exposed_seconds(m, base, h100, per_micro)
-    assert hidden == pytest.approx(gather + scatter)
+    assert hidden == pytest.approx(gather + scatter + hidden_collective_cost_seconds(total - gather - scatter, h100))
     for prefetch in ("pre", "post"):  # the same order on the NCCL stream: priced alike
         assert zero3_exposed_seconds(m, replace(base, backward_prefetch=prefetch), h100, per_micro) == hidden
     none = zero3_exposed_seconds(m, replace(base, backward_prefetch="none"), h100, per_micro)
-    assert none == pytest.approx(hidden + (m.num_layers - 1) * (gather + scatter))
+    exposed = m.num_layers * (gather + scatter)  # the backward's collectives, every block; the forward's gathers hide
+    assert none == pytest.approx(exposed + hidden_collective_cost_seconds(total - exposed, h100))
     # and the step shows it
     eff = Efficiency()
     pre_step = training_speed(m, base, h100, eff).step_seconds
@@ -75,7 +79,7 @@ def test_reduce_dtype_sets_the_reduce_scatter_bytes():
     bf16 = zero3_exposed_seconds(m, replace(base, reduce_dtype="bf16"), h100, 0.4)
     saved = m.num_layers * (ring_gather_or_scatter(block * 4, 8, h100).seconds
                             - ring_gather_or_scatter(block * 2, 8, h100).seconds)
-    assert fp32 - bf16 == pytest.approx(saved)
+    assert fp32 - bf16 == pytest.approx(saved)  # every reduce-scatter is exposed without a prefetch
     assert zero3_exposed_seconds(m, replace(base, reduce_dtype="fp32"), h100, 0.4) == fp32  # amp's default
 
 
@@ -100,3 +104,20 @@ def test_the_plan_says_which_prefetch_it_priced(capsys):
     assert rc == 0
     notes = " ".join(json.loads(out)["notes"])
     assert "Backward prefetch none" in notes and "reduce-scattered in bf16" in notes
+
+
+def test_a_hidden_collective_still_slows_the_compute_beside_it():
+    """plan/overlap.py: matmuls beside a NCCL kernel take 2x as long on an H100 (PyTorch #143988),
+    1.76x on an A100 (NCCL #1428): T hidden seconds add T (1 - 1/s)."""
+    h100, a100, l40s = find_gpu("h100-sxm"), find_gpu("a100-80gb"), find_gpu("l40s")
+    assert overlap_compute_slowdown(h100) == 2.0
+    assert overlap_compute_slowdown(a100) == pytest.approx(2.08 / 1.18)
+    assert overlap_compute_slowdown(l40s) == overlap_compute_slowdown(a100)  # no measurement of its own
+    assert hidden_collective_cost_seconds(1.0, h100) == pytest.approx(0.5)
+    assert hidden_collective_cost_seconds(-1.0, h100) == 0.0
+    # ZeRO-2's gradient all-reduce, hidden behind the last backward, now costs half its time on an H100
+    m = preset("llama-3-8b")
+    z2 = TrainSetup("amp_bf16", "adamw", 8, 2048, num_gpus=8, zero_stage=2)
+    comm = training_speed(m, z2, h100, Efficiency()).communication_seconds
+    ar = 2 * 7 / 8 * m.params * 4 / 450e9  # fp32 gradients over NVLink, hidden (the backward is longer)
+    assert comm == pytest.approx(ar / 2, rel=0.05)

@@ -101,11 +101,12 @@ def test_across_nodes_the_gradients_cross_the_network(capsys):
     assert big["nodes"] == 64 and big["communication_link_bytes_per_second"] == 50e9
     # ZeRO-3 gathers and reduce-scatters one block at a time over the node's eight 50 GB/s NICs
     # together (one NCCL ring per NIC): each block's collectives hide behind its compute, leaving the
-    # first gather and the last reduce-scatter exposed (it was ~13.7 s when the whole model's
-    # gradients went through one NIC per ring)
-    assert 0 < big["communication_seconds"] < 0.2
+    # first gather and the last reduce-scatter exposed, the rest costing only the compute it slows
+    # (plan/overlap.py: half its time on an H100); it was ~13.7 s when the whole model's gradients
+    # went through one NIC per ring
+    assert 0 < big["communication_seconds"] < 2.0
     slower = _train_json(capsys, "--nodes", "64", "--inter-node-gbps", "12.5")  # 100 GbE: no longer hidden
-    assert slower["communication_seconds"] > 10 * big["communication_seconds"]
+    assert slower["communication_seconds"] > 4 * big["communication_seconds"]
 
 
 def test_nodes_and_gpus_must_agree(capsys):

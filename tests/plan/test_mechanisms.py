@@ -105,4 +105,5 @@ def test_speed_scales_with_the_card():
     assert 6 * h100.tokens_per_second < ddp.tokens_per_second <= 8 * h100.tokens_per_second
     # over PCIe the gradient all-reduce no longer hides behind the backward
     pcie = training_speed(m, replace(s, num_gpus=8, seq_len=256), find_gpu("h100-pcie"), eff)
-    assert pcie.communication_seconds > 0 == ddp.communication_seconds
+    # (over NVLink it hides, costing only the compute it slows while it runs: plan/overlap.py)
+    assert pcie.communication_seconds > 10 * ddp.communication_seconds > 0

@@ -26,6 +26,7 @@ from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.overlap import hidden_collective_cost_seconds
 from gpulens.plan.zero import REDUCE_DTYPES
 
 
@@ -277,7 +278,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                   * (4 / 3 if setup.recompute != "none" else 1) / _peak_for(gpu, precision, eff)) / mp / cp
     ring = ring_attention_cost(m, setup, gpu, attn_micro)
     p2p = _pipeline_p2p_seconds(m, setup, gpu)
-    model_comm = _model_parallel_seconds(m, setup, gpu) + ring.exposed_seconds if setup.megatron else 0.0
+    ring_hidden = hidden_collective_cost_seconds(ring.transfer_seconds - ring.exposed_seconds, gpu)
+    model_comm = _model_parallel_seconds(m, setup, gpu) + ring.exposed_seconds + ring_hidden if setup.megatron else 0.0
     a2a = None
     if setup.expert_parallel > 1:  # not overlapped with compute (plan/expert_parallel.py)
         a2a = ep_mod.all_to_all_time(m, gpu, ep=setup.expert_parallel, tokens=tokens,
@@ -307,8 +309,9 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                                                   grad_bytes / m.params, link)
             if setup.zero_stage >= 3:
                 ar *= 1.5  # parameters are all-gathered in the forward and the backward
-            # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch
-            comm = max(0.0, ar - (2 / 3) * per_micro)
+            # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch,
+            # slowing it while it runs (plan/overlap.py)
+            comm = max(0.0, ar - (2 / 3) * per_micro) + hidden_collective_cost_seconds(min(ar, (2 / 3) * per_micro), gpu)
     # 1F1B: p - 1 micro-batch slots of the pipeline bubble on top of the micro-batches; interleaved,
     # (p - 1) / V (plan/interleaved.py)
     p, v = setup.pipeline_parallel, setup.virtual_stages
@@ -433,4 +436,6 @@ def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_mic
     per_layer = per_micro_seconds / layers
     fwd, bwd = fwd_share * per_layer, (1 - fwd_share) * per_layer
     backward = gather + scatter if setup.backward_prefetch == "none" else max(0.0, gather + scatter - bwd)
-    return gather + (layers - 1) * max(0.0, gather - fwd) + (layers - 1) * backward + scatter
+    exposed = gather + (layers - 1) * max(0.0, gather - fwd) + (layers - 1) * backward + scatter
+    # what hides still slows the compute beside it (plan/overlap.py)
+    return exposed + hidden_collective_cost_seconds(layers * (2 * gather + scatter) - exposed, gpu)
