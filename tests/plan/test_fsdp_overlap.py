@@ -121,3 +121,17 @@ def test_a_hidden_collective_still_slows_the_compute_beside_it():
     comm = training_speed(m, z2, h100, Efficiency()).communication_seconds
     ar = 2 * 7 / 8 * m.params * 4 / 450e9  # fp32 gradients over NVLink, hidden (the backward is longer)
     assert comm == pytest.approx(ar / 2, rel=0.05)
+
+
+def test_llm_foundry_rows_are_planned_with_composers_fsdp_settings():
+    """docs/plan-llm-foundry-sources.md: Composer runs BACKWARD_POST; PURE reduce-scatters in bf16,
+    DEFAULT in fp32 (from Composer 0.16.4)."""
+    from gpulens.plan.published import _request, load_figures
+
+    rows = [f for f in load_figures() if f["source"].get("repo") == "mosaicml/llm-foundry" and f["config"]["gpus"] > 1]
+    modes = {f["config"]["mixed_precision"] for f in rows}
+    assert modes == {"DEFAULT", "PURE"}
+    for f in rows:
+        req = _request(f)
+        assert req.backward_prefetch == "post"
+        assert req.reduce_dtype == {"DEFAULT": "fp32", "PURE": "bf16"}[f["config"]["mixed_precision"]]
