@@ -104,6 +104,7 @@ def test_the_plan_says_which_prefetch_it_priced(capsys):
     assert rc == 0
     notes = " ".join(json.loads(out)["notes"])
     assert "Backward prefetch none" in notes and "reduce-scattered in bf16" in notes
+    assert "takes 2.00x as long on H100-SXM" in notes  # what hiding costs, said where it is priced
 
 
 def test_a_hidden_collective_still_slows_the_compute_beside_it():

@@ -25,6 +25,7 @@ from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_P
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
+from gpulens.plan.overlap import overlap_compute_slowdown
 from gpulens.plan.serve import INT4_GROUP, ServeSetup, plan_serving
 from gpulens.plan.serve_engine_rules import with_engine_defaults
 from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS, SpeculativeSetup, break_even_batch
@@ -266,6 +267,10 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
     mem = training_memory(model, setup, capacity_bytes=gpu.memory_bytes, workspace_bytes=eff.workspace_bytes,
                           cuda_context_bytes=ctx, reserved_ratio=eff.reserved_ratio, activation_scale=eff.activation_scale)
     sp = training_speed(model, setup, gpu, eff)
+    if setup.gradient_group > 1 and sp.communication_seconds > 0:
+        notes.append(f"Collectives hidden behind compute still slow it: the compute beside a NCCL kernel takes "
+                     f"{overlap_compute_slowdown(gpu):.2f}x as long on {gpu.name} (plan/overlap.py: PyTorch #143988, "
+                     "NCCL #1428); communication time includes that.")
     advice: list[Advice] = []
     if mem.fits:
         advice += [Advice("tip", t) for t in training_tips(model, setup, gpu, eff, ctx, mem.peak_bytes)]
