@@ -107,6 +107,8 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
     c = fig["config"]
     kind = fig["kind"]
     name = c["model"] if isinstance(c["model"], str) else fig["id"]
+    if kind in ("training_time", "training_fit") and "tensor_parallel" in c:
+        return _megatron_request(fig, name)
     if kind in ("training_time", "training_fit"):
         precision, layout = _COMPOSER_PRECISION[(c["precision"], c["mixed_precision"])]
         zero = 3 if c.get("sharding") == "FULL_SHARD" else 0
@@ -127,6 +129,21 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
     return PlanRequest(model=name, workload="infer", gpu=c["gpu"], dtype=c["dtype"], batch=c["batch"],
                        prompt=c["prompt"], new_tokens=c["new_tokens"], runtime=c["runtime"],
                        tensor_parallel=c["tensor_parallel"], **group, **_engine_options(c, model))
+
+
+def _megatron_request(fig: dict[str, Any], name: str) -> PlanRequest:
+    """A Megatron-LM figure (Korthikanti et al. 2022): tensor x pipeline (x data) parallel, the
+    1F1B schedule (interleaved over `virtual_stages` chunks), sequence parallelism and the
+    recomputation mode as the figure states them; the module in 16-bit with fp32 main weights in the
+    optimizer (`zero_layout`, ZeRO 0); the cluster's network from the figure's config."""
+    c = fig["config"]
+    return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=c["precision"],
+                       batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], recompute=c["recompute"],
+                       zero=c.get("zero", 0), zero_layout=c.get("zero_layout", "fsdp"), loss=c.get("loss", "torch"),
+                       tensor_parallel=c["tensor_parallel"], pipeline_parallel=c.get("pipeline_parallel", 1),
+                       sequence_parallel=bool(c.get("sequence_parallel", False)),
+                       virtual_stages=c.get("virtual_stages", 1), attention_kernel=c.get("attention_kernel", "auto"),
+                       inter_node_bytes_per_second=c["inter_node_bytes_per_second"])
 
 
 def _engine_options(c: dict[str, Any], model: ModelSpec | None) -> dict[str, Any]:
