@@ -61,7 +61,9 @@ def test_every_configuration_that_ran_is_said_to_fit_and_every_oom_is_not(outcom
 
 # Measured when marked (python -m gpulens.plan.published); all / held-out.
 KNOWN_MISSES = {
-    "training_time": "median 4.8 % / worst 43.5 % (held-out 3.3 % / 43.5 %; 6.3 % / 56.4 % before hidden "
+    "training_time": "median 5.2 % / worst 43.5 % over 200 (held-out 3.9 % / 43.5 % over 87; 4.8 / 3.3 % over "
+                     "191 / 78 before the 9 held-out Megatron-LM figures of Korthikanti et al. 2022, all predicted "
+                     "too fast: +10.6 to +30.6 %, median +24.9 %, 7 of 9 over 20 %; 6.3 % / 56.4 % before hidden "
                      "collectives slowed the compute beside them, plan/overlap.py): the loss's memory traffic priced "
                      "with the fused cross-entropy the tables ran, llm-foundry's Triton port at v1's rate (its "
                      "docstring); left: 32k-64k tokens 15-22 % too slow on A100 and H100, MPT-70B on 64 A100-40GB "
