@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpulens.errors import BadInputError
-from gpulens.plan import PlanRequest, find_gpu, from_hf_config, plan
+from gpulens.plan import PlanRequest, find_gpu, from_hf_config, plan, preset
 from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
-from gpulens.plan.memory import TrainSetup
+from gpulens.plan.memory import TrainSetup, megatron_activation_bytes, training_memory
 from gpulens.plan.published import _request, load_figures
 from gpulens.plan.request import PlanOptions
 from gpulens.plan.speed import Efficiency, default_efficiency, training_speed
@@ -116,6 +116,38 @@ def test_llm_foundry_figures_are_planned_with_the_triton_kernel_they_ran():
     figs = [f for f in load_figures() if f["kind"] == "training_time"]
     foundry = [f for f in figs if f["source"].get("repo") == "mosaicml/llm-foundry"]
     assert foundry and all(_request(f).attention_kernel == "triton" for f in foundry)
-    # the other sources (Megatron-LM's figures) name no kernel the planner has: SDPA's default
-    assert all(_request(f).attention_kernel == "auto" for f in figs if f not in foundry)
+    # Megatron-LM's 2022 figures ran unfused attention (the paper's 5as/h activation term): eager
+    assert all(_request(f).attention_kernel == "eager" for f in figs if f not in foundry)
     assert isinstance(PlanRequest(model="7b").attention_kernel, str)
+
+
+def test_eager_attention_keeps_the_scores_and_prices_them_as_traffic():
+    """--attention-kernel eager: the S x S scores, softmax and dropout in memory (saved for the
+    backward and read and written as traffic), the attention FLOPs at the matmuls' rate."""
+    m = preset("llama-3-8b")
+    h100 = find_gpu("h100-sxm")
+    flash = TrainSetup("bf16", "adamw", 1, 4096)
+    eager = replace(flash, attention_kernel="eager")
+    mem_f = training_memory(m, flash, capacity_bytes=h100.memory_bytes)
+    mem_e = training_memory(m, eager, capacity_bytes=h100.memory_bytes)
+    scores = m.num_layers * m.num_heads * 4096 * 4096 * 2  # at least one 16-bit S x S tensor a layer
+    assert mem_e.breakdown["activations"] - mem_f.breakdown["activations"] > scores
+    sp_f = training_speed(m, flash, h100, Efficiency())
+    sp_e = training_speed(m, eager, h100, Efficiency())
+    assert sp_f.attention_kernel == "flash2" and sp_e.attention_kernel == ""  # FLOPs with the matmuls
+    assert sp_e.memory_seconds > sp_f.memory_seconds and sp_e.step_seconds > sp_f.step_seconds
+
+
+def test_eager_attention_under_megatron_keeps_the_softmax_tensors():
+    """Korthikanti et al. 2022, section 4 (tensor parallel t, no sequence parallelism): unfused
+    attention keeps S x S tensors a layer (their 5 a s^2 b / t with dropout's mask and output; a
+    LLaMA layer without dropout keeps the softmax's output and its 16-bit input, 4 a s^2 b / t);
+    flash attention keeps only its per-row log-sum-exp (4 s b a / t bytes of fp32)."""
+    m = preset("llama-3-8b")
+    base = TrainSetup("bf16", "adamw", 1, 2048, num_gpus=8, tensor_parallel=8)
+    flash = megatron_activation_bytes(m, base)
+    eager = megatron_activation_bytes(m, replace(base, attention_kernel="eager"))
+    a, s, t = m.num_heads, 2048, 8
+    per_layer = 4 * a * s * s / t - 4 * s * a / t
+    layers = (eager - flash) / per_layer
+    assert layers == pytest.approx(round(layers)) and layers >= m.num_layers  # every layer in flight keeps them

@@ -70,6 +70,8 @@ ATTENTION_KERNELS = {
     "flash2": "FlashAttention-2 (flash-attn 2.x, or SDPA's flash backend)",
     "flash1": "FlashAttention v1 (flash-attn 1.x, CUDA)",
     "triton": "the Triton port of FlashAttention (flash_attn_triton.py; llm-foundry's attn_impl: triton)",
+    "eager": "unfused attention: two batched matmuls with the S x S scores, softmax and dropout written to memory "
+             "(transformers' eager attention; Megatron-LM's CoreAttention before FlashAttention)",
 }
 
 # Measured 16-bit matmul ceiling / dense peak (module docstring), by catalog GPU.

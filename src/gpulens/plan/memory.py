@@ -18,7 +18,7 @@ optimizer step. Validated against tests/plan/test_memory_calibration.py (real H2
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpulens.errors import BadInputError
 from gpulens.plan import expert_parallel as ep_mod
@@ -89,11 +89,16 @@ class TrainSetup:
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
     selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
-    attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton: what prices the attention (plan/kernels.py)
+    attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton | eager: what prices the attention (plan/kernels.py)
     expert_parallel: int = 1  # MoE: experts split over groups of N data-parallel GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload's fp32 master + Adam states on the CPU (plan/offload.py)
     backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (speed.zero3_exposed_seconds)
     reduce_dtype: str | None = None  # ZeRO-3's gradient reduce-scatter: fp32 | bf16 (None: fp32 under amp)
+
+    def run_model(self, m: ModelSpec) -> ModelSpec:
+        """The model as this run executes it: `--attention-kernel eager` runs its attention unfused,
+        the S x S scores in memory (what `attention_impl="eager"` plans), whatever its family's default."""
+        return replace(m, attention_impl="eager") if self.attention_kernel == "eager" else m
 
     @property
     def recompute(self) -> str:
@@ -218,6 +223,7 @@ def training_memory(
 ) -> MemoryEstimate:
     """Itemized peak memory of one GPU for one training step."""
     setup.validate()
+    m = setup.run_model(m)
     if setup.precision == "fp8":
         check_fp8_training(m, finetune=setup.finetune, model_parallel=setup.model_parallel,
                            zero_layout=setup.zero_layout, zero_stage=setup.zero_stage)
@@ -285,7 +291,9 @@ def training_memory(
 
     layer = layer_activation_bytes(m, setup.activation_precision, b, s, recompute=setup.recompute)
     per_layer = layer["attention"] + layer["mlp"] + layer["norms"]
-    if attention_kernel(m, setup.activation_precision) == "eager":
+    if setup.attention_kernel == "eager":
+        notes.append("--attention-kernel eager: unfused attention, so every layer keeps its S x S scores")
+    elif attention_kernel(m, setup.activation_precision) == "eager":
         notes.append(f"{m.family}: transformers runs eager attention (no SDPA), so every layer keeps its S x S scores")
     if layer["kernel_math"]:
         notes.append("fp32 with grouped-query attention: SDPA falls back to the math kernel (S x S scores in memory)")
@@ -378,11 +386,13 @@ def megatron_stage_params(m: ModelSpec, setup: TrainSetup) -> float:
 def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
     """What the first pipeline stage holds: its L/p layers for every micro-batch in flight (1F1B:
     up to p of them), Korthikanti et al.'s per-layer accounting for a LLaMA-like layer."""
+    m = setup.run_model(m)
     items = llama_layer_items(seq=setup.seq_len // setup.context_parallel, micro_batch=setup.micro_batch, hidden=m.hidden_size,
                               heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
                               intermediate=m.moe_intermediate_size or m.intermediate_size,
                               tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
-                              recompute=setup.recompute)
+                              recompute=setup.recompute,
+                              flash=attention_kernel(m, setup.activation_precision) not in ("eager", "math"))
     layers = interleaved.first_stage_layers_in_flight(m.num_layers, setup.pipeline_parallel, setup.virtual_stages,
                                                       setup.grad_accum)
     return layers * sum(items.values())

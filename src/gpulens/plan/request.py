@@ -163,8 +163,10 @@ class PlanOptions:
                               "(Megatron-Core). Default 1.", 1)
     attention_kernel: str = _opt(("--attention-kernel",), "Training: the attention kernel, priced at its measured "
                                                           "speed on A100 / H100: auto (what PyTorch SDPA picks: "
-                                                          "FlashAttention-2 in 16-bit), flash2, flash1, or triton "
-                                                          "(FlashAttention's Triton port, llm-foundry's attn_impl: triton).",
+                                                          "FlashAttention-2 in 16-bit), flash2, flash1, triton "
+                                                          "(FlashAttention's Triton port, llm-foundry's attn_impl: triton), "
+                                                          "or eager (unfused: the S x S scores in memory, as transformers' "
+                                                          "eager attention and Megatron-LM before FlashAttention).",
                                  "auto")
     draft_model: str | None = _opt(("--draft-model",), "Serving, engine: speculative decoding with this draft model "
                                    "(config.json path or folder, or preset name, as --model; same vocabulary, smaller): "

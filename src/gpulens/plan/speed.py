@@ -233,6 +233,7 @@ def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
 
 def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency) -> TrainSpeed:
     setup.validate()
+    m = setup.run_model(m)  # --attention-kernel eager: the S x S scores in the memory traffic, the FLOPs at the matmuls' rate
     if setup.precision == "fp8":
         check_fp8_training(m, finetune=setup.finetune, model_parallel=setup.model_parallel,
                            zero_layout=setup.zero_layout, zero_stage=setup.zero_stage)
