@@ -404,7 +404,8 @@ def _pipeline_p2p_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> floa
 
 
 def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_micro_seconds: float) -> float:
-    """ZeRO-3 / FSDP FULL_SHARD communication one micro-batch leaves exposed, on one GPU.
+    """ZeRO-3 / FSDP FULL_SHARD communication one micro-batch leaves exposed, on one GPU, plus what
+    the hidden rest costs the compute it runs beside (plan/overlap.py).
 
     Per transformer block (FSDP's wrapping unit in llm-foundry, torchtitan and transformers'
     auto-wrap): an all-gather of its parameters before its forward, another before its backward,
