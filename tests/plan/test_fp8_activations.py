@@ -4,6 +4,7 @@ torchao rows are planned on the card they ran on (a user-defined GPU entry)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -74,3 +75,13 @@ def test_fp8_activation_option_is_refused_where_it_means_nothing(capsys, argv, w
     rc = main(["plan", "--model", "llama-3-8b", "--workload", "infer", "--gpu", "h100", "--runtime", "vllm", *argv])
     _, err = capsys.readouterr()
     assert rc == 2 and words in err and "Traceback" not in err
+
+
+def test_the_plan_says_what_it_does_not_price_for_fp8_below_sixteen_rows(capsys):
+    base = ["plan", "--model", "llama-3-8b", "--workload", "infer", "--gpu", "h100", "--runtime", "vllm", "--dtype", "fp8",
+            "--format", "json"]
+    assert main([*base, "--batch", "1"]) == 0
+    notes = " ".join(json.loads(capsys.readouterr().out)["notes"])
+    assert "fewer than 16 rows are not priced" in notes and "FP8 activations scaled dynamically" in notes
+    assert main([*base, "--batch", "32"]) == 0
+    assert "fewer than 16 rows" not in " ".join(json.loads(capsys.readouterr().out)["notes"])

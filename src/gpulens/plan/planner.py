@@ -319,6 +319,10 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
         notes.append(f"FP8 activations scaled dynamically: an amax reduction and a cast per GEMM input, "
                      f"{s.fp8_activation_quant_seconds * 1000:.2f} ms of each decode step at batch {setup.batch} "
                      "(launch floors at decode sizes; --fp8-activations static for a checkpoint with calibrated scales).")
+    if setup.dtype == "fp8" and setup.batch * setup.step_tokens < 16:
+        notes.append("FP8 GEMMs at fewer than 16 rows are not priced beyond their bytes: cuBLASLt's FP8 kernels want "
+                     "M >= 16 (vLLM pads the batch to 17 rows for torch._scaled_mm), so a per-tensor-scaled decode "
+                     "at this batch may run slower than planned.")
     speed = s.to_dict() | {"max_batch_that_fits": sp.max_batch_that_fits, "max_concurrency": sp.max_concurrency,
                            "max_batch_for_tpot_target": sp.max_batch_for_tpot, "by_batch": sp.tpot_by_batch,
                            "kv_cache_bytes_per_token": sp.kv_cache_bytes_per_token}
