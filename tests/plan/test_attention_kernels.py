@@ -13,7 +13,7 @@ import pytest
 from gpulens.errors import BadInputError
 from gpulens.plan import PlanRequest, find_gpu, from_hf_config, plan, preset
 from gpulens.plan.calibration import load_efficiency
-from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
+from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate, kernel_head_dim
 from gpulens.plan.memory import TrainSetup, megatron_activation_bytes, training_memory
 from gpulens.plan.published import _request, load_figures
 from gpulens.plan.request import PlanOptions
@@ -83,6 +83,21 @@ def test_training_speed_prices_the_attention_at_the_kernel():
     # fp32 has no flash kernel, and an unbenchmarked GPU keeps the attention with the matmuls
     assert training_speed(m, replace(setup, precision="fp32"), gpu, eff).attention_kernel == ""
     assert training_speed(m, setup, find_gpu("l4"), eff).attention_seconds == 0.0
+
+
+def test_a_head_dim_between_tiles_costs_the_wider_tile():
+    # flash-attn v1.0.9 dispatches d <= 32 / 64 / 128, v2.0.0 adds 96, 160, 192, 224, 256, and the
+    # Triton port pads to the next power of two: 80 runs as 96 (v2) or 128 (v1, Triton)
+    assert [kernel_head_dim("flash2", d) for d in (64, 80, 96, 112, 200)] == [64, 96, 96, 128, 224]
+    assert [kernel_head_dim("flash1", d) for d in (40, 80, 128)] == [64, 128, 128]
+    assert [kernel_head_dim("triton", d) for d in (8, 80, 128)] == [16, 128, 128]
+    assert kernel_head_dim("eager", 80) == 80
+    narrow = {**MPT_1B, "n_head": 20, "n_embd": 2240}  # head_dim 112, Triton's 128 tile
+    wide = {**MPT_1B, "n_head": 20, "n_embd": 2560}  # head_dim 128
+    gpu, setup = find_gpu("a100-80gb"), TrainSetup("amp_bf16", "adamw", 1, 16384, attention_kernel="triton")
+    t112 = training_speed(from_hf_config(narrow, name="hd112"), setup, gpu, Efficiency()).attention_seconds
+    t128 = training_speed(from_hf_config(wide, name="hd128"), setup, gpu, Efficiency()).attention_seconds
+    assert t112 == pytest.approx(t128)  # the same 20 heads of 128 columns, 16 of them zeros
 
 
 def test_auto_is_sdpas_flash_backend_in_16_bit():

@@ -63,6 +63,25 @@ _CAUSAL_TFLOPS: dict[tuple[str, str], dict[int, tuple[float, ...]]] = {
 # at v1's measured rate on both chips (an upper bound by that much).
 _SAME_AS = {("triton", "ga100"): ("flash1", "ga100"), ("triton", "gh100"): ("flash1", "gh100")}
 
+# Each kernel runs a head dimension on tiles compiled for a fixed width, the smallest that holds it;
+# the extra columns are loaded as zeros and multiplied all the same, so a head_dim of 112 costs what
+# 128 does. flash1: flash-attn v1.0.9 (6d48e14a) csrc/flash_attn/fmha_api.cpp run_fmha_fwd /
+# run_fmha_bwd (d <= 32, 64, 128); flash2: v2.0.0 (4f285b35, the benchmark's commit)
+# csrc/flash_attn/src/static_switch.h FWD_HEADDIM_SWITCH (later releases keep 32 ... 128, 192,
+# 256); triton: flash_attn_triton.py's `BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)` (the
+# copy llm-foundry v0.3.0 ships, docs/plan-llm-foundry-sources.md).
+_HEAD_DIM_TILES = {"flash1": (32, 64, 128), "flash2": (32, 64, 96, 128, 160, 192, 224, 256)}
+
+
+def kernel_head_dim(kernel: str, head_dim: int) -> int:
+    """The head dimension `kernel` computes with: its smallest compiled tile that holds `head_dim`
+    (the head_dim itself for a kernel without tiles, or one wider than its largest)."""
+    if kernel == "triton":
+        return max(1 << max(head_dim - 1, 0).bit_length(), 16)
+    tiles = _HEAD_DIM_TILES.get(kernel, ())
+    return next((t for t in tiles if head_dim <= t), head_dim)
+
+
 # `--attention-kernel`: which attention kernel the training runs.
 ATTENTION_KERNELS = {
     "auto": "what PyTorch's scaled_dot_product_attention picks: its flash backend (FlashAttention-2, "

@@ -21,7 +21,7 @@ from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.context_parallel import ring_attention_cost
 from gpulens.plan.fp8 import Fp8Speed, check_fp8_training, fp8_speed
-from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate
+from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate, kernel_head_dim
 from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
@@ -200,11 +200,12 @@ def attention_time(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, precision: str
             return None
         kernel = "flash2"  # SDPA's flash backend is FlashAttention-2 (PyTorch >= 2.2)
     fmt = "fp16" if "fp16" in precision else "bf16"
-    rate = attention_rate(kernel, gpu, m.head_dim, setup.seq_len, gpu.peak_flops(fmt))
+    tile = kernel_head_dim(kernel, m.head_dim)  # what the kernel multiplies: its tile, padding included
+    rate = attention_rate(kernel, gpu, tile, setup.seq_len, gpu.peak_flops(fmt))
     if rate is None:
         return None
     recompute = setup.grad_ckpt or setup.selective_recompute
-    run = attention_flops_run(m.num_layers, m.num_heads, m.head_dim, setup.seq_len, recompute=recompute)
+    run = attention_flops_run(m.num_layers, m.num_heads, tile, setup.seq_len, recompute=recompute)
     palm = 12 * m.num_layers * m.num_heads * m.head_dim * setup.seq_len * (4 / 3 if recompute else 1)
     return AttentionTime(run / rate.flops_per_second, palm, kernel, rate.source)
 
