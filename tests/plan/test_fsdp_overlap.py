@@ -18,12 +18,16 @@ from gpulens.plan.speed import Efficiency, zero3_exposed_seconds
 
 def test_a_cross_node_ring_uses_every_nic_of_the_node():
     h100 = find_gpu("h100-sxm")
-    assert ring_bus_bytes_per_second(h100, 8) == 450e9  # NVLink, one direction
-    assert ring_bus_bytes_per_second(h100, 64) == 400e9  # 8 x 50 GB/s NICs, under NVLink's 450
-    assert ring_bus_bytes_per_second(h100, 64, inter_node_bytes_per_second=12.5e9) == 100e9
+    nvlink = 450e9 * 20.6 / 25  # NVLink 4, one direction, at NCCL's app-level 20.6 of each link's 25 GB/s
+    assert ring_bus_bytes_per_second(h100, 8) == pytest.approx(nvlink)
+    assert ring_bus_bytes_per_second(h100, 64) == pytest.approx(nvlink)  # 8 x 48 GB/s NICs, over NVLink's 370.8
+    assert ring_bus_bytes_per_second(h100, 64, inter_node_bytes_per_second=12.5e9) == pytest.approx(8 * 12e9)
+    # Megatron's data-parallel group under TP 8 has one GPU a node: one NIC carries its ring
+    assert ring_bus_bytes_per_second(h100, 6, ranks_per_node=1, inter_node_bytes_per_second=25e9) == pytest.approx(24e9)
+    assert ring_bus_bytes_per_second(h100, 6, ranks_per_node=8) == pytest.approx(nvlink)  # six GPUs of one node
     # a gather is half an all-reduce: t - 1 steps and (t - 1) / t of the gathered bytes
     g = ring_gather_or_scatter(1e9, 8, h100)
-    assert g.transfer_seconds == pytest.approx(7 / 8 * 1e9 / 450e9)
+    assert g.transfer_seconds == pytest.approx(7 / 8 * 1e9 / nvlink)
     assert ring_gather_or_scatter(1e9, 1, h100).seconds == 0.0
 
 
@@ -120,7 +124,7 @@ def test_a_hidden_collective_still_slows_the_compute_beside_it():
     m = preset("llama-3-8b")
     z2 = TrainSetup("amp_bf16", "adamw", 8, 2048, num_gpus=8, zero_stage=2)
     comm = training_speed(m, z2, h100, Efficiency()).communication_seconds
-    ar = 2 * 7 / 8 * m.params * 4 / 450e9  # fp32 gradients over NVLink, hidden (the backward is longer)
+    ar = 2 * 7 / 8 * m.params * 4 / (450e9 * 20.6 / 25)  # fp32 gradients over NVLink, hidden (the backward is longer)
     assert comm == pytest.approx(ar / 2, rel=0.05)
 
 

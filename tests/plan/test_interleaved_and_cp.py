@@ -92,7 +92,7 @@ def test_ring_send_is_the_local_kv_shard():
     assert cost.send_bytes == 2 * 16384 * 1 * 128 * 2
     # forward 1 send, backward 2 (K/V with dK/dV) per layer, N - 1 = 1 step, 28 layers
     step = cost.transfer_seconds / (28 * 3)
-    assert step == pytest.approx(3.4e-6 + cost.send_bytes / 450e9)
+    assert step == pytest.approx(3.4e-6 + cost.send_bytes / (450e9 * 20.6 / 25))
 
 
 def test_cp_communication_grows_as_the_link_slows():

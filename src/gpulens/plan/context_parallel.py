@@ -72,7 +72,7 @@ def ring_attention_cost(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, attention
         return RingAttentionCost(0.0, 0.0, attention_seconds, 0.0, "")
     kv_heads = max(m.num_kv_heads / t, 1.0)  # TP splits the KV heads (one replicated head at least)
     send = 2 * setup.micro_batch * (setup.seq_len / n) * kv_heads * m.head_dim * 2  # K and V, 16-bit
-    step = NCCL_SIMPLE.step_seconds[link.kind] + send / link.bytes_per_second
+    step = NCCL_SIMPLE.step_seconds[link.kind] + send / link.nccl_bytes_per_second
     recompute = setup.recompute != "none"
     # plan/kernels.py attention_flops_run: forward 1, backward 2.5, a recomputed forward 1 more
     forwards = 2 if recompute else 1

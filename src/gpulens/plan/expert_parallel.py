@@ -31,7 +31,7 @@ from typing import Any
 
 from gpulens.errors import BadInputError
 from gpulens.plan.catalog import GpuSpec
-from gpulens.plan.links import Link, all_to_all
+from gpulens.plan.links import all_to_all
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.zero import ZeroStates, zero_states
 
@@ -135,13 +135,13 @@ def local_linear_params(m: ModelSpec, ep: int) -> int:
     return int(m.linear_params - experts + experts / ep)
 
 
-def gradient_ring_seconds(split: ExpertSplit, bytes_per_gradient: float, link: Link) -> float:
+def gradient_ring_seconds(split: ExpertSplit, bytes_per_gradient: float, bus_bytes_per_second: float) -> float:
     """The gradient all-reduces: the replicated part's over dp, the experts' over dp/N (a group of
     one reduces nothing), as the data-parallel ring's bandwidth term (speed.py)."""
     dp, edp = split.data_parallel, split.expert_data_parallel
     rep = 2 * (dp - 1) / dp * split.replicated_params * bytes_per_gradient
     exp = 2 * (edp - 1) / edp * split.expert_params_per_gpu * bytes_per_gradient
-    return (rep + exp) / link.bytes_per_second
+    return (rep + exp) / bus_bytes_per_second
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,18 @@ Once the ring leaves the node every intra-node step costs at least the network p
 (LL reaches half of its bandwidth, Simple all of it). NCCL picks the faster protocol for the size;
 so does `ring_all_reduce`. InfiniBand, RoCE and Ethernet are the same "network" to NCCL's tuner:
 only the send rate differs.
+
+What NCCL moves is less than the line rate (`Link.nccl_bytes_per_second`). NVLink: NCCL's topology
+prices each link at its app-level rate, 20.0 GB/s on Volta and Ampere and 20.6 on Hopper of a
+25 GB/s line (src/graph/topo.h at b6475625, `SM70/SM80/SM90_NVLINK_BW`; 40.1 of 50 on Blackwell at
+v2.30.7), "with the protocol overhead (~20%)" (sjeaugey, NVIDIA/nccl-tests#212: 8 H100s reach a ring
+bus bandwidth of 370 GB/s of 450; nccl-tests#149: 8 A100s about 230 of 300; NVIDIA/nccl#1054:
+"roughly, the app-level bandwidth is 80% of the peak bandwidth", the share taken for other NVLink
+cards). PCIe: `width*speed/80` in topo.cc, 24 GB/s for a Gen4 x16 of 32 (75 %). The network: NCCL
+prices a NIC at its line rate, and measured 24 GB/s per 200 Gb/s HDR NIC ("we usually consider
+24GB/s is the peak performance per 200G NIC", sjeaugey, nccl-tests#119), 192 GB/s all-reduce bus
+bandwidth on DGX A100's 8 of them (AddyLaddy, NVIDIA/nccl#812), 48-49 per 400 Gb/s NDR NIC
+(nccl-tests#267): 96 %. Infinity Fabric (RCCL): no published figure, so its line rate.
 """
 
 from __future__ import annotations
@@ -41,7 +53,8 @@ class Protocol:
 
 
 # NCCL src/graph/tuning.cc at b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2 (ring rows of baseLat and
-# hwLat; ring LL's bus bandwidth is half the link's, `busBw * .5`): the table since NVLS Tree came
+# hwLat; the same at ab2b89c4, 2.21.5-1, where ring LL's bus bandwidth became half the link's,
+# `busBw * .5`: a quarter for an all-reduce before it): the table since NVLS Tree came
 # in (NCCL 2.18, the one PyTorch 2.1+ bundles). NCCL 2.17 and earlier had LL 3.6 us base and 0.47 us
 # per NVLink step, which made an 8-GPU all-reduce of a decode step's activations 10 us, not 15.
 NCCL_LL = Protocol("LL", 6.6e-6, {"nvlink": 0.6e-6, "pcie": 1.0e-6, "network": 2.7e-6}, 0.5)
@@ -53,22 +66,46 @@ NET_OVERHEAD_SECONDS = {"LL": 1.0e-6, "Simple": 3.0e-6}
 SIMPLE_MULTI_NODE_PLATEAU = 1.4  # ncclTopoGetAlgoTime: a multi-node Simple ring's latency plateau (1.9 before sm80)
 
 
+# The share of a link's line rate NCCL moves (module docstring)
+NVLINK_NCCL_SHARE = {"volta": 20.0 / 25, "ampere": 20.0 / 25, "hopper": 20.6 / 25, "blackwell": 40.1 / 50}
+NVLINK_NCCL_SHARE_DEFAULT = 0.80  # NVIDIA/nccl#1054: "roughly ... 80% of the peak bandwidth"
+PCIE_NCCL_SHARE = 24.0 / 32  # topo.cc width*speed/80: Gen4 x16 = 24 GB/s (Gen3 12 of 16, Gen5 48 of 64)
+NETWORK_NCCL_SHARE = 0.96  # 24 GB/s per 200 Gb/s NIC, 192 of 200 on DGX A100, 48 of 50 per NDR NIC
+
+
 @dataclass(frozen=True)
 class Link:
-    bytes_per_second: float  # per GPU, one direction
+    bytes_per_second: float  # per GPU, one direction, the line rate
     name: str
     kind: str = "nvlink"  # nvlink | pcie | network: which latency row of NCCL's tuner applies
+    nccl_share: float = 1.0  # of the line rate, what NCCL's kernels move over it
 
     @property
     def gbps(self) -> float:
         return self.bytes_per_second / 1e9
 
+    @property
+    def nccl_bytes_per_second(self) -> float:
+        return self.bytes_per_second * self.nccl_share
+
+
+def network_link(bytes_per_second: float) -> Link:
+    return Link(bytes_per_second, f"inter-node network ({bytes_per_second / 1e9:g} GB/s per GPU)", "network",
+                NETWORK_NCCL_SHARE)
+
 
 def intra_node_link(gpu: GpuSpec) -> Link:
     if gpu.interconnect_bytes_per_second:
-        kind = "pcie" if "pcie" in gpu.interconnect.lower() else "nvlink"  # NVLink, NVSwitch, Infinity Fabric
-        return Link(gpu.interconnect_bytes_per_second / 2, f"{gpu.interconnect or 'interconnect'} (one direction)", kind)
-    return Link(PCIE_FALLBACK_BYTES_PER_SECOND, "PCIe (no published figure)", "pcie")
+        name = gpu.interconnect or "interconnect"
+        kind = "pcie" if "pcie" in name.lower() else "nvlink"  # NVLink, NVSwitch, Infinity Fabric
+        if kind == "pcie":
+            share = PCIE_NCCL_SHARE
+        elif "nvlink" in name.lower():
+            share = NVLINK_NCCL_SHARE.get(gpu.architecture, NVLINK_NCCL_SHARE_DEFAULT)
+        else:
+            share = 1.0  # Infinity Fabric: no published RCCL figure
+        return Link(gpu.interconnect_bytes_per_second / 2, f"{name} (one direction)", kind, share)
+    return Link(PCIE_FALLBACK_BYTES_PER_SECOND, "PCIe (no published figure)", "pcie", PCIE_NCCL_SHARE)
 
 
 def nodes_for(gpus: int, gpus_per_node: int) -> int:
@@ -87,8 +124,7 @@ def collective_link(gpu: GpuSpec, group: int, *, gpus_per_node: int = DEFAULT_GP
     if inter_node_bytes_per_second <= 0:
         raise BadInputError("The inter-node link must be faster than 0 GB/s.", hint="Pass --inter-node-gbps 50, say.")
     if inter_node_bytes_per_second < intra.bytes_per_second:
-        return Link(inter_node_bytes_per_second, f"inter-node network ({inter_node_bytes_per_second / 1e9:g} GB/s per GPU)",
-                    "network")
+        return network_link(inter_node_bytes_per_second)
     return intra
 
 
@@ -114,22 +150,29 @@ class AllReduceCost:
 
 
 def ring_all_reduce(message_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-                    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND) -> AllReduceCost:
+                    inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND,
+                    ranks_per_node: int | None = None) -> AllReduceCost:
     """A ring all-reduce of `message_bytes` per GPU over `group` GPUs, with the faster NCCL protocol:
     2 (t - 1) steps, 2 (nodes - 1) of them over the network, each GPU sending 2 (t - 1) / t of the
-    message over the ring's slowest link."""
+    message at the ring's bus bandwidth (`ring_bus_bytes_per_second`; `ranks_per_node`: how many of
+    the group's GPUs share a node, all of the node's by default). `nodes`: the nodes the group spans."""
     link = collective_link(gpu, group, gpus_per_node=gpus_per_node, inter_node_bytes_per_second=inter_node_bytes_per_second)
     if group <= 1:
         return AllReduceCost(0.0, 0.0, 0.0, "", link, 1)
-    nodes = nodes_for(group, gpus_per_node)
+    nodes = _group_nodes(group, gpus_per_node, ranks_per_node)
+    if nodes > 1:
+        link = collective_link(gpu, gpus_per_node + 1, gpus_per_node=gpus_per_node,
+                               inter_node_bytes_per_second=inter_node_bytes_per_second)
     steps, inter_steps = 2 * (group - 1), 2 * (nodes - 1)
+    bus = ring_bus_bytes_per_second(gpu, group, gpus_per_node=gpus_per_node,
+                                    inter_node_bytes_per_second=inter_node_bytes_per_second, ranks_per_node=ranks_per_node)
     intra_kind = intra_node_link(gpu).kind
     best: AllReduceCost | None = None
     for proto in NCCL_PROTOCOLS:
         latency = _ring_latency(proto, steps, inter_steps, intra_kind, nodes)
         if proto is NCCL_SIMPLE and nodes > 1 and message_bytes >= group / 16 * 65536:
             latency *= SIMPLE_MULTI_NODE_PLATEAU
-        transfer = 2 * (group - 1) / group * message_bytes / (link.bytes_per_second * proto.bandwidth_share)
+        transfer = 2 * (group - 1) / group * message_bytes / (bus * proto.bandwidth_share)
         cost = AllReduceCost(latency + transfer, latency, transfer, proto.name, link, nodes)
         if best is None or cost.seconds < best.seconds:
             best = cost
@@ -137,18 +180,30 @@ def ring_all_reduce(message_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_
     return best
 
 
+def _group_nodes(group: int, gpus_per_node: int, ranks_per_node: int | None) -> int:
+    per_node = min(group, gpus_per_node if ranks_per_node is None else max(1, ranks_per_node))
+    return -(-group // per_node)
+
+
 def ring_bus_bytes_per_second(gpu: GpuSpec, group: int, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-                              inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND) -> float:
-    """What one rank of a data-parallel ring moves per second. Inside a node: its interconnect.
-    Across nodes, NCCL builds one ring (channel) per NIC, and a rail-optimized node has one NIC
-    per GPU, so each ring carries 1/NICs of the data through its own NIC: a rank's bus bandwidth
-    is the node's NICs together (`nChannels * bwInter` in NCCL's tuning.cc), never above its own
-    interconnect (DGX A100: 8 x 25 GB/s HDR, 185-190 GB/s all-reduce bus bandwidth in nccl-tests)."""
-    link = collective_link(gpu, group, gpus_per_node=gpus_per_node, inter_node_bytes_per_second=inter_node_bytes_per_second)
-    if link.kind != "network":
-        return link.bytes_per_second
-    rails = min(gpus_per_node, group)
-    return min(intra_node_link(gpu).bytes_per_second, link.bytes_per_second * rails)
+                              inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND,
+                              ranks_per_node: int | None = None) -> float:
+    """What one rank of a ring moves per second, as NCCL's kernels move it (`nccl_share`). Inside a
+    node: its interconnect. Across nodes, NCCL builds one ring (channel) per NIC, and a
+    rail-optimized node has one NIC per GPU, so each ring carries 1/NICs of the data through its own
+    NIC: a rank's bus bandwidth is its node's group members' NICs together (`nChannels * bwInter`
+    in NCCL's tuning.cc), never above its own interconnect (DGX A100: 8 x 200 Gb/s HDR, 192 GB/s
+    all-reduce bus bandwidth, AddyLaddy in NVIDIA/nccl#812). `ranks_per_node`: how many of the
+    group's GPUs share a node (Megatron's data-parallel group with TP 8 has one on each node)."""
+    intra = intra_node_link(gpu)
+    if _group_nodes(group, gpus_per_node, ranks_per_node) <= 1:
+        return intra.nccl_bytes_per_second
+    net = collective_link(gpu, gpus_per_node + 1, gpus_per_node=gpus_per_node,
+                          inter_node_bytes_per_second=inter_node_bytes_per_second)
+    if net.kind != "network":
+        return intra.nccl_bytes_per_second
+    rails = min(gpus_per_node if ranks_per_node is None else max(1, ranks_per_node), group)
+    return min(intra.nccl_bytes_per_second, net.nccl_bytes_per_second * rails)
 
 
 def ring_gather_or_scatter(full_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
@@ -215,12 +270,10 @@ def all_to_all(buffer_bytes: float, group: int, gpu: GpuSpec, *, gpus_per_node: 
         raise BadInputError("The inter-node link must be faster than 0 GB/s.", hint="Pass --inter-node-gbps 50, say.")
     nodes = nodes_for(group, gpus_per_node)
     local = min(group, gpus_per_node)
-    intra_seconds = (local - 1) / group * buffer_bytes / intra.bytes_per_second
-    inter_seconds = (group - local) / group * buffer_bytes / inter_node_bytes_per_second
-    link = intra
-    if inter_seconds > intra_seconds:
-        link = Link(inter_node_bytes_per_second, f"inter-node network ({inter_node_bytes_per_second / 1e9:g} GB/s per GPU)",
-                    "network")
+    net = network_link(inter_node_bytes_per_second)
+    intra_seconds = (local - 1) / group * buffer_bytes / intra.nccl_bytes_per_second
+    inter_seconds = (group - local) / group * buffer_bytes / net.nccl_bytes_per_second
+    link = net if inter_seconds > intra_seconds else intra
     kind = "network" if nodes > 1 else intra.kind
     latency = NCCL_SIMPLE.base_seconds + NCCL_SIMPLE.step_seconds[kind]
     transfer = max(intra_seconds, inter_seconds)

@@ -106,7 +106,7 @@ class PipelineSends:
 
 def _p2p_seconds(message_bytes: float, link: Link) -> float:
     """One point-to-point send, priced as one hop of NCCL's tuner with the faster protocol."""
-    return min(p.base_seconds + p.step_seconds[link.kind] + message_bytes / (link.bytes_per_second * p.bandwidth_share)
+    return min(p.base_seconds + p.step_seconds[link.kind] + message_bytes / (link.nccl_bytes_per_second * p.bandwidth_share)
                for p in NCCL_PROTOCOLS)
 
 

@@ -22,7 +22,13 @@ from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.context_parallel import ring_attention_cost
 from gpulens.plan.fp8 import Fp8Speed, check_fp8_training, fp8_speed
 from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate, kernel_head_dim
-from gpulens.plan.links import collective_link, nodes_for, ring_all_reduce, ring_gather_or_scatter
+from gpulens.plan.links import (
+    collective_link,
+    nodes_for,
+    ring_all_reduce,
+    ring_bus_bytes_per_second,
+    ring_gather_or_scatter,
+)
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
 from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
 from gpulens.plan.models import ModelSpec
@@ -305,10 +311,14 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             # backward, and reduce-scatters its gradients: hidden only behind one layer's compute
             comm = setup.grad_accum * zero3_exposed_seconds(m, setup, gpu, per_micro)
         else:
-            ar = 2 * (group - 1) / group * grad_bytes / link.bytes_per_second
+            # Megatron's data-parallel ranks sit tp apart: a node holds gpus_per_node / tp of them
+            bus = ring_bus_bytes_per_second(gpu, group, gpus_per_node=setup.gpus_per_node,
+                                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second,
+                                            ranks_per_node=max(1, setup.gpus_per_node // setup.tensor_parallel))
+            ar = 2 * (group - 1) / group * grad_bytes / bus
             if setup.expert_parallel > 1 and lora is None:  # experts reduced over dp / ep only
                 ar = ep_mod.gradient_ring_seconds(ep_mod.expert_split(m, setup.expert_parallel, dp),
-                                                  grad_bytes / m.params, link)
+                                                  grad_bytes / m.params, bus)
             if setup.zero_stage >= 3:
                 ar *= 1.5  # parameters are all-gathered in the forward and the backward
             # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch,
@@ -401,7 +411,7 @@ def _pipeline_p2p_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> floa
     msg = _activation_message_bytes(m, setup)
     link = collective_link(gpu, t * setup.context_parallel * p, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-    return 2 * setup.virtual_stages * (msg / t if setup.sequence_parallel else msg) / link.bytes_per_second
+    return 2 * setup.virtual_stages * (msg / t if setup.sequence_parallel else msg) / link.nccl_bytes_per_second
 
 
 def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_micro_seconds: float) -> float:
