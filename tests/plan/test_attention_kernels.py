@@ -55,9 +55,16 @@ def test_same_chip_cards_scale_the_share_by_their_own_peak():
 
 def test_the_triton_port_is_priced_as_v1_and_unbenchmarked_gpus_get_none():
     # the paper's "Triton" bars are OpenAI Triton's triton.ops.flash_attention (benchmark_causal.py at
-    # 4f285b35), not flash_attn_triton.py, whose docstring puts it just below v1's CUDA kernels
-    assert _rate("triton", "h100-sxm", 128, 4096) == _rate("flash1", "h100-sxm", 128, 4096)
+    # 4f285b35), not flash_attn_triton.py, whose docstring puts it just below v1's CUDA kernels: v1's
+    # rate at head_dim 64
     assert _rate("triton", "a100-80gb", 64, 16384) == _rate("flash1", "a100-80gb", 64, 16384) == pytest.approx(97)
+    assert _rate("triton", "h100-sxm", 64, 4096) == _rate("flash1", "h100-sxm", 64, 4096) == pytest.approx(138)
+    # above 64 it scales as the Triton kernel it grew from does (A100 bars 76 -> 74 at 4k, 80 -> 80
+    # at 16k), not as v1's CUDA kernels (87 -> 76, 97 -> 83)
+    assert _rate("triton", "a100-80gb", 128, 4096) == pytest.approx(87 * 74 / 76)
+    assert _rate("triton", "a100-80gb", 128, 16384) == pytest.approx(97)
+    assert _rate("triton", "h100-sxm", 128, 4096) == pytest.approx(138 * 74 / 76)
+    assert _rate("triton", "a100-80gb", 128, 512) == pytest.approx(58 * 50 / 59)  # short: below v1's 55
     assert _rate("flash2", "l4", 128, 4096) is None
     assert _rate("flash2", "mi300x", 128, 4096) is None
 
@@ -76,9 +83,9 @@ def test_training_speed_prices_the_attention_at_the_kernel():
     tri = training_speed(m, replace(setup, attention_kernel="triton"), gpu, eff)
     assert fa2.attention_kernel == "flash2" and tri.attention_kernel == "triton"
     # at 32k tokens the attention core dominates: v1-generation kernels (~14 % of an H100's peak)
-    # against FlashAttention-2 (~33 %) make the step much longer
-    assert tri.attention_seconds == pytest.approx(fa2.attention_seconds * 328 / 137, rel=1e-6)
-    assert tri.step_seconds > 1.8 * fa2.step_seconds
+    # (~16 % at hd 64) against FlashAttention-2 (~33 %) make the step much longer
+    assert tri.attention_seconds == pytest.approx(fa2.attention_seconds * 328 / 156, rel=1e-6)  # v1 at hd 64, 16k
+    assert tri.step_seconds > 1.6 * fa2.step_seconds
     assert 0 < fa2.attention_seconds < fa2.compute_seconds
     # fp32 has no flash kernel, and an unbenchmarked GPU keeps the attention with the matmuls
     assert training_speed(m, replace(setup, precision="fp32"), gpu, eff).attention_kernel == ""
