@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan import expert_parallel as ep_mod
-from gpulens.plan import interleaved
+from gpulens.plan import interleaved, megatron_step
 from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
@@ -139,6 +139,7 @@ class TrainSpeed:
     pipeline_bubble_over_compute_ratio: float = 0.0  # the paper's bubble fraction: (p - 1) / (V m)
     pipeline_virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
     pipeline_p2p_seconds: float = 0.0  # of communication_seconds: the stage-to-stage sends of the step
+    output_layer_last_stage_seconds: float = 0.0  # Megatron: the head and loss on the last stage, whole step
     context_parallel: int = 1
     context_parallel_link: str = ""  # the link the ring attention's K/V sends run over
     context_parallel_transfer_seconds: float = 0.0  # the ring's sends over the step (mostly hidden)
@@ -333,7 +334,12 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         off = offload_mod.offload_time(ep_mod.partition_params(m, ep=setup.expert_parallel, data_parallel=setup.num_gpus,
                                                                zero_stage=setup.zero_stage),
                                        min(setup.num_gpus, setup.gpus_per_node), gpu)
-    step = slots * per_micro + opt_time + comm + (off.seconds if off else 0.0)
+    # Megatron: the output layer on the last stage, which sets the pipeline's pace (plan/megatron_step.py)
+    head = (megatron_step.output_layer_seconds(m, setup, precision, matmul_flops_per_second=_peak_for(gpu, precision, eff),
+                                               bandwidth_bytes_per_second=bw) if setup.megatron else None)
+    slots_seconds, head_compute, head_memory = megatron_step.pipeline_step_seconds(
+        per_micro, head, setup.grad_accum, interleaved.bubble_slots(p, v))
+    step = slots_seconds + opt_time + comm + (off.seconds if off else 0.0)
     global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
@@ -345,8 +351,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         samples_per_second=global_tokens / setup.seq_len / step,
         flops_per_token=fpt,
         mfu_ratio=mfu,
-        compute_seconds=compute * slots,
-        memory_seconds=memory * slots + opt_time,
+        compute_seconds=compute * slots + head_compute,
+        memory_seconds=memory * slots + head_memory + opt_time,
         overhead_seconds=overhead * slots,
         communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
@@ -360,6 +366,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         pipeline_bubble_over_compute_ratio=interleaved.bubble_over_compute_ratio(p, v, setup.grad_accum),
         pipeline_virtual_stages=v,
         pipeline_p2p_seconds=p2p * slots,
+        output_layer_last_stage_seconds=head.last_stage_seconds * setup.grad_accum if head else 0.0,
         context_parallel=cp,
         context_parallel_link=ring.link,
         context_parallel_transfer_seconds=ring.transfer_seconds * slots,

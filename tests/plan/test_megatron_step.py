@@ -1,0 +1,66 @@
+"""Megatron-LM's step beyond the evenly spread model (plan/megatron_step.py): the output layer on
+the last pipeline stage, which sets the 1F1B pace. Hand values and trends."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulens.plan import PlanRequest, TrainSetup, plan, preset
+from gpulens.plan.activations import _loss_bytes
+from gpulens.plan.catalog import find_gpu
+from gpulens.plan.megatron_step import output_layer_seconds, pipeline_step_seconds
+
+# llama-3-70b (80 layers, V = 128256, h = 8192) on 32 H100s: TP 8 x PP 4, m = 8
+PIPE = dict(model="llama-3-70b", gpu="h100-sxm", gpus=32, tensor_parallel=8, pipeline_parallel=4, grad_accum=8,
+            batch=1, seq=4096, sequence_parallel=True, zero=1)
+
+
+def _speed(**kw):
+    return plan(PlanRequest(**{**PIPE, **kw})).speed
+
+
+def test_output_layer_hand_values_full_recompute():
+    m = preset("llama-3-70b")
+    setup = TrainSetup(micro_batch=1, seq_len=4096, grad_accum=8, num_gpus=32, tensor_parallel=8, pipeline_parallel=4,
+                       grad_ckpt=True)
+    head = output_layer_seconds(m, setup, "amp_bf16", matmul_flops_per_second=1e15, bandwidth_bytes_per_second=1e12)
+    hv_tokens = 8192 * 128256 * 4096
+    # the last stage: 6 h V per token over its 8 TP ranks, never recomputed
+    assert head.last_stage_compute_seconds == pytest.approx(6 * hv_tokens / 1e15 / 8)
+    # what the spread model counted: 8 h V (recomputed) over all 32 GPUs
+    assert head.spread_compute_seconds == pytest.approx(8 * hv_tokens / 1e15 / 32)
+    loss = 3 * _loss_bytes(m, "amp_bf16", 4096, "torch")
+    assert head.last_stage_memory_seconds == pytest.approx(loss / 1e12 / 8)
+    assert head.spread_memory_seconds == pytest.approx(1.5 * loss / 1e12 / 32)
+
+
+def test_pipeline_step_runs_m_slots_at_the_last_stage_and_the_bubble_at_the_others():
+    m = preset("llama-3-70b")
+    setup = TrainSetup(micro_batch=1, seq_len=4096, grad_accum=8, num_gpus=32, tensor_parallel=8, pipeline_parallel=4)
+    head = output_layer_seconds(m, setup, "amp_bf16", matmul_flops_per_second=1e15, bandwidth_bytes_per_second=1e12)
+    per_micro = 0.5
+    step, d_compute, d_memory = pipeline_step_seconds(per_micro, head, 8, 3)
+    body = per_micro - head.spread_seconds
+    assert step == pytest.approx(8 * (body + head.last_stage_seconds) + 3 * body)
+    assert step == pytest.approx(11 * per_micro + d_compute + d_memory)
+    assert pipeline_step_seconds(per_micro, None, 8, 3) == (11 * per_micro, 0.0, 0.0)
+
+
+def test_plan_reports_the_last_stage_head_and_a_slower_step_than_the_even_spread():
+    s = _speed()
+    gpu = find_gpu("h100-sxm")
+    assert s["output_layer_last_stage_seconds"] > 0
+    # the head alone on the last stage, m micro-batches: at least 6 h V tokens / (t x matmul peak)
+    floor = 8 * 6 * 8192 * 128256 * 4096 / 8 / gpu.peak_flops("bf16")
+    assert s["output_layer_last_stage_seconds"] > floor
+    # deeper pipelines leave the whole head on the last stage
+    deeper = _speed(gpus=64, pipeline_parallel=8)
+    assert s["output_layer_last_stage_seconds"] == pytest.approx(deeper["output_layer_last_stage_seconds"])
+
+
+def test_a_larger_vocabulary_slows_a_pipeline_by_its_last_stage_not_by_one_pth():
+    # two runs that differ only in p: the head's share of the step is set by the last stage, so
+    # going from p = 2 to p = 4 removes about half the layers' time but none of the head's
+    two, four = _speed(gpus=16, pipeline_parallel=2), _speed(gpus=32, pipeline_parallel=4)
+    assert two["output_layer_last_stage_seconds"] == pytest.approx(four["output_layer_last_stage_seconds"])
+    assert four["compute_seconds"] > 0.5 * two["compute_seconds"]
