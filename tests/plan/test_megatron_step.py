@@ -64,3 +64,38 @@ def test_a_larger_vocabulary_slows_a_pipeline_by_its_last_stage_not_by_one_pth()
     two, four = _speed(gpus=16, pipeline_parallel=2), _speed(gpus=32, pipeline_parallel=4)
     assert two["output_layer_last_stage_seconds"] == pytest.approx(four["output_layer_last_stage_seconds"])
     assert four["compute_seconds"] > 0.5 * two["compute_seconds"]
+
+
+# ---------------------------------------------------------------- gradient accumulation traffic
+
+
+def test_grad_accumulation_bytes_by_framework():
+    from gpulens.plan.grad_accumulation import grad_accumulation
+    from gpulens.plan.memory import megatron_stage_params
+
+    m = preset("llama-3-8b")
+    # PyTorch AccumulateGrad under autocast: fp32 .grad += new, 3 x 4 bytes, micro-batches 2..4
+    acc = grad_accumulation(m, TrainSetup(grad_accum=4))
+    assert acc.bytes_per_accumulation == pytest.approx(12 * m.params) and acc.accumulations_per_step == 3
+    assert not acc.every_micro_batch
+    assert grad_accumulation(m, TrainSetup(grad_accum=1)) is None  # nothing to add into
+    # FSDP FULL_SHARD: the fp32 shard, 1/8 of the parameters
+    acc = grad_accumulation(m, TrainSetup(grad_accum=4, zero_stage=3, num_gpus=8))
+    assert acc.bytes_per_accumulation == pytest.approx(12 * m.params / 8)
+    # DeepSpeed's engines: not priced
+    assert grad_accumulation(m, TrainSetup(grad_accum=4, zero_stage=2, num_gpus=8, zero_layout="deepspeed")) is None
+    # Megatron: 6 bytes per parameter of the stage, every micro-batch (the first too)
+    mega = TrainSetup(grad_accum=8, num_gpus=32, tensor_parallel=8, pipeline_parallel=4)
+    acc = grad_accumulation(m, mega)
+    assert acc.bytes_per_accumulation == pytest.approx(6 * megatron_stage_params(m, mega))
+    assert acc.accumulations_per_step == 8 and acc.every_micro_batch
+
+
+def test_grad_accumulation_adds_its_traffic_to_the_step():
+    req = dict(model="llama-3-8b", gpu="h100-sxm", batch=1, seq=2048, grad_ckpt=True)
+    one, four = plan(PlanRequest(**req, grad_accum=1)).speed, plan(PlanRequest(**req, grad_accum=4)).speed
+    m, gpu = preset("llama-3-8b"), find_gpu("h100-sxm")
+    assert one["grad_accumulation_seconds"] == 0
+    expected = 3 * 12 * m.params / (gpu.memory_bandwidth_bytes_per_second * 0.35)
+    assert four["grad_accumulation_seconds"] == pytest.approx(expected, rel=1e-6)
+    assert four["memory_seconds"] > expected  # part of the step's memory time

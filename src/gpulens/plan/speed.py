@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan import expert_parallel as ep_mod
+from gpulens.plan import grad_accumulation as grad_acc_mod
 from gpulens.plan import interleaved, megatron_step
 from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import attention_kernel as sdpa_backend
@@ -140,6 +141,7 @@ class TrainSpeed:
     pipeline_virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
     pipeline_p2p_seconds: float = 0.0  # of communication_seconds: the stage-to-stage sends of the step
     output_layer_last_stage_seconds: float = 0.0  # Megatron: the head and loss on the last stage, whole step
+    grad_accumulation_seconds: float = 0.0  # of memory_seconds: adding micro-batches' gradients (plan/grad_accumulation.py)
     context_parallel: int = 1
     context_parallel_link: str = ""  # the link the ring attention's K/V sends run over
     context_parallel_transfer_seconds: float = 0.0  # the ring's sends over the step (mostly hidden)
@@ -282,6 +284,12 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
     cp = setup.context_parallel  # ... for 1/cp of the sequence (plan/context_parallel.py)
     compute, memory, overhead = compute / mp / cp, memory / mp / cp, overhead / setup.pipeline_parallel
+    # adding each micro-batch's weight gradients into the step's (plan/grad_accumulation.py); Megatron's
+    # runs inside every micro-batch's slot, the others' once per later micro-batch
+    acc = grad_acc_mod.grad_accumulation(m, setup)
+    acc_seconds = acc.bytes_per_accumulation / bw if acc else 0.0
+    if acc and acc.every_micro_batch:
+        memory += acc_seconds
     attn_micro = (attn.seconds_per_token * tokens if attn else
                   12 * m.num_layers * m.num_heads * m.head_dim * setup.seq_len * tokens
                   * (4 / 3 if setup.recompute != "none" else 1) / _peak_for(gpu, precision, eff)) / mp / cp
@@ -339,7 +347,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                                                bandwidth_bytes_per_second=bw) if setup.megatron else None)
     slots_seconds, head_compute, head_memory = megatron_step.pipeline_step_seconds(
         per_micro, head, setup.grad_accum, interleaved.bubble_slots(p, v))
-    step = slots_seconds + opt_time + comm + (off.seconds if off else 0.0)
+    acc_step = acc_seconds * acc.accumulations_per_step if acc and not acc.every_micro_batch else 0.0
+    step = slots_seconds + opt_time + comm + acc_step + (off.seconds if off else 0.0)
     global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
@@ -352,7 +361,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         flops_per_token=fpt,
         mfu_ratio=mfu,
         compute_seconds=compute * slots + head_compute,
-        memory_seconds=memory * slots + head_memory + opt_time,
+        memory_seconds=memory * slots + head_memory + opt_time + acc_step,
         overhead_seconds=overhead * slots,
         communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
@@ -367,6 +376,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         pipeline_virtual_stages=v,
         pipeline_p2p_seconds=p2p * slots,
         output_layer_last_stage_seconds=head.last_stage_seconds * setup.grad_accum if head else 0.0,
+        grad_accumulation_seconds=acc_seconds * acc.accumulations_per_step if acc else 0.0,
         context_parallel=cp,
         context_parallel_link=ring.link,
         context_parallel_transfer_seconds=ring.transfer_seconds * slots,
