@@ -99,3 +99,28 @@ def test_grad_accumulation_adds_its_traffic_to_the_step():
     expected = 3 * 12 * m.params / (gpu.memory_bandwidth_bytes_per_second * 0.35)
     assert four["grad_accumulation_seconds"] == pytest.approx(expected, rel=1e-6)
     assert four["memory_seconds"] > expected  # part of the step's memory time
+
+
+# ---------------------------------------------------------------- scatter/gather pipeline sends
+
+
+def test_scatter_gather_send_hand_value():
+    from gpulens.plan.links import ring_gather_or_scatter
+    from gpulens.plan.megatron_step import scatter_gather_p2p_seconds
+
+    gpu = find_gpu("a100-80gb")
+    msg = 1 * 2048 * 25600 * 2  # the 1T model's b s h in 16-bit
+    setup = TrainSetup(num_gpus=16, tensor_parallel=8, pipeline_parallel=2)
+    gather = ring_gather_or_scatter(msg, 8, gpu).seconds
+    assert scatter_gather_p2p_seconds(msg, setup, gpu, 24e9) == pytest.approx(msg / 8 / 24e9 + gather)
+    # far below the whole tensor over one NIC, which the planner priced before
+    assert scatter_gather_p2p_seconds(msg, setup, gpu, 24e9) < msg / 24e9 / 3
+    # sequence parallelism: s/t per rank, no gather
+    sp = TrainSetup(num_gpus=16, tensor_parallel=8, pipeline_parallel=2, sequence_parallel=True)
+    assert scatter_gather_p2p_seconds(msg, sp, gpu, 24e9) == pytest.approx(msg / 8 / 24e9)
+
+
+def test_plan_pipeline_sends_without_sequence_parallelism_cost_a_gather_more_than_with_it():
+    no_sp, sp = _speed(sequence_parallel=False), _speed()
+    assert no_sp["pipeline_p2p_seconds"] > sp["pipeline_p2p_seconds"]
+    assert no_sp["pipeline_p2p_seconds"] < 3 * sp["pipeline_p2p_seconds"]  # not t = 8 times

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.plan.activations import _loss_bytes
+from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.links import ring_gather_or_scatter
 from gpulens.plan.memory import TrainSetup
 from gpulens.plan.models import ModelSpec
 
@@ -89,3 +91,22 @@ def pipeline_step_seconds(per_micro_seconds: float, head: OutputLayerSeconds | N
     d_memory = micro_batches * (head.last_stage_memory_seconds - head.spread_memory_seconds) \
         - bubble_slots * head.spread_memory_seconds
     return slots * per_micro_seconds + d_compute + d_memory, d_compute, d_memory
+
+
+def scatter_gather_p2p_seconds(message_bytes: float, setup: TrainSetup, gpu: GpuSpec,
+                               link_bytes_per_second: float) -> float:
+    """One stage-to-stage send of a `message_bytes` activation (or its gradient) on one GPU, as
+    Megatron-LM sends it without sequence parallelism: split into t chunks, each TP rank sends its
+    1/t over its own link (its own NIC across nodes), and the receivers all-gather the chunks over
+    the TP group (`--scatter-gather-tensors-in-pipeline`, on by default: `_communicate` in
+    megatron/p2p_communication.py, `split_tensor_into_1d_equal_chunks` then `gather_split_1d_tensor`,
+    at de7dc40f and d898a899; Narayanan et al. 2021, 4.1: each chunk "using the rank's own
+    InfiniBand card", then "an all-gather over NVLink"). Under sequence parallelism each rank
+    already holds s/t of the sequence and sends that, with no gather (d898a899 applies the
+    optimisation only `if ... not args.sequence_parallel`)."""
+    t = setup.tensor_parallel
+    if setup.sequence_parallel or t <= 1:
+        return message_bytes / t / link_bytes_per_second
+    gather = ring_gather_or_scatter(message_bytes, t, gpu, gpus_per_node=setup.gpus_per_node,
+                                    inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+    return message_bytes / t / link_bytes_per_second + gather.seconds

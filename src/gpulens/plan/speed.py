@@ -428,7 +428,8 @@ def _pipeline_p2p_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> floa
     msg = _activation_message_bytes(m, setup)
     link = collective_link(gpu, t * setup.context_parallel * p, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-    return 2 * setup.virtual_stages * (msg / t if setup.sequence_parallel else msg) / link.nccl_bytes_per_second
+    # without sequence parallelism, Megatron's scatter/gather: 1/t per rank, then a TP all-gather (plan/megatron_step.py)
+    return 2 * setup.virtual_stages * megatron_step.scatter_gather_p2p_seconds(msg, setup, gpu, link.nccl_bytes_per_second)
 
 
 def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_micro_seconds: float) -> float:
