@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.plan import expert_parallel as ep_mod
-from gpulens.plan import interleaved
+from gpulens.plan import grad_accumulation as grad_acc_mod
+from gpulens.plan import interleaved, megatron_step
 from gpulens.plan import offload as offload_mod
 from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
@@ -139,6 +140,8 @@ class TrainSpeed:
     pipeline_bubble_over_compute_ratio: float = 0.0  # the paper's bubble fraction: (p - 1) / (V m)
     pipeline_virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B when > 1)
     pipeline_p2p_seconds: float = 0.0  # of communication_seconds: the stage-to-stage sends of the step
+    output_layer_last_stage_seconds: float = 0.0  # Megatron: the head and loss on the last stage, whole step
+    grad_accumulation_seconds: float = 0.0  # of memory_seconds: adding micro-batches' gradients (plan/grad_accumulation.py)
     context_parallel: int = 1
     context_parallel_link: str = ""  # the link the ring attention's K/V sends run over
     context_parallel_transfer_seconds: float = 0.0  # the ring's sends over the step (mostly hidden)
@@ -281,6 +284,12 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
     cp = setup.context_parallel  # ... for 1/cp of the sequence (plan/context_parallel.py)
     compute, memory, overhead = compute / mp / cp, memory / mp / cp, overhead / setup.pipeline_parallel
+    # adding each micro-batch's weight gradients into the step's (plan/grad_accumulation.py); Megatron's
+    # runs inside every micro-batch's slot, the others' once per later micro-batch
+    acc = grad_acc_mod.grad_accumulation(m, setup)
+    acc_seconds = acc.bytes_per_accumulation / bw if acc else 0.0
+    if acc and acc.every_micro_batch:
+        memory += acc_seconds
     attn_micro = (attn.seconds_per_token * tokens if attn else
                   12 * m.num_layers * m.num_heads * m.head_dim * setup.seq_len * tokens
                   * (4 / 3 if setup.recompute != "none" else 1) / _peak_for(gpu, precision, eff)) / mp / cp
@@ -333,7 +342,13 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         off = offload_mod.offload_time(ep_mod.partition_params(m, ep=setup.expert_parallel, data_parallel=setup.num_gpus,
                                                                zero_stage=setup.zero_stage),
                                        min(setup.num_gpus, setup.gpus_per_node), gpu)
-    step = slots * per_micro + opt_time + comm + (off.seconds if off else 0.0)
+    # Megatron: the output layer on the last stage, which sets the pipeline's pace (plan/megatron_step.py)
+    head = (megatron_step.output_layer_seconds(m, setup, precision, matmul_flops_per_second=_peak_for(gpu, precision, eff),
+                                               bandwidth_bytes_per_second=bw) if setup.megatron else None)
+    slots_seconds, head_compute, head_memory = megatron_step.pipeline_step_seconds(
+        per_micro, head, setup.grad_accum, interleaved.bubble_slots(p, v))
+    acc_step = acc_seconds * acc.accumulations_per_step if acc and not acc.every_micro_batch else 0.0
+    step = slots_seconds + opt_time + comm + acc_step + (off.seconds if off else 0.0)
     global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
@@ -345,8 +360,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         samples_per_second=global_tokens / setup.seq_len / step,
         flops_per_token=fpt,
         mfu_ratio=mfu,
-        compute_seconds=compute * slots,
-        memory_seconds=memory * slots + opt_time,
+        compute_seconds=compute * slots + head_compute,
+        memory_seconds=memory * slots + head_memory + opt_time + acc_step,
         overhead_seconds=overhead * slots,
         communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
@@ -360,6 +375,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         pipeline_bubble_over_compute_ratio=interleaved.bubble_over_compute_ratio(p, v, setup.grad_accum),
         pipeline_virtual_stages=v,
         pipeline_p2p_seconds=p2p * slots,
+        output_layer_last_stage_seconds=head.last_stage_seconds * setup.grad_accum if head else 0.0,
+        grad_accumulation_seconds=acc_seconds * acc.accumulations_per_step if acc else 0.0,
         context_parallel=cp,
         context_parallel_link=ring.link,
         context_parallel_transfer_seconds=ring.transfer_seconds * slots,
@@ -411,7 +428,8 @@ def _pipeline_p2p_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec) -> floa
     msg = _activation_message_bytes(m, setup)
     link = collective_link(gpu, t * setup.context_parallel * p, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
-    return 2 * setup.virtual_stages * (msg / t if setup.sequence_parallel else msg) / link.nccl_bytes_per_second
+    # without sequence parallelism, Megatron's scatter/gather: 1/t per rank, then a TP all-gather (plan/megatron_step.py)
+    return 2 * setup.virtual_stages * megatron_step.scatter_gather_p2p_seconds(msg, setup, gpu, link.nccl_bytes_per_second)
 
 
 def zero3_exposed_seconds(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, per_micro_seconds: float) -> float:
