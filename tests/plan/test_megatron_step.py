@@ -9,6 +9,7 @@ from gpulens.plan import PlanRequest, TrainSetup, plan, preset
 from gpulens.plan.activations import _loss_bytes
 from gpulens.plan.catalog import find_gpu
 from gpulens.plan.megatron_step import output_layer_seconds, pipeline_step_seconds
+from gpulens.plan.memory import megatron_stage_params
 
 # llama-3-70b (80 layers, V = 128256, h = 8192) on 32 H100s: TP 8 x PP 4, m = 8
 PIPE = dict(model="llama-3-70b", gpu="h100-sxm", gpus=32, tensor_parallel=8, pipeline_parallel=4, grad_accum=8,
@@ -99,6 +100,18 @@ def test_grad_accumulation_adds_its_traffic_to_the_step():
     expected = 3 * 12 * m.params / (gpu.memory_bandwidth_bytes_per_second * 0.35)
     assert four["grad_accumulation_seconds"] == pytest.approx(expected, rel=1e-6)
     assert four["memory_seconds"] > expected  # part of the step's memory time
+
+
+def test_megatron_accumulation_rides_the_wgrad_gemm_epilogue():
+    """After the mainloop on an A100 (its bytes at the datasheet bandwidth); overlapped with the next
+    tile's mainloop on an H100, so only what it adds to the GEMM's roofline: nothing at 4k tokens."""
+    m = preset("llama-3-70b")
+    a100 = _speed(gpu="a100-80gb")
+    params = megatron_stage_params(m, TrainSetup(grad_accum=8, num_gpus=32, tensor_parallel=8, pipeline_parallel=4))
+    assert a100["grad_accumulation_seconds"] == pytest.approx(8 * 6 * params / find_gpu("a100-80gb").memory_bandwidth_bytes_per_second)
+    assert _speed()["grad_accumulation_seconds"] == 0.0  # 2 x 4096 FLOPs per parameter hide 6 bytes on an H100
+    tiny = _speed(seq=64, sequence_parallel=False)["grad_accumulation_seconds"]  # 128 FLOPs a parameter do not
+    assert tiny > 0
 
 
 # ---------------------------------------------------------------- scatter/gather pipeline sends

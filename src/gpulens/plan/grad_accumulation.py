@@ -23,7 +23,15 @@ frameworks do:
   weight-gradient GEMM accumulates into `main_grad` in its epilogue
   (`fused_dense_cuda.wgrad_gemm_accum_fp32` in megatron/mpu/layers.py): a read and a write of the
   fp32 buffer where a plain GEMM writes a 16-bit gradient, 4 + 4 - 2 = 6 more bytes per parameter of
-  the GPU's stage, every micro-batch, inside each stage's slot of the pipeline. (The 2021 sc21 code, Narayanan et al. 2021, ran fp16 without that buffer: PyTorch's
+  the GPU's stage, every micro-batch, inside each stage's slot of the pipeline. Those bytes move in
+  the GEMM's epilogue, at the datasheet bandwidth (contiguous tiles), and what that adds depends on
+  the GEMM: Ampere's (and earlier) cuBLAS / CUTLASS 2.x kernels run a tile's epilogue after its
+  mainloop ("The epilogue is a separate phase", NVIDIA/cutlass media/docs/cpp/efficient_gemm.md at
+  7107b055), so the bytes add their time; Hopper's and Blackwell's warp-specialized persistent
+  kernels let "epilogue of one consumer warp group ... be overlapped with the math operations of the
+  other" (the same page, "Warp-Specialized Persistent Ping-Pong"), so they cost
+  only what they add to the GEMM's roofline, max(FLOPs / peak, bytes / bandwidth), which at a few
+  thousand tokens a micro-batch (2 x tokens FLOPs per parameter) is nothing. (The 2021 sc21 code, Narayanan et al. 2021, ran fp16 without that buffer: PyTorch's
   AccumulateGrad in fp16, 6 bytes m - 1 times; the planner's Megatron gradients are fp32, as its
   data-parallel all-reduce prices them, so those rows are priced as the 2022 code runs.)
 
@@ -51,6 +59,21 @@ class GradAccumulation:
     accumulations_per_step: int
     every_micro_batch: bool  # Megatron: inside every micro-batch's slot (the bubble's too)
     mechanism: str
+    epilogue_gemm_flops: float = 0.0  # Megatron: the wgrad GEMMs whose epilogue does it (0: a kernel of its own)
+    epilogue_base_bytes: float = 0.0  # what those GEMMs write without it (their 16-bit gradients)
+
+    def seconds(self, *, elementwise_bytes_per_second: float, peak_bytes_per_second: float,
+                matmul_flops_per_second: float, epilogue_overlapped: bool) -> float:
+        """One accumulation: its own kernel at the elementwise bandwidth, or the fused bytes at the
+        datasheet bandwidth after the mainloop, or (`epilogue_overlapped`) what they add to the
+        GEMM's roofline (module docstring)."""
+        if not self.epilogue_gemm_flops:
+            return self.bytes_per_accumulation / elementwise_bytes_per_second
+        if not epilogue_overlapped:
+            return self.bytes_per_accumulation / peak_bytes_per_second
+        compute = self.epilogue_gemm_flops / matmul_flops_per_second
+        with_it = (self.epilogue_base_bytes + self.bytes_per_accumulation) / peak_bytes_per_second
+        return max(0.0, with_it - compute) - max(0.0, self.epilogue_base_bytes / peak_bytes_per_second - compute)
 
 
 def grad_accumulation(m: ModelSpec, setup: TrainSetup) -> GradAccumulation | None:
@@ -59,8 +82,11 @@ def grad_accumulation(m: ModelSpec, setup: TrainSetup) -> GradAccumulation | Non
     if setup.lora is not None:
         return None
     if setup.megatron:
-        return GradAccumulation(MEGATRON_FUSED_FP32_BYTES * megatron_stage_params(m, setup), setup.grad_accum, True,
-                                "Megatron-LM: fp32 main_grad accumulated in the wgrad GEMM, every micro-batch")
+        params = megatron_stage_params(m, setup)
+        tokens = setup.micro_batch * setup.seq_len / setup.context_parallel  # the wgrad GEMM's inner dimension
+        return GradAccumulation(MEGATRON_FUSED_FP32_BYTES * params, setup.grad_accum, True,
+                                "Megatron-LM: fp32 main_grad accumulated in the wgrad GEMM's epilogue, every micro-batch",
+                                epilogue_gemm_flops=2 * tokens * params, epilogue_base_bytes=2 * params)
     if setup.grad_accum <= 1:
         return None
     weight = _mode(setup.precision).weight

@@ -287,7 +287,9 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     # adding each micro-batch's weight gradients into the step's (plan/grad_accumulation.py); Megatron's
     # runs inside every micro-batch's slot, the others' once per later micro-batch
     acc = grad_acc_mod.grad_accumulation(m, setup)
-    acc_seconds = acc.bytes_per_accumulation / bw if acc else 0.0
+    acc_seconds = acc.seconds(elementwise_bytes_per_second=bw, peak_bytes_per_second=gpu.memory_bandwidth_bytes_per_second,
+                              matmul_flops_per_second=_peak_for(gpu, precision, eff),
+                              epilogue_overlapped=gpu.architecture in ("hopper", "blackwell")) if acc else 0.0
     if acc and acc.every_micro_batch:
         memory += acc_seconds
     attn_micro = (attn.seconds_per_token * tokens if attn else
