@@ -64,7 +64,7 @@ def output_layer_seconds(m: ModelSpec, setup: TrainSetup, precision: str, *, mat
     tokens = setup.micro_batch * setup.seq_len
     hv = m.hidden_size * m.vocab_size
     no_wgrad = 2 if setup.lora is not None else 0  # speed.training_speed: 2 N fewer with a frozen base
-    counted = (8 if setup.grad_ckpt else 6) - no_wgrad
+    counted = 6 - no_wgrad  # train_flops_per_token never recomputes the head either
     true = 6 - no_wgrad
     loss = 3 * _loss_bytes(m, precision, tokens, setup.loss)
     t, cp, mp = setup.tensor_parallel, setup.context_parallel, setup.model_parallel

@@ -166,13 +166,16 @@ class TrainSpeed:
 
 def train_flops_per_token(m: ModelSpec, seq: int, *, recompute: bool | str = False) -> float:
     """Hardware FLOPs per trained token: 6 N + 12 L H Q S (PaLM appendix B); with full activation
-    recomputation (`True` or "full") the forward runs twice (8 N + 16 L H Q S); with selective
+    recomputation (`True` or "full") the layers' forward runs twice (8 N + 16 L H Q S, less 2 h V:
+    the output head lies outside the checkpointed layers, as transformers' gradient checkpointing,
+    FSDP's apply_activation_checkpointing on blocks and Megatron-LM wrap them); with selective
     recomputation (Korthikanti et al. 2022, section 5) only the attention core's forward
     (QK^T and attention over V, 4 L H Q S) runs again: 6 N + 16 L H Q S."""
     n = m.matmul_params
     attn = 12 * m.num_layers * m.num_heads * m.head_dim * seq
     if recompute is True or recompute == "full":
-        return 8 * n + attn * 4 / 3
+        head = m.vocab_size * m.hidden_size  # outside the checkpointed layers: never run again
+        return 8 * (n - head) + 6 * head + attn * 4 / 3
     if recompute == "selective":
         return 6 * n + attn * 4 / 3
     return 6 * n + attn
