@@ -196,8 +196,9 @@ def render_plan(res: Any) -> None:
             st.add_row("", f"over {s['context_parallel_link']}")
         _mechanism_speed_rows(st, s)
         if s.get("communication_link"):
-            st.add_row("gradient all-reduce", f"over {s['communication_link']}, {s['communication_link_bytes_per_second'] / 1e9:g} GB/s "
-                                              f"per GPU · {s['nodes']} node(s)")
+            bus = s.get("communication_bus_bytes_per_second") or s["communication_link_bytes_per_second"]
+            st.add_row("gradient all-reduce", f"over {s['communication_link']}, ring moving {bus / 1e9:.4g} GB/s "
+                                              f"per GPU as NCCL does · {s['nodes']} node(s)")
     else:
         st.add_row("time to first token (TTFT)", format_seconds(s["ttft_seconds"]))
         st.add_row("time per output token (TPOT)", f"{format_seconds(s['tpot_seconds'])} ({s['bound']}-bound)")

@@ -134,7 +134,8 @@ class TrainSpeed:
     efficiency_source: str
     nodes: int = 1
     communication_link: str = ""  # the bottleneck link of the gradient all-reduce
-    communication_link_bytes_per_second: float = 0.0  # per GPU, one direction
+    communication_link_bytes_per_second: float = 0.0  # per GPU, one direction, the line rate
+    communication_bus_bytes_per_second: float = 0.0  # what the gradient ring moves per GPU (plan/links.py)
     tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
     pipeline_bubble_ratio: float = 0.0  # share of the step the first stage waits in the 1F1B bubble
     pipeline_bubble_over_compute_ratio: float = 0.0  # the paper's bubble fraction: (p - 1) / (V m)
@@ -373,6 +374,9 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         nodes=nodes_for(setup.num_gpus, setup.gpus_per_node),
         communication_link=link.name if group > 1 else "",
         communication_link_bytes_per_second=link.bytes_per_second if group > 1 else 0.0,
+        communication_bus_bytes_per_second=ring_bus_bytes_per_second(
+            gpu, group, gpus_per_node=setup.gpus_per_node, inter_node_bytes_per_second=setup.inter_node_bytes_per_second,
+            ranks_per_node=max(1, setup.gpus_per_node // setup.tensor_parallel)) if group > 1 else 0.0,
         tensor_parallel_link=(collective_link(gpu, setup.tensor_parallel, gpus_per_node=setup.gpus_per_node,
                                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
                               if setup.tensor_parallel > 1 else ""),
