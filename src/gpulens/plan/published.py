@@ -133,7 +133,7 @@ def _request(fig: dict[str, Any], model: ModelSpec | None = None) -> PlanRequest
 
 def _megatron_request(fig: dict[str, Any], name: str) -> PlanRequest:
     """A Megatron-LM figure (Korthikanti et al. 2022): tensor x pipeline (x data) parallel, the
-    1F1B schedule (interleaved over `virtual_stages` chunks), sequence parallelism and the
+    1F1B schedule (interleaved over `virtual_stages` chunks), context parallelism, sequence parallelism and the
     recomputation mode as the figure states them; the module in 16-bit with fp32 main weights in the
     optimizer (`zero_layout`, ZeRO 0); the cluster's network from the figure's config."""
     c = fig["config"]
@@ -142,7 +142,8 @@ def _megatron_request(fig: dict[str, Any], name: str) -> PlanRequest:
                        zero=c.get("zero", 0), zero_layout=c.get("zero_layout", "fsdp"), loss=c.get("loss", "torch"),
                        tensor_parallel=c["tensor_parallel"], pipeline_parallel=c.get("pipeline_parallel", 1),
                        sequence_parallel=bool(c.get("sequence_parallel", False)),
-                       virtual_stages=c.get("virtual_stages", 1), attention_kernel=c.get("attention_kernel", "auto"),
+                       virtual_stages=c.get("virtual_stages", 1), context_parallel=c.get("context_parallel", 1),
+                       attention_kernel=c.get("attention_kernel", "auto"),
                        inter_node_bytes_per_second=c["inter_node_bytes_per_second"])
 
 
