@@ -280,3 +280,15 @@ def test_a_family_config_is_named_by_its_name_or_path(tmp_path):
     assert load_model(p).name == "mosaicml/mpt-7b"
     p.write_text(json.dumps(FALCON_7B))
     assert load_model(p).name == str(p)
+
+
+def test_nemotron_is_a_plain_mlp_with_layernorm_and_untied_head():
+    # Nemotron-4's shapes as NVIDIA's NeMo 8B recipe gives them, written as a transformers NemotronConfig
+    cfg = {"model_type": "nemotron", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 32, "intermediate_size": 16384, "vocab_size": 256000, "hidden_act": "relu2",
+           "partial_rotary_factor": 0.5, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
+    m = from_hf_config(cfg, name="nemotron-8b")
+    h, layers, vocab, ffn = 4096, 32, 256000, 16384
+    # embedding + head, per layer q/k/v/o + up/down + two LayerNorm1P (weight and bias), the final norm
+    assert m.params == 2 * vocab * h + layers * (4 * h * h + 2 * h * ffn + 2 * 2 * h) + 2 * h
+    assert (m.mlp, m.act, m.norm) == ("plain", "relu2", "layernorm")

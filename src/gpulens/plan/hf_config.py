@@ -43,6 +43,11 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     "bloom": {"norm": "layernorm", "mlp": "plain", "act": "gelu_tanh", "qkv_fused": True, "bias": True, "tied": True,
               "embedding_norm": True, "attn": "eager"},
     "falcon": {"norm": "layernorm", "mlp": "plain", "act": "gelu", "qkv_fused": True, "tied": True},
+    # Nemotron-3/4 (transformers models/nemotron/modeling_nemotron.py): LayerNorm1P (a LayerNorm with
+    # bias whose weight is stored minus one), a non-gated MLP up_proj -> relu2 -> down_proj (squared
+    # ReLU: autograd keeps the ReLU's output, which the square reads, and the square's output, which
+    # down_proj reads: the two tensors of a plain MLP), partial rotary positions (no parameters)
+    "nemotron": {"norm": "layernorm", "mlp": "plain", "act": "relu2"},
 }
 # the model_type of Falcon's first (remote-code) configs: RefinedWeb is the 40B's layout
 # (new_decoder_architecture), RefinedWebModel the 7B's
