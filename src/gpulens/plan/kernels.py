@@ -23,6 +23,22 @@ skips the masked blocks), backward 2.5 x the forward (it recomputes QK^T), so fo
 3.5 x. Per token and layer that is 14 x H x Q x S / 2 FLOPs run at the measured rate, where the
 PaLM count the planner reports (12 L H Q S, no mask) assumes 12 x H x Q x S.
 
+Hopper-native kernels (`flash3`, `cudnn`): FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608v2,
+section 4.1, Figures 5 and 6) measured FlashAttention-2 (2.5.8), cuDNN 9.1.1.17's fused attention
+(what Transformer Engine's FusedAttention backend runs) and FlashAttention-3 on an H100 80GB SXM5
+at a fixed 1830 MHz (the 989 TFLOP/s peak), FP16, with the same lengths, 16k tokens per batch,
+hidden 2048 and FLOP count as the FlashAttention-2 benchmark. The bar values are printed on the
+figures and are in the PDF's text layer; the forward chart is also assets/flash3_fp16_fwd.png in
+Dao-AILab/flash-attention (commit 7ef24848, 2024-07-11). Forward is measured with and without the
+causal mask (head_dim 64, 128, 256), backward only without it (64, 128). The causal forward +
+backward rate is therefore DERIVED, not measured: the causal backward runs at the measured
+non-causal backward rate times the forward's causal / non-causal ratio at the same head_dim and
+length (the mask costs the backward what it costs the forward: idle diagonal and skipped tiles),
+and forward + backward combine by time, 3.5 / (1 / fwd + 2.5 / bwd). Applied to the paper's own
+FlashAttention-2 bars this reproduces FlashAttention-2's separately measured causal fwd + bwd on
+the H100 (the table below) within 0-3 % at head_dim 64 and 3-11 % below at 128; without the ratio
+(the non-causal backward rate as is) it is 3-37 % too fast at short lengths.
+
 Matmul ceiling: Stas Bekman, "Machine Learning Engineering" (github.com/stas00/ml-engineering),
 compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (BF16, mean of
 100 iterations of the best shape found by mamf-finder.py): A100 SXM 271.2 of 312 TFLOP/s (86.9 %),
@@ -37,7 +53,7 @@ import math
 from dataclasses import dataclass
 
 from gpulens.errors import BadInputError
-from gpulens.plan.catalog import GpuSpec
+from gpulens.plan.catalog import GpuSpec, UnsupportedPrecisionError
 
 # The chips the benchmarks ran on, and the catalog GPUs that carry the same chip (same SMs and
 # tensor cores; their clocks and power limits scale the peak the share is taken of).
@@ -52,6 +68,41 @@ _CAUSAL_TFLOPS: dict[tuple[str, str], dict[int, tuple[float, ...]]] = {
     ("flash2", "gh100"): {64: (141, 192, 232, 257, 273, 284), 128: (163, 221, 265, 294, 308, 328)},
     ("flash1", "gh100"): {64: (104, 123, 136, 138, 149, 156), 128: (98, 109, 108, 126, 135, 137)},
 }
+# FlashAttention-3 paper (module docstring), H100 80GB SXM5, FP16, TFLOP/s at _SEQS, as printed on
+# the bars: Figure 5 (b)/(d) forward with the causal mask, (a)/(c) without it; Figure 6 (a)/(b)
+# backward without it. Head_dim 256 has forward bars only (flash3 causal 286 427 537 612 628 642,
+# cudnn 308 391 450 483 497 509): the FA3 release the paper timed ran the backward at 64 and 128
+# only (hopper/flash_api.cpp at 7ef24848: "Only support head size 64 and 128 for now"), so above
+# 128 the rate is held at 128's, as for the other kernels.
+_FA3_PAPER_FWD_CAUSAL = {
+    "flash3": {64: (197, 265, 371, 420, 460, 473), 128: (292, 423, 521, 579, 602, 616)},
+    "cudnn": {64: (225, 288, 334, 363, 379, 388), 128: (315, 410, 484, 518, 529, 539)},
+}
+_FA3_PAPER_FWD = {
+    "flash3": {64: (333, 392, 460, 476, 496, 497), 128: (467, 565, 625, 638, 646, 648)},
+    "cudnn": {64: (335, 373, 395, 408, 412, 413), 128: (497, 574, 617, 609, 600, 595)},
+}
+_FA3_PAPER_BWD = {
+    "flash3": {64: (272, 363, 422, 453, 472, 474), 128: (316, 424, 501, 542, 559, 561)},
+    "cudnn": {64: (266, 348, 395, 417, 432, 433), 128: (305, 408, 465, 499, 518, 516)},
+}
+
+
+def causal_fwd_bwd_tflops(fwd_causal: float, fwd: float, bwd: float) -> float:
+    """Causal forward + backward TFLOP/s from a causal forward, a non-causal forward and a non-causal
+    backward rate (a DERIVATION, module docstring): the causal backward at bwd x fwd_causal / fwd,
+    the two combined by time under the benchmark's count (backward = 2.5 x forward FLOPs)."""
+    return 3.5 / (1.0 / fwd_causal + 2.5 / (bwd * fwd_causal / fwd))
+
+
+for _k in ("flash3", "cudnn"):
+    _CAUSAL_TFLOPS[(_k, "gh100")] = {
+        hd: tuple(causal_fwd_bwd_tflops(fc, f, b) for fc, f, b in
+                  zip(_FA3_PAPER_FWD_CAUSAL[_k][hd], _FA3_PAPER_FWD[_k][hd], _FA3_PAPER_BWD[_k][hd], strict=True))
+        for hd in (64, 128)}
+# The kernels that exist for Hopper only, or were measured on it only: no rate elsewhere, and
+# asking for them on another GPU is refused (check_attention_kernel_gpu).
+HOPPER_KERNELS = ("flash3", "cudnn")
 # FlashAttention's Triton port (flash_attn/flash_attn_triton.py, the copy llm-foundry ships as
 # llmfoundry/models/layers/flash_attn_triton.py, run on the pre-MLIR triton==2.0.0.dev20221202 it
 # was written for: llm-foundry's setup.py pins it at 300cc5c and its sm90 fork `triton-pre-mlir` at
@@ -77,8 +128,13 @@ _TRITON_TUTORIAL_A100 = {64: (59, 75, 79, 76, 79, 80), 128: (50, 61, 68, 74, 78,
 # run_fmha_bwd (d <= 32, 64, 128); flash2: v2.0.0 (4f285b35, the benchmark's commit)
 # csrc/flash_attn/src/static_switch.h FWD_HEADDIM_SWITCH (later releases keep 32 ... 128, 192,
 # 256); triton: flash_attn_triton.py's `BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)` (the
-# copy llm-foundry v0.3.0 ships, docs/plan-llm-foundry-sources.md).
-_HEAD_DIM_TILES = {"flash1": (32, 64, 128), "flash2": (32, 64, 96, 128, 160, 192, 224, 256)}
+# copy llm-foundry v0.3.0 ships, docs/plan-llm-foundry-sources.md); flash3: hopper/flash_api.cpp
+# round_up_headdim (64, 96, 128, 192, 256; hopper/generate_kernels.py HEAD_DIMENSIONS since 7a802796,
+# at 0251105a), a head_dim below 64 running on the 64 tile; cudnn: closed source, no tile known, so
+# the head_dim itself (Transformer Engine sends it only head dims that are multiples of 8, <= 256 on
+# Hopper: cuDNN frontend docs, operations/Attention, support matrix).
+_HEAD_DIM_TILES = {"flash1": (32, 64, 128), "flash2": (32, 64, 96, 128, 160, 192, 224, 256),
+                   "flash3": (64, 96, 128, 192, 256)}
 
 
 def kernel_head_dim(kernel: str, head_dim: int) -> int:
@@ -95,6 +151,9 @@ ATTENTION_KERNELS = {
     "auto": "what PyTorch's scaled_dot_product_attention picks: its flash backend (FlashAttention-2, "
             "PyTorch >= 2.2) for 16-bit with head_dim <= 256, else the memory-efficient or math kernel",
     "flash2": "FlashAttention-2 (flash-attn 2.x, or SDPA's flash backend)",
+    "flash3": "FlashAttention-3 (flash-attn's hopper/ build, flash_attn_interface; H100/H200 only)",
+    "cudnn": "cuDNN's fused flash attention (Transformer Engine's FusedAttention backend, as Megatron-Core "
+             "and NeMo run it; H100/H200 only)",
     "flash1": "FlashAttention v1 (flash-attn 1.x, CUDA)",
     "triton": "the Triton port of FlashAttention (flash_attn_triton.py; llm-foundry's attn_impl: triton)",
     "eager": "unfused attention: two batched matmuls with the S x S scores, softmax and dropout written to memory "
@@ -113,6 +172,27 @@ def check_attention_kernel(name: str) -> str:
     if key not in ATTENTION_KERNELS:
         raise BadInputError(f"Unknown attention kernel {name!r}.", hint=f"Use one of {', '.join(ATTENTION_KERNELS)}.")
     return key
+
+
+class UnsupportedKernelError(UnsupportedPrecisionError):
+    """The GPU does not run (or was never measured running) the attention kernel asked for: like a
+    card without the number format, `gpulens plan compare` leaves it out with this reason."""
+
+
+def check_attention_kernel_gpu(kernel: str, gpu: GpuSpec, activation_precision: str) -> None:
+    """Refuse a Hopper kernel on a GPU it was not measured on, or in fp32 (one sentence, exit 2):
+    FlashAttention-3's README (Dao-AILab/flash-attention at 7ef24848) requires an H100 / H800, the
+    paper's cuDNN bars are H100 bars, and both kernels take 16-bit (or FP8) inputs only."""
+    if kernel not in HOPPER_KERNELS:
+        return
+    name = ATTENTION_KERNELS[kernel].split(" (")[0]
+    if activation_precision == "fp32":
+        raise BadInputError(f"--attention-kernel {kernel} ({name}) runs in 16-bit only, not under --precision fp32.",
+                            hint="Use --precision amp_bf16 (or bf16) with it, or leave --attention-kernel auto.")
+    if _CHIP_OF.get(gpu.name) != "gh100":
+        raise UnsupportedKernelError(f"--attention-kernel {kernel} ({name}) is measured on Hopper (H100, H200) only, "
+                                     f"not on the {gpu.name}.",
+                                     hint="Use --attention-kernel flash2 (or auto) on this GPU, or pick an H100 or H200.")
 
 
 @dataclass(frozen=True)
@@ -135,7 +215,7 @@ def _interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
 
 
 def attention_rate(kernel: str, gpu: GpuSpec, head_dim: int, seq: int, peak_flops: float) -> AttentionRate | None:
-    """The measured forward + backward rate of `kernel` (flash2, flash1, triton) on `gpu` at this
+    """The measured forward + backward rate of `kernel` (flash3, cudnn, flash2, flash1, triton) on `gpu` at this
     head dimension and sequence length, as the share of the benchmarked card's peak times
     `peak_flops` (the GPU's own 16-bit peak); None where no benchmark covers the GPU's chip.
     Between the measured points it interpolates (log2 of the length, linear in head_dim); beyond
@@ -156,10 +236,12 @@ def attention_rate(kernel: str, gpu: GpuSpec, head_dim: int, seq: int, peak_flop
         tflops = lo * _interp((64.0, 128.0), (t64, t128), float(head_dim)) / t64
     share = tflops / _CHIP_PEAK_TFLOPS[chip]
     bench = "A100 80GB SXM4" if chip == "ga100" else "H100 80GB SXM5"
+    paper = ("FlashAttention-3 paper, figs. 5-6: causal forward measured, causal backward derived from the "
+             "non-causal one" if kernel in HOPPER_KERNELS else
+             "FlashAttention-2 paper, fig. 'Attention forward + backward speed'")
     return AttentionRate(kernel, share * peak_flops,
                          f"{ATTENTION_KERNELS[key[0]].split(' (')[0]} forward+backward on the {bench}, causal: "
-                         f"{tflops:.0f} TFLOP/s = {share:.0%} of its peak (FlashAttention-2 paper, fig. 'Attention "
-                         "forward + backward speed')")
+                         f"{tflops:.0f} TFLOP/s = {share:.0%} of its peak ({paper})")
 
 
 def attention_flops_run(num_layers: int, num_heads: int, head_dim: int, seq: int, *, recompute: bool) -> float:

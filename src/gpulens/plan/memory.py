@@ -89,7 +89,7 @@ class TrainSetup:
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     inter_node_bytes_per_second: float = DEFAULT_INTER_NODE_BYTES_PER_SECOND  # per GPU, one direction
     selective_recompute: bool = False  # Korthikanti et al.: only the attention core is recomputed
-    attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton | eager: what prices the attention (plan/kernels.py)
+    attention_kernel: str = "auto"  # auto | flash3 | cudnn | flash2 | flash1 | triton | eager: what prices the attention (plan/kernels.py)
     expert_parallel: int = 1  # MoE: experts split over groups of N data-parallel GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload's fp32 master + Adam states on the CPU (plan/offload.py)
     backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (speed.zero3_exposed_seconds)

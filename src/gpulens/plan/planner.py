@@ -20,7 +20,7 @@ from gpulens.plan.calibration import load_efficiency
 from gpulens.plan.catalog import GpuSpec, UnsupportedPrecisionError, UserConfig, find_gpu, load_user_config
 from gpulens.plan.cost import Cost, ElectricityCost, electricity_cost, serving_cost, training_cost
 from gpulens.plan.fp8 import check_fp8_gpu
-from gpulens.plan.kernels import check_attention_kernel
+from gpulens.plan.kernels import check_attention_kernel, check_attention_kernel_gpu
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
@@ -64,7 +64,7 @@ class PlanRequest:
     sequence_parallel: bool = False
     virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline stage (plan/interleaved.py)
     context_parallel: int = 1  # ring attention over the sequence (plan/context_parallel.py)
-    attention_kernel: str = "auto"  # auto | flash2 | flash1 | triton (plan/kernels.py)
+    attention_kernel: str = "auto"  # auto | flash3 | cudnn | flash2 | flash1 | triton | eager (plan/kernels.py)
     expert_parallel: int = 1  # MoE training: experts split over groups of N GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload (plan/offload.py)
     backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (plan/zero.py BACKWARD_PREFETCH)
@@ -254,6 +254,7 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        expert_parallel=req.expert_parallel, offload=req.offload,
                        backward_prefetch=req.backward_prefetch, reduce_dtype=req.reduce_dtype)
     setup.validate()
+    check_attention_kernel_gpu(setup.attention_kernel, gpu, setup.activation_precision)  # flash3 / cudnn: Hopper
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
             "16-bit weights and gradients in the module, the fp32 master copy sharded with the Adam moments "

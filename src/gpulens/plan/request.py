@@ -163,7 +163,9 @@ class PlanOptions:
                               "(Megatron-Core). Default 1.", 1)
     attention_kernel: str = _opt(("--attention-kernel",), "Training: the attention kernel, priced at its measured "
                                                           "speed on A100 / H100: auto (what PyTorch SDPA picks: "
-                                                          "FlashAttention-2 in 16-bit), flash2, flash1, triton "
+                                                          "FlashAttention-2 in 16-bit), flash3 (FlashAttention-3, "
+                                                          "H100/H200 only), cudnn (cuDNN's fused attention as "
+                                                          "Transformer Engine runs it, H100/H200 only), flash2, flash1, triton "
                                                           "(FlashAttention's Triton port, llm-foundry's attn_impl: triton), "
                                                           "or eager (unfused: the S x S scores in memory, as transformers' "
                                                           "eager attention and Megatron-LM before FlashAttention).",
