@@ -92,7 +92,8 @@ TRAIN = ("--model", "llama-3-8b", "--workload", "train")
     (("--gpu", "v100-32gb", "--precision", "fp8"), "has no FP8 tensor cores"),
     (("--gpu", "h100-sxm", "--precision", "fp8", "--finetune", "lora"), "--finetune lora is not modelled"),
     (("--gpu", "h100-sxm", "--precision", "fp8", "--finetune", "qlora"), "--finetune qlora is not modelled"),
-    (("--gpu", "h100-sxm", "--gpus", "2", "--tp", "2", "--precision", "fp8"), "not with --tp/--pp"),
+    (("--gpu", "h100-sxm", "--gpus", "2", "--tp", "2", "--precision", "fp8", "--finetune", "lora"),
+     "--finetune lora is not modelled"),
     (("--gpu", "h100-sxm", "--gpus", "2", "--zero", "3", "--zero-layout", "deepspeed", "--precision", "fp8"),
      "16-bit-module layout"),
 ])

@@ -43,8 +43,11 @@ What the planner assumes, and where it comes from:
   one model read on one scale (`mfu_peak_format`: "bf16"); against the FP8 peak it would be
   about half. There is no single published convention for FP8 MFU; this one is the planner's.
 
-Not modelled (refused): LoRA / QLoRA, Megatron tensor / pipeline parallelism, MoE and encoder
-models, the DeepSpeed and FSDP-bf16 ZeRO layouts; GPUs without FP8 tensor cores.
+Megatron-style runs (--tp/--pp/--cp, --zero 1 as the distributed optimizer) keep a bf16 module,
+cast its weights once per step and shard what TE keeps: plan/fp8_megatron.py.
+
+Not modelled (refused): LoRA / QLoRA, MoE and encoder models, and, without --tp/--pp/--cp, the
+DeepSpeed and FSDP-bf16 ZeRO layouts; GPUs without FP8 tensor cores.
 """
 
 from __future__ import annotations
@@ -109,22 +112,21 @@ def check_fp8_gpu(gpu: GpuSpec) -> None:
                  "with FP8 (h100-sxm, h200, l40s, b200).")
 
 
-def check_fp8_training(m: ModelSpec, *, finetune: str, model_parallel: int, zero_layout: str, zero_stage: int) -> None:
+def check_fp8_training(m: ModelSpec, *, finetune: str, megatron: bool, zero_layout: str, zero_stage: int) -> None:
     """Refuse what the FP8 model does not cover (one sentence, exit 2)."""
     if finetune != "full":
         raise BadInputError(f"--precision fp8 with --finetune {finetune} is not modelled (a frozen base under "
                             "Transformer Engine's FP8 GEMMs).", hint=f"Use --precision bf16 with --finetune {finetune}, "
                                                                      "or --finetune full with fp8.")
-    if model_parallel > 1:
-        raise BadInputError("--precision fp8 is planned with data parallelism (and ZeRO) only, not with --tp/--pp/--cp.",
-                            hint="Drop --tp/--pp/--cp, or plan that layout with --precision amp_bf16.")
     if m.is_moe or m.encoder:
         raise BadInputError(f"--precision fp8 is modelled for dense decoders; {m.name} is "
                             f"{'a mixture of experts' if m.is_moe else 'an encoder'}.",
                             hint="Plan it with --precision amp_bf16.")
-    if zero_stage and zero_layout != "fsdp":
-        raise BadInputError(f"--precision fp8 keeps the amp_bf16 layout (fp32 weights), and --zero-layout "
-                            f"{zero_layout} is a 16-bit-module layout.", hint="Use --zero-layout fsdp with fp8.")
+    # Megatron's own layout (bf16 module, fp32 main params) is what its TE runs use: any --zero-layout
+    if zero_stage and zero_layout != "fsdp" and not megatron:
+        raise BadInputError(f"--precision fp8 with data parallelism keeps the amp_bf16 layout (fp32 weights), and "
+                            f"--zero-layout {zero_layout} is a 16-bit-module layout.",
+                            hint="Use --zero-layout fsdp with fp8, or a Megatron layout (--tp/--pp/--cp).")
 
 
 def saved_delta_bytes_per_token_layer(m: ModelSpec) -> int:
@@ -164,7 +166,7 @@ def apply_fp8_memory(cands: dict[str, dict[str, int]], m: ModelSpec, *, tokens: 
 
 @dataclass(frozen=True)
 class Fp8Speed:
-    """What FP8 changes in one micro-batch of one GPU (before tensor/pipeline splits: none here)."""
+    """What FP8 changes in one micro-batch of one GPU (Megatron runs: its share, plan/fp8_megatron.py)."""
 
     gemms: list[str]  # the Linears whose forward, dgrad and wgrad GEMMs run in FP8
     gemm_flops_per_token: float  # of flops_per_token: the FP8 GEMMs
@@ -174,12 +176,21 @@ class Fp8Speed:
     gemm_seconds: float  # the FP8 GEMMs at that rate, per micro-batch
     cast_bytes: float  # quantize traffic per micro-batch (inputs, output gradients, weights)
     cast_seconds: float
-    saved_activation_delta_bytes: float  # per micro-batch: FP8 saved inputs minus 16-bit ones (whole model)
+    saved_activation_delta_bytes: float  # per micro-batch: FP8 saved inputs minus 16-bit ones (this GPU's layers)
+    gemm_flops_per_micro_batch: float = 0.0  # this GPU's FP8 GEMM FLOPs (what they would take at the 16-bit rate)
+    weight_cast_bytes_per_step: float = 0.0  # Megatron: the weights cast once per step (else in cast_bytes)
+    weight_cast_seconds_per_step: float = 0.0
+    tensor_parallel_all_gather_saving_seconds: float = 0.0  # Megatron + --sp: the TP all-gathers in FP8
     stays_16bit: str = "attention (flash kernel), norms, activations, softmax, output head, loss"
     recipe: str = RECIPE
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def ceiling_source(compute_ratio: float, ratio_source: str) -> str:
+    return (f"no measured FP8 matmul ceiling: assumed the same share of the FP8 peak as the 16-bit matmuls reach of "
+            f"theirs ({compute_ratio:.0%}, {ratio_source})")
 
 
 def fp8_speed(m: ModelSpec, gpu: GpuSpec, *, tokens: int, grad_ckpt: bool, compute_ratio: float,
@@ -196,9 +207,9 @@ def fp8_speed(m: ModelSpec, gpu: GpuSpec, *, tokens: int, grad_ckpt: bool, compu
             + tokens * outs * CAST_BYTES_PER_ELEMENT  # output gradients, backward
             + n8 * WEIGHT_CAST_BYTES_PER_PARAM)  # fp32 weights -> FP8 + transposed FP8
     delta = 0.0 if grad_ckpt else m.num_layers * saved_delta_bytes_per_token_layer(m) * tokens
-    source = (f"no measured FP8 matmul ceiling: assumed the same share of the FP8 peak as the 16-bit matmuls reach of "
-              f"theirs ({compute_ratio:.0%}, {ratio_source})")
+    source = ceiling_source(compute_ratio, ratio_source)
     return Fp8Speed(gemms=[x.name for x in linears], gemm_flops_per_token=flops, fp8_peak_flops=peak,
                     ceiling_ratio=compute_ratio, ceiling_source=source,
                     gemm_seconds=flops * tokens / (peak * compute_ratio), cast_bytes=cast,
-                    cast_seconds=cast / bandwidth_bytes_per_second, saved_activation_delta_bytes=delta)
+                    cast_seconds=cast / bandwidth_bytes_per_second, saved_activation_delta_bytes=delta,
+                    gemm_flops_per_micro_batch=flops * tokens)

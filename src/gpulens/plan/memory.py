@@ -36,6 +36,7 @@ from gpulens.plan.activations import (  # noqa: F401 - re-exported: tests and sp
 )
 from gpulens.plan.context_parallel import check_context_parallel
 from gpulens.plan.fp8 import apply_fp8_memory, check_fp8_training
+from gpulens.plan.fp8_megatron import fp8_layer_items, fp8_static_bytes
 from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_PER_SECOND
 from gpulens.plan.lora import (
     FINETUNE,
@@ -225,7 +226,7 @@ def training_memory(
     setup.validate()
     m = setup.run_model(m)
     if setup.precision == "fp8":
-        check_fp8_training(m, finetune=setup.finetune, model_parallel=setup.model_parallel,
+        check_fp8_training(m, finetune=setup.finetune, megatron=setup.megatron,
                            zero_layout=setup.zero_layout, zero_stage=setup.zero_stage)
     if m.is_mla:
         raise BadInputError(f"{m.name} uses multi-head latent attention, whose training activations gpulens does not "
@@ -383,16 +384,24 @@ def megatron_stage_params(m: ModelSpec, setup: TrainSetup) -> float:
     return (stage + ends) / setup.tensor_parallel
 
 
+def megatron_layer_items(m: ModelSpec, setup: TrainSetup) -> dict[str, float]:
+    """One layer's saved tensors on one GPU, Korthikanti et al.'s accounting for a LLaMA-like layer
+    in bf16 (FP8's changes: plan/fp8_megatron.py)."""
+    m = setup.run_model(m)
+    return llama_layer_items(seq=setup.seq_len // setup.context_parallel, micro_batch=setup.micro_batch,
+                             hidden=m.hidden_size, heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+                             intermediate=m.moe_intermediate_size or m.intermediate_size,
+                             tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
+                             recompute=setup.recompute,
+                             flash=attention_kernel(m, setup.activation_precision) not in ("eager", "math"))
+
+
 def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
     """What the first pipeline stage holds: its L/p layers for every micro-batch in flight (1F1B:
     up to p of them), Korthikanti et al.'s per-layer accounting for a LLaMA-like layer."""
-    m = setup.run_model(m)
-    items = llama_layer_items(seq=setup.seq_len // setup.context_parallel, micro_batch=setup.micro_batch, hidden=m.hidden_size,
-                              heads=m.num_heads, kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-                              intermediate=m.moe_intermediate_size or m.intermediate_size,
-                              tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
-                              recompute=setup.recompute,
-                              flash=attention_kernel(m, setup.activation_precision) not in ("eager", "math"))
+    items = megatron_layer_items(m, setup)
+    if setup.precision == "fp8":  # TE saves the Linears' inputs in FP8 (plan/fp8_megatron.py)
+        items = fp8_layer_items(items, m, setup)
     layers = interleaved.first_stage_layers_in_flight(m.num_layers, setup.pipeline_parallel, setup.virtual_stages,
                                                       setup.grad_accum)
     return layers * sum(items.values())
@@ -430,6 +439,8 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
     logits = _loss_bytes(m, "bf16", tokens) / setup.tensor_parallel  # vocab-parallel cross-entropy, last stage
     static = {"weights": int(weights), "gradients": int(grads), "optimizer_states": int(states),
               "cuda_workspace": workspace_bytes}
+    if setup.precision == "fp8":  # TE's cached FP8 weights and scaling state (plan/fp8_megatron.py)
+        static |= fp8_static_bytes(m, setup)
     cands = {"backward start": static | {"activations": int(act)},
              "last stage loss": static | {"activations": int(act * _last_over_first(m, setup)),
                                           "logits_and_loss": int(logits)}}
@@ -444,6 +455,10 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
              + f"; {per_param:g} bytes of model state per parameter (Megatron's table"
              + (", distributed optimizer" if setup.zero_stage >= 1 else "") + "); flash attention, Megatron's own "
                "kernels (not transformers')"]
+    if setup.precision == "fp8":
+        notes.append("FP8 (Transformer Engine under Megatron-Core): bf16 module weights cast to FP8 once per step and "
+                     "cached with their transposes (2 bytes per local TE Linear parameter); the Linears save their "
+                     "inputs in FP8; the output layer, attention and loss stay bf16")
     return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
                           cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
                           fits=fits_in(peak, cuda_context_bytes, capacity_bytes),

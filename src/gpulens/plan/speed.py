@@ -22,6 +22,7 @@ from gpulens.plan.activations import attention_kernel as sdpa_backend
 from gpulens.plan.catalog import GpuSpec
 from gpulens.plan.context_parallel import ring_attention_cost
 from gpulens.plan.fp8 import Fp8Speed, check_fp8_training, fp8_speed
+from gpulens.plan.fp8_megatron import megatron_fp8_speed
 from gpulens.plan.kernels import MATMUL_CEILING, attention_flops_run, attention_rate, kernel_head_dim
 from gpulens.plan.links import (
     collective_link,
@@ -31,7 +32,13 @@ from gpulens.plan.links import (
     ring_gather_or_scatter,
 )
 from gpulens.plan.lora import NF4_BYTES_PER_WEIGHT, adapter_params
-from gpulens.plan.memory import TrainSetup, _mode, activation_bytes_full, layer_activation_bytes
+from gpulens.plan.memory import (
+    TrainSetup,
+    _mode,
+    activation_bytes_full,
+    layer_activation_bytes,
+    megatron_layer_items,
+)
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.overlap import hidden_collective_cost_seconds
 from gpulens.plan.zero import REDUCE_DTYPES
@@ -249,7 +256,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     setup.validate()
     m = setup.run_model(m)  # --attention-kernel eager: the S x S scores in the memory traffic, the FLOPs at the matmuls' rate
     if setup.precision == "fp8":
-        check_fp8_training(m, finetune=setup.finetune, model_parallel=setup.model_parallel,
+        check_fp8_training(m, finetune=setup.finetune, megatron=setup.megatron,
                            zero_layout=setup.zero_layout, zero_stage=setup.zero_stage)
     tokens = setup.micro_batch * setup.seq_len
     lora = setup.lora
@@ -274,11 +281,10 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     elif setup.selective_recompute:  # the attention core re-reads q, k, v and rewrites its insides once more
         traffic += m.num_layers * layer_activation_bytes(m, precision, setup.micro_batch, setup.seq_len)["attention"]
     fp8 = None
-    if setup.precision == "fp8":  # the block Linears' GEMMs at the FP8 peak, plus their casts (plan/fp8.py)
-        fp8 = fp8_speed(m, gpu, tokens=tokens, grad_ckpt=setup.grad_ckpt, compute_ratio=eff.compute_ratio,
-                        ratio_source=eff.source, bandwidth_bytes_per_second=bw)
-        compute += fp8.gemm_seconds - fp8.gemm_flops_per_token * tokens / _peak_for(gpu, precision, eff)
-        traffic += fp8.cast_bytes + 3 * fp8.saved_activation_delta_bytes
+    if setup.precision == "fp8":  # the block Linears' GEMMs at the FP8 peak, plus their casts, per GPU (plan/fp8.py)
+        kw = dict(compute_ratio=eff.compute_ratio, ratio_source=eff.source, bandwidth_bytes_per_second=bw)
+        fp8 = (megatron_fp8_speed(m, setup, gpu, megatron_layer_items(m, setup), **kw) if setup.megatron else
+               fp8_speed(m, gpu, tokens=tokens, grad_ckpt=setup.grad_ckpt, **kw))
     if lora is not None and lora.method == "qlora":
         # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
         passes = 3 if setup.grad_ckpt else 2
@@ -288,6 +294,9 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     mp = setup.model_parallel  # Megatron: each GPU computes 1/t of its stage's 1/p of the layers
     cp = setup.context_parallel  # ... for 1/cp of the sequence (plan/context_parallel.py)
     compute, memory, overhead = compute / mp / cp, memory / mp / cp, overhead / setup.pipeline_parallel
+    if fp8 is not None:  # already this GPU's share
+        compute += fp8.gemm_seconds - fp8.gemm_flops_per_micro_batch / _peak_for(gpu, precision, eff)
+        memory += fp8.cast_seconds + 3 * fp8.saved_activation_delta_bytes / bw
     # adding each micro-batch's weight gradients into the step's (plan/grad_accumulation.py); Megatron's
     # runs inside every micro-batch's slot, the others' once per later micro-batch
     acc = grad_acc_mod.grad_accumulation(m, setup)
@@ -303,6 +312,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     p2p = _pipeline_p2p_seconds(m, setup, gpu)
     ring_hidden = hidden_collective_cost_seconds(ring.transfer_seconds - ring.exposed_seconds, gpu)
     model_comm = _model_parallel_seconds(m, setup, gpu) + ring.exposed_seconds + ring_hidden if setup.megatron else 0.0
+    if fp8 is not None:  # Megatron + --sp: TE all-gathers FP8 bytes (plan/fp8_megatron.py)
+        model_comm -= fp8.tensor_parallel_all_gather_saving_seconds
     a2a = None
     if setup.expert_parallel > 1:  # not overlapped with compute (plan/expert_parallel.py)
         a2a = ep_mod.all_to_all_time(m, gpu, ep=setup.expert_parallel, tokens=tokens,
@@ -354,7 +365,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     slots_seconds, head_compute, head_memory = megatron_step.pipeline_step_seconds(
         per_micro, head, setup.grad_accum, interleaved.bubble_slots(p, v))
     acc_step = acc_seconds * acc.accumulations_per_step if acc and not acc.every_micro_batch else 0.0
-    step = slots_seconds + opt_time + comm + acc_step + (off.seconds if off else 0.0)
+    fp8_step = fp8.weight_cast_seconds_per_step if fp8 is not None else 0.0  # Megatron: cast once per step
+    step = slots_seconds + opt_time + comm + acc_step + (off.seconds if off else 0.0) + fp8_step
     global_tokens = tokens * setup.grad_accum * dp
     tps = global_tokens / step
     fmt = "fp32" if setup.precision == "fp32" else ("fp16" if "fp16" in setup.precision else "bf16")
@@ -367,7 +379,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         flops_per_token=fpt,
         mfu_ratio=mfu,
         compute_seconds=compute * slots + head_compute,
-        memory_seconds=memory * slots + head_memory + opt_time + acc_step,
+        memory_seconds=memory * slots + head_memory + opt_time + acc_step + fp8_step,
         overhead_seconds=overhead * slots,
         communication_seconds=comm + model_comm * slots,
         efficiency_source=eff.source,
