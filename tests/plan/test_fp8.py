@@ -68,6 +68,12 @@ def test_fp8_memory_adds_two_bytes_per_linear_weight_to_amp_bf16():
     # each Linear saves its input in FP8: q, k, v, gate, up 2 -> 1 byte of h, down 2 -> 1 of 14336, o_proj + 1 of h
     assert saved_delta_bytes_per_token_layer(m) == -5 * 4096 + 4096 - 14336
     assert fp8.breakdown["activations"] - amp.breakdown["activations"] == 32 * 8 * 4096 * (-5 * 4096 + 4096 - 14336)
+    # selective recomputation re-runs the core, which then keeps no 16-bit output: o_proj's FP8 copy replaces it
+    assert saved_delta_bytes_per_token_layer(m, selective_recompute=True) == -5 * 4096 - 4096 - 14336
+    sel = dict(micro_batch=8, seq_len=4096, selective_recompute=True)
+    amp_s = training_memory(m, TrainSetup(precision="amp_bf16", **sel), capacity_bytes=CAP)
+    fp8_s = training_memory(m, TrainSetup(precision="fp8", **sel), capacity_bytes=CAP)
+    assert fp8_s.breakdown["activations"] - amp_s.breakdown["activations"] == 32 * 8 * 4096 * (-5 * 4096 - 4096 - 14336)
 
 
 def test_fp8_copies_shard_under_zero3():

@@ -129,25 +129,28 @@ def check_fp8_training(m: ModelSpec, *, finetune: str, megatron: bool, zero_layo
                             hint="Use --zero-layout fsdp with fp8, or a Megatron layout (--tp/--pp/--cp).")
 
 
-def saved_delta_bytes_per_token_layer(m: ModelSpec) -> int:
+def saved_delta_bytes_per_token_layer(m: ModelSpec, *, selective_recompute: bool = False) -> int:
     """What one layer saves for backward under FP8 minus under amp_bf16, per token (negative: less).
     Each Linear's saved 16-bit input (2 bytes) becomes its FP8 transposed copy (1 byte); o_proj's
-    input is the flash kernel's output, which the kernel keeps in 16-bit: its FP8 copy is extra."""
+    input is the flash kernel's output, which the kernel keeps in 16-bit: its FP8 copy is extra,
+    unless selective recomputation re-runs the core (then the kernel keeps nothing and o_proj's
+    copy replaces its 16-bit input, as fp8_megatron prices it)."""
     linears = fp8_linears(m)
     readers_of_norms = sum(1 for x in linears if x.name not in ("o_proj", "down_proj", "fc_out"))
     return (-readers_of_norms * m.hidden_size  # q/k/v (or qkv) and gate/up (or fc_in): 2 -> 1 byte
-            + m.q_size  # o_proj: + its FP8 copy
+            + (-m.q_size if selective_recompute else m.q_size)  # o_proj: its FP8 copy, beside or instead
             - m.intermediate_size)  # down_proj / fc_out: 2 -> 1 byte
 
 
 def apply_fp8_memory(cands: dict[str, dict[str, int]], m: ModelSpec, *, tokens: int, grad_ckpt: bool,
-                     zero3_gpus: int, activation_scale: float, notes: list[str]) -> None:
+                     zero3_gpus: int, activation_scale: float, notes: list[str], selective_recompute: bool = False) -> None:
     """Turn the amp_bf16 candidates of one step into FP8 ones, in place."""
     n8 = fp8_linear_params(m)
     copies = FP8_WEIGHT_COPY_BYTES * n8 // zero3_gpus
     scaling = m.num_layers * len(fp8_linears(m)) * SCALING_BYTES_PER_LINEAR
     dropped_autocast = 2 * n8 // zero3_gpus  # the Linears' bf16 autocast copies TE never makes
-    layer_delta = int(saved_delta_bytes_per_token_layer(m) * tokens * activation_scale)
+    layer_delta = int(saved_delta_bytes_per_token_layer(m, selective_recompute=selective_recompute) * tokens
+                      * activation_scale)
     for name, c in cands.items():
         if c.get("autocast_weight_copies"):
             c["autocast_weight_copies"] = max(0, c["autocast_weight_copies"] - dropped_autocast)
@@ -194,7 +197,7 @@ def ceiling_source(compute_ratio: float, ratio_source: str) -> str:
 
 
 def fp8_speed(m: ModelSpec, gpu: GpuSpec, *, tokens: int, grad_ckpt: bool, compute_ratio: float,
-              ratio_source: str, bandwidth_bytes_per_second: float) -> Fp8Speed:
+              ratio_source: str, bandwidth_bytes_per_second: float, selective_recompute: bool = False) -> Fp8Speed:
     """The FP8 GEMMs' time and the cast traffic of one micro-batch of `tokens` tokens."""
     check_fp8_gpu(gpu)
     linears = fp8_linears(m)
@@ -206,7 +209,8 @@ def fp8_speed(m: ModelSpec, gpu: GpuSpec, *, tokens: int, grad_ckpt: bool, compu
     cast = (tokens * ins * CAST_BYTES_PER_ELEMENT * (2 if grad_ckpt else 1)  # inputs (recomputed forward: again)
             + tokens * outs * CAST_BYTES_PER_ELEMENT  # output gradients, backward
             + n8 * WEIGHT_CAST_BYTES_PER_PARAM)  # fp32 weights -> FP8 + transposed FP8
-    delta = 0.0 if grad_ckpt else m.num_layers * saved_delta_bytes_per_token_layer(m) * tokens
+    delta = 0.0 if grad_ckpt else m.num_layers * saved_delta_bytes_per_token_layer(
+        m, selective_recompute=selective_recompute) * tokens
     source = ceiling_source(compute_ratio, ratio_source)
     return Fp8Speed(gemms=[x.name for x in linears], gemm_flops_per_token=flops, fp8_peak_flops=peak,
                     ceiling_ratio=compute_ratio, ceiling_source=source,

@@ -354,7 +354,7 @@ def training_memory(
                                         "fp32_gradient_partition": fp32_partition}
     if setup.precision == "fp8":
         apply_fp8_memory(cands, m, tokens=tokens, grad_ckpt=setup.grad_ckpt, zero3_gpus=gpus if zero >= 3 else 1,
-                         activation_scale=activation_scale, notes=notes)
+                         activation_scale=activation_scale, notes=notes, selective_recompute=setup.selective_recompute)
 
     totals = {k: sum(v.values()) for k, v in cands.items()}
     peak_at = max(totals, key=lambda k: totals[k])

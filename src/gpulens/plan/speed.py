@@ -284,7 +284,8 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     if setup.precision == "fp8":  # the block Linears' GEMMs at the FP8 peak, plus their casts, per GPU (plan/fp8.py)
         kw = dict(compute_ratio=eff.compute_ratio, ratio_source=eff.source, bandwidth_bytes_per_second=bw)
         fp8 = (megatron_fp8_speed(m, setup, gpu, megatron_layer_items(m, setup), **kw) if setup.megatron else
-               fp8_speed(m, gpu, tokens=tokens, grad_ckpt=setup.grad_ckpt, **kw))
+               fp8_speed(m, gpu, tokens=tokens, grad_ckpt=setup.grad_ckpt, selective_recompute=setup.selective_recompute,
+                         **kw))
     if lora is not None and lora.method == "qlora":
         # each pass dequantizes every block weight: read 4-bit codes, write and read it in bf16
         passes = 3 if setup.grad_ckpt else 2
