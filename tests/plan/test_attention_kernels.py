@@ -138,8 +138,11 @@ def test_llm_foundry_figures_are_planned_with_the_triton_kernel_they_ran():
     figs = [f for f in load_figures() if f["kind"] == "training_time"]
     foundry = [f for f in figs if f["source"].get("repo") == "mosaicml/llm-foundry"]
     assert foundry and all(_request(f).attention_kernel == "triton" for f in foundry)
+    # NeMo 24.07's Megatron-Core runs: Transformer Engine's fused attention, cuDNN's backend on H100
+    nemo = [f for f in figs if f["id"].startswith("nemo-24.07-")]
+    assert nemo and all(_request(f).attention_kernel == "cudnn" for f in nemo)
     # Megatron-LM's 2022 figures ran unfused attention (the paper's 5as/h activation term): eager
-    assert all(_request(f).attention_kernel == "eager" for f in figs if f not in foundry)
+    assert all(_request(f).attention_kernel == "eager" for f in figs if f not in foundry and f not in nemo)
     assert isinstance(PlanRequest(model="7b").attention_kernel, str)
 
 

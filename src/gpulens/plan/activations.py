@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.nemo_optim import VOCAB_PARALLEL_LOSS_BYTES_PER_ENTRY
 
 # ---------------------------------------------------------------- dtypes of each precision mode
 
@@ -152,6 +153,8 @@ def _loss_bytes(m: ModelSpec, precision: str, tokens: int, loss: str = "torch") 
     in-place CrossEntropyLoss, llm-foundry's default) keeps the 16-bit logits and one fp32 lse."""
     if loss == "fused":
         return tokens * (_mode(precision).compute * m.vocab_size + 4)
+    if loss == "vocab-parallel":  # Megatron-Core's: bf16 logits + an fp32 softmax made in place (plan/nemo_optim.py)
+        return tokens * VOCAB_PARALLEL_LOSS_BYTES_PER_ENTRY * m.vocab_size
     per_tok = 12 * m.vocab_size
     if m.encoder and precision in ("bf16", "fp16"):
         per_tok = 6 * m.vocab_size  # BERT's MLM loss does not upcast

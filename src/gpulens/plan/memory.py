@@ -46,12 +46,13 @@ from gpulens.plan.lora_memory import _lora_memory, lora_layer_and_head_bytes  # 
 from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
 from gpulens.plan.memory_estimate import FIT_MARGIN_RATIO, MemoryEstimate, fits_in  # noqa: F401 - re-exported
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.nemo_optim import APEX_LAYOUTS, VOCAB_PARALLEL_LOSS, apex_adam_states, check_nemo_options
 from gpulens.plan.zero import check_layout, check_zero3_collectives, largest_module_params, zero_states
 
 MiB = 1 << 20
 GiB = 1 << 30
 
-LOSSES = ("torch", "fused")
+LOSSES = ("torch", "fused", VOCAB_PARALLEL_LOSS)  # vocab-parallel: Megatron-Core's (plan/nemo_optim.py)
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "bf16", "fp16", "fp8")  # fp8: plan/fp8.py
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum", "adafactor", "adamw8bit")
 
@@ -74,6 +75,7 @@ class TrainSetup:
     zero_stage: int = 0
     num_gpus: int = 1
     zero_layout: str = "fsdp"  # fsdp | deepspeed | fsdp-bf16: what --zero shards under amp (plan/zero.py)
+    # (Megatron plans also: apex-distributed-adam[-bf16], NeMo's distributed Adam: plan/nemo_optim.py)
     tensor_parallel: int = 1  # Megatron-style model parallelism inside --gpus (gpus = dp x tp x pp)
     pipeline_parallel: int = 1
     sequence_parallel: bool = False
@@ -95,6 +97,7 @@ class TrainSetup:
     offload: str = "none"  # none | optimizer: ZeRO-Offload's fp32 master + Adam states on the CPU (plan/offload.py)
     backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (speed.zero3_exposed_seconds)
     reduce_dtype: str | None = None  # ZeRO-3's gradient reduce-scatter: fp32 | bf16 (None: fp32 under amp)
+    megatron_core: bool = False  # a Megatron-Core run even at TP 1 x PP 1 x CP 1 (--megatron-core)
 
     def run_model(self, m: ModelSpec) -> ModelSpec:
         """The model as this run executes it: `--attention-kernel eager` runs its attention unfused,
@@ -136,12 +139,15 @@ class TrainSetup:
                 raise BadInputError(f"The {what} must be at least 1, not {v}.", hint=f"Pass a positive {what}.")
         if self.zero_stage not in (0, 1, 2, 3):
             raise BadInputError(f"ZeRO stage {self.zero_stage} does not exist.", hint="Use 0 (none), 1, 2 or 3 (FSDP).")
-        check_layout(self.zero_layout)
+        if self.zero_layout not in APEX_LAYOUTS:
+            check_layout(self.zero_layout)
+        check_nemo_options(layout=self.zero_layout, loss=self.loss, zero_stage=self.zero_stage, precision=self.precision,
+                           megatron=self.megatron)
         if self.zero_layout == "fsdp-bf16" and self.precision != "amp_bf16":
             raise BadInputError(f"--zero-layout fsdp-bf16 is bf16 mixed precision over fp32 shards, not {self.precision}.",
                                 hint="Use --precision amp_bf16 with it, or another layout.")
         if self.loss not in LOSSES:
-            raise BadInputError(f"Unknown loss kernel {self.loss!r}.", hint="Use --loss torch or --loss fused.")
+            raise BadInputError(f"Unknown loss kernel {self.loss!r}.", hint="Use --loss torch, fused or vocab-parallel.")
         if self.tensor_parallel < 1 or self.pipeline_parallel < 1:
             raise BadInputError("Tensor and pipeline parallel degrees must be at least 1.", hint="Pass --tp 1 or more.")
         check_context_parallel(self.context_parallel, self.seq_len)
@@ -170,7 +176,7 @@ class TrainSetup:
 
     @property
     def megatron(self) -> bool:
-        return self.model_parallel > 1 or self.context_parallel > 1
+        return self.model_parallel > 1 or self.context_parallel > 1 or self.megatron_core
 
     @property
     def data_parallel(self) -> int:
@@ -434,9 +440,16 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
     weights = params * (4 if setup.precision == "fp32" else 2)
     grads = params * 4  # Megatron accumulates gradients in fp32 (main_grad)
     states = params * per_param - weights - grads
+    if setup.zero_layout in APEX_LAYOUTS:  # NeMo's distributed Adam (plan/nemo_optim.py)
+        ends = m.vocab_size * m.hidden_size if setup.pipeline_parallel > 1 else m.embedding_params + m.lm_head_params
+        apex = apex_adam_states(params, layout=setup.zero_layout, group=setup.gradient_group,
+                                fp32_grad_params=ends / setup.tensor_parallel)
+        weights, grads, states = apex.weights_bytes, apex.gradients_bytes, apex.optimizer_states_bytes
+        per_param = (weights + grads + states) / params
     act = megatron_activation_bytes(m, setup)
     tokens = setup.micro_batch * setup.seq_len // setup.context_parallel  # this GPU's share of the sequence
-    logits = _loss_bytes(m, "bf16", tokens) / setup.tensor_parallel  # vocab-parallel cross-entropy, last stage
+    loss = VOCAB_PARALLEL_LOSS if setup.loss == VOCAB_PARALLEL_LOSS else "torch"  # fused: not Megatron's kernel
+    logits = _loss_bytes(m, "bf16", tokens, loss) / setup.tensor_parallel  # vocab-parallel cross-entropy, last stage
     static = {"weights": int(weights), "gradients": int(grads), "optimizer_states": int(states),
               "cuda_workspace": workspace_bytes}
     if setup.precision == "fp8":  # TE's cached FP8 weights and scaling state (plan/fp8_megatron.py)
@@ -452,8 +465,9 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
              + (f" x CP {setup.context_parallel}" if setup.context_parallel > 1 else "") + f" x DP {setup.data_parallel}"
              + (" with sequence parallelism" if setup.sequence_parallel else "")
              + (f", interleaved 1F1B with {setup.virtual_stages} model chunks per stage" if setup.virtual_stages > 1 else "")
-             + f"; {per_param:g} bytes of model state per parameter (Megatron's table"
-             + (", distributed optimizer" if setup.zero_stage >= 1 else "") + "); flash attention, Megatron's own "
+             + f"; {per_param:.3g} bytes of model state per parameter ("
+             + ("NeMo's distributed Adam, " + setup.zero_layout if setup.zero_layout in APEX_LAYOUTS else "Megatron's table"
+                + (", distributed optimizer" if setup.zero_stage >= 1 else "")) + "); flash attention, Megatron's own "
                "kernels (not transformers')"]
     if setup.precision == "fp8":
         notes.append("FP8 (Transformer Engine under Megatron-Core): bf16 module weights cast to FP8 once per step and "

@@ -69,6 +69,7 @@ class PlanRequest:
     offload: str = "none"  # none | optimizer: ZeRO-Offload (plan/offload.py)
     backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (plan/zero.py BACKWARD_PREFETCH)
     reduce_dtype: str | None = None  # ZeRO-3's gradient reduce-scatter: fp32 | bf16 (None: fp32 under amp)
+    megatron_core: bool = False  # plan a TP 1 x PP 1 x CP 1 run as Megatron-Core (plan/memory.py TrainSetup)
     # serving
     dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -252,13 +253,16 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        inter_node_bytes_per_second=req.inter_node_bytes_per_second,
                        attention_kernel=check_attention_kernel(req.attention_kernel),
                        expert_parallel=req.expert_parallel, offload=req.offload,
-                       backward_prefetch=req.backward_prefetch, reduce_dtype=req.reduce_dtype)
+                       backward_prefetch=req.backward_prefetch, reduce_dtype=req.reduce_dtype,
+                       megatron_core=req.megatron_core)
     setup.validate()
     check_attention_kernel_gpu(setup.attention_kernel, gpu, setup.activation_precision)  # flash3 / cudnn: Hopper
     if req.zero and req.gpus > 1:
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
             "16-bit weights and gradients in the module, the fp32 master copy sharded with the Adam moments "
             "(DeepSpeed, ZeRO paper)." if setup.deepspeed_amp else
+            "NeMo's distributed Adam (Apex DistributedFusedAdam): bf16 module, the whole gradient buffer, gradient "
+            "shards and Adam states sharded (plan/nemo_optim.py)." if req.zero_layout.startswith("apex") else
             "fp32 shards of weights, gradients and moments; each unit gathered and computed in bf16 without "
             "autocast (FSDP MixedPrecision, as Composer / llm-foundry run it)." if req.zero_layout == "fsdp-bf16" else
             "weights and gradients in the precision's storage dtype (fp32 under amp), as PyTorch FSDP keeps them."))

@@ -135,7 +135,8 @@ def _megatron_request(fig: dict[str, Any], name: str) -> PlanRequest:
     """A Megatron-LM figure (Korthikanti et al. 2022): tensor x pipeline (x data) parallel, the
     1F1B schedule (interleaved over `virtual_stages` chunks), context parallelism, sequence parallelism and the
     recomputation mode as the figure states them; the module in 16-bit with fp32 main weights in the
-    optimizer (`zero_layout`, ZeRO 0); the cluster's network from the figure's config."""
+    optimizer (`zero_layout`, ZeRO 0); the cluster's network from the figure's config; `megatron_core`:
+    a Megatron-Core run at TP 1 x PP 1 x CP 1 (NeMo's), planned on the Megatron path."""
     c = fig["config"]
     return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=c["precision"],
                        batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], recompute=c["recompute"],
@@ -144,6 +145,7 @@ def _megatron_request(fig: dict[str, Any], name: str) -> PlanRequest:
                        sequence_parallel=bool(c.get("sequence_parallel", False)),
                        virtual_stages=c.get("virtual_stages", 1), context_parallel=c.get("context_parallel", 1),
                        attention_kernel=c.get("attention_kernel", "auto"),
+                       megatron_core=bool(c.get("megatron_core", False)),
                        inter_node_bytes_per_second=c["inter_node_bytes_per_second"])
 
 

@@ -89,7 +89,11 @@ class PlanOptions:
                                                 "and gradients, moments sharded) or deepspeed (16-bit weights and "
                                                 "gradients, fp32 master copy sharded with the moments: ZeRO paper) "
                                                 "or fsdp-bf16 (FSDP MixedPrecision, Composer/llm-foundry: fp32 shards, "
-                                                "each unit gathered and computed in bf16).",
+                                                "each unit gathered and computed in bf16); Megatron plans also "
+                                                "apex-distributed-adam (NeMo's distributed_fused_adam: bf16 module, "
+                                                "whole fp32 gradient buffer, fp32 moments, gradient shards and param "
+                                                "remainders sharded: 6 + 14/d bytes) or apex-distributed-adam-bf16 "
+                                                "(its optim.dtype bf16: 4 + 6/d).",
                             "fsdp")
     backward_prefetch: str = _opt(("--backward-prefetch",), "Training, --zero 3: FSDP's backward prefetch: pre "
                                   "(default: BACKWARD_PRE, as FSDP, FSDP2 and DeepSpeed prefetch), post (BACKWARD_POST, "
@@ -99,7 +103,12 @@ class PlanOptions:
                                     "in: fp32 (the default under amp; FSDP MixedPrecision(reduce_dtype=float32), "
                                     "Composer DEFAULT) or bf16 (half the bytes: Composer PURE).")
     loss: str = _opt(("--loss",), "Training: torch (transformers upcasts the logits to fp32) or fused (an in-place "
-                                  "16-bit cross-entropy kernel, llm-foundry's default).", "torch")
+                                  "16-bit cross-entropy kernel, llm-foundry's default) or vocab-parallel (Megatron-Core's "
+                                  "cross-entropy, fused or not: bf16 logits and an in-place fp32 softmax per "
+                                  "tensor-parallel vocabulary shard).", "torch")
+    megatron_core: bool = _opt(("--megatron-core/--no-megatron-core",), "Training: plan the run as Megatron-Core "
+                               "(bf16 module with fp32 main grads, Megatron's activations, output layer and loss) even "
+                               "at --tp 1 --pp 1 --cp 1, as NeMo trains; implied by --tp/--pp/--cp above 1.", False)
     dtype: str = _opt(("--dtype",), "Serving: weight format fp32, bf16, fp16, fp8, int8, int4.", "bf16")
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
@@ -224,7 +233,7 @@ class PlanOptions:
         defaults = {f.name: f.default for f in fields(self)}
         train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout",
                       "backward_prefetch", "reduce_dtype",
-                      "sp", "virtual_stages", "cp", "loss", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
+                      "sp", "virtual_stages", "cp", "loss", "megatron_core", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                       "qlora_double_quant", "ep", "offload")
         serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
                       "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
@@ -348,7 +357,7 @@ class PlanOptions:
             qlora_double_quant=self.qlora_double_quant,
             lora_optimizer_dtype=self.lora_optimizer_dtype.lower() if self.lora_optimizer_dtype else None, pipeline_parallel=self.pp, sequence_parallel=self.sp,
             expert_parallel=self.ep, offload=self.offload.lower(), backward_prefetch=self.backward_prefetch.lower(),
-            reduce_dtype=self.reduce_dtype.lower() if self.reduce_dtype else None,
+            reduce_dtype=self.reduce_dtype.lower() if self.reduce_dtype else None, megatron_core=self.megatron_core,
             virtual_stages=self.virtual_stages, context_parallel=self.cp,
             attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
