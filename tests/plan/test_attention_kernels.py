@@ -166,13 +166,13 @@ def test_eager_attention_keeps_the_scores_and_prices_them_as_traffic():
 def test_eager_attention_under_megatron_keeps_the_softmax_tensors():
     """Korthikanti et al. 2022, section 4 (tensor parallel t, no sequence parallelism): unfused
     attention keeps S x S tensors a layer (their 5 a s^2 b / t with dropout's mask and output; a
-    LLaMA layer without dropout keeps the softmax's output and its 16-bit input, 4 a s^2 b / t);
+    LLaMA layer without dropout keeps the fused scale-mask-softmax's output alone, 2 a s^2 b / t);
     flash attention keeps only its per-row log-sum-exp (4 s b a / t bytes of fp32)."""
     m = preset("llama-3-8b")
     base = TrainSetup("bf16", "adamw", 1, 2048, num_gpus=8, tensor_parallel=8)
     flash = megatron_activation_bytes(m, base)
     eager = megatron_activation_bytes(m, replace(base, attention_kernel="eager"))
     a, s, t = m.num_heads, 2048, 8
-    per_layer = 4 * a * s * s / t - 4 * s * a / t
+    per_layer = 2 * a * s * s / t - 4 * s * a / t
     layers = (eager - flash) / per_layer
     assert layers == pytest.approx(round(layers)) and layers >= m.num_layers  # every layer in flight keeps them

@@ -85,6 +85,21 @@ def test_llama_layer_follows_the_same_rules():
     assert sum(llama_layer_items(**kw, tensor_parallel=8, recompute="full").values()) == 2 * 4096 * 8192
 
 
+@pytest.mark.parametrize("kw", [{}, {"tensor_parallel": 8}, {"tensor_parallel": 8, "sequence_parallel": True},
+                                {"tensor_parallel": 8, "sequence_parallel": True, "recompute": "selective"}])
+def test_a_gpt_layer_with_dropout_is_the_papers_layer(kw):
+    """A plain-MLP layer with dropout and unfused attention is Korthikanti et al.'s: sbh (34 + 5as/h)
+    before parallelism (fc1's output and the GeLU's output, 8 sbh each; two 1-byte dropout masks)."""
+    x = MegatronShape(S, B, 12288, 96)
+    paper = sum(layer_activation_items(x, **kw).values())
+    ours = sum(llama_layer_items(seq=S, micro_batch=B, hidden=12288, heads=96, kv_heads=96, head_dim=128,
+                                 intermediate=4 * 12288, flash=False, gated=False, dropout=True, **kw).values())
+    assert ours == pytest.approx(paper)
+    # a gated MLP's fused SwiGLU keeps [gate | up] and its output: 3 tensors, not 4
+    gated = llama_layer_items(seq=S, micro_batch=B, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336)
+    assert gated["fc1_output_and_act"] == 3 * 2 * S * B * 14336
+
+
 def test_a_tensor_parallel_training_plan():
     m = preset("llama-3-70b")
     tp8 = training_memory(m, TrainSetup("amp_bf16", "adamw", 1, 4096, num_gpus=64, tensor_parallel=8, pipeline_parallel=8,

@@ -111,7 +111,7 @@ def fp8_layer_items(items: dict[str, float], m: ModelSpec, setup: TrainSetup) ->
     out = dict(items)
     out["qkv_input"] = items["qkv_input"] / 2  # the fused norm's FP8 output
     out["mlp_input"] = items["mlp_input"] / 2
-    out["gate_up_act_product"] = items["gate_up_act_product"] - sb * m.intermediate_size / t  # fc2's input 2 -> 1
+    out["fc1_output_and_act"] = items["fc1_output_and_act"] - sb * m.intermediate_size / t  # fc2's input 2 -> 1
     if setup.recompute == "selective":  # the checkpointed core keeps no output: linear_proj's FP8 copy only
         out["attention_output"] = items["attention_output"] / 2
     else:  # the attention kernel's bf16 output, and linear_proj's FP8 copy of it

@@ -80,10 +80,21 @@ def activation_bytes(x: MegatronShape, *, tensor_parallel: int = 1, sequence_par
 
 def llama_layer_items(*, seq: int, micro_batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
                       intermediate: int, tensor_parallel: int = 1, sequence_parallel: bool = False,
-                      recompute: str = "none", flash: bool = True) -> dict[str, float]:
-    """The same accounting for a gated-MLP, grouped-KV, RMSNorm layer without dropout (what
-    Megatron-Core trains LLaMA-like models as), with flash attention (no a s^2 b scores: the
-    kernel keeps its output and per-row log-sum-exp) unless `flash` is False."""
+                      recompute: str = "none", flash: bool = True, gated: bool = True,
+                      dropout: bool = False) -> dict[str, float]:
+    """The same accounting for a grouped-KV layer as Megatron-LM runs it, with flash attention (no
+    a s^2 b scores: the kernel keeps its output and per-row log-sum-exp) unless `flash` is False.
+
+    The MLP's activation is fused with its bias (on by default: Megatron-LM's --no-bias-gelu-fusion
+    and --no-bias-swiglu-fusion turn it off; Megatron-Core's `bias_activation_fusion`), and the fused
+    kernel keeps only its input for the backward: a plain MLP keeps fc1's output and the GeLU's
+    output (fc2's input), Korthikanti et al.'s "8sbh + 8sbh" at 4h; a gated one fc1's [gate | up]
+    output (2 x intermediate) and the SwiGLU's output (megatron/core/fusions/fused_bias_swiglu.py:
+    `ctx.save_for_backward(input, bias)`). With `dropout` (GPT-3's 0.1) each residual dropout keeps
+    a 1-byte mask (sbh each) and unfused attention its softmax output, the dropout mask and the
+    dropped probabilities (2 + 1 + 2 bytes a score: Korthikanti's 5as^2b), where without dropout
+    the softmax output alone (Megatron's fused scale-mask-softmax keeps no input). Without
+    recomputation, tensor or sequence parallelism this is Korthikanti et al.'s sbh (34 + 5as/h)."""
     t = tensor_parallel
     if recompute not in RECOMPUTE:
         raise BadInputError(f"Unknown recomputation {recompute!r}.", hint="Use none, selective or full.")
@@ -100,14 +111,17 @@ def llama_layer_items(*, seq: int, micro_batch: int, hidden: int, heads: int, kv
         "k_and_v": 2 * 2 * sb * kv / t,
         "attention_output": 2 * sb * q / t,  # o_proj's input (and the kernel's output)
         "mlp_input": 2 * sb * h / outside,
-        "gate_up_act_product": 4 * 2 * sb * intermediate / t,  # gate, up, act(gate), act x up (down's input)
+        # fc1's output (the fused activation's input: [gate | up] when gated) and fc2's input
+        "fc1_output_and_act": (3 if gated else 2) * 2 * sb * intermediate / t,
     }
+    if dropout:
+        items["dropout_masks"] = 2 * sb * h / outside  # after the attention and after the MLP, 1 byte each
     if recompute == "selective":
         pass  # the attention core is recomputed: no scores, no log-sum-exp kept
     elif flash:
         items["softmax_lse"] = 4 * sb * heads / t
     else:
-        items["scores"] = 2 * heads * s * s * b / t + 2 * heads * s * s * b / t  # softmax output and its 16-bit input
+        items["scores"] = (5 if dropout else 2) * heads * s * s * b / t
     return items
 
 

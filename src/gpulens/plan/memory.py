@@ -399,7 +399,8 @@ def megatron_layer_items(m: ModelSpec, setup: TrainSetup) -> dict[str, float]:
                              intermediate=m.moe_intermediate_size or m.intermediate_size,
                              tensor_parallel=setup.tensor_parallel, sequence_parallel=setup.sequence_parallel,
                              recompute=setup.recompute,
-                             flash=attention_kernel(m, setup.activation_precision) not in ("eager", "math"))
+                             flash=attention_kernel(m, setup.activation_precision) not in ("eager", "math"),
+                             gated=m.mlp == "gated", dropout=m.dropout > 0)
 
 
 def megatron_activation_bytes(m: ModelSpec, setup: TrainSetup) -> float:
