@@ -19,6 +19,7 @@ The tree (classes defined elsewhere name their module):
   │   ├── PortInUseError
   │   ├── FileWriteError                       (files: an output file could not be written; says what was kept)
   │   ├── UnknownGpuError, UnsupportedPrecisionError   (plan.catalog)
+  │   │   └── UnsupportedKernelError           (plan.kernels: an attention kernel not measured on this GPU)
   │   ├── UnknownModelTypeError                (plan.models)
   │   ├── CalibrationRefusedError              (plan.calibration)
   │   ├── RuleFileError                        (alerts.rules)
