@@ -48,6 +48,8 @@ from gpulens.plan import expert_parallel as ep_mod
 from gpulens.plan.memory import TrainSetup, _mode, megatron_stage_params
 from gpulens.plan.models import ModelSpec
 
+# GPU architectures whose GEMMs overlap one tile's epilogue with another's math (module docstring)
+EPILOGUE_OVERLAPPING_ARCHITECTURES = ("hopper", "blackwell")
 # the wgrad GEMM's epilogue reads the fp32 main_grad (4) and writes it back in fp32 (4) where a plain
 # GEMM writes its 16-bit gradient (2, inside the matmul time the planner already prices)
 MEGATRON_FUSED_FP32_BYTES = 4 + 4 - 2
@@ -63,13 +65,13 @@ class GradAccumulation:
     epilogue_base_bytes: float = 0.0  # what those GEMMs write without it (their 16-bit gradients)
 
     def seconds(self, *, elementwise_bytes_per_second: float, peak_bytes_per_second: float,
-                matmul_flops_per_second: float, epilogue_overlapped: bool) -> float:
+                matmul_flops_per_second: float, architecture: str) -> float:
         """One accumulation: its own kernel at the elementwise bandwidth, or the fused bytes at the
-        datasheet bandwidth after the mainloop, or (`epilogue_overlapped`) what they add to the
-        GEMM's roofline (module docstring)."""
+        datasheet bandwidth after the mainloop, or, on an architecture whose GEMMs overlap the
+        epilogue, what they add to the GEMM's roofline (module docstring)."""
         if not self.epilogue_gemm_flops:
             return self.bytes_per_accumulation / elementwise_bytes_per_second
-        if not epilogue_overlapped:
+        if architecture not in EPILOGUE_OVERLAPPING_ARCHITECTURES:
             return self.bytes_per_accumulation / peak_bytes_per_second
         compute = self.epilogue_gemm_flops / matmul_flops_per_second
         with_it = (self.epilogue_base_bytes + self.bytes_per_accumulation) / peak_bytes_per_second

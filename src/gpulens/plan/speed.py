@@ -303,7 +303,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     acc = grad_acc_mod.grad_accumulation(m, setup)
     acc_seconds = acc.seconds(elementwise_bytes_per_second=bw, peak_bytes_per_second=gpu.memory_bandwidth_bytes_per_second,
                               matmul_flops_per_second=_peak_for(gpu, precision, eff),
-                              epilogue_overlapped=gpu.architecture in ("hopper", "blackwell")) if acc else 0.0
+                              architecture=gpu.architecture) if acc else 0.0
     if acc and acc.every_micro_batch:
         memory += acc_seconds
     attn_micro = (attn.seconds_per_token * tokens if attn else
@@ -330,6 +330,11 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
     # data-parallel ranks sit tp x pp apart: their ring leaves the node once the job does
     link = collective_link(gpu, setup.num_gpus if group > 1 else 1, gpus_per_node=setup.gpus_per_node,
                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second)
+    # what the gradient ring moves per GPU: Megatron's data-parallel ranks sit tp apart, so a node
+    # holds gpus_per_node / tp of them (plan/links.py)
+    dp_bus = ring_bus_bytes_per_second(gpu, group, gpus_per_node=setup.gpus_per_node,
+                                       inter_node_bytes_per_second=setup.inter_node_bytes_per_second,
+                                       ranks_per_node=max(1, setup.gpus_per_node // setup.tensor_parallel)) if group > 1 else 0.0
     if group > 1:
         grad_bytes = (adapter_params(m, lora) * lora.adapter_bytes if lora is not None else
                       m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
@@ -338,14 +343,10 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
             # backward, and reduce-scatters its gradients: hidden only behind one layer's compute
             comm = setup.grad_accum * zero3_exposed_seconds(m, setup, gpu, per_micro)
         else:
-            # Megatron's data-parallel ranks sit tp apart: a node holds gpus_per_node / tp of them
-            bus = ring_bus_bytes_per_second(gpu, group, gpus_per_node=setup.gpus_per_node,
-                                            inter_node_bytes_per_second=setup.inter_node_bytes_per_second,
-                                            ranks_per_node=max(1, setup.gpus_per_node // setup.tensor_parallel))
-            ar = 2 * (group - 1) / group * grad_bytes / bus
+            ar = 2 * (group - 1) / group * grad_bytes / dp_bus
             if setup.expert_parallel > 1 and lora is None:  # experts reduced over dp / ep only
                 ar = ep_mod.gradient_ring_seconds(ep_mod.expert_split(m, setup.expert_parallel, dp),
-                                                  grad_bytes / m.params, bus)
+                                                  grad_bytes / m.params, dp_bus)
             if setup.zero_stage >= 3:
                 ar *= 1.5  # parameters are all-gathered in the forward and the backward
             # the all-reduce overlaps the backward (about 2/3 of the compute) of the last micro-batch,
@@ -387,9 +388,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
         nodes=nodes_for(setup.num_gpus, setup.gpus_per_node),
         communication_link=link.name if group > 1 else "",
         communication_link_bytes_per_second=link.bytes_per_second if group > 1 else 0.0,
-        communication_bus_bytes_per_second=ring_bus_bytes_per_second(
-            gpu, group, gpus_per_node=setup.gpus_per_node, inter_node_bytes_per_second=setup.inter_node_bytes_per_second,
-            ranks_per_node=max(1, setup.gpus_per_node // setup.tensor_parallel)) if group > 1 else 0.0,
+        communication_bus_bytes_per_second=dp_bus,
         tensor_parallel_link=(collective_link(gpu, setup.tensor_parallel, gpus_per_node=setup.gpus_per_node,
                                               inter_node_bytes_per_second=setup.inter_node_bytes_per_second).name
                               if setup.tensor_parallel > 1 else ""),
