@@ -3,13 +3,14 @@ vocab-parallel cross-entropy (--loss vocab-parallel) and --megatron-core (plan/n
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from gpulens.cli.main import main
 from gpulens.plan.catalog import find_gpu
 from gpulens.plan.memory import TrainSetup, megatron_stage_params, training_memory
 from gpulens.plan.models import preset
-from gpulens.plan.nemo_optim import apex_adam_states
+from gpulens.plan.nemo_optim import apex_adam_states, apex_grad_sync_bytes
 
 GiB = 1 << 30
 
@@ -64,3 +65,53 @@ def test_refusals_through_the_cli(capsys):
     assert "Traceback" not in err and "--megatron-core" in err
     assert main([*base, "--megatron-core", "--zero", "1", "--zero-layout", "apex-distributed-adam",
                  "--loss", "vocab-parallel", "--format", "json"]) == 0
+
+
+def test_bf16_grad_sync_beside_fp32_moments_is_4_plus_12_over_d():
+    # NeMo 24.07's H100 FP8 scripts: +training.model.optim.grad_sync_dtype=bf16 over fp32 moments
+    s = apex_adam_states(1000.0, layout="apex-distributed-adam", group=8, fp32_grad_params=100.0, grad_sync_bytes=2)
+    assert s.gradients_bytes == 2 * 900 + 4 * 100  # the embeddings' gradients stay fp32
+    assert s.optimizer_states_bytes == (2 * 900 + 4 * 100 + (8 + 2) * 1000) / 8
+    assert apex_grad_sync_bytes("apex-distributed-adam", None) == 4
+    assert apex_grad_sync_bytes("apex-distributed-adam-bf16", None) == 2
+    assert apex_grad_sync_bytes("apex-distributed-adam-bf16", "fp32") == 4
+
+
+def _json_plan(capsys, *extra):
+    capsys.readouterr()
+    args = ["plan", "-m", "llama-3-8b", "--gpus", "8", "--gpu", "h100-sxm", "--precision", "fp8", "--batch", "1",
+            "--seq", "8192", "--grad-accum", "32", "--cp", "2", "--zero", "1", "--zero-layout", "apex-distributed-adam",
+            "--loss", "vocab-parallel", "--attention-kernel", "cudnn", "--format", "json", *extra]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_reduce_dtype_sets_the_apex_gradient_buffer_and_halves_its_share_of_the_ring(capsys):
+    fp32 = _json_plan(capsys)
+    bf16 = _json_plan(capsys, "--reduce-dtype", "bf16")
+    n = megatron_stage_params(preset("llama-3-8b"), _setup(context_parallel=2))
+    saved = fp32["memory"]["breakdown"]["gradients"] - bf16["memory"]["breakdown"]["gradients"]
+    ends = preset("llama-3-8b").embedding_params + preset("llama-3-8b").lm_head_params  # fp32 either way
+    assert abs(saved - 2 * (n - ends)) <= 2
+    assert bf16["memory"]["peak_bytes"] < fp32["memory"]["peak_bytes"]
+    # the reduce-scatter moves 2 bytes instead of 4; the bf16 parameters' all-gather is the same
+    assert bf16["speed"]["communication_seconds"] < fp32["speed"]["communication_seconds"]
+
+
+def test_distributed_optimizer_traffic_is_a_gradient_reduce_scatter_and_a_parameter_all_gather():
+    from gpulens.plan.speed import _gradient_ring_bytes_per_param
+    plain = _setup(zero_stage=0, num_gpus=16)
+    assert _gradient_ring_bytes_per_param(plain) == 4  # Megatron all-reduces its fp32 main_grad
+    assert _gradient_ring_bytes_per_param(_setup(num_gpus=16)) == (4 + 2) / 2
+    apex_bf16 = _setup(num_gpus=16, zero_layout="apex-distributed-adam", reduce_dtype="bf16")
+    assert _gradient_ring_bytes_per_param(apex_bf16) == (2 + 2) / 2
+
+
+def test_reduce_dtype_refusals_stay_one_sentence(capsys):
+    base = ["plan", "-m", "llama-3-8b", "--gpus", "8", "--precision", "fp8", "--megatron-core", "--zero", "1"]
+    # --backward-prefetch is FSDP's, not NeMo's distributed Adam's
+    assert main([*base, "--zero-layout", "apex-distributed-adam", "--backward-prefetch", "none"]) == 2
+    # Megatron's own distributed optimizer has no such knob here
+    assert main([*base, "--reduce-dtype", "bf16"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "apex-distributed-adam" in err

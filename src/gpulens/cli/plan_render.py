@@ -197,7 +197,7 @@ def render_plan(res: Any) -> None:
         _mechanism_speed_rows(st, s)
         if s.get("communication_link"):
             bus = s.get("communication_bus_bytes_per_second") or s["communication_link_bytes_per_second"]
-            st.add_row("gradient all-reduce", f"over {s['communication_link']}, ring moving {bus / 1e9:.4g} GB/s "
+            st.add_row("gradient collectives", f"over {s['communication_link']}, ring moving {bus / 1e9:.4g} GB/s "
                                               f"per GPU as NCCL does · {s['nodes']} node(s)")
     else:
         st.add_row("time to first token (TTFT)", format_seconds(s["ttft_seconds"]))

@@ -46,7 +46,13 @@ from gpulens.plan.lora_memory import _lora_memory, lora_layer_and_head_bytes  # 
 from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
 from gpulens.plan.memory_estimate import FIT_MARGIN_RATIO, MemoryEstimate, fits_in  # noqa: F401 - re-exported
 from gpulens.plan.models import ModelSpec
-from gpulens.plan.nemo_optim import APEX_LAYOUTS, VOCAB_PARALLEL_LOSS, apex_adam_states, check_nemo_options
+from gpulens.plan.nemo_optim import (
+    APEX_LAYOUTS,
+    VOCAB_PARALLEL_LOSS,
+    apex_adam_states,
+    apex_grad_sync_bytes,
+    check_nemo_options,
+)
 from gpulens.plan.zero import check_layout, check_zero3_collectives, largest_module_params, zero_states
 
 MiB = 1 << 20
@@ -96,7 +102,8 @@ class TrainSetup:
     expert_parallel: int = 1  # MoE: experts split over groups of N data-parallel GPUs (plan/expert_parallel.py)
     offload: str = "none"  # none | optimizer: ZeRO-Offload's fp32 master + Adam states on the CPU (plan/offload.py)
     backward_prefetch: str = "pre"  # ZeRO-3 / FSDP: pre | post | none (speed.zero3_exposed_seconds)
-    reduce_dtype: str | None = None  # ZeRO-3's gradient reduce-scatter: fp32 | bf16 (None: fp32 under amp)
+    reduce_dtype: str | None = None  # gradients reduced in fp32 | bf16: ZeRO-3's reduce-scatter (None: fp32 under amp)
+    # or NeMo's distributed Adam's grad_sync_dtype (None: its optimizer dtype; plan/nemo_optim.py)
     megatron_core: bool = False  # a Megatron-Core run even at TP 1 x PP 1 x CP 1 (--megatron-core)
 
     def run_model(self, m: ModelSpec) -> ModelSpec:
@@ -444,7 +451,8 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
     if setup.zero_layout in APEX_LAYOUTS:  # NeMo's distributed Adam (plan/nemo_optim.py)
         ends = m.vocab_size * m.hidden_size if setup.pipeline_parallel > 1 else m.embedding_params + m.lm_head_params
         apex = apex_adam_states(params, layout=setup.zero_layout, group=setup.gradient_group,
-                                fp32_grad_params=ends / setup.tensor_parallel)
+                                fp32_grad_params=ends / setup.tensor_parallel,
+                                grad_sync_bytes=apex_grad_sync_bytes(setup.zero_layout, setup.reduce_dtype))
         weights, grads, states = apex.weights_bytes, apex.gradients_bytes, apex.optimizer_states_bytes
         per_param = (weights + grads + states) / params
     act = megatron_activation_bytes(m, setup)

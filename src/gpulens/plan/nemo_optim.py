@@ -39,6 +39,16 @@ shards in bf16, and `store_params=False` without remainders (NeMo: `optim_dtype 
 output layer) are `_with_fp32_optimizer` (megatron_gpt_model.py, `with_fp32_embedding_grads`
 default True), bucketed with `grad_sync_dtype=torch.float32`: 4 + 4/d bytes of gradient for those.
 
+`--reduce-dtype bf16|fp32` with either layout: NeMo's `optim.grad_sync_dtype`, the dtype of the whole
+gradient buffer and of its reduce-scattered shards (Apex `_init_grad_buffer` and
+`_start_bucket_grad_sync` allocate both in the bucket's `grad_sync_dtype`), whatever the moments' dtype;
+its default is the optimizer's dtype (fp32 for apex-distributed-adam, bf16 for -bf16). The release's
+own H100 FP8 run scripts set it to bf16 beside fp32 moments (NeMo-Framework-Launcher tag 24.07,
+examples/training/{gpt/h100/*_fp8_*,llama/h100/llama{2,3}_*_fp8}.sh:
+`+training.model.optim.grad_sync_dtype=bf16`): 2 + 2 + (2 + 8 + 2) / d = 4 + 12 / d bytes a
+parameter. Whatever the dtype, the embeddings (and a tied output layer) keep fp32 gradients
+(`_with_fp32_optimizer`, bucketed with `grad_sync_dtype=torch.float32`).
+
 FP8 (`--precision fp8`) changes none of it: the recipes leave `fp8_params` False
 (megatron_gpt_model.py `self.cfg.get('fp8_params', False)`), so TE casts the bf16 weights and caches
 the FP8 copy and its transpose across micro-batches as plan/fp8_megatron.py prices (Megatron-Core
@@ -77,15 +87,26 @@ class ApexAdamStates:
     optimizer_states_bytes: float  # reduce-scattered grad shards + moments + param remainders, / d
 
 
-def apex_adam_states(params: float, *, layout: str, group: int, fp32_grad_params: float = 0.0) -> ApexAdamStates:
+def apex_grad_sync_bytes(layout: str, reduce_dtype: str | None) -> int:
+    """Bytes a gradient element takes in the buffer and on the wire: `--reduce-dtype` when given,
+    else the optimizer's dtype (Apex: `if grad_sync_dtype is None: grad_sync_dtype = dtype`)."""
+    if reduce_dtype is not None:
+        return {"fp32": 4, "bf16": 2}[reduce_dtype]
+    return 4 if layout == "apex-distributed-adam" else 2
+
+
+def apex_adam_states(params: float, *, layout: str, group: int, fp32_grad_params: float = 0.0,
+                     grad_sync_bytes: int | None = None) -> ApexAdamStates:
     """`params` local parameters sharded over `group` data x context-parallel ranks;
-    `fp32_grad_params`: of those, the embeddings' (fp32 gradients under the bf16 layout)."""
+    `fp32_grad_params`: of those, the embeddings' (fp32 gradients whatever the sync dtype);
+    `grad_sync_bytes`: the gradient buffer's and shards' dtype (None: the layout's own)."""
     d = max(group, 1)
-    if layout == "apex-distributed-adam":
-        return ApexAdamStates(2.0 * params, 4.0 * params, (4.0 + 8.0 + 2.0) * params / d)
+    g = apex_grad_sync_bytes(layout, None) if grad_sync_bytes is None else grad_sync_bytes
+    # the moments (and, with fp32 moments over a bf16 module, the params' int16 remainders)
+    states = (8.0 + 2.0) if layout == "apex-distributed-adam" else 4.0
     other = params - fp32_grad_params
-    return ApexAdamStates(2.0 * params, 2.0 * other + 4.0 * fp32_grad_params,
-                          (2.0 * other + 4.0 * fp32_grad_params + 4.0 * params) / d)
+    grads = g * other + 4.0 * fp32_grad_params
+    return ApexAdamStates(2.0 * params, grads, (grads + states * params) / d)
 
 
 def check_nemo_options(*, layout: str, loss: str, zero_stage: int, precision: str, megatron: bool) -> None:

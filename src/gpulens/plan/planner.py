@@ -25,6 +25,7 @@ from gpulens.plan.links import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NODE_BYTES_P
 from gpulens.plan.megatron import RECOMPUTE
 from gpulens.plan.memory import DEFAULT_CUDA_CONTEXT_BYTES, MemoryEstimate, TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, load_model
+from gpulens.plan.nemo_optim import apex_grad_sync_bytes
 from gpulens.plan.overlap import overlap_compute_slowdown
 from gpulens.plan.serve import INT4_GROUP, ServeSetup, plan_serving
 from gpulens.plan.serve_engine_rules import with_engine_defaults
@@ -261,8 +262,10 @@ def _plan_train(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
         notes.append(f"ZeRO-{req.zero}, {req.zero_layout} layout: " + (
             "16-bit weights and gradients in the module, the fp32 master copy sharded with the Adam moments "
             "(DeepSpeed, ZeRO paper)." if setup.deepspeed_amp else
-            "NeMo's distributed Adam (Apex DistributedFusedAdam): bf16 module, the whole gradient buffer, gradient "
-            "shards and Adam states sharded (plan/nemo_optim.py)." if req.zero_layout.startswith("apex") else
+            "NeMo's distributed Adam (Apex DistributedFusedAdam): bf16 module, the whole gradient buffer "
+            f"({'fp32' if apex_grad_sync_bytes(req.zero_layout, req.reduce_dtype) == 4 else 'bf16'}, its grad_sync_dtype), "
+            "gradient shards and Adam states sharded; the gradients reduce-scattered and the bf16 parameters "
+            "all-gathered (plan/nemo_optim.py)." if req.zero_layout.startswith("apex") else
             "fp32 shards of weights, gradients and moments; each unit gathered and computed in bf16 without "
             "autocast (FSDP MixedPrecision, as Composer / llm-foundry run it)." if req.zero_layout == "fsdp-bf16" else
             "weights and gradients in the precision's storage dtype (fp32 under amp), as PyTorch FSDP keeps them."))

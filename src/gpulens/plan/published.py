@@ -141,7 +141,7 @@ def _megatron_request(fig: dict[str, Any], name: str) -> PlanRequest:
     return PlanRequest(model=name, workload="train", gpu=c["gpu"], gpus=c["gpus"], precision=c["precision"],
                        batch=c["batch"], seq=c["seq"], grad_accum=c["grad_accum"], recompute=c["recompute"],
                        zero=c.get("zero", 0), zero_layout=c.get("zero_layout", "fsdp"), loss=c.get("loss", "torch"),
-                       tensor_parallel=c["tensor_parallel"], pipeline_parallel=c.get("pipeline_parallel", 1),
+                       reduce_dtype=c.get("reduce_dtype"), tensor_parallel=c["tensor_parallel"], pipeline_parallel=c.get("pipeline_parallel", 1),
                        sequence_parallel=bool(c.get("sequence_parallel", False)),
                        virtual_stages=c.get("virtual_stages", 1), context_parallel=c.get("context_parallel", 1),
                        attention_kernel=c.get("attention_kernel", "auto"),

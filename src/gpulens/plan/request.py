@@ -99,9 +99,11 @@ class PlanOptions:
                                   "(default: BACKWARD_PRE, as FSDP, FSDP2 and DeepSpeed prefetch), post (BACKWARD_POST, "
                                   "Composer's default; priced as pre) or none (NO_PREFETCH, the default of transformers' Trainer and HF Accelerate: the "
                                   "backward's all-gathers and reduce-scatters do not overlap its compute).", "pre")
-    reduce_dtype: str | None = _opt(("--reduce-dtype",), "Training, --zero 3: the dtype gradients are reduce-scattered "
-                                    "in: fp32 (the default under amp; FSDP MixedPrecision(reduce_dtype=float32), "
-                                    "Composer DEFAULT) or bf16 (half the bytes: Composer PURE).")
+    reduce_dtype: str | None = _opt(("--reduce-dtype",), "Training, --zero 3 or an apex-distributed-adam layout: the "
+                                    "dtype gradients are reduce-scattered in: fp32 (the default under amp; FSDP "
+                                    "MixedPrecision(reduce_dtype=float32), Composer DEFAULT; NeMo's distributed Adam "
+                                    "with fp32 moments) or bf16 (half the bytes: Composer PURE; NeMo's "
+                                    "optim.grad_sync_dtype=bf16, whose gradient buffer is then bf16 too).")
     loss: str = _opt(("--loss",), "Training: torch (transformers upcasts the logits to fp32) or fused (an in-place "
                                   "16-bit cross-entropy kernel, llm-foundry's default) or vocab-parallel (Megatron-Core's "
                                   "cross-entropy, fused or not: bf16 logits and an in-place fp32 softmax per "
@@ -275,12 +277,14 @@ class PlanOptions:
                 raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
             fsdp = (self.zero == 3 and gpus >= 2 and (self.tp or 1) == 1 and self.pp == 1 and self.cp == 1
                     and self.finetune.lower() == "full")
+            apex = self.zero_layout.lower().startswith("apex")  # --reduce-dtype: its grad_sync_dtype (plan/nemo_optim.py)
             for name in ("backward_prefetch", "reduce_dtype"):
-                if getattr(self, name) != defaults[name] and not fsdp:
+                if getattr(self, name) != defaults[name] and not fsdp and not (apex and name == "reduce_dtype"):
                     flag = "--" + name.replace("_", "-")
-                    raise BadInputError(f"{flag} shapes FSDP / ZeRO-3's per-layer gathers and reduce-scatters, which this "
-                                        "plan does not run: they need --zero 3 on 2 or more GPUs, full fine-tuning and "
-                                        "no --tp, --pp or --cp.", hint=f"Add --zero 3 with --gpus 2 or more, or drop {flag}.")
+                    nemo = " (or NeMo's distributed Adam: --zero-layout apex-distributed-adam)" if name == "reduce_dtype" else ""
+                    raise BadInputError(f"{flag} shapes FSDP / ZeRO-3's per-layer gathers and reduce-scatters{nemo}, which "
+                                        "this plan does not run: they need --zero 3 on 2 or more GPUs, full fine-tuning "
+                                        "and no --tp, --pp or --cp.", hint=f"Add --zero 3 with --gpus 2 or more, or drop {flag}.")
         elif self.prefill_chunk_tokens is not None and self.runtime.lower() == "hf":
             raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
                                 "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")

@@ -40,6 +40,7 @@ from gpulens.plan.memory import (
     megatron_layer_items,
 )
 from gpulens.plan.models import ModelSpec
+from gpulens.plan.nemo_optim import APEX_LAYOUTS, apex_grad_sync_bytes
 from gpulens.plan.overlap import hidden_collective_cost_seconds
 from gpulens.plan.zero import REDUCE_DTYPES
 
@@ -140,7 +141,7 @@ class TrainSpeed:
     communication_seconds: float
     efficiency_source: str
     nodes: int = 1
-    communication_link: str = ""  # the bottleneck link of the gradient all-reduce
+    communication_link: str = ""  # the bottleneck link of the gradient collectives
     communication_link_bytes_per_second: float = 0.0  # per GPU, one direction, the line rate
     communication_bus_bytes_per_second: float = 0.0  # what the gradient ring moves per GPU (plan/links.py)
     tensor_parallel_link: str = ""  # the link tensor parallelism's all-reduces run over
@@ -252,6 +253,22 @@ def _optimizer_traffic_bytes(m: ModelSpec, setup: TrainSetup) -> float:
     return m.params * per_param / shard
 
 
+def _gradient_ring_bytes_per_param(setup: TrainSetup) -> float:
+    """What the step's gradient collective moves per parameter, priced as a ring all-reduce of that
+    many bytes (2 (g - 1) / g of them per GPU). Megatron's distributed optimizer (and NeMo's
+    distributed Adam) reduce-scatters the gradients in their dtype and all-gathers the updated
+    16-bit parameters (Megatron-LM docs/user-guide/features/dist_optimizer.md, "Key Steps"; Apex
+    distributed_fused_adam.py: the grad sync in grad_sync_dtype, the param sync in param_sync_dtype):
+    half a ring of each; otherwise the gradients are all-reduced in Megatron's fp32 main_grad, or in
+    the module's dtype."""
+    if not setup.megatron:
+        return 4 if _mode(setup.precision).weight == 4 else 2
+    grad = apex_grad_sync_bytes(setup.zero_layout, setup.reduce_dtype) if setup.zero_layout in APEX_LAYOUTS else 4
+    if setup.zero_stage >= 1:  # the module is 16-bit unless the run is fp32 (plan/memory.py's Megatron weights)
+        return (grad + (4 if setup.precision == "fp32" else 2)) / 2
+    return grad
+
+
 def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficiency) -> TrainSpeed:
     setup.validate()
     m = setup.run_model(m)  # --attention-kernel eager: the S x S scores in the memory traffic, the FLOPs at the matmuls' rate
@@ -337,7 +354,7 @@ def training_speed(m: ModelSpec, setup: TrainSetup, gpu: GpuSpec, eff: Efficienc
                                        ranks_per_node=max(1, setup.gpus_per_node // setup.tensor_parallel)) if group > 1 else 0.0
     if group > 1:
         grad_bytes = (adapter_params(m, lora) * lora.adapter_bytes if lora is not None else
-                      m.params * (4 if _mode(setup.precision).weight == 4 or setup.megatron else 2) / mp)
+                      m.params * _gradient_ring_bytes_per_param(setup) / mp)
         if setup.zero_stage >= 3 and lora is None and not setup.megatron:
             # every micro-batch gathers each layer's parameters in the forward and again in the
             # backward, and reduce-scatters its gradients: hidden only behind one layer's compute
