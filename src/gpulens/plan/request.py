@@ -92,7 +92,8 @@ class PlanOptions:
                                                 "each unit gathered and computed in bf16); Megatron plans also "
                                                 "apex-distributed-adam (NeMo's distributed_fused_adam: bf16 module, "
                                                 "whole fp32 gradient buffer, fp32 moments, gradient shards and param "
-                                                "remainders sharded: 6 + 14/d bytes) or apex-distributed-adam-bf16 "
+                                                "remainders sharded: 6 + 14/d bytes; with --reduce-dtype bf16, a bf16 "
+                                                "gradient buffer: 4 + 12/d) or apex-distributed-adam-bf16 "
                                                 "(its optim.dtype bf16: 4 + 6/d).",
                             "fsdp")
     backward_prefetch: str = _opt(("--backward-prefetch",), "Training, --zero 3: FSDP's backward prefetch: pre "
