@@ -5,10 +5,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpulens.errors import BadInputError
 from gpulens.gpu.backend import GpuBackend
-from gpulens.gpu.fake import FakeBackend
-from gpulens.gpu.replay import ReplayBackend
 from gpulens.gpu.types import (
     ClockEvent,
     GpuInfo,
@@ -18,6 +18,26 @@ from gpulens.gpu.types import (
     XidEvent,
     decode_clock_events,
 )
+
+# The fake and replay backends load on first use (PEP 562): the NVML backend and a run's
+# fingerprint (gpulens.runs) import this package without paying for a trace reader.
+_LAZY = {"FakeBackend": "gpulens.gpu.fake", "ReplayBackend": "gpulens.gpu.replay"}
+
+if TYPE_CHECKING:
+    from gpulens.gpu.fake import FakeBackend
+    from gpulens.gpu.replay import ReplayBackend
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpulens.gpu' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
 
 __all__ = [
     "ClockEvent",
@@ -61,11 +81,12 @@ def open_backend(spec: str | None, *, speed: float | None = 1.0, rebase: bool = 
 
         return NvmlBackend()
     if kind == "fake":
-        from gpulens.gpu.fake import parse_fake_spec
+        from gpulens.gpu.fake import FakeBackend, parse_fake_spec
 
         return FakeBackend(gpus=parse_fake_spec(spec))
     if kind == "replay":
         from gpulens.data import bundled_trace
+        from gpulens.gpu.replay import ReplayBackend
 
         gap = {} if max_gap_seconds is None else {"max_gap_seconds": max_gap_seconds}
         return ReplayBackend(arg or bundled_trace(), speed=speed, rebase=rebase, loop=loop, **gap)
