@@ -282,10 +282,14 @@ class PlanOptions:
             for name in ("backward_prefetch", "reduce_dtype"):
                 if getattr(self, name) != defaults[name] and not fsdp and not (apex and name == "reduce_dtype"):
                     flag = "--" + name.replace("_", "-")
-                    nemo = " (or NeMo's distributed Adam: --zero-layout apex-distributed-adam)" if name == "reduce_dtype" else ""
-                    raise BadInputError(f"{flag} shapes FSDP / ZeRO-3's per-layer gathers and reduce-scatters{nemo}, which "
+                    nemo = name == "reduce_dtype"
+                    raise BadInputError(f"{flag} shapes FSDP / ZeRO-3's per-layer gathers and reduce-scatters"
+                                        + (" (or NeMo's distributed Adam's gradient sync)" if nemo else "") + ", which "
                                         "this plan does not run: they need --zero 3 on 2 or more GPUs, full fine-tuning "
-                                        "and no --tp, --pp or --cp.", hint=f"Add --zero 3 with --gpus 2 or more, or drop {flag}.")
+                                        "and no --tp, --pp or --cp.",
+                                        hint="Add --zero 3 with --gpus 2 or more"
+                                        + (", or --zero 1 --zero-layout apex-distributed-adam on a Megatron plan" if nemo else "")
+                                        + f", or drop {flag}.")
         elif self.prefill_chunk_tokens is not None and self.runtime.lower() == "hf":
             raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
                                 "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")
