@@ -25,6 +25,7 @@ from gpulens.errors import (
     TraceError,
     UnavailableError,
 )
+from gpulens.lazy import lazy_getattr
 
 # The rest of the public API loads on first use (PEP 562), so `import gpulens.runs` in a training
 # script, or the CLI's start-up, does not pay for the store, the monitors and the GPU backends.
@@ -46,15 +47,7 @@ if TYPE_CHECKING:
     from gpulens.workload.training import TrainingMonitor
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpulens' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "BackendUnavailableError",

@@ -33,6 +33,7 @@ grimp = pytest.importorskip("grimp", reason="the import-graph checks need grimp 
 #   sinks) sit above the consumers they feed; views is the panel model the surfaces share;
 # - cli, and gpucheck (`python -m gpulens.gpucheck`), are entry points: nothing imports them.
 # - files (writing a user's output file atomically) sits with units and clock: any feature's output uses it.
+# - lazy (a package's PEP 562 re-exports) sits there too: the facade, gpu and runs name their lazy parts with it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli", "gpucheck"),
@@ -46,7 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpu", "store", "plan", "k8s"),
     ("promql", "http_client", "webconfig"),
     ("vocab",),
-    ("units", "stats", "mfu", "data", "clock", "files", "safe_parse"),
+    ("units", "stats", "mfu", "data", "clock", "files", "safe_parse", "lazy"),
     ("errors",),
 )
 # The public facade (gpulens/__init__.py) re-exports from every layer (lazily, by name).

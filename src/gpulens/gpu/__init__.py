@@ -18,6 +18,7 @@ from gpulens.gpu.types import (
     XidEvent,
     decode_clock_events,
 )
+from gpulens.lazy import lazy_getattr
 
 # The fake and replay backends load on first use (PEP 562): the NVML backend and a run's
 # fingerprint (gpulens.runs) import this package without paying for a trace reader.
@@ -28,16 +29,7 @@ if TYPE_CHECKING:
     from gpulens.gpu.replay import ReplayBackend
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpulens.gpu' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
-
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "ClockEvent",
