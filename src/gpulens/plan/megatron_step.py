@@ -58,22 +58,21 @@ def output_layer_seconds(m: ModelSpec, setup: TrainSetup, precision: str, *, mat
     """The output layer of a Megatron run (`setup.megatron`): on the last stage, 6 h V FLOPs per
     token (4 h V when a frozen base computes no weight gradient) at the matmul rate and the loss's
     3 passes over its tensors (as speed.training_speed counts them), both never recomputed, split
-    over the tensor- and context-parallel ranks; spread, what training_speed counted for it: its
-    FLOPs in train_flops_per_token (8 h V under full recomputation) and the loss traffic (x 1.5
-    under full recomputation), divided over all t x p x cp GPUs."""
+    over the tensor- and context-parallel ranks; spread, what training_speed counted for it: the
+    same FLOPs in train_flops_per_token (which never recomputes the head either) and the loss
+    traffic (x 1.5 under full recomputation), divided over all t x p x cp GPUs."""
     tokens = setup.micro_batch * setup.seq_len
     hv = m.hidden_size * m.vocab_size
     no_wgrad = 2 if setup.lora is not None else 0  # speed.training_speed: 2 N fewer with a frozen base
-    counted = 6 - no_wgrad  # train_flops_per_token never recomputes the head either
-    true = 6 - no_wgrad
+    per_hv = 6 - no_wgrad  # FLOPs per token per h x V entry
     loss = 3 * _loss_bytes(m, precision, tokens, setup.loss)
     t, cp, mp = setup.tensor_parallel, setup.context_parallel, setup.model_parallel
     flops_s = hv * tokens / matmul_flops_per_second
     loss_s = loss / bandwidth_bytes_per_second
     return OutputLayerSeconds(
-        last_stage_compute_seconds=true * flops_s / t / cp,
+        last_stage_compute_seconds=per_hv * flops_s / t / cp,
         last_stage_memory_seconds=loss_s / t / cp,
-        spread_compute_seconds=counted * flops_s / mp / cp,
+        spread_compute_seconds=per_hv * flops_s / mp / cp,
         spread_memory_seconds=loss_s * (1.5 if setup.grad_ckpt else 1.0) / mp / cp,
     )
 
