@@ -10,6 +10,7 @@ refuse a bad file call `load_json` / `json_lines`.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -119,6 +120,10 @@ def json_value(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, check_numb
     if isinstance(text, bytes | bytearray):
         text = decode_utf8(bytes(text))
     slow = check_numbers and (_LONG_DIGITS.search(text) is not None or _BIG_EXPONENT.search(text) is not None)
+    # no cyclic garbage collection while the decoder recurses: a hostile nesting takes it to the
+    # recursion limit, where a collected object's finalizer would fail and print a traceback of its own
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         value = (_CHECKED if slow else _FAST).decode(text)
     except _BadNumber as e:
@@ -130,6 +135,9 @@ def json_value(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, check_numb
         raise UnsafeValue(f"it is not JSON ({e.msg} at {at})") from None
     except ValueError as e:  # Python's own integer digit limit, reached only off the slow path
         raise UnsafeValue(f"it holds a number Python cannot read ({e})") from None
+    finally:
+        if collecting:
+            gc.enable()
     if text.count("[") + text.count("{") > max_depth and not _depth_within(value, max_depth):
         raise UnsafeValue(f"it nests deeper than {max_depth} levels")
     return value
