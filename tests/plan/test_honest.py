@@ -153,6 +153,29 @@ def test_the_serving_plan_names_the_link_its_all_reduces_run_over(capsys):
     assert "inter-node network" in flat16
 
 
+def _tpot_ms(capsys, *argv: str) -> tuple[float, str]:
+    rc, out = run(capsys, "--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--batch", "8",
+                  "--format", "json", *argv)
+    assert rc == 0
+    res = json.loads(out)
+    return res["speed"]["tpot_seconds"] * 1000, res["setup"]["runtime"]
+
+
+def test_a_sharded_replica_without_runtime_is_planned_on_an_engine_so_tp16_is_slower(capsys):
+    """As a new user types it (no --runtime): TP16 over two nodes is slower per token than TP8."""
+    tp8, rt8 = _tpot_ms(capsys, "--tp", "8")
+    tp16, rt16 = _tpot_ms(capsys, "--tp", "16")
+    assert rt8 == rt16 == "vllm" and tp16 > tp8
+    assert _tpot_ms(capsys, "--tp", "8", "--runtime", "vllm")[0] == tp8  # the same plan as naming vLLM
+    assert _tpot_ms(capsys)[1] == "hf"  # one GPU keeps transformers' generate
+    rc, out = run(capsys, "--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--tp", "16")
+    assert rc == 0 and "No --runtime given" in " ".join(out.split())
+    rc, out = run(capsys, "--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--tp", "16",
+                  "--runtime", "hf")
+    flat = " ".join(out.split())
+    assert rc == 0 and 'tp_plan="auto"' in flat and "one node" in flat and "No --runtime given" not in flat
+
+
 def test_the_all_reduce_grows_with_size_degree_and_link():
     gpu = find_gpu("h100-sxm")
     small, big = ring_all_reduce(16 << 10, 8, gpu), ring_all_reduce(64 << 20, 8, gpu)

@@ -138,7 +138,7 @@ def _plan(argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--pp", "2"], "transformers' generate runs on one GPU"),
+    (["--runtime", "hf", "--pp", "2"], "transformers' generate has no pipeline schedule"),
     (["--runtime", "tgi", "--pp", "2"], "TGI shards only"),
     (["--runtime", "vllm", "--pp", "3"], "does not split"),
     (["--runtime", "vllm", "--gpus", "4", "--tp", "4", "--pp", "2"], "is not --tp 4 x --pp 2"),

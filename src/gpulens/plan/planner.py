@@ -77,6 +77,7 @@ class PlanRequest:
     prompt: int = 512
     new_tokens: int = 128
     runtime: str = "hf"
+    runtime_defaulted: bool = False  # --runtime not given: hf on one GPU, vllm for a sharded replica (plan/request.py)
     tensor_parallel: int = 1
     max_num_batched_tokens: int | None = None  # an engine's profiling forward (None: the engine's default, serve_engine_rules)
     nccl_record_streams: bool = False  # engine at TP > 1: all-reduced activations held through the profiling forward
@@ -303,6 +304,9 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
                        nccl_communicators=req.nccl_communicators, int4_group_size=req.int4_group_size,
                        prefill_chunk_tokens=req.prefill_chunk_tokens, pipeline_parallel=req.pipeline_parallel,
                        prefix_hit_ratio=req.prefix_hit_ratio, fp8_activations=req.fp8_activations)
+    if req.runtime_defaulted and req.runtime != "hf":
+        notes.append(f"No --runtime given: a replica on {req.replica_gpus} GPUs is planned as vLLM serves it "
+                     "(--runtime hf plans transformers' own, eager tensor parallelism instead).")
     setup = with_engine_defaults(setup, model, gpu.memory_bytes)  # SGLang's, TGI's own token budgets (serve_engine_rules)
     sp = plan_serving(model, setup, gpu, eff, tpot_target_seconds=req.tpot_target_seconds, cuda_context_bytes=ctx)
     mem = sp.memory

@@ -116,9 +116,10 @@ class PlanOptions:
     kv_dtype: str | None = _opt(("--kv-dtype",), "Serving: KV-cache format (default: the compute dtype; fp8 halves it).")
     prompt: int = _opt(("--prompt",), "Serving: prompt tokens per request.", 512)
     new_tokens: int = _opt(("--new-tokens",), "Serving: generated tokens per request.", 128)
-    runtime: str = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi, trtllm "
-                                          "(CUDA graphs, preallocated paged KV cache; trtllm: 90 % of the memory left "
-                                          "free, 64-token blocks).", "hf")
+    runtime: str | None = _opt(("--runtime",), "Serving: hf (transformers generate), or an engine: vllm, sglang, tgi, "
+                                                 "trtllm (CUDA graphs, preallocated paged KV cache; trtllm: 90 % of the "
+                                                 "memory left free, 64-token blocks). Default: hf on one GPU, vllm for a "
+                                                 "replica on several (--tp, --pp or --gpus above 1).")
     max_num_batched_tokens: int | None = _opt(("--max-num-batched-tokens",), "Serving, engine: tokens of the "
                                               "profiling forward whose activation peak the KV pool leaves room for "
                                               "(vLLM's and trtllm's default 8,192; vLLM 0.2.x used max(max_model_len, "
@@ -290,7 +291,7 @@ class PlanOptions:
                                         hint="Add --zero 3 with --gpus 2 or more"
                                         + (", or --zero 1 --zero-layout apex-distributed-adam on a Megatron plan" if nemo else "")
                                         + f", or drop {flag}.")
-        elif self.prefill_chunk_tokens is not None and self.runtime.lower() == "hf":
+        elif self.prefill_chunk_tokens is not None and self.resolved_runtime(workload, gpus) == "hf":
             raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
                                 "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")
         elif self.fp8_activations != defaults["fp8_activations"] and self.dtype.lower() != "fp8":
@@ -306,9 +307,18 @@ class PlanOptions:
             self.check_speculation()
             self.check_serving_stages(gpus)
 
+    def resolved_runtime(self, workload: str, gpus: int) -> str:
+        """--runtime, or its default: transformers' generate on one GPU; vLLM for a replica on several,
+        since transformers' own tensor parallelism (tp_plan="auto") is eager and its docs advise it
+        within one node only (a sharded replica is what engines are for)."""
+        if self.runtime is not None:
+            return self.runtime.lower()
+        tp = self.tp if self.tp is not None else (max(1, gpus // self.pp) if workload == "infer" else 1)
+        return "vllm" if workload == "infer" and (tp > 1 or self.pp > 1) else "hf"
+
     def check_serving_stages(self, gpus: int) -> None:
         """Serving --pp, --prefix-hit-ratio and --max-num-batched-tokens (not sglang): engines only; GPUs = --tp x --pp."""
-        runtime = self.runtime.lower()
+        runtime = self.resolved_runtime("infer", gpus)
         if self.prefix_hit_ratio >= 1:
             raise BadInputError(f"--prefix-hit-ratio must be below 1, not {self.prefix_hit_ratio!r}: a request "
                                 "computes at least its last prompt token.", hint="Give e.g. --prefix-hit-ratio 0.5.")
@@ -319,7 +329,8 @@ class PlanOptions:
         if self.pp == 1:
             return
         if runtime in ("hf", "tgi"):
-            what = "transformers' generate runs on one GPU" if runtime == "hf" else "TGI shards only by tensor parallelism"
+            what = ("transformers' generate has no pipeline schedule (device_map=\"auto\" runs its GPUs one at a time)"
+                    if runtime == "hf" else "TGI shards only by tensor parallelism")
             raise BadInputError(f"--pp {self.pp} splits a model into pipeline stages, and {what}.",
                                 hint="Use --runtime vllm, sglang or trtllm with --pp, or drop --pp (use --tp).")
         tp = self.tp if self.tp is not None else max(1, gpus // self.pp)
@@ -370,7 +381,7 @@ class PlanOptions:
             virtual_stages=self.virtual_stages, context_parallel=self.cp,
             attention_kernel=self.attention_kernel.lower(), dtype=self.dtype.lower(),
             kv_dtype=self.kv_dtype.lower() if self.kv_dtype else None, prompt=self.prompt, new_tokens=self.new_tokens,
-            runtime=self.runtime.lower(), tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
+            runtime=self.resolved_runtime(workload, gpus), runtime_defaulted=self.runtime is None, tensor_parallel=tp, max_num_batched_tokens=self.max_num_batched_tokens,
             prefill_chunk_tokens=self.prefill_chunk_tokens,
             nccl_record_streams=self.nccl_record_streams, nccl_communicators=self.nccl_communicators,
             tp_shards_head=self.tp_shards_head,

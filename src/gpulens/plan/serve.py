@@ -235,8 +235,11 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
     h, inter, vocab = m.hidden_size, m.intermediate_size, m.vocab_size
     notes: list[str] = []
     if setup.runtime == "hf":
-        if tp > 1:
-            notes.append("transformers' generate does not shard across GPUs; tensor parallelism assumes an engine")
+        if tp > 1:  # transformers' docs: TP is communication-heavy, keep it inside one node
+            notes.append("transformers' own tensor parallelism (from_pretrained(tp_plan=\"auto\"), run with torchrun) "
+                         "is priced with generate's eager costs on each GPU"
+                         + ("; its docs advise one node, and pipeline or data parallelism across nodes"
+                            if tp > setup.gpus_per_node else ""))
         cands: dict[str, dict[str, float]] = {
             "prefill logits": {
                 "weights": w, "kv_cache": kv(p) * b,
