@@ -313,8 +313,11 @@ class PlanOptions:
         within one node only (a sharded replica is what engines are for)."""
         if self.runtime is not None:
             return self.runtime.lower()
-        tp = self.tp if self.tp is not None else (max(1, gpus // self.pp) if workload == "infer" else 1)
-        return "vllm" if workload == "infer" and (tp > 1 or self.pp > 1) else "hf"
+        return "vllm" if workload == "infer" and (self.replica_tp(workload, gpus) > 1 or self.pp > 1) else "hf"
+
+    def replica_tp(self, workload: str, gpus: int) -> int:
+        """--tp, or its default: serving one replica on N GPUs is TP N / --pp; training 1."""
+        return self.tp if self.tp is not None else (max(1, gpus // self.pp) if workload == "infer" else 1)
 
     def check_serving_stages(self, gpus: int) -> None:
         """Serving --pp, --prefix-hit-ratio and --max-num-batched-tokens (not sglang): engines only; GPUs = --tp x --pp."""
@@ -333,7 +336,7 @@ class PlanOptions:
                     if runtime == "hf" else "TGI shards only by tensor parallelism")
             raise BadInputError(f"--pp {self.pp} splits a model into pipeline stages, and {what}.",
                                 hint="Use --runtime vllm, sglang or trtllm with --pp, or drop --pp (use --tp).")
-        tp = self.tp if self.tp is not None else max(1, gpus // self.pp)
+        tp = self.replica_tp("infer", gpus)
         if gpus > 1 and tp * self.pp != gpus:
             raise BadInputError(f"--gpus {gpus} is not --tp {tp} x --pp {self.pp}: one replica's GPUs are its "
                                 "tensor-parallel group times its pipeline stages.",
@@ -364,8 +367,7 @@ class PlanOptions:
                 raise BadInputError(f"--gpus {gpus} is not --nodes {self.nodes} x --gpus-per-node {self.gpus_per_node}.",
                                     hint="Give --nodes with --gpus-per-node, or --gpus alone.")
         self.check_combinations(workload, gpus)
-        # serving on N GPUs of one replica = tensor parallelism N
-        tp = self.tp if self.tp is not None else (max(1, gpus // self.pp) if workload == "infer" else 1)
+        tp = self.replica_tp(workload, gpus)
         return PlanRequest(
             model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
