@@ -174,6 +174,9 @@ def test_a_sharded_replica_without_runtime_is_planned_on_an_engine_so_tp16_is_sl
                   "--runtime", "hf")
     flat = " ".join(out.split())
     assert rc == 0 and 'tp_plan="auto"' in flat and "one node" in flat and "No --runtime given" not in flat
+    rc = main(["plan", "compare", "--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--gpu",
+               "a100-80gb", "--gpus", "4"])
+    assert rc == 0 and "serve · vllm · TP 4 · compared on 2 GPUs" in capsys.readouterr().out
 
 
 def test_the_all_reduce_grows_with_size_degree_and_link():

@@ -357,7 +357,8 @@ def render_compare(comparison: Any) -> None:
     results = comparison.results
     r0 = results[0]
     train = r0.request.workload == "train"
-    console.print(f"[bold]{r0.model.name}[/] · {'train' if train else 'serve'} · compared on {len(results)} GPUs")
+    what = "train" if train else f"serve · {r0.request.runtime}" + (f" · TP {r0.request.tensor_parallel}" if r0.request.tensor_parallel > 1 else "")
+    console.print(f"[bold]{r0.model.name}[/] · {what} · compared on {len(results)} GPUs")
     t = Table(header_style="bold", box=None, padding=(0, 2))
     cols = ["GPU", "fits", "peak", "card"] + (["step", "tokens/s", "MFU"] if train else ["TTFT", "TPOT", "max batch", "out tok/s"])
     priced = any(r.cost and r.cost.per_million_tokens is not None for r in results)
