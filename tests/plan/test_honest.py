@@ -179,6 +179,21 @@ def test_a_sharded_replica_without_runtime_is_planned_on_an_engine_so_tp16_is_sl
     assert rc == 0 and "serve · vllm · TP 4 · compared on 2 GPUs" in capsys.readouterr().out
 
 
+def test_a_tp_group_wider_than_a_node_is_shown_its_one_node_alternative(capsys):
+    def tips(*argv: str) -> list[dict]:
+        rc, out = run(capsys, "--model", "llama-3-70b", "--workload", "infer", "--gpu", "h100-sxm", "--batch", "8",
+                      "--format", "json", *argv)
+        assert rc == 0
+        return [a for a in json.loads(out)["advice"] if "spans" in a["text"]]
+
+    (tip,) = tips("--tp", "16")
+    assert tip["change"] == {"tensor_parallel": 8}
+    assert "TP 16 spans 2 nodes" in tip["text"] and "10.9 ms" in tip["text"] and "2 replicas" in tip["text"]
+    assert tips("--tp", "8") == [] and tips("--tp", "16", "--gpus-per-node", "16") == []  # one node: nothing to trade
+    (eager,) = tips("--tp", "16", "--runtime", "hf")  # eager TP16 is faster per token: no replicas are promised
+    assert "43.1 ms" in eager["text"] and "replicas" not in eager["text"]
+
+
 def test_the_all_reduce_grows_with_size_degree_and_link():
     gpu = find_gpu("h100-sxm")
     small, big = ring_all_reduce(16 << 10, 8, gpu), ring_all_reduce(64 << 20, 8, gpu)

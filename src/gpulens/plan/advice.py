@@ -193,6 +193,25 @@ def serving_fixes(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     return fixes
 
 
+def cross_node_tensor_parallel_tip(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, ctx: int) -> str | None:
+    """A TP group wider than a node runs every layer's all-reduces over the network: price the
+    same batch at one node's TP degree (when the model fits there) so the plan shows the trade."""
+    node = setup.gpus_per_node
+    tp = setup.tensor_parallel
+    if tp <= node or setup.pipeline_parallel > 1 or tp % node or tensor_parallel_problem(m, node):
+        return None
+    inside = replace(setup, tensor_parallel=node)
+    if not serving_memory(m, inside, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=ctx).fits:
+        return None
+    wide, narrow = serving_speed(m, setup, gpu, eff), serving_speed(m, inside, gpu, eff)
+    text = (f"TP {tp} spans {tp // node} nodes: its all-reduces take {format_seconds(wide.tensor_parallel_seconds)} "
+            f"of each {format_seconds(wide.tpot_seconds)} token over the network. TP {node} inside one node decodes "
+            f"batch {setup.batch} at {format_seconds(narrow.tpot_seconds)} per token")
+    if narrow.tpot_seconds < wide.tpot_seconds:
+        return text + f", and {tp // node} replicas of it on the same GPUs serve {tp // node}x the requests."
+    return text + "."
+
+
 BATCH_PREFILL = "static batches: the whole batch prefilled together, no queueing"
 
 

@@ -11,6 +11,7 @@ from gpulens.plan.advice import (
     Fix,
     ReplicaMiss,
     ReplicaOption,
+    cross_node_tensor_parallel_tip,
     replica_options,
     serving_fixes,
     training_fixes,
@@ -320,6 +321,9 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
         if req.runtime == "hf":
             advice.append(Advice("tip", "A serving engine (--runtime vllm) computes logits for the last position only "
                                         "and pages its KV cache: far more concurrency than transformers' generate."))
+        cross_node = cross_node_tensor_parallel_tip(model, setup, gpu, eff, ctx)
+        if cross_node:
+            advice.append(Advice("tip", cross_node, change={"tensor_parallel": setup.gpus_per_node}))
     if sp.max_batch_for_tpot is not None:
         advice.append(Advice("note", f"The largest batch meeting TPOT <= {req.tpot_target_seconds * 1000:.0f} ms is "
                                      f"{sp.max_batch_for_tpot}." if sp.max_batch_for_tpot else
