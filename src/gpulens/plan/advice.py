@@ -15,6 +15,7 @@ from gpulens.plan.models import ModelSpec
 from gpulens.plan.scheduling import engine_step_costs, replica_capacity, under_load
 from gpulens.plan.serve import (
     ServeSetup,
+    ServeSpeed,
     max_batch_that_fits,
     serving_memory,
     serving_speed,
@@ -193,9 +194,11 @@ def serving_fixes(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency
     return fixes
 
 
-def cross_node_tensor_parallel_tip(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, ctx: int) -> str | None:
+def cross_node_tensor_parallel_tip(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec, eff: Efficiency, ctx: int,
+                                   wide: ServeSpeed) -> str | None:
     """A TP group wider than a node runs every layer's all-reduces over the network: price the
-    same batch at one node's TP degree (when the model fits there) so the plan shows the trade."""
+    same batch at one node's TP degree (when the model fits there) so the plan shows the trade.
+    `wide` is the plan's own speed at `setup`."""
     node = setup.gpus_per_node
     tp = setup.tensor_parallel
     if tp <= node or setup.pipeline_parallel > 1 or tp % node or tensor_parallel_problem(m, node):
@@ -203,7 +206,7 @@ def cross_node_tensor_parallel_tip(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec
     inside = replace(setup, tensor_parallel=node)
     if not serving_memory(m, inside, capacity_bytes=gpu.memory_bytes, eff=eff, cuda_context_bytes=ctx).fits:
         return None
-    wide, narrow = serving_speed(m, setup, gpu, eff), serving_speed(m, inside, gpu, eff)
+    narrow = serving_speed(m, inside, gpu, eff)
     text = (f"TP {tp} spans {tp // node} nodes: its all-reduces take {format_seconds(wide.tensor_parallel_seconds)} "
             f"of each {format_seconds(wide.tpot_seconds)} token over the network. TP {node} inside one node decodes "
             f"batch {setup.batch} at {format_seconds(narrow.tpot_seconds)} per token")

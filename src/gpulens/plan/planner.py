@@ -321,7 +321,7 @@ def _plan_serve(req: PlanRequest, model: ModelSpec, gpu: GpuSpec, eff: Efficienc
         if req.runtime == "hf":
             advice.append(Advice("tip", "A serving engine (--runtime vllm) computes logits for the last position only "
                                         "and pages its KV cache: far more concurrency than transformers' generate."))
-        cross_node = cross_node_tensor_parallel_tip(model, setup, gpu, eff, ctx)
+        cross_node = cross_node_tensor_parallel_tip(model, setup, gpu, eff, ctx, sp.speed)
         if cross_node:
             advice.append(Advice("tip", cross_node, change={"tensor_parallel": setup.gpus_per_node}))
     if sp.max_batch_for_tpot is not None:
