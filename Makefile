@@ -64,7 +64,7 @@ lint: $(VENV)/.test-stamp
 	$(VENV)/bin/ruff check src tests benchmarks examples deploy
 
 clean:
-	rm -rf $(VENV) .gpulens .pytest_cache
+	rm -rf $(VENV) .venv-llm-analysis .gpulens .pytest_cache
 
 # On a machine with an NVIDIA GPU: every NVML field against nvidia-smi, the training monitor on a
 # real CUDA loop, a forced OOM, GPM and XID registration; one JSON report (about 1 minute, under 4).
