@@ -35,12 +35,20 @@ def _result(case: dict, efficiency: dict) -> dict:
         s = analysis.training(batch_size_per_gpu=t["batch"], gradient_accumulation_steps=t["grad_accum"],
                               global_batch_size=t["batch"] * t["grad_accum"] * par["dp"], seq_len=t["seq"],
                               activation_recomputation=ActivationRecomputation(t["recompute"]), ds_zero=DSZeRO(t["zero"]),
-                              master_weights_dtype_bytes=t["master_weights_bytes"], flash_attn=True,
+                              master_weights_dtype_bytes=t["master_weights_bytes"],
+                              other_op_bytes=t["optimizer_state_bytes"], flash_attn=True,
                               mlp_gated_linear_units=case["gated_mlp"])
-        return {"step_seconds": s["latency_per_iter"]}
+        # it does not refuse a training run that exceeds the card; its verdict is its total against the card
+        return {"step_seconds": s["latency_per_iter"], "memory_bytes": s["(weight+op_state+grad+act)_memory_per_gpu"],
+                "capacity_bytes": gpu.mem_per_GPU_in_GB * 1024**3}
     i = case["infer"]
-    s = analysis.inference(batch_size_per_gpu=i["batch"], seq_len=i["prompt"], num_tokens_to_generate=i["new_tokens"])
-    return {"prefill_seconds": s["prefill_latency"], "decode_seconds_per_token": s["decode_latency"]}
+    try:
+        s = analysis.inference(batch_size_per_gpu=i["batch"], seq_len=i["prompt"], num_tokens_to_generate=i["new_tokens"])
+    except AssertionError as e:  # its no-fit verdict: "... too large to fit in GPU memory"
+        if "fit" in str(e):
+            return {"fits": False, "why": str(e)}
+        raise
+    return {"prefill_seconds": s["prefill_latency"], "decode_seconds_per_token": s["decode_latency"], "fits": True}
 
 
 def main() -> int:

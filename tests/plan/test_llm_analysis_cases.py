@@ -35,7 +35,8 @@ def test_composer_fsdp_pure_bf16(bench, figures):
     case = bench.case_for(fig)
     assert case["workload"] == "train" and case["gpu"] == "a100-sxm-40gb"
     assert case["parallel"] == {"tp": 1, "pp": 1, "dp": 64, "sp": 1}
-    assert case["train"] == {"batch": 2, "grad_accum": 1, "seq": 2048, "recompute": 2, "zero": 3, "master_weights_bytes": 2}
+    assert case["train"] == {"batch": 2, "grad_accum": 1, "seq": 2048, "recompute": 2, "zero": 3,
+                             "master_weights_bytes": 0, "optimizer_state_bytes": 4}
     assert case["model"]["ffn_embed_dim"] == 4 * 8192 and not case["gated_mlp"]  # MPT's plain 4x MLP
     # 128 sequences of 2048 tokens over 64 GPUs in 10 s
     assert bench.in_figure_unit(fig, case, {"step_seconds": 10.0}) == pytest.approx(128 * 2048 / 10.0 / 64)
@@ -43,7 +44,8 @@ def test_composer_fsdp_pure_bf16(bench, figures):
 
 def test_amp_keeps_fp32_master_weights(bench, figures):
     fig = next(f for f in figures.values() if f["config"].get("mixed_precision") == "DEFAULT")
-    assert bench.case_for(fig)["train"]["master_weights_bytes"] == 4
+    t = bench.case_for(fig)["train"]
+    assert (t["master_weights_bytes"], t["optimizer_state_bytes"]) == (4, None)  # llm-analysis's fp32 Adam
 
 
 def test_megatron_layout_and_recompute(bench, figures):
