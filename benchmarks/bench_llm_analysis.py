@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -136,16 +137,16 @@ def case_for(fig: dict) -> dict | str:
 
 
 def in_figure_unit(fig: dict, case: dict, result: dict) -> float:
-    """llm-analysis's answer in the figure's unit, by the rule gpulens's published.py uses."""
-    c = fig["config"]
+    """llm-analysis's answer in the figure's unit, through published.py's own rule (the one gpulens's
+    predictions go through): its times stand in for a plan's speeds."""
+    from gpulens.plan.published import _predicted
+
     if fig["kind"] == "training_time":
         p, t = case["parallel"], case["train"]
-        tokens = t["batch"] * t["grad_accum"] * p["dp"] * t["seq"]
-        return tokens / result["step_seconds"] / c["gpus"]
-    if str(c.get("engine", "")).startswith(("LitGPT", "gpt-fast")):
-        n = c["new_tokens"]
-        return n / (result["prefill_seconds"] + n * result["decode_seconds_per_token"])
-    return 1.0 / result["decode_seconds_per_token"]
+        speed = {"tokens_per_second": t["batch"] * t["grad_accum"] * p["dp"] * t["seq"] / result["step_seconds"]}
+    else:
+        speed = {"ttft_seconds": result["prefill_seconds"], "tpot_seconds": result["decode_seconds_per_token"]}
+    return _predicted(fig, SimpleNamespace(speed=speed))
 
 
 def compare() -> tuple[list[dict], dict[str, int], dict[str, str]] | str:
