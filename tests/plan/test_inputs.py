@@ -142,3 +142,15 @@ def test_mla_decode_reads_the_latent_in_an_engine_and_decompresses_it_in_transfo
     vllm = plan(PlanRequest(**long, runtime="vllm"), model=m).speed["tpot_seconds"]
     hf = plan(PlanRequest(**long, runtime="hf"), model=m).speed["tpot_seconds"]
     assert hf > 3 * vllm
+
+
+def test_lora_without_precision_plans_the_16_bit_base_and_an_explicit_autocast_is_refused(capsys):
+    # --precision defaults to amp_bf16 for full training; LoRA keeps its frozen base in 16-bit, so there it
+    # defaults to bf16 (the setting the refusal below names) rather than refusing the user's own defaults
+    rc, out, err = run(capsys, "--model", "llama-3-8b", "--finetune", "lora", "--batch", "1", "--format", "json")
+    assert rc == 0, err
+    assert json.loads(out)["setup"]["precision"] == "bf16"
+    rc, out, err = run(capsys, "--model", "llama-3-8b", "--batch", "1", "--format", "json")
+    assert rc == 0 and json.loads(out)["setup"]["precision"] == "amp_bf16"
+    rc, out, err = run(capsys, "--model", "llama-3-8b", "--finetune", "qlora", "--precision", "amp_bf16")
+    assert rc == 2 and "--precision bf16" in out + err

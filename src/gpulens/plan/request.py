@@ -47,10 +47,11 @@ class PlanOptions:
     workload: str = _opt(("--workload", "-w"), "train or infer.", "train")
     gpus: int = _opt(("--gpus",), "Training: number of GPUs (data parallel; with --zero, sharded). "
                                  "Serving: GPUs per replica (= --tp x --pp).", 1)
-    precision: str = _opt(("--precision",), "Training: fp32, amp_bf16, amp_fp16 (fp32 weights, 16-bit autocast), "
-                                            "bf16, fp16 (weights and states in 16-bit), fp8 (Transformer "
-                                            "Engine: the blocks' Linear GEMMs in FP8, the rest as amp_bf16; "
-                                            "Hopper, Ada, Blackwell, MI300X).", "amp_bf16")
+    precision: str | None = _opt(("--precision",), "Training: fp32, amp_bf16, amp_fp16 (fp32 weights, 16-bit "
+                                                   "autocast), bf16, fp16 (weights and states in 16-bit), fp8 "
+                                                   "(Transformer Engine: the blocks' Linear GEMMs in FP8, the rest as "
+                                                   "amp_bf16; Hopper, Ada, Blackwell, MI300X). Default: amp_bf16; "
+                                                   "bf16 with --finetune lora or qlora.")
     optimizer: str = _opt(("--optimizer",), "adamw, sgd, sgd-momentum, adafactor, adamw8bit.", "adamw")
     batch: int | None = _opt(("--batch", "-b"), "Training: micro-batch per GPU (default 8). "
                                                 "Serving: concurrent sequences (default 1).")
@@ -61,7 +62,7 @@ class PlanOptions:
     recompute: str | None = _opt(("--recompute",), "Training: none, selective (recompute only the attention core: "
                                                    "Korthikanti et al. 2022) or full (= --grad-ckpt).")
     finetune: str = _opt(("--finetune",), "Training: full, lora or qlora (frozen base, fp32 adapters unless --lora-dtype; QLoRA keeps the "
-                                          "base in 4-bit NF4). Use with --precision bf16.", "full")
+                                          "base in 4-bit NF4), planned at --precision bf16 unless given.", "full")
     lora_rank: int = _opt(("--lora-rank",), "Training: LoRA rank r.", 16)
     lora_targets: str = _opt(("--lora-targets",), "Training: all (every Linear of the blocks) or qv (q_proj, v_proj).",
                              "all")
@@ -217,6 +218,14 @@ class PlanOptions:
         return w
 
     @property
+    def precision_name(self) -> str:
+        """--precision, or its default: amp_bf16 for full training; bf16 for LoRA / QLoRA, whose frozen base
+        is stored in 16-bit, not cast under autocast (peft's and LitGPT's usual set-up)."""
+        if self.precision is not None:
+            return self.precision.lower()
+        return "bf16" if self.finetune.lower() in ("lora", "qlora") else "amp_bf16"
+
+    @property
     def batch_given(self) -> bool:
         return self.batch is not None
 
@@ -369,7 +378,7 @@ class PlanOptions:
         self.check_combinations(workload, gpus)
         tp = self.replica_tp(workload, gpus)
         return PlanRequest(
-            model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision.lower(),  # type: ignore[arg-type]
+            model=self.model, workload=workload, gpu=gpu, gpus=gpus, precision=self.precision_name,  # type: ignore[arg-type]
             optimizer=self.optimizer.lower(), batch=self.batch if self.batch is not None else DEFAULT_BATCH[workload],
             seq=self.seq, grad_accum=self.grad_accum, grad_ckpt=self.grad_ckpt or (self.recompute or "").lower() == "full",
             recompute=(self.recompute or ("full" if self.grad_ckpt else "none")).lower(), zero=self.zero,
