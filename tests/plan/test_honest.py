@@ -42,6 +42,21 @@ def _peak_and_context(model: str) -> tuple[int, int]:
 # ---------------------------------------------------------------- headlines
 
 
+@pytest.mark.parametrize("request_", [
+    PlanRequest(model="llama-3-8b", batch=2, seq=1024),  # PyTorch + transformers
+    PlanRequest(model="llama-3-8b", batch=1, gpus=2, pipeline_parallel=2, precision="bf16"),  # Megatron layout
+    PlanRequest(model="llama-3-8b", batch=1, finetune="lora", precision="bf16"),
+    PlanRequest(model="gemma-2-9b", workload="infer", batch=8, prompt=128, new_tokens=512, gpu="a100-40gb"),
+    PlanRequest(model="gemma-2-9b", workload="infer", batch=1, prompt=128, new_tokens=512, gpu="rtx-4090", dtype="int4"),
+], ids=["train", "megatron", "lora", "serve-hf", "serve-hf-int4"])
+def test_the_peak_is_its_breakdown_and_the_largest_candidate_to_the_byte(request_):
+    # the parts are whole bytes, so the candidate totals are too: a fractional KV part once put the
+    # listed candidate one byte above the peak it was reported as
+    mem = plan(request_).memory
+    assert mem.peak_bytes == sum(mem.breakdown.values()) == max(mem.candidates.values())
+    assert mem.candidates[mem.peak_at] == mem.peak_bytes
+
+
 def test_a_no_fit_inside_the_usable_memory_says_the_margin_tipped_it(isolated_plan_config):
     """Before: "needs 47.4 GiB ...; the card has 47.5 usable" under a no-fit, with no word of why."""
     peak, ctx = _peak_and_context("qwen2.5-0.5b")

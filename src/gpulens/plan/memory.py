@@ -44,7 +44,7 @@ from gpulens.plan.lora import (
 )
 from gpulens.plan.lora_memory import _lora_memory, lora_layer_and_head_bytes  # noqa: F401 - re-exported
 from gpulens.plan.megatron import llama_layer_items, model_state_bytes_per_param
-from gpulens.plan.memory_estimate import FIT_MARGIN_RATIO, MemoryEstimate, fits_in  # noqa: F401 - re-exported
+from gpulens.plan.memory_estimate import FIT_MARGIN_RATIO, MemoryEstimate, fits_in, peak_of  # noqa: F401 - re-exported
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.nemo_optim import (
     APEX_LAYOUTS,
@@ -369,22 +369,8 @@ def training_memory(
         apply_fp8_memory(cands, m, tokens=tokens, grad_ckpt=setup.grad_ckpt, zero3_gpus=gpus if zero >= 3 else 1,
                          activation_scale=activation_scale, notes=notes, selective_recompute=setup.selective_recompute)
 
-    totals = {k: sum(v.values()) for k, v in cands.items()}
-    peak_at = max(totals, key=lambda k: totals[k])
-    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
-    peak = int(sum(breakdown.values()))
-    return MemoryEstimate(
-        peak_bytes=peak,
-        breakdown=breakdown,
-        peak_at=peak_at,
-        reserved_bytes=int(peak * reserved_ratio),
-        cuda_context_bytes=cuda_context_bytes,
-        capacity_bytes=capacity_bytes,
-        fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
-        candidates={k: int(v) for k, v in totals.items()},
-        notes=notes,
-        mechanisms=mechanisms,
-    )
+    return peak_of(cands, notes, reserved_ratio=reserved_ratio, cuda_context_bytes=cuda_context_bytes,
+                   capacity_bytes=capacity_bytes, mechanisms=mechanisms)
 
 
 def megatron_stage_params(m: ModelSpec, setup: TrainSetup) -> float:
@@ -466,10 +452,6 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
     cands = {"backward start": static | {"activations": int(act)},
              "last stage loss": static | {"activations": int(act * _last_over_first(m, setup)),
                                           "logits_and_loss": int(logits)}}
-    totals = {k: sum(v.values()) for k, v in cands.items()}
-    peak_at = max(totals, key=lambda k: totals[k])
-    breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
-    peak = int(sum(breakdown.values()))
     notes = [f"Megatron-style: TP {setup.tensor_parallel} x PP {setup.pipeline_parallel}"
              + (f" x CP {setup.context_parallel}" if setup.context_parallel > 1 else "") + f" x DP {setup.data_parallel}"
              + (" with sequence parallelism" if setup.sequence_parallel else "")
@@ -482,7 +464,5 @@ def _megatron_memory(m: ModelSpec, setup: TrainSetup, *, capacity_bytes: int, wo
         notes.append("FP8 (Transformer Engine under Megatron-Core): bf16 module weights cast to FP8 once per step and "
                      "cached with their transposes (2 bytes per local TE Linear parameter); the Linears save their "
                      "inputs in FP8; the output layer, attention and loss stay bf16")
-    return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
-                          cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
-                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
-                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
+    return peak_of(cands, notes, reserved_ratio=reserved_ratio, cuda_context_bytes=cuda_context_bytes,
+                   capacity_bytes=capacity_bytes)

@@ -49,13 +49,13 @@ def fits_in(peak_bytes: float, context_bytes: float, capacity_bytes: float) -> b
 
 
 def peak_of(cands: dict[str, dict[str, float]], notes: list[str], *, reserved_ratio: float, cuda_context_bytes: int,
-             capacity_bytes: int) -> MemoryEstimate:
+            capacity_bytes: int, mechanisms: dict[str, dict] | None = None) -> MemoryEstimate:
     """The estimate at the moment of a step that holds the most (each candidate: what is live then, by part)."""
-    totals = {k: sum(v.values()) for k, v in cands.items()}
+    totals = {k: sum(int(x) for x in v.values()) for k, v in cands.items()}  # whole bytes, as the breakdown shows them
     peak_at = max(totals, key=lambda k: totals[k])
     breakdown = {k: int(v) for k, v in cands[peak_at].items() if v}
     peak = int(sum(breakdown.values()))
     return MemoryEstimate(peak_bytes=peak, breakdown=breakdown, peak_at=peak_at, reserved_bytes=int(peak * reserved_ratio),
                           cuda_context_bytes=cuda_context_bytes, capacity_bytes=capacity_bytes,
-                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes),
-                          candidates={k: int(v) for k, v in totals.items()}, notes=notes)
+                          fits=fits_in(peak, cuda_context_bytes, capacity_bytes), candidates=totals, notes=notes,
+                          mechanisms=mechanisms or {})

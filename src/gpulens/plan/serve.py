@@ -38,7 +38,7 @@ from gpulens.plan.links import (
     nccl_communicator_bytes,
     ring_all_reduce,
 )
-from gpulens.plan.memory import MemoryEstimate, fits_in
+from gpulens.plan.memory import MemoryEstimate, peak_of
 from gpulens.plan.models import ModelSpec
 from gpulens.plan.serve_quant import (  # noqa: F401 - re-exported: callers and tests read them here
     DEQUANT_OPS_PER_WEIGHT,
@@ -256,12 +256,8 @@ def serving_memory(m: ModelSpec, setup: ServeSetup, *, capacity_bytes: int, eff:
                 "logits": b * vocab * (cb + 8), "cuda_workspace": eff.workspace_bytes,
             },
         }
-        totals = {n: sum(v.values()) for n, v in cands.items()}
-        at = max(totals, key=lambda n: totals[n])
-        breakdown = {n: int(v) for n, v in cands[at].items() if v}
-        peak = int(sum(breakdown.values()))
-        return MemoryEstimate(peak, breakdown, at, int(peak * eff.reserved_ratio), cuda_context_bytes, capacity_bytes,
-                              fits_in(peak, cuda_context_bytes, capacity_bytes), {n: int(v) for n, v in totals.items()}, notes)
+        return peak_of(cands, notes, reserved_ratio=eff.reserved_ratio, cuda_context_bytes=cuda_context_bytes,
+                       capacity_bytes=capacity_bytes)
     # vLLM: preallocate; the KV pool is what is left (SGLang, TGI: serve_engine_rules.py)
     setup = engines.rules.with_engine_defaults(setup, m, capacity_bytes)
     budget = setup.gpu_memory_utilization * capacity_bytes - cuda_context_bytes
