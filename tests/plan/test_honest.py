@@ -103,10 +103,30 @@ def test_an_engine_verdict_is_what_its_kv_pool_holds():
       "--lora-optimizer-dtype", "fp32"], "--optimizer adamw"),
     (["--workload", "train", "--precision", "bf16", "--finetune", "lora", "--no-qlora-double-quant"], "qlora"),
     (["--workload", "infer", "--dtype", "int8", "--int4-group-size", "32"], "--dtype int4"),
+    # each of these left the plan the same to the byte before (a run of every option against nine set-ups)
+    (["--workload", "train", "--gpus", "2", "--tp", "2", "--precision", "bf16", "--optimizer", "adafactor"], "--optimizer adamw"),
+    (["--workload", "infer", "--max-num-batched-tokens", "4096"], "--runtime vllm"),
+    (["--workload", "infer", "--runtime", "vllm", "--nccl-communicators", "2"], "--tp 2"),
+    (["--workload", "infer", "--nccl-record-streams"], "--tp 2"),
+    (["--workload", "infer", "--no-tp-shards-head"], "--tp 2"),
+    (["--workload", "infer", "--quantize-head"], "--dtype int8"),
+    (["--workload", "infer", "--runtime", "vllm", "--batch", "16", "--prefill-chunk-tokens", "512"], "--target-rps"),
+    (["--workload", "train", "--assume-dense"], "Drop --assume-dense"),
 ])
 def test_option_combinations_that_mean_nothing_are_refused(capsys, argv, word):
     rc, out = run(capsys, "--model", "qwen2.5-0.5b", *argv)
     assert rc == 2 and word in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--workload", "infer", "--tp", "2", "--runtime", "vllm", "--nccl-communicators", "2", "--nccl-record-streams"],
+    ["--workload", "infer", "--tp", "2", "--runtime", "vllm", "--no-tp-shards-head", "--dtype", "int8", "--quantize-head"],
+    ["--workload", "infer", "--runtime", "vllm", "--ttft-target", "1s", "--prefill-chunk-tokens", "512"],
+    ["--workload", "train", "--gpus", "2", "--tp", "2", "--precision", "bf16", "--optimizer", "adamw"],
+])
+def test_the_same_options_where_they_mean_something_are_planned(capsys, argv):
+    rc, out = run(capsys, "--model", "qwen2.5-0.5b", *argv)
+    assert rc == 0, out
 
 
 def test_serving_on_n_gpus_is_still_tensor_parallel_n(capsys):

@@ -150,6 +150,11 @@ class TrainSetup:
             check_layout(self.zero_layout)
         check_nemo_options(layout=self.zero_layout, loss=self.loss, zero_stage=self.zero_stage, precision=self.precision,
                            megatron=self.megatron)
+        if self.megatron and self.optimizer != "adamw":  # the plan would price Adam whatever --optimizer said
+            raise BadInputError(f"A Megatron-Core plan prices Megatron's Adam (its own table of bytes per parameter), "
+                                f"not --optimizer {self.optimizer}.",
+                                hint="Use --optimizer adamw with --tp/--pp/--cp or --megatron-core, or plan the other "
+                                     "optimizer without them.")
         if self.zero_layout == "fsdp-bf16" and self.precision != "amp_bf16":
             raise BadInputError(f"--zero-layout fsdp-bf16 is bf16 mixed precision over fp32 shards, not {self.precision}.",
                                 hint="Use --precision amp_bf16 with it, or another layout.")

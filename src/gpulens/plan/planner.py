@@ -196,13 +196,22 @@ def _check_precision(gpu: GpuSpec, req: PlanRequest) -> None:
             check_fp8_gpu(gpu)
 
 
+def _target_model(req: PlanRequest) -> ModelSpec:
+    """The model to plan; --assume-dense on one whose family is modelled would be silently ignored, so it is refused."""
+    model = load_model(req.model, assume_dense=req.assume_dense)
+    if req.assume_dense and not model.assumed_dense:
+        raise BadInputError(f"--assume-dense plans a model_type the planner does not model as a dense decoder, and "
+                            f"{model.name} ({model.family}) is one it models.", hint="Drop --assume-dense.")
+    return model
+
+
 def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig | None = None,
          calibration_path: Path | None = None) -> PlanResult:
     """Plan one model on one GPU type for training or serving."""
     req.validate()
     user = user if user is not None else load_user_config()
     gpu = find_gpu(req.gpu, user=user)
-    model = model or load_model(req.model, assume_dense=req.assume_dense)
+    model = model or _target_model(req)
     _check_precision(gpu, req)
     _check_context(model, req)
     eff = load_efficiency(gpu, path=calibration_path)
@@ -439,7 +448,7 @@ def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None =
     if not gpu_names:
         raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
     user = user if user is not None else load_user_config()
-    model = load_model(req.model, assume_dense=req.assume_dense)
+    model = _target_model(req)
     results: list[PlanResult] = []
     left_out: list[LeftOutGpu] = []
     refusals: list[UnsupportedPrecisionError] = []

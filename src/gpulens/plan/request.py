@@ -315,6 +315,7 @@ class PlanOptions:
         if workload == "infer":
             self.check_speculation()
             self.check_serving_stages(gpus)
+            self.check_serving_details(gpus)
 
     def resolved_runtime(self, workload: str, gpus: int) -> str:
         """--runtime, or its default: transformers' generate on one GPU; vLLM for a replica on several,
@@ -350,6 +351,31 @@ class PlanOptions:
             raise BadInputError(f"--gpus {gpus} is not --tp {tp} x --pp {self.pp}: one replica's GPUs are its "
                                 "tensor-parallel group times its pipeline stages.",
                                 hint=f"Give --gpus {tp * self.pp}, or drop --gpus (plan replicas with --target-rps).")
+
+    def check_serving_details(self, gpus: int) -> None:
+        """Serving options that describe a part this plan does not have: an engine's profiling forward or NCCL
+        set-up on transformers' generate or one GPU, a head split over a TP group of one, a 16-bit head
+        "quantized", a scheduler budget with no replica plan to use it (one sentence, exit 2)."""
+        runtime, tp = self.resolved_runtime("infer", gpus), self.replica_tp("infer", gpus)
+        if self.max_num_batched_tokens is not None and runtime == "hf":
+            raise BadInputError("--max-num-batched-tokens sizes an engine's profiling forward, and --runtime hf "
+                                "preallocates nothing.", hint="Add --runtime vllm (or trtllm, tgi), or drop --max-num-batched-tokens.")
+        nccl = [f for f, given in (("--nccl-record-streams", self.nccl_record_streams),
+                                   ("--nccl-communicators", self.nccl_communicators != 1)) if given]
+        if nccl and (runtime == "hf" or tp == 1):
+            why = "--runtime hf preallocates no KV pool for it to shrink" if runtime == "hf" else "this replica runs on one GPU"
+            raise BadInputError(f"{nccl[0]} describes an engine's NCCL set-up across a tensor-parallel group, and {why}.",
+                                hint=f"Give --tp 2 or more with an engine runtime, or drop {nccl[0]}.")
+        if not self.tp_shards_head and tp == 1:
+            raise BadInputError("--no-tp-shards-head says every tensor-parallel GPU reads the whole head, and this "
+                                "replica runs on one GPU.", hint="Give --tp 2 or more, or drop --no-tp-shards-head.")
+        if self.quantize_head and self.dtype.lower() in ("fp32", "bf16", "fp16"):
+            raise BadInputError(f"--quantize-head stores the head in the weight format, and --dtype {self.dtype} is not "
+                                "a quantized one.", hint="Add --dtype int8, int4 or fp8, or drop --quantize-head.")
+        if self.prefill_chunk_tokens is not None and not (self.target_rps or self.ttft_target or self.tpot_target):
+            raise BadInputError("--prefill-chunk-tokens sets the scheduler budget of the replica plan's continuous "
+                                "batching, and no replica plan is asked for.",
+                                hint="Add --target-rps, --ttft-target or --tpot-target, or drop --prefill-chunk-tokens.")
 
     def check_speculation(self) -> None:
         """--speculative-tokens and --acceptance-rate describe a --draft-model (plan/speculative.py)."""
