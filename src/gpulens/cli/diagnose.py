@@ -61,6 +61,7 @@ def diagnose_command(
     from gpulens.diagnose import DiagnoseScope, diagnose
     from gpulens.reader import StoreReader
     from gpulens.store import Store
+    from gpulens.vocab.time import require_overlap
 
     if fmt not in FORMATS:
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
@@ -80,6 +81,7 @@ def diagnose_command(
         with Store(store, readonly=True) as st:
             try:
                 _check_selection(st, job, service)
+                require_overlap(start_t, end_t, st.time_range(), f"The store {store}")
                 findings = diagnose(StoreReader(st), DiagnoseScope(start=start_t, end=end_t, job=job, service=service))
                 if fmt == "text":
                     energy_lines = _energy_lines(st, start_t, end_t, job, service)

@@ -47,6 +47,7 @@ def energy_command(
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")
     from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
+    from gpulens.vocab.time import require_overlap
 
     refuse_match_without_prometheus(match, prometheus)
     start_t, end_t = time_window(start, end, window, prometheus)
@@ -55,7 +56,9 @@ def energy_command(
         rows, where = workload_energy(reader, job=job, service=service, start=reader.start, end=reader.end), reader.description
     else:
         with open_existing_store(store, "workloads to measure") as st:
-            rows, where = workload_energy(StoreReader(st), job=job, service=service, start=start_t, end=end_t), f"The store {store}"
+            where = f"The store {store}"
+            require_overlap(start_t, end_t, st.time_range(), where)
+            rows = workload_energy(StoreReader(st), job=job, service=service, start=start_t, end=end_t)
     if not rows and (job or service):
         which = " or ".join(filter(None, [job and f"job {job!r}", service and f"service {service!r}"]))
         raise BadInputError(f"{where} has no records of {which}.", hint="Leave out --job/--service to list every workload.")

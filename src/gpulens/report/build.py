@@ -16,6 +16,7 @@ from gpulens.views.integrations import findings as find_all
 from gpulens.views.panels import PANELS
 from gpulens.views.readers import store_reader
 from gpulens.vocab.directions import Direction, direction_of
+from gpulens.vocab.time import require_overlap
 
 # Charts are drawn about this many points wide: enough for a printed page.
 REPORT_POINTS = 500
@@ -94,9 +95,11 @@ def build_report_data(
     analysis: AnalysisReader = reader if readers is None else readers[1]  # type: ignore[assignment]
     where = f"The store {store_path}" if readers is None else reader.description
     try:
-        rng = reader.data_range() if start is None or end is None else (start, end)
+        rng = reader.data_range() if start is None or end is None or readers is None else (start, end)
         if rng is None:
-            raise BadInputError(f"The store {store_path} holds no data.", hint="Run `gpulens agent` or `gpulens replay` first.")
+            raise BadInputError(f"{where} holds no data.", hint="Run `gpulens agent` or `gpulens replay` first.")
+        if readers is None:  # a fleet's reader is opened on its window and checked there (cli/fleet.py)
+            require_overlap(start, end, rng, where)
         window = Window(start if start is not None else rng[0], end if end is not None else rng[1])
         if window.end <= window.start:
             window = Window(window.start, window.start + 1.0)

@@ -44,3 +44,27 @@ def parse_window(text: str, what: str = "baseline window") -> tuple[float, float
     if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
         raise BadInputError(f"The {what} must end after it starts: {text!r}.", hint="Write START,END with START first.")
     return start, end
+
+
+def format_time(t: float) -> str:
+    """Unix seconds as the ISO time (UTC, to the second) a user can type back."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def require_overlap(start: float | None, end: float | None, data: tuple[float, float] | None, where: str) -> None:
+    """Refuse a --start/--end window that holds none of the data's time span (`data`: first and last sample;
+    None: no data, which callers say in their own words): an analysis of nothing would read as all clear."""
+    if data is None or (start is None and end is None):
+        return
+    first, last = data
+    lo, hi = (start if start is not None else first), (end if end is not None else last)
+    if lo <= last and hi >= first and hi > lo:
+        return
+    if start is not None and start > last:
+        what = f"no samples after {format_time(start)}"
+    elif end is not None and end < first:
+        what = f"no samples before {format_time(end)}"
+    else:
+        what = f"no samples between {format_time(lo)} and {format_time(hi)}"
+    raise BadInputError(f"{where} holds {what}: its samples run from {format_time(first)} to {format_time(last)}.",
+                        hint="Give --start / --end inside that span, or leave them out for all of it.")
