@@ -1,6 +1,7 @@
 """A --start / --end window that holds none of a store's samples is refused with the store's own span
 (exit 2), never answered as if all were well: diagnose said "No bottleneck found ... keep this run as
-your baseline", energy "No training steps or requests in the store" and report wrote an empty page."""
+your baseline", energy "No training steps or requests in the store", scale "No inference requests in the store" and report
+wrote an empty page."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gpulens.vocab.time import format_time
     ["diagnose", "--start", "2030-01-01"],
     ["diagnose", "--end", "2001-01-01"],
     ["energy", "--start", "2030-01-01"],
+    ["scale", "--end", "2001-01-01"],
     ["report", "--start", "2030-01-01", "--end", "2030-01-02"],
 ])
 def test_a_window_beside_the_data_is_refused_with_the_span_it_holds(argv, replayed_store, tmp_path, capsys):
@@ -28,7 +30,7 @@ def test_a_window_beside_the_data_is_refused_with_the_span_it_holds(argv, replay
     assert not (tmp_path / "r.html").exists()
 
 
-@pytest.mark.parametrize("command", ["diagnose", "energy", "report"])
+@pytest.mark.parametrize("command", ["diagnose", "energy", "report", "scale"])
 def test_a_window_inside_the_data_is_answered(command, replayed_store, tmp_path, capsys):
     with Store(replayed_store, readonly=True) as st:
         first, last = st.time_range()

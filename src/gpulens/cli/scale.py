@@ -57,6 +57,7 @@ def scale_command(
     from gpulens.scaling import ScalePolicy, Targets, desired_replicas
     from gpulens.scaling.desired import check_steps, evaluate, pick_services
     from gpulens.units import parse_duration
+    from gpulens.vocab.time import require_overlap
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {fmt!r}.")
@@ -91,6 +92,7 @@ def scale_command(
         where = reader.description
     else:
         with open_existing_store(store, "requests to scale on") as st:
+            require_overlap(start_t, end_t, st.time_range(), f"The store {store}")
             points = desired_replicas(st, service=service, window_seconds=window_s, step_seconds=step_s, targets=targets,
                                       policy=policy, start=start_t, end=end_t, after_seconds=after_s)
         where = "the store"
