@@ -252,3 +252,20 @@ def test_on_a_one_gpu_host_every_workload_of_the_host_is_on_that_gpu(store):
     assert impact["identified_by"] == "the only GPU of its host"
     assert impact["requests_after_start"] == 5 and impact["failed_requests_after_start"] == 5
     assert "Service chat served 5 requests after it, 5 failed" in xid.summary
+
+
+def test_gpu_telemetry_alone_is_not_called_a_healthy_workload(tmp_path, capsys):
+    # only the agent's GPU samples: the empty diagnosis says that only the GPU checks ran, not "no bottleneck
+    # ... keep this run as your baseline", which it said before
+    path = tmp_path / "gpu-only.db"
+    with Store(path) as st:
+        agent = build_node(NodeConfig(backend=FakeBackend(gpus=1, clock=Clock()), host=HOST, alerts=None, colocation=False),
+                           store=st).loop
+        for _ in range(3):
+            agent.tick()
+        agent.close()
+        st.flush()
+        assert st.time_range() is not None and not [k for k in st.series() if k.name.startswith(("train_", "infer_"))]
+    assert main(["diagnose", "--store", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "only the GPU health checks ran" in out and "No bottleneck found" not in out

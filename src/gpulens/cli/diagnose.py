@@ -68,6 +68,7 @@ def diagnose_command(
     start_t, end_t = time_window(start, end, window, prometheus)
     notes: list[str] = []
     energy_lines: list[str] = []
+    workloads_seen = True
     where: Path | str = store
     if prometheus:
         if slo:
@@ -83,6 +84,7 @@ def diagnose_command(
                 _check_selection(st, job, service)
                 require_overlap(start_t, end_t, st.time_range(), f"The store {store}")
                 findings = diagnose(StoreReader(st), DiagnoseScope(start=start_t, end=end_t, job=job, service=service))
+                workloads_seen = any(k.name.startswith(("train_", "infer_")) for k in st.series())
                 if fmt == "text":
                     energy_lines = _energy_lines(st, start_t, end_t, job, service)
             except StorageFullError:
@@ -103,7 +105,7 @@ def diagnose_command(
 
     from gpulens.diagnose.render import render_incidents
 
-    render_incidents(console, incidents, where, job, service, energy_lines)
+    render_incidents(console, incidents, where, job, service, energy_lines, workloads_seen)
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
 
