@@ -356,17 +356,19 @@ def training_memory(
         "activations": saved,
         "logits_and_loss": fwd_logits,
     }
-    if setup.grad_ckpt or setup.selective_recompute:
-        # recomputing the top layer (its attention core) during the backward: its full activations
-        # (the core's insides) are back, the output head's gradient exists, an fp32 gradient flows
-        # through the residual stream
-        head_grad = m.vocab_size * m.hidden_size * mode.weight
-        back = per_layer if setup.grad_ckpt else recomputed_attention_bytes(m, setup.activation_precision, b, s)
-        cands["layer recompute" if setup.grad_ckpt else "attention recompute"] = static | {
-            "gradients": max(live_grads, head_grad),
-            "activations": saved + int(back * activation_scale),
-            "logits_and_loss": tokens * m.hidden_size * 4,
-        }
+    # the top layer's backward: the output head's gradient exists, an fp32 gradient flows through the
+    # residual stream, every saved activation is still alive (and so are autocast's weight copies);
+    # recomputing, the top layer's full activations (or its attention core's insides) are back too
+    head_grad = m.vocab_size * m.hidden_size * mode.weight
+    back = (per_layer if setup.grad_ckpt else
+            recomputed_attention_bytes(m, setup.activation_precision, b, s) if setup.selective_recompute else 0)
+    top = "layer recompute" if setup.grad_ckpt else "attention recompute" if setup.selective_recompute else "top layer backward"
+    cands[top] = static | {
+        "gradients": max(live_grads, head_grad),
+        "autocast_weight_copies": cast_cache,
+        "activations": saved + int(back * activation_scale),
+        "logits_and_loss": tokens * m.hidden_size * 4,
+    }
     cands["optimizer step"] = static | {"gradients": 0 if zs.gradients_freed_at_step else grads,
                                         "optimizer_step_temporaries": step_tmp,
                                         "fp32_gradient_partition": fp32_partition}
