@@ -68,7 +68,7 @@ def diagnose_command(
     start_t, end_t = time_window(start, end, window, prometheus)
     notes: list[str] = []
     energy_lines: list[str] = []
-    workloads_seen = True
+    workloads_seen, empty = True, False
     where: Path | str = store
     if prometheus:
         if slo:
@@ -85,6 +85,7 @@ def diagnose_command(
                 require_overlap(start_t, end_t, st.time_range(), f"The store {store}")
                 findings = diagnose(StoreReader(st), DiagnoseScope(start=start_t, end=end_t, job=job, service=service))
                 workloads_seen = any(k.name.startswith(("train_", "infer_")) for k in st.series())
+                empty = st.time_range() is None
                 if fmt == "text":
                     energy_lines = _energy_lines(st, start_t, end_t, job, service)
             except StorageFullError:
@@ -105,7 +106,7 @@ def diagnose_command(
 
     from gpulens.diagnose.render import render_incidents
 
-    render_incidents(console, incidents, where, job, service, energy_lines, workloads_seen)
+    render_incidents(console, incidents, where, job, service, energy_lines, workloads_seen, empty)
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
 

@@ -58,7 +58,11 @@ def _scope(job: str | None, service: str | None) -> str:
                   or "every job and service")
 
 
-def _nothing_found(console: Console, what: str, where: str, workloads_seen: bool = True) -> None:
+def _nothing_found(console: Console, what: str, where: str, workloads_seen: bool = True, empty: bool = False) -> None:
+    if empty:
+        console.print(f"The store {where} holds no samples yet: nothing to diagnose. Run `gpulens agent` or `gpulens replay` "
+                      "into it first.")
+        return
     if not workloads_seen:  # only the GPU checks had anything to read: "all clear" would overstate it
         console.print(f"No GPU fault found in {where}; it holds no training steps or inference requests, so only the "
                       "GPU health checks ran (XID, ECC, row remapping, temperature, power, clocks).")
@@ -80,14 +84,15 @@ def _energy(console: Console, lines: list[str]) -> None:
 
 
 def render_incidents(console: Console, incidents: list[Incident], store: Path | str, job: str | None, service: str | None,
-                     energy_lines: list[str] | None = None, workloads_seen: bool = True) -> None:
+                     energy_lines: list[str] | None = None, workloads_seen: bool = True, empty: bool = False) -> None:
     """Each incident: its cause (what it measured, the symptoms it explains, its evidence and its
     advice), then its symptoms folded under it, one line each, with no advice of their own. The
     summary ends with each workload's energy (`energy_lines`) when there is any. `workloads_seen` False: the
-    source held GPU telemetry alone, and an empty list says only that the GPU checks found nothing."""
+    source held GPU telemetry alone, and an empty list says only that the GPU checks found nothing; `empty`: it
+    held nothing at all."""
     what, where = _scope(job, service), escape(str(store))
     if not incidents:
-        _nothing_found(console, what, where, workloads_seen)
+        _nothing_found(console, what, where, workloads_seen, empty)
         _energy(console, energy_lines or [])
         return
     n_findings = sum(len(inc.members) for inc in incidents)
