@@ -127,3 +127,40 @@ def test_every_replica_layout_meets_the_targets_it_was_planned_for(req, runtime,
         assert tpot is None or r.tpot_seconds <= tpot * (1 + 1e-9)
         assert ttft is None or r.ttft_seconds <= ttft * (1 + 1e-9)
         assert r.gpus == r.replicas * r.tensor_parallel * r.pipeline_parallel
+
+
+megatron = st.builds(
+    PlanRequest, model=st.sampled_from(["llama-3-8b", "qwen2.5-7b", "llama-3-70b"]), gpu=st.sampled_from(["h100-sxm", "a100-80gb"]),
+    workload=st.just("train"), gpus=st.sampled_from([8, 16]), precision=st.just("bf16"), batch=st.sampled_from([1, 2]),
+    seq=st.sampled_from([2048, 4096]), grad_accum=st.sampled_from([1, 8]), grad_ckpt=st.booleans(), zero=st.sampled_from([0, 1]),
+    megatron_core=st.just(True),
+)
+engines = st.builds(
+    PlanRequest, model=st.sampled_from(MODELS), gpu=st.sampled_from(GPUS), workload=st.just("infer"),
+    runtime=st.sampled_from(["vllm", "sglang", "trtllm", "tgi"]), batch=st.sampled_from([1, 8, 64]),
+    prompt=st.sampled_from([128, 1000]), new_tokens=st.sampled_from([64, 256]), dtype=st.sampled_from(["bf16", "fp8", "int4"]),
+)
+
+
+@RELATIONS
+@given(megatron)
+def test_each_megatron_split_holds_no_more_on_a_gpu(req):
+    for change in ("tensor_parallel", "pipeline_parallel"):
+        plans = [_plan(replace(req, **{change: d})) for d in (1, 2, 4)]
+        peaks = [p.memory.peak_bytes for p in plans if p is not None]
+        assert peaks == sorted(peaks, reverse=True), change
+
+
+@RELATIONS
+@given(engines)
+def test_an_engine_plan_moves_the_right_way(req):
+    a, b = _pair(req, batch=req.batch * 2)
+    if a is not None:
+        assert b.speed["tpot_seconds"] >= a.speed["tpot_seconds"]
+    a, b = _pair(req, prompt=req.prompt * 2)
+    if a is not None:  # a longer prompt takes longer to prefill and leaves room for fewer sequences
+        assert b.speed["ttft_seconds"] >= a.speed["ttft_seconds"]
+        assert b.speed["max_batch_that_fits"] <= a.speed["max_batch_that_fits"]
+    a, b = _pair(req, kv_dtype="fp8")
+    if a is not None:  # half the bytes a token: the same pool holds at least as many sequences
+        assert b.speed["max_batch_that_fits"] >= a.speed["max_batch_that_fits"]
