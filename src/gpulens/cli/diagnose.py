@@ -82,10 +82,10 @@ def diagnose_command(
         with Store(store, readonly=True) as st:
             try:
                 _check_selection(st, job, service)
-                require_overlap(start_t, end_t, st.time_range(), f"The store {store}")
+                span = st.time_range()
+                require_overlap(start_t, end_t, span, f"The store {store}")
                 findings = diagnose(StoreReader(st), DiagnoseScope(start=start_t, end=end_t, job=job, service=service))
-                workloads_seen = any(k.name.startswith(("train_", "infer_")) for k in st.series())
-                empty = st.time_range() is None
+                workloads_seen, empty = any(k.name.startswith(("train_", "infer_")) for k in st.series()), span is None
                 if fmt == "text":
                     energy_lines = _energy_lines(st, start_t, end_t, job, service)
             except StorageFullError:
