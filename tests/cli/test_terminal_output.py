@@ -126,6 +126,23 @@ def test_print_table_is_wider_than_the_console_rather_than_cut():
         assert f"{1234567 + i:,}" in text
 
 
+def test_an_interval_of_extreme_values_folds_after_its_separator_to_fit_80():
+    """Two tiny CPU runs on a loaded machine compare at -98.5 % and +1718.9 %: kept on one line, the
+    interval "+1089.7% … +15210.5%" made `gpulens compare` wider than 80 columns."""
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None)
+    t = Table()
+    for col in ("metric", "A median n=6", "B median n=6", "change", "95 % CI", "p", "verdict"):
+        t.add_column(col, justify="right" if col not in ("metric", "verdict") else "left")
+    t.add_row("step_seconds ↓ better", "0.2516", "0.003893", "-98.5%", "-99.4% … -58.4%", "0.0022", "improvement")
+    t.add_row("tokens_per_second ↑ better", "906", "16,479", "+1718.9%", "+1089.7% … +15210.5%", "0.0022", "improvement")
+    print_table(console, t)
+    _assert_plain_and_whole(out.getvalue())
+    lines = out.getvalue().splitlines()
+    assert any(line.rstrip().endswith("+1089.7% … 0.0022 improvement") for line in lines), lines
+    assert any(line.split() == ["↑", "better", "+15210.5%"] for line in lines), lines
+
+
 # ---------------------------------------------------------------- every surface, one test each (issue 26)
 TINY_TRAIN = ["--size", "tiny", "--seq-len", "32", "--batch-size", "2", "--warmup", "1", "--steps", "6",
               "--precision", "fp32", "--device", "cpu"]

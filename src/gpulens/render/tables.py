@@ -36,22 +36,38 @@ def _is_value(tokens: list[str]) -> bool:
     return len(tokens) == 2 and tokens[0].lstrip("+-−")[:1].isdigit() and not tokens[1][:1].isdigit()
 
 
-def _is_figure(text: str) -> bool:
-    """One token ("1,555", "–"), a value with its unit ("58 %", "1881 MHz") or an interval of them
-    ("-24.7% … +23.1%"): shown whole or not at all, never folded over lines."""
-    tokens = text.split()
-    if len(tokens) <= 1 or _is_value(tokens):
-        return True
+def _interval(tokens: list[str]) -> tuple[str, str] | None:
+    """An interval of values ("-24.7% … +23.1%") as its two lines when folded: ("-24.7% …", "+23.1%")."""
     for sep in ("…", "–", "to"):
         if sep in tokens:
             i = tokens.index(sep)
-            return 0 < i < len(tokens) - 1 and _is_value(tokens[:i]) and _is_value(tokens[i + 1:])
-    return False
+            if 0 < i < len(tokens) - 1 and _is_value(tokens[:i]) and _is_value(tokens[i + 1:]):
+                return " ".join(tokens[:i + 1]), " ".join(tokens[i + 1:])
+            return None
+    return None
+
+
+def _is_figure(text: str) -> bool:
+    """One token ("1,555", "–"), a value with its unit ("58 %", "1881 MHz") or an interval of them
+    ("-24.7% … +23.1%"): never cut, and folded, if at all, only after an interval's separator."""
+    tokens = text.split()
+    return len(tokens) <= 1 or _is_value(tokens) or _interval(tokens) is not None
+
+
+def _least_figure_chars(text: str) -> int:
+    """The narrowest a figure can be drawn: whole, or an interval over two lines, each end whole
+    (an interval of extreme values, "+89.7% … +15210.5%", would otherwise widen a table past 80)."""
+    widths = [0]
+    for line in text.splitlines():
+        pair = _interval(line.split())
+        widths.append(max(len(pair[0]), len(pair[1])) if pair else len(line))
+    return max(widths)
 
 
 @dataclass(frozen=True)
 class _Span:
-    least_chars: int  # never narrower: the widest number, or the longest word
+    least_chars: int  # never narrower: the widest number (an interval folded), or the longest word
+    whole_chars: int  # every figure on one line (intervals unfolded); the least for a text column
     most_chars: int  # the widest cell: no use being wider
     single_token: bool
 
@@ -63,11 +79,13 @@ def _span(column) -> _Span:  # type: ignore[no-untyped-def]
     widest = max([len(line) for t in [*texts, header] for line in t.splitlines()] or [1])
     header_word = max([len(w) for w in header.split()] or [1])
     if single:
-        # the figures are kept whole; a header of several words ("max batch") may fold over its lines
-        widest_figure = max([len(line) for t in texts for line in t.splitlines()] or [1])
-        return _Span(max(widest_figure, header_word), widest, True)
+        # the figures are kept whole (an interval may fold after its separator); a header of several
+        # words ("max batch") may fold over its lines
+        least = max([_least_figure_chars(t) for t in texts] + [header_word])
+        whole = max([len(line) for t in texts for line in t.splitlines()] + [least])
+        return _Span(least, whole, widest, True)
     longest_word = max([len(w) for t in texts for w in t.split()] + [header_word])
-    return _Span(longest_word, widest, False)
+    return _Span(longest_word, longest_word, widest, False)
 
 
 def _overhead(console: Console, options: ConsoleOptions, table: Table) -> int:
@@ -107,13 +125,13 @@ def fit_table(table: Table, console: Console, options: ConsoleOptions | None = N
     overhead = _overhead(console, options, table)
     widths = [s.least_chars for s in spans]
     spare = room - overhead - sum(widths)
-    # the room left goes to the folding columns, each up to its widest cell, narrowest need first
-    for i in sorted(range(len(spans)), key=lambda i: spans[i].most_chars - spans[i].least_chars):
-        if spare <= 0:
-            break
-        grow = min(spare, spans[i].most_chars - widths[i])
-        widths[i] += grow
-        spare -= grow
+    # the room left goes first to unfolding intervals, then to the folding columns, each up to its
+    # widest cell, narrowest need first
+    for target in (lambda s: s.whole_chars, lambda s: s.most_chars):
+        for i in sorted(range(len(spans)), key=lambda i: target(spans[i]) - widths[i]):
+            grow = max(0, min(spare, target(spans[i]) - widths[i]))
+            widths[i] += grow
+            spare -= grow
     for column, w in zip(table.columns, widths, strict=True):
         column.width = w
         column.min_width = w
