@@ -335,3 +335,24 @@ def test_int4_scales_follow_the_group_size():
     w = serving_memory(m, g32, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"]
     assert w - serving_memory(m, s, capacity_bytes=gpu.memory_bytes, eff=eff).breakdown["weights"] == pytest.approx(
         m.block_params * (4 / 32 - 4 / 128), abs=2)
+
+
+def test_a_plan_says_how_its_kind_of_prediction_fared_on_published_figures(capsys, tmp_path):
+    """Training and serving plans state the published figures' median and worst error for what they
+    predict (text and JSON); a calibrated GPU's speed answers to its own calibration instead."""
+    rc, out = run(capsys, "--model", "llama-3-8b", "--gpu", "h100", "--batch", "1", "--seq", "1024", "--grad-ckpt",
+                  "--finetune", "lora")
+    assert rc == 0
+    flat = " ".join(out.split())
+    assert "Accuracy: training throughput against 222 published measurements" in flat and "worst 42.8%" in flat
+    assert "Accuracy: LoRA / QLoRA memory against 7" in flat
+    rc, out = run(capsys, "--model", "mixtral-8x7b", "--workload", "infer", "--gpu", "h100", "--gpus", "2",
+                  "--runtime", "vllm", "--format", "json")
+    assert rc == 0
+    assert [a["kind"] for a in json.loads(out)["accuracy"]] == ["moe", "serving_memory"]
+    req = PlanRequest(model="llama-3-8b", workload="train", gpu="h100", batch=1, seq=1024)
+    assert [a.kind for a in plan(req, calibration_path=tmp_path / "none.json").accuracy] == ["training_time"]
+    calibrated = tmp_path / "calibration.json"
+    calibrated.write_text(json.dumps({"version": 1, "gpus": {"H100-SXM": Efficiency().to_dict()}}))
+    assert plan(req, calibration_path=calibrated).efficiency.calibrated
+    assert plan(req, calibration_path=calibrated).accuracy == []

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from gpulens.plan.accuracy import PUBLISHED_ACCURACY, measure_accuracy
 from gpulens.plan.models import from_hf_config
 from gpulens.plan.published import BOUNDS, FIT_KINDS, KINDS, evaluate, load_figures, summarize
 
@@ -116,3 +117,9 @@ def test_kind_within_its_bound(outcomes, kind):
 @pytest.mark.parametrize("kind", [_param(k, held_out_only=True) for k in KINDS])
 def test_held_out_kind_within_its_bound(outcomes, kind):
     _check(outcomes, kind, held_out_only=True)
+
+
+def test_the_accuracy_every_plan_states_is_this_files_summary(outcomes):
+    """Each plan prints how its kind of prediction fared here (plan/accuracy.py keeps the summary so
+    as not to plan 288 configurations per plan): a change that moves it must restate it."""
+    assert measure_accuracy(outcomes) == PUBLISHED_ACCURACY

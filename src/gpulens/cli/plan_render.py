@@ -288,6 +288,8 @@ def render_plan(res: Any) -> None:
                 console.print(f"  {i}. {a.text}", highlight=False)
     for n in res.notes:
         console.print(f"[dim]· {n}[/]", highlight=False)
+    for a in res.accuracy:
+        console.print(f"[dim]· {escape(a.sentence())}[/]", highlight=False)
 
 
 def _median(v: list[float]) -> float:
@@ -411,6 +413,8 @@ def render_compare(comparison: Any) -> None:
             console.print(f"[dim]{r.gpu.name}: first fix: {r.advice[0].text}[/]", highlight=False)
     for x in comparison.left_out:
         console.print(f"[dim]Left out {x.gpu}: {x.reason}[/]", highlight=False)
+    for a in dict.fromkeys(a for r in results for a in r.accuracy):
+        console.print(f"[dim]{escape(a.sentence())}[/]", highlight=False)
     if not train:
         render_replica_plans(results)
 

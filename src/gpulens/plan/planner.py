@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpulens.errors import BadInputError
+from gpulens.plan.accuracy import PublishedAccuracy, accuracy_for
 from gpulens.plan.advice import (
     Fix,
     ReplicaMiss,
@@ -150,6 +151,7 @@ class PlanResult:
     cost_basis: str = ""  # "at batch N (why that batch)": what the cost per token is priced at
     electricity: ElectricityCost | None = None  # with --electricity-usd-per-kwh
     replica_misses: list[ReplicaMiss] = field(default_factory=list)  # why a GPU has no replica layout
+    accuracy: list[PublishedAccuracy] = field(default_factory=list)  # how such predictions fared on published figures
 
     def to_dict(self) -> dict[str, Any]:
         r = self.request
@@ -173,6 +175,7 @@ class PlanResult:
             "rough": self.model.rough,
             "notes": list(self.notes),
             "cost_basis": self.cost_basis,
+            "accuracy": [a.to_dict() for a in self.accuracy],
         }
 
 
@@ -230,7 +233,19 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
         res = _plan_train(req, model, gpu, eff, ctx, user, notes)
     else:
         res = _plan_serve(req, model, gpu, eff, ctx, user, notes)
+    res.accuracy = [accuracy_for(k) for k in accuracy_kinds(req, model, calibrated=eff.calibrated)]
     return _with_electricity(res)
+
+
+def accuracy_kinds(req: PlanRequest, model: ModelSpec, *, calibrated: bool) -> list[str]:
+    """The kinds of published figure that answer for this plan's numbers (plan/accuracy.py). The
+    speed figures were predicted with the default efficiency factors: a calibrated plan answers to
+    its own calibration's leave-one-out check instead."""
+    if req.workload == "train":
+        speed, memory = "training_time", ("lora_memory" if req.finetune in ("lora", "qlora") else None)
+    else:
+        speed, memory = ("moe" if model.is_moe else "serving_speed"), "serving_memory"
+    return [k for k in ((None if calibrated else speed), memory) if k]
 
 
 def _with_electricity(res: PlanResult) -> PlanResult:
