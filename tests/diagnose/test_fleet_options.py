@@ -20,6 +20,10 @@ CASES = [
     (["--prometheus", UNREACHABLE, "--window", "1h", "--start", "1796198000"], 2, "not both"),
     (["--prometheus", UNREACHABLE, "--start", "1796198000", "--end", "1796197000"], 2, "not after"),
     (["--prometheus", "ftp://x"], 2, "Prometheus URL"),
+    # urlsplit raises on these (a traceback before): an unclosed or non-IP [bracket], a port not a number
+    (["--prometheus", "http://[::1"], 2, "Prometheus URL"),
+    (["--prometheus", "http://[zz]:9090"], 2, "Prometheus URL"),
+    (["--prometheus", "http://127.0.0.1:abc"], 2, "Cannot read the Prometheus URL 'http://127.0.0.1:abc'"),
     (["--prometheus", UNREACHABLE], 3, "Cannot reach Prometheus"),
 ]
 

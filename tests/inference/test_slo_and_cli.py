@@ -87,6 +87,11 @@ def test_bad_input_is_one_sentence_and_exit_code(test_server, capsys, tmp_path, 
         (["--url", f"{test_server}/", "--sweep"], 2, "needs at least one --slo"),
         (["--url", f"{test_server}/", "--rate", "5", "--concurrency", "2"], 2, "not both"),
         (["--url", "localhost:8000", "--rate", "5"], 2, "Cannot use the URL"),
+        # urlsplit raises on these (a traceback before): an unclosed or non-IP [bracket], a bad port
+        (["--url", "http://[::1", "--rate", "5"], 2, "Cannot use the URL"),
+        (["--url", "http://[zz]:8000/", "--rate", "5"], 2, "Cannot use the URL"),
+        (["--url", "http://127.0.0.1:abc/", "--rate", "5"], 2, "Cannot use the URL 'http://127.0.0.1:abc/'"),
+        (["--url", "http://127.0.0.1:99999/", "--rate", "5"], 2, "Cannot use the URL"),
         (["--url", f"{test_server}/", "--rate", "5", "--duration", "soon"], 2, "Cannot read --duration"),
     ]
     for args, code, text in cases:

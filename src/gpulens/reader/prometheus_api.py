@@ -30,8 +30,12 @@ class PrometheusApi:
     """GETs against one Prometheus server; every answer is the `data` of a `success` body."""
 
     def __init__(self, url: str, *, timeout_seconds: float = TIMEOUT_SECONDS):
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        try:
+            parsed = urllib.parse.urlparse(url)
+            parsed.port  # noqa: B018 - raises on a port that is not a number or out of range
+        except ValueError:  # an unclosed or non-IP [bracket]: nothing of it is a server to read
+            parsed = None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise BadInputError(f"Cannot read the Prometheus URL {http_client.redact_url(url)!r}.", hint="Write it as http://HOST:9090.")
         # A query string on the base (a proxy's ?token=...) goes with every request; the path goes before it.
         self._base = urllib.parse.urlunparse(parsed._replace(query="", fragment="")).rstrip("/")

@@ -12,6 +12,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from gpulens.bench.serve.http1 import ConnectionPool, HttpClientError, Response, build_request
+from gpulens.errors import BadInputError
+from gpulens.http_client import redact_url
 
 TargetKind = Literal["http", "completions", "chat"]
 Status = Literal["ok", "error", "timeout", "rejected"]
@@ -37,8 +39,21 @@ class Target:
         return build_request(self.method, self.url, self.headers, self.body if body is None else body)
 
 
+def check_target_url(url: str) -> None:
+    """One sentence for a URL no request can be sent to: not http(s), no host, a port that is not a
+    number from 0 to 65535, or an unclosed or non-IP [bracket] (urlsplit raises for those two)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadInputError(f"Cannot use the URL {redact_url(url)!r}.", hint="Give a full URL such as http://127.0.0.1:8000/v1/completions.")
+
+
 def target_kind_for(url: str) -> TargetKind:
-    """OpenAI-compatible endpoints are recognised by their path."""
+    """OpenAI-compatible endpoints are recognised by their path (a URL that is none: BadInputError)."""
+    check_target_url(url)
     path = urlsplit(url).path.rstrip("/")
     if path.endswith("/chat/completions"):
         return "chat"

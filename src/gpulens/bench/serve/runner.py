@@ -23,7 +23,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from gpulens.bench.serve import precise_loop
-from gpulens.bench.serve.client import CANCELLED_ERROR, RequestRecord, Target, send_one
+from gpulens.bench.serve.client import CANCELLED_ERROR, RequestRecord, Target, check_target_url, send_one
 from gpulens.bench.serve.cpu_wait import runnable_wait_seconds
 from gpulens.bench.serve.gc_pauses import ShortGcPauses
 from gpulens.bench.serve.http1 import ConnectionPool
@@ -32,7 +32,6 @@ from gpulens.bench.serve.schedule import Arrival, intended_times
 from gpulens.bench.serve.stats import Distribution
 from gpulens.bench.serve.workload import Workload
 from gpulens.errors import BadInputError, GpulensError, UnavailableError
-from gpulens.http_client import redact_url
 
 SEND_LEAD_SECONDS = 0.005  # open loop: create each send's task this early, so it only has to wake
 DIST_NAMES = ("latency", "latency_uncorrected", "send_lag", "ttft", "itl", "tpot")
@@ -129,9 +128,7 @@ class LoadSpec:
                                 hint="Use at most as many --workers as --concurrency.")
         if not self.timeout_seconds > 0:
             raise BadInputError("The request timeout must be above zero.", hint="Give --timeout 30s, say.")
-        parts = urlsplit(self.target.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadInputError(f"Cannot use the URL {redact_url(self.target.url)!r}.", hint="Give a full URL such as http://127.0.0.1:8000/v1/completions.")
+        check_target_url(self.target.url)
         if self.target.method == "HEAD":
             raise BadInputError("HEAD requests are not supported: their answers carry no body to time.",
                                 hint="Use --method GET against the same URL.")
