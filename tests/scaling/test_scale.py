@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,32 @@ def test_the_hpa_rule_with_its_tolerance() -> None:
 def test_scale_down_waits_for_the_stabilization_window_and_scale_up_does_not() -> None:
     s = Stabilizer(10.0)
     assert [s.update(t, r) for t, r in ((0, 1), (1, 3), (2, 1), (10, 1), (11, 1), (12, 2))] == [1, 3, 3, 3, 1, 2]
+
+
+def test_the_stabilizer_is_the_largest_recommendation_of_its_window() -> None:
+    """The same answers as the max over every recommendation still in the window, at any window."""
+    rng = random.Random(7)
+    for window in (0.0, 0.5, 3.0, 10.0, 1e9):
+        s, seen, t = Stabilizer(window), [], 0.0
+        for _ in range(400):
+            t += rng.choice((0.0, 0.1, 1.0, 2.5))
+            r = rng.randint(0, 6)
+            seen.append((t, r))
+            in_window = [x for u, x in seen if u > t - window] or [r]
+            assert s.update(t, r) == max(in_window), (window, t)
+
+
+def test_a_fine_step_under_a_long_stabilization_window_keeps_only_what_can_still_be_the_largest(
+        replayed_store: Path, capsys) -> None:
+    """--step 1ms over the 100 s session (100,000 evaluations, each inside the default 300 s window) ran
+    for minutes: each evaluation took the max over the whole window. Now the window keeps only the
+    recommendations that can still be its largest: a steady one is one entry, not 300,000."""
+    s = Stabilizer(300.0)
+    for i in range(300_000):
+        s.update(i * 0.001, 2)
+    assert len(s._history) == 1
+    assert main(["scale", "--store", str(replayed_store), "--step", "1ms", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) > 90_000
 
 
 def test_bad_policies_are_refused() -> None:

@@ -58,10 +58,15 @@ class Stabilizer:
 
     def __init__(self, window_seconds: float):
         self.window_seconds = window_seconds
+        # Only the recommendations that can still be the largest of a window: times increasing,
+        # recommendations strictly decreasing. Each update is O(1) amortized, so a window of many
+        # steps (--stabilization 1d --step 1s) costs no more than a short one.
         self._history: deque[tuple[float, int]] = deque()
 
     def update(self, t: float, recommendation: int) -> int:
+        while self._history and self._history[-1][1] <= recommendation:
+            self._history.pop()  # never the largest again: this one is as large and stays longer
         self._history.append((t, recommendation))
-        while self._history and self._history[0][0] <= t - self.window_seconds and len(self._history) > 1:
+        while self._history[0][0] <= t - self.window_seconds and len(self._history) > 1:
             self._history.popleft()
-        return max(r for _, r in self._history)
+        return self._history[0][1]
