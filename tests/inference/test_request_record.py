@@ -103,3 +103,34 @@ def test_same_requests_same_p99_in_diagnosis_dashboard_and_report(tmp_path):
     for lat in latencies:
         d.record(lat)
     assert d.percentile(99) == pytest.approx(expected, rel=2e-3)
+
+
+def test_times_outside_the_stores_range_are_not_the_requests():
+    """An arrival of 1e300 (or -inf, NaN) became the request's arrival, and `gpulens diagnose` and
+    `gpulens report` died formatting it (OverflowError) after `gpulens replay` had imported it."""
+    for bad in (1e300, -1e300, float("inf"), float("nan"), -5.0):
+        r = request_from_dict({"arrival": bad, "start": 100.5, "first_token": bad, "end": 103.0, "intended": bad})
+        assert r is not None and (r.arrival_t, r.start_t, r.first_token_t, r.intended_t) == (100.5, 100.5, None, 100.5), bad
+        assert request_from_dict({"end": bad}) is None
+    r = request_from_dict({"end": 103.0, "output_tokens": float("inf"), "batch": float("nan")})
+    assert r is not None and r.output_tokens is None and r.batch_size is None
+
+
+def test_replay_diagnose_and_report_of_a_trace_with_absurd_request_times(h200_trace, tmp_path, capsys):
+    import json
+
+    from gpulens.cli.main import main
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "telemetry.jsonl").write_bytes((h200_trace / "telemetry.jsonl").read_bytes())
+    lines = (h200_trace / "events.jsonl").read_text().splitlines()
+    req = next(json.loads(line) for line in lines if '"request"' in line)
+    bad = [{**req, "arrival": v} for v in (1e300, -1e300, 1e30)] + [{**req, "first_token": -1e300}]
+    (trace / "events.jsonl").write_text("\n".join(lines + [json.dumps(b) for b in bad]) + "\n")
+    db = str(tmp_path / "s.db")
+    assert main(["replay", str(trace), "--store", db]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", "--store", db]) == 0
+    assert main(["report", "-o", str(tmp_path / "r.html"), "--store", db]) == 0
+    assert "Traceback" not in capsys.readouterr().err

@@ -83,3 +83,33 @@ def test_replayed_steps_carry_an_mfu_from_the_recorded_parameters_and_gpu(replay
     for m, rate in zip(mfu.value, tps.value, strict=True):
         assert m == pytest.approx(rate * 6 * load["params"] / peak)
     assert 0.10 < max(mfu.value) < 0.30  # a 374 M model at ~82 k tokens/s on an H200
+
+
+def test_a_step_with_an_absurd_duration_or_time_keeps_no_unprintable_time() -> None:
+    """A checkpoint_s of 1e30 put the checkpoint stall's start at -1e30, and `gpulens diagnose` and
+    `gpulens report` died on it (OverflowError) after `gpulens replay` had imported the line."""
+    good = {"t_start": 1796002127.2, "t_end": 1796002129.0, "step_s": 1.8, "checkpoint_s": 0.5}
+    for key, bad in (("checkpoint_s", 1e30), ("data_wait_s", float("inf")), ("compute_s", -1.0), ("comm_wait_s", float("nan"))):
+        rec = record_from_dict({**good, key: bad})
+        assert rec is not None and getattr(rec, key) is None, key  # an absurd part: not measured
+    assert record_from_dict({**good, "t_start": -1e300}).t_start == pytest.approx(1796002127.2)  # from t_end - step_s
+    assert record_from_dict({**good, "t_end": 1e300}) is None  # no usable end
+    assert record_from_dict({"t_end": 1796002129.0, "step_s": 1e30}) is None  # its start would be before 1970
+
+
+def test_replay_diagnose_and_report_of_a_trace_with_absurd_step_fields(h200_trace, tmp_path, capsys) -> None:
+    from gpulens.cli.main import main
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "telemetry.jsonl").write_bytes((h200_trace / "telemetry.jsonl").read_bytes())
+    lines = (h200_trace / "events.jsonl").read_text().splitlines()
+    step = next(json.loads(line) for line in lines if '"train_step"' in line)
+    bad = [{**step, "checkpoint_s": v} for v in (1e30, 2**70, -5, 1e300)] + [{**step, "step_s": 1e30, "t_start": None}]
+    (trace / "events.jsonl").write_text("\n".join(lines + [json.dumps(b) for b in bad]) + "\n")
+    db = str(tmp_path / "s.db")
+    assert main(["replay", str(trace), "--store", db]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", "--store", db]) == 0
+    assert main(["report", "-o", str(tmp_path / "r.html"), "--store", db]) == 0
+    assert "Traceback" not in capsys.readouterr().err

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpulens.store import Event, Store
 from gpulens.vocab import names as N
+from gpulens.workload.fields import count, number, time_point
 
 # The data keys this record owns; anything else a source recorded rides along in `extra`.
 _OWN = ("arrival", "start", "first_token", "end", "status", "output_tokens", "prompt_tokens", "tpot_s",
@@ -58,7 +59,7 @@ class RequestRecord:
     @property
     def intended_t(self) -> float | None:
         """When a load generator meant to send it (open-loop traces), else the arrival if recorded."""
-        v = _num(self.extra.get("intended"))
+        v = time_point(self.extra.get("intended"))
         return v if v is not None else self.arrival_t
 
     def to_event_data(self) -> dict[str, Any]:
@@ -72,35 +73,31 @@ class RequestRecord:
         return data
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
 def _int(v: Any) -> int | None:
-    f = _num(v)
-    if f is None and isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    """A count, also as a string of digits (some recorders write them so)."""
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
         return int(v)
-    return None if f is None else int(f)
+    return count(v)
 
 
 def request_from_dict(d: Mapping[str, Any], t: float | None = None) -> RequestRecord | None:
     """Parse a request's data (a stored event's or a trace record's); None without an end time
     (`t` is used when `end` is missing)."""
-    end = _num(d.get("end"))
+    end = time_point(d.get("end"))
     end = end if end is not None else t
     if end is None:
         return None
-    start = _num(d.get("start"))
-    arrival = next((v for v in (_num(d.get("arrival")), _num(d.get("intended")), start) if v is not None), end)
+    start = time_point(d.get("start"))
+    arrival = next((v for v in (time_point(d.get("arrival")), time_point(d.get("intended")), start) if v is not None), end)
     return RequestRecord(
         arrival_t=arrival,
         start_t=start if start is not None else arrival,
         end_t=end,
         status=str(d.get("status") or "ok"),
-        first_token_t=_num(d.get("first_token")),
+        first_token_t=time_point(d.get("first_token")),
         prompt_tokens=_int(d.get("prompt_tokens")),
         output_tokens=_int(d.get("output_tokens")),
-        tpot_seconds=_num(d.get("tpot_s")),
+        tpot_seconds=number(d.get("tpot_s")),
         pid=_int(d.get("pid")),
         batch_size=_int(d.get("batch_size", d.get("batch"))),
         queue_depth_at_start=_int(d.get("queue_depth_at_start")),

@@ -7,12 +7,13 @@ the same way. Fields a source did not measure are None, never 0: "not measured" 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpulens.store import Store
+from gpulens.units import MIN_TIME_SECONDS
 from gpulens.vocab import names as N
+from gpulens.workload.fields import count, duration, number, time_point
 
 
 @dataclass(slots=True)
@@ -57,17 +58,6 @@ class StepRecord:
 _RECORD_FIELDS = tuple(f.name for f in fields(StepRecord) if f.name != "extra")
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v)
-
-
-def _int(v: Any) -> int | None:
-    f = _num(v)
-    return None if f is None or not math.isfinite(f) else int(f)
-
-
 # Field names other recorders use for the same quantity (first found wins).
 _ALIASES: dict[str, tuple[str, ...]] = {
     "samples": ("samples", "batch", "batch_size"),
@@ -83,15 +73,17 @@ _DROPPED = {"kind", "phase", "t", "role", "job", "train_job", "host"}  # job (tr
 def record_from_dict(d: dict[str, Any]) -> StepRecord | None:
     """A StepRecord from a recorded `train_step` line (H200 trace, co-location recording or a
     gpulens recording). None when it has no usable times."""
-    t_end = _num(d.get("t_end", d.get("t")))
-    step_s = _num(d.get("step_s"))
-    t_start = _num(d.get("t_start"))
+    t_end = time_point(d.get("t_end", d.get("t")))
+    step_s = duration(d.get("step_s"))
+    t_start = time_point(d.get("t_start"))
     if t_end is None:
         return None
     if t_start is None:
         if step_s is None:
             return None
         t_start = t_end - step_s
+        if t_start < MIN_TIME_SECONDS:
+            return None
     if step_s is None:
         step_s = max(0.0, t_end - t_start)
 
@@ -107,22 +99,22 @@ def record_from_dict(d: dict[str, Any]) -> StepRecord | None:
     return StepRecord(
         t_start=t_start,
         t_end=t_end,
-        step=_int(d.get("step")),
+        step=count(d.get("step")),
         step_s=step_s,
-        data_wait_s=_num(d.get("data_wait_s")),
-        compute_s=_num(d.get("compute_s")),
-        comm_wait_s=_num(d.get("comm_wait_s")),
-        checkpoint_s=_num(d.get("checkpoint_s")),
-        samples=_int(pick("samples")),
-        tokens=_int(d.get("tokens")),
-        loss=_num(d.get("loss")),
-        loss_scale=_num(d.get("loss_scale")),
-        mem_alloc=_int(pick("mem_alloc")),
-        mem_peak=_int(pick("mem_peak")),
-        mem_reserved=_int(pick("mem_reserved")),
-        mfu=_num(d.get("mfu")),
-        pid=_int(d.get("pid")),
-        rank=_int(d.get("rank")) or 0,
+        data_wait_s=duration(d.get("data_wait_s")),
+        compute_s=duration(d.get("compute_s")),
+        comm_wait_s=duration(d.get("comm_wait_s")),
+        checkpoint_s=duration(d.get("checkpoint_s")),
+        samples=count(pick("samples")),
+        tokens=count(d.get("tokens")),
+        loss=number(d.get("loss")),
+        loss_scale=number(d.get("loss_scale")),
+        mem_alloc=count(pick("mem_alloc")),
+        mem_peak=count(pick("mem_peak")),
+        mem_reserved=count(pick("mem_reserved")),
+        mfu=number(d.get("mfu")),
+        pid=count(d.get("pid")),
+        rank=count(d.get("rank")) or 0,
         extra={k: v for k, v in d.items() if k not in known and k not in _DROPPED},
     )
 
