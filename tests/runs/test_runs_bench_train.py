@@ -67,6 +67,12 @@ def test_no_record(store_path, capsys):
         (["--steps", "1"], "at least 2"),
         (["--precision", "fp8"], "unknown precision"),
         (["--device", "tpu"], "unknown device"),
+        # a 0 was taken as "not given" and replaced by the size's value (or 8): the benchmark ran
+        (["--layers", "0"], "--layers must be at least 1"),
+        (["--hidden", "0"], "--hidden must be at least 8"),
+        (["--heads", "0"], "--heads must be at least 1"),
+        (["--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--batch-size", "0", "--sweep-batch"], "--batch-size must be at least 1"),
     ],
 )
 def test_bad_arguments(store_path, capsys, args, needle):

@@ -71,9 +71,10 @@ class TrainBenchConfig:
                 f"Unknown model size {self.size!r}.", hint=f"Use one of {', '.join(SIZES)} or give --layers, --hidden and --heads."
             )
         base = SIZES.get(self.size, (0, 0, 0))
-        layers = self.layers or base[0]
-        hidden = self.hidden or base[1]
-        heads = self.heads or base[2]
+        # `is None`, not `or`: a given 0 is refused by validate(), not replaced by the size's value
+        layers = base[0] if self.layers is None else self.layers
+        hidden = base[1] if self.hidden is None else self.hidden
+        heads = base[2] if self.heads is None else self.heads
         return layers, hidden, heads
 
     def validate(self) -> None:

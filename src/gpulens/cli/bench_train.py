@@ -46,7 +46,7 @@ def bench_train_command(
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
     cfg = TrainBenchConfig(
-        size=size, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, batch_size=batch_size or (1 if sweep else 8),
+        size=size, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, batch_size=(1 if sweep else 8) if batch_size is None else batch_size,
         precision=precision, grad_checkpointing=grad_ckpt, warmup_steps=warmup, steps=steps, device=device,  # type: ignore[arg-type]
     )
     cfg.validate()
