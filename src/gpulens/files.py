@@ -5,11 +5,16 @@ Every file is written to a temporary file in the same folder, flushed and fsynce
 over the destination: readers see the old file or the whole new one, never a part. On failure the
 temporary file goes, and the error says whether the destination is as it was or absent. A
 recording (`AtomicFile.salvage`) keeps its complete lines instead: they replay.
+
+A symbolic link is written through (its target is replaced, the link stays a link), and a path that
+is a stream, not a file (/dev/stdout, a FIFO, a device), is written straight to: a rename would put
+a regular file in place of /dev/stdout, or of /dev/full, whose "no space" then goes unseen.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,39 +29,64 @@ class FileWriteError(BadInputError):
 
 
 def kept_note(path: Path) -> str:
-    """What a failed write left at `path`: the file as it was, or none."""
+    """What a failed write left at `path`: the file as it was, or none (a stream keeps what it took)."""
+    if is_stream(path):
+        return f"{path} is a device or pipe, written to directly"
     return f"{path} is as it was before" if path.exists() else f"no file was left at {path}"
 
 
+def is_stream(path: Path) -> bool:
+    """An existing path that is not a regular file nor a folder: a character or block device, a FIFO
+    or a socket (after symbolic links)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 class AtomicFile:
-    """A file written at a temporary path beside `path`, renamed onto it by `commit`."""
+    """A file written at a temporary path beside `path`, renamed onto it by `commit`; a stream is
+    written straight to (module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str], *, binary: bool = False, newline: str | None = None):
         self.path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        self.stream = is_stream(self.path)
+        if self.stream:
+            self.tmp: Path | None = None
+            self.file: IO[Any] = open(self.path, "wb") if binary else open(self.path, "w", encoding="utf-8", newline=newline)
+            return
+        target = Path(os.path.realpath(self.path)) if self.path.is_symlink() else self.path
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         self.tmp = Path(tmp)
+        self._target = target
         try:
             os.fchmod(fd, _mode_for(self.path))  # mkstemp's 0600 would hide a report from its readers
-            self.file: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline=newline)
+            self.file = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline=newline)
         except BaseException:
             os.close(fd)
             self.tmp.unlink(missing_ok=True)
             raise
 
     def commit(self) -> None:
-        """Flush, fsync, close and rename onto the destination (then fsync the folder: the rename lasts)."""
+        """Flush, fsync, close and rename onto the destination (then fsync the folder: the rename
+        lasts); a stream is flushed and closed, so a write it refuses still raises here."""
         self.file.flush()
+        if self.tmp is None:
+            self.file.close()
+            return
         os.fsync(self.file.fileno())
         self.file.close()
-        os.replace(self.tmp, self.path)
-        _fsync_folder(self.path.parent)
+        os.replace(self.tmp, self._target)
+        _fsync_folder(self._target.parent)
 
     def discard(self) -> None:
         try:
             self.file.close()
         except OSError:
             pass  # the buffered rest could not be written: it is being thrown away anyway
-        self.tmp.unlink(missing_ok=True)
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
 
     def salvage(self) -> int:
         """After a failed write: keep the complete lines that reached the disk (cut after the last
@@ -65,6 +95,8 @@ class AtomicFile:
             self.file.close()
         except OSError:
             pass  # the part still buffered is lost; what is on disk is judged below
+        if self.tmp is None:
+            return 0  # a stream: what it took is gone downstream, nothing here to keep
         try:
             lines, end = _complete_lines(self.tmp)
             if lines == 0:
@@ -74,8 +106,8 @@ class AtomicFile:
                 f.truncate(end)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(self.tmp, self.path)
-            _fsync_folder(self.path.parent)
+            os.replace(self.tmp, self._target)
+            _fsync_folder(self._target.parent)
             return lines
         except OSError:
             self.tmp.unlink(missing_ok=True)

@@ -129,3 +129,39 @@ def test_a_salvaged_file_keeps_only_complete_lines(tmp_path):
     empty = AtomicFile(tmp_path / "none.jsonl")
     empty.file.write("no newline yet")
     assert empty.salvage() == 0 and not (tmp_path / "none.jsonl").exists()
+
+
+def test_a_symbolic_link_is_written_through_and_stays_a_link(tmp_path):
+    (tmp_path / "reports").mkdir()
+    target = tmp_path / "reports" / "2026-12.html"
+    target.write_text("old")
+    link = tmp_path / "latest.html"
+    link.symlink_to(target)
+    write_atomically(link, "new", what="the report", hint="")
+    assert link.is_symlink() and link.resolve() == target and target.read_text() == "new"
+    assert _leftovers(tmp_path) == [] and _leftovers(tmp_path / "reports") == []
+
+
+def test_a_pipe_is_written_to_not_replaced_by_a_file(tmp_path):
+    """`--out /dev/stdout` or a FIFO: the rename of an atomic write would have put a regular file in
+    its place (as root, /dev/full became one and its 'no space' went unseen: exit 0)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_atomically(fifo, "through the pipe\n", what="the dashboard", hint="")
+    reader.join(timeout=60)
+    assert got == [b"through the pipe\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+def test_a_device_that_refuses_the_write_is_one_sentence_and_stays_a_device(capsys):
+    rc = main(["export", "grafana", "--out", "/dev/full"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Cannot write the dashboard /dev/full: No space left on device" in " ".join(err.split()), err
+    assert Path("/dev/full").is_char_device()
