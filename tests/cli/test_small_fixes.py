@@ -127,6 +127,14 @@ def test_query_table_names_labels_and_what_a_row_is(replayed_store):
     assert "bucket means of raw samples" in " ".join(r.stdout.split()), r.stdout  # a title may wrap
 
 
+def test_query_with_a_label_no_series_has_says_which_values_there_are(replayed_store):
+    """`query gpu_utilization_ratio --label gpu=7` on a one-GPU store printed nothing, exit 0."""
+    msg = _one_line_error(run_gpulens("query", "gpu_utilization_ratio", "--store", str(replayed_store), "--label", "gpu=7"))
+    assert "No gpu_utilization_ratio series has gpu=7" in msg and "Its series have gpu=0" in msg, msg
+    msg = _one_line_error(run_gpulens("query", "gpu_utilization_ratio", "--store", str(replayed_store), "--label", "gpus=0"))
+    assert "no label gpus" in msg, msg
+
+
 def test_baseline_freeze_help_example_selects_a_real_baseline(tmp_path):
     """`baseline freeze --help` said "Default: all" and then asked which; its `--label job=...`
     example matched nothing (the label is train_job). The help's example, run, freezes one."""

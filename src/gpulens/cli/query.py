@@ -52,6 +52,10 @@ def query_command(
                       else f"It has {len(names)} metrics, e.g. {', '.join(names[:5])}." if names
                       else "It holds no samples yet: run `gpulens agent` or `gpulens replay` into it first."),
             )
+        if labels and not st.series(metric, labels):  # a typo'd label would print nothing at all
+            raise BadInputError(
+                f"No {metric} series has {' '.join(f'{k}={v}' for k, v in labels.items())}.",
+                hint=_label_hint(metric, labels, [k.labels for k in st.series(metric)]))
         start = end = None
         if since is not None:
             from gpulens.units import parse_duration
@@ -68,6 +72,9 @@ def query_command(
         return
     from rich.table import Table
 
+    if not data and since is not None:
+        console.print(f"No {escape(metric)} samples in the last {escape(since)}; `gpulens query {escape(metric)}` "
+                      "without --since shows them all.", highlight=False)
     for d in data:
         labels = " ".join(f"{k}={v}" for k, v in sorted(d.key.labels.items()))
         table = Table(title=escape(f"{d.key.name} {labels} ({_resolution_text(d, max_points)}, {len(d)} points)"),
@@ -83,6 +90,15 @@ def query_command(
                 row += [f"{d.value_min[i]:.4g}", f"{d.value_max[i]:.4g}"]
             table.add_row(*row)
         console.print(table)
+
+
+def _label_hint(metric: str, asked: dict[str, str], present: list[dict[str, str]]) -> str:
+    """The values the store's series of `metric` have for the labels asked about."""
+    parts = []
+    for k in asked:
+        values = sorted({ls[k] for ls in present if k in ls})
+        parts.append(f"{k}={', '.join(values[:8])}" + (" …" if len(values) > 8 else "") if values else f"no label {k}")
+    return f"Its series have {'; '.join(parts)}."
 
 
 def _series_json(d: SeriesData) -> dict[str, Any]:
