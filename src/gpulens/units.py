@@ -73,18 +73,23 @@ def parse_speed(text: str | float | int, *, what: str = "--speed", allow_max: bo
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """'127.0.0.1:9464' or ':9464' or '9464' -> (host, port)."""
+    """'127.0.0.1:9464', '[::1]:9464', ':9464' or '9464' -> (host, port)."""
     host, sep, port = str(text).rpartition(":")
     if not sep:
         host, port = "127.0.0.1", str(text)
-    host = host.strip("[]") or "127.0.0.1"
+    if host.startswith("[") and host.endswith("]") and len(host) > 2:
+        host = host[1:-1]  # an IPv6 address, bracketed as in a URL
+    elif "[" in host or "]" in host or ":" in host:  # '[::1' or a bare IPv6 address: which colon ends it?
+        host = ""
+        port = "not a port"
     try:
         p = int(port)
         if not 0 <= p <= 65535:
             raise ValueError
     except ValueError:
-        raise BadInputError(f"Cannot read the listen address {text!r}.", hint="Write HOST:PORT, e.g. 127.0.0.1:9464.") from None
-    return host, p
+        raise BadInputError(f"Cannot read the listen address {text!r}.",
+                            hint="Write HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464.") from None
+    return host or "127.0.0.1", p
 
 
 def format_bytes(n: float | None) -> str:

@@ -49,6 +49,19 @@ def test_listen_addresses(text):
     _refused_or_fine(parse_listen, text)
 
 
+def test_a_listen_address_is_a_host_and_a_port_or_refused():
+    """'[::1' was read as host ':' port 1, and the agent then said "Cannot listen on [:]:1"."""
+    import pytest
+
+    from gpulens.units import parse_listen
+
+    assert parse_listen("[::1]:9464") == ("::1", 9464) and parse_listen(":9464") == ("127.0.0.1", 9464)
+    assert parse_listen("0.0.0.0:80") == ("0.0.0.0", 80) and parse_listen("9464") == ("127.0.0.1", 9464)
+    for text in ("[::1", "::1:9464", "[]:80", "[::1]", "[::1]x:80"):
+        with pytest.raises(GpulensError, match="Cannot read the listen address"):
+            parse_listen(text)
+
+
 @FUZZ
 @given(spec=spec_text)
 def test_fault_specs(spec):
