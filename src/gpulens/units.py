@@ -63,8 +63,9 @@ def parse_speed(text: str | float | int, *, what: str = "--speed", allow_max: bo
         m = _SPEED.match(str(text))
         if not m:
             also = " or max" if allow_max else ""
-            raise BadInputError(f"Cannot read {what} {text!r}: it is a factor of the recorded pace, not a duration.",
-                                hint=f"Write a number such as 1, 2, 10x or 0.5{also}.")
+            why = "it is a factor of the recorded pace, not a duration" if _DURATION.match(str(text)) else \
+                "it takes a factor of the recorded pace, written as a plain decimal"
+            raise BadInputError(f"Cannot read {what} {text!r}: {why}.", hint=f"Write a number such as 1, 2, 10x or 0.5{also}.")
         factor = float(m.group(1))
     if not math.isfinite(factor) or not 0 < factor <= MAX_SPEED_FACTOR:
         raise BadInputError(f"{what} must be a factor above zero and at most {MAX_SPEED_FACTOR:,.0f}, not {text!r}.",

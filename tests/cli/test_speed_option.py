@@ -37,8 +37,10 @@ def test_a_factor_reads_as_itself(text, factor):
 
 def test_max_only_where_the_command_allows_it():
     assert parse_speed("max", allow_max=True) is None
-    with pytest.raises(BadInputError, match="not a duration"):
+    with pytest.raises(BadInputError, match="a factor of the recorded pace, written as a plain decimal"):
         parse_speed("max")
+    with pytest.raises(BadInputError, match="a factor of the recorded pace, written as a plain decimal"):
+        parse_speed("1e-300")  # it is not a duration either: the sentence said so
 
 
 @pytest.mark.parametrize("text", ["2m", "1s", "fast", "", "inf", "nan", "1e99", "0x", float("inf"), 0, -2, True])
