@@ -127,6 +127,15 @@ def test_query_table_names_labels_and_what_a_row_is(replayed_store):
     assert "bucket means of raw samples" in " ".join(r.stdout.split()), r.stdout  # a title may wrap
 
 
+def test_query_table_keeps_the_gpu_uuid_whole(replayed_store):
+    """The series' labels were the table's title, folded at the table's width: the uuid cut in two."""
+    r = run_gpulens("query", "gpu_power_watts", "--store", str(replayed_store), "--since", "1ms")  # two columns wide
+    assert r.returncode == 0, r.stderr
+    with Store(replayed_store, readonly=True) as st:
+        (key,) = st.series("gpu_power_watts")
+    assert f"uuid={key.labels['uuid']}" in r.stdout and "1 point)" in " ".join(r.stdout.split()), r.stdout
+
+
 def test_query_with_a_label_no_series_has_says_which_values_there_are(replayed_store):
     """`query gpu_utilization_ratio --label gpu=7` on a one-GPU store printed nothing, exit 0."""
     msg = _one_line_error(run_gpulens("query", "gpu_utilization_ratio", "--store", str(replayed_store), "--label", "gpu=7"))

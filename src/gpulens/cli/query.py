@@ -77,8 +77,10 @@ def query_command(
                       "without --since shows them all.", highlight=False)
     for d in data:
         labels = " ".join(f"{k}={v}" for k, v in sorted(d.key.labels.items()))
-        table = Table(title=escape(f"{d.key.name} {labels} ({_resolution_text(d, max_points)}, {len(d)} points)"),
-                      title_justify="left")
+        # above the table, not its title: a title folds at the table's width, cutting a GPU's uuid in two
+        console.print(escape(f"{d.key.name} {labels} ({_resolution_text(d, max_points)}, "
+                             f"{len(d)} point{'' if len(d) == 1 else 's'})"), highlight=False)
+        table = Table()
         table.add_column("time (UTC)")
         table.add_column("value", justify="right")
         if d.resolution != "raw" or (max_points is not None):
