@@ -13,11 +13,20 @@ import socket
 import pytest
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free right now and not handed out before in this run: two
+    calls in a row (a test's metrics and dashboard ports) can otherwise get the same port back, and
+    the second server then fails to bind."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 _free_port = free_port  # older spelling used by some tests
