@@ -12,7 +12,6 @@ import socket
 
 import pytest
 
-
 _HANDED_OUT: set[int] = set()
 
 
