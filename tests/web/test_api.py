@@ -139,6 +139,14 @@ def test_bad_parameters_get_one_sentence(client, url, status, words):
     assert words in r.json()["error"]
 
 
+@pytest.mark.parametrize("start", [1e20, -1e20])
+def test_a_far_off_window_is_empty_not_an_error(client, start):
+    # A window at 1e20 s long enough for the roll-ups: its bucket start overflowed SQLite's INTEGER (a 500).
+    r = client.get("/api/series", params={"metric": "gpu_power_watts", "start": repr(start), "end": repr(start + 3e7)})
+    assert r.status_code == 200, r.text
+    assert all(s["t"] == [] for s in r.json()["series"])
+
+
 def test_findings_come_with_advice(client):
     body = client.get("/api/findings").json()
     assert body["available"], body["note"]

@@ -159,7 +159,8 @@ class StoreQueries:
             else:
                 table = "rollup_1h" if resolution == "1h" else "rollup_1m"
                 width = ROLLUPS[table]
-                blo = math.floor(lo / width) * width if math.isfinite(lo) else lo
+                # A float: math.floor's int of a far-off window start (1e20 s) overflows SQLite's INTEGER.
+                blo = float(math.floor(lo / width) * width) if math.isfinite(lo) else lo
                 bucket = float(width)
                 if max_points and math.isfinite(lo) and math.isfinite(hi) and hi > lo:
                     step = (hi - blo) / max_points
@@ -383,7 +384,7 @@ class StoreQueries:
         parts = []
         with self._guard("read") as conn:
             if end - start > rollup_over_seconds:
-                a, b = math.ceil(start / 60) * 60, math.floor(end / 60) * 60
+                a, b = float(math.ceil(start / 60) * 60), float(math.floor(end / 60) * 60)  # floats: see _query_one
                 parts.append(conn.execute(
                     f"SELECT sum(n), sum(vsum), min(vmin), max(vmax) FROM rollup_1m WHERE series_id IN ({marks}) "
                     "AND bucket >= ? AND bucket < ?",
