@@ -50,3 +50,24 @@ def test_a_good_config_still_plans(tmp_path):
     cfg.write_text(json.dumps({**BASE, "tie_word_embeddings": False}))
     r = _gpulens("plan", "--model", str(cfg), "--workload", "train", "--gpu", "h100-sxm", "--batch", "1", "--seq", "1024")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("prices: [2.49]\n", "must be a mapping of GPU name to price"),
+    ("prices: {h200: {hourly: two}}\n", "The hourly price of 'h200'"),
+    ("prices: {h200: -1}\n", "not a number of 0 or more"),
+    ("prices: {h200: {hourly: 1, purchase: .nan}}\n", "The purchase price of 'h200'"),
+    ("gpus: {name: x}\n", "must be a list of cards"),
+    ("gpus: [{name: lab, memory_gb: 1e400, bandwidth_gbps: 768}]\n", "'memory_gb' of GPU 'lab'"),
+    ("gpus: [{name: lab, memory_gb: 48, bandwidth_gbps: 0, bf16_tflops: 155}]\n", "'bandwidth_gbps' of GPU 'lab'"),
+    ("gpus: [{name: lab, memory_gb: -48, bandwidth_gbps: 768}]\n", "'memory_gb' of GPU 'lab'"),
+    ("gpus: [{name: lab, memory_gb: 48, bandwidth_gbps: 768, bf16_tflops: .nan}]\n", "'bf16_tflops' of GPU 'lab'"),
+    ("gpus: [{name: lab, memory_gb: 1e-300, bandwidth_gbps: 768, bf16_tflops: 155}]\n", "less than one byte"),
+])
+def test_a_bad_plan_config_is_one_sentence(isolated_plan_config, text, says):
+    # Each once a traceback (AttributeError, ValueError, OverflowError, ZeroDivisionError) or a card of -48 GiB.
+    isolated_plan_config.write_text(text)
+    for args in (("plan", "gpus"), ("plan", "--model", "llama-3-8b", "--workload", "train", "--gpu", "h200", "--batch", "1")):
+        r = _gpulens(*args)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr and says in r.stderr

@@ -8,6 +8,7 @@ file (`$GPULENS_PLAN_CONFIG`, else `$XDG_CONFIG_HOME/gpulens/plan.yaml`, else `~
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -141,9 +142,31 @@ def _opt(v: Any, scale: float) -> float | None:
     return None if v is None else float(v) * scale
 
 
+# A card's figures: each, when given, a positive finite number (a user's `memory_gb: 0` or `.nan`
+# once planned a card of -48 GiB, or divided by zero).
+_FIGURES = ("memory_bytes", "memory_mib", "memory_gb", "bandwidth_gbps", "bf16_tflops", "fp16_tflops", "fp32_tflops",
+            "tf32_tflops", "fp8_tflops", "int8_tops", "interconnect_gbps", "tdp_watts")
+
+
+def _check_figures(e: dict[str, Any], name: str, where: str) -> None:
+    for key in _FIGURES:
+        v = e.get(key)
+        if v is None:
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            x = math.nan
+        if isinstance(v, bool) or not (math.isfinite(x) and x > 0):
+            raise BadInputError(f"The field {key!r} of GPU {name!r} in {where} is {str(v)[:40]!r}, not a positive number.",
+                                hint="Write a plain number above 0 (see docs/plan.md).")
+
+
 def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
     try:
         name = str(e["name"])
+        if isinstance(e, dict):
+            _check_figures(e, name, where)
         # a datasheet's "80 GB" is neither 80e9 nor 80 GiB usable: an H100 SXM shows 81,559 MiB in
         # nvidia-smi, a T4 15,360 MiB of its "16 GB". Plan against what nvidia-smi prints
         # (memory_mib), a measured figure (memory_bytes) where there is one, else the size as GiB.
@@ -155,6 +178,8 @@ def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
         else:
             mem, mem_source = int(float(e["memory_gb"]) * (1 << 30)), "datasheet size read as GiB"
         bw = float(e["bandwidth_gbps"]) * GIGA
+        if mem < 1:
+            raise BadInputError(f"GPU {name!r} in {where} has less than one byte of memory.", hint="Give memory_gb in GB, e.g. 48.")
     except KeyError as k:
         raise BadInputError(
             f"A GPU entry in {where} lacks the field {k.args[0]!r}.",
@@ -235,13 +260,22 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     data = load_yaml(read_text(path, "the plan config", hint=hint), f"the plan config {path}", hint=hint) or {}
     if not isinstance(data, dict):
         raise BadInputError(f"The plan config {path} is not a mapping.", hint="See docs/plan.md for its layout.")
+    if not isinstance(data.get("gpus") or [], list):
+        raise BadInputError(f"The gpus in {path} must be a list of cards.", hint="See docs/plan.md, 'Your cards and prices'.")
     gpus = tuple(user_gpu(e, where=str(path)) for e in data.get("gpus") or ())
+    raw_prices = data.get("prices") or {}
+    if not isinstance(raw_prices, dict):
+        raise BadInputError(f"The prices in {path} must be a mapping of GPU name to price.", hint="E.g. `prices: {h100-sxm: 2.49}`.")
     prices: dict[str, dict[str, float]] = {}
-    for gname, p in (data.get("prices") or {}).items():
+    for gname, p in raw_prices.items():
         if isinstance(p, int | float):
             p = {"hourly": p}
         if not isinstance(p, dict):
             raise BadInputError(f"The price of {gname!r} in {path} must be a number or a mapping.", hint="E.g. `h100-sxm: 2.49`.")
+        for k, v in p.items():
+            if k in ("hourly", "purchase") and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf):
+                raise BadInputError(f"The {k} price of {gname!r} in {path} is {str(v)[:40]!r}, not a number of 0 or more.",
+                                    hint="E.g. `h200: {hourly: 3.50, purchase: 32000}`.")
         prices[_norm(str(gname))] = {k: float(v) for k, v in p.items() if k in ("hourly", "purchase")}
     return UserConfig(gpus=gpus, prices=prices, currency=str(data.get("currency") or "USD"), path=path)
 
