@@ -38,6 +38,9 @@ BAD = [
     ("band-on-absolute", GOOD + "    band: {min_width: 1}\n", 7, "band", "learned rules"),
     ("negative-band", GOOD.replace("gpu_temperature_celsius > 80", "gpu_temperature_celsius > upper_band(gpu_temperature_celsius)")
      + "    band:\n      min_width: -1\n", 8, "band.min_width", "zero or more"),
+    ("nan-band", GOOD.replace("gpu_temperature_celsius > 80", "gpu_temperature_celsius > upper_band(gpu_temperature_celsius)")
+     + "    band:\n      k_initial: .nan\n", 8, "band.k_initial", "zero or more"),  # once accepted: a band of nan width
+    ("inf-baseline", "baseline:\n  k_initial: .inf\n" + GOOD, 2, "band.k_initial", "zero or more"),
     ("duplicate", GOOD + GOOD.split("rules:\n", 1)[1], 7, "name", "defined twice"),
     ("bad-name", GOOD.replace("name: HotGpu", "name: hot gpu"), 2, "name", "letters, digits"),
     ("xid-severity-elsewhere", GOOD.replace("severity: warning", "severity: xid"), 5, "severity", "gpu_xid_errors_total"),

@@ -138,7 +138,7 @@ def _band(raw: Any, path: str, line: int, base: BandSpec) -> BandSpec:
         kl = getattr(raw, "key_lines", {}).get(k, line)
         if k not in allowed:
             raise RuleFileError(path, kl, f"band.{k}", f"unknown setting (known: {', '.join(sorted(allowed))})")
-        if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < math.inf:
             raise RuleFileError(path, kl, f"band.{k}", f"must be a number of zero or more, not {v!r}")
         values[k] = float(v)
     return replace(base, **values)
