@@ -95,3 +95,23 @@ def wait_http(url: str, proc=None, timeout: float = 30.0, log=None, *, until=Non
             pass
         time.sleep(interval)
     raise AssertionError(f"{what} did not come up at {url}{tail()}" if what else f"{url} did not come up{tail()}")
+
+
+def replay_diagnose_and_report(h200_trace, tmp_path, capsys, extra_events: list[dict]) -> str:  # noqa: ANN001
+    """The H200 session with `extra_events` appended to its events, replayed into a store, then
+    `diagnose` and `report` on it (each must exit 0); returns what they wrote to stderr."""
+    import json
+
+    from gpulens.cli.main import main
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "telemetry.jsonl").write_bytes((h200_trace / "telemetry.jsonl").read_bytes())
+    lines = (h200_trace / "events.jsonl").read_text().splitlines()
+    (trace / "events.jsonl").write_text("\n".join(lines + [json.dumps(e) for e in extra_events]) + "\n")
+    db = str(tmp_path / "s.db")
+    assert main(["replay", str(trace), "--store", db]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", "--store", db]) == 0
+    assert main(["report", "-o", str(tmp_path / "r.html"), "--store", db]) == 0
+    return capsys.readouterr().err

@@ -119,18 +119,9 @@ def test_times_outside_the_stores_range_are_not_the_requests():
 def test_replay_diagnose_and_report_of_a_trace_with_absurd_request_times(h200_trace, tmp_path, capsys):
     import json
 
-    from gpulens.cli.main import main
+    from testlib import replay_diagnose_and_report
 
-    trace = tmp_path / "trace"
-    trace.mkdir()
-    (trace / "telemetry.jsonl").write_bytes((h200_trace / "telemetry.jsonl").read_bytes())
     lines = (h200_trace / "events.jsonl").read_text().splitlines()
     req = next(json.loads(line) for line in lines if '"request"' in line)
     bad = [{**req, "arrival": v} for v in (1e300, -1e300, 1e30)] + [{**req, "first_token": -1e300}]
-    (trace / "events.jsonl").write_text("\n".join(lines + [json.dumps(b) for b in bad]) + "\n")
-    db = str(tmp_path / "s.db")
-    assert main(["replay", str(trace), "--store", db]) == 0
-    capsys.readouterr()
-    assert main(["diagnose", "--store", db]) == 0
-    assert main(["report", "-o", str(tmp_path / "r.html"), "--store", db]) == 0
-    assert "Traceback" not in capsys.readouterr().err
+    assert "Traceback" not in replay_diagnose_and_report(h200_trace, tmp_path, capsys, bad)

@@ -98,18 +98,9 @@ def test_a_step_with_an_absurd_duration_or_time_keeps_no_unprintable_time() -> N
 
 
 def test_replay_diagnose_and_report_of_a_trace_with_absurd_step_fields(h200_trace, tmp_path, capsys) -> None:
-    from gpulens.cli.main import main
+    from testlib import replay_diagnose_and_report
 
-    trace = tmp_path / "trace"
-    trace.mkdir()
-    (trace / "telemetry.jsonl").write_bytes((h200_trace / "telemetry.jsonl").read_bytes())
     lines = (h200_trace / "events.jsonl").read_text().splitlines()
     step = next(json.loads(line) for line in lines if '"train_step"' in line)
     bad = [{**step, "checkpoint_s": v} for v in (1e30, 2**70, -5, 1e300)] + [{**step, "step_s": 1e30, "t_start": None}]
-    (trace / "events.jsonl").write_text("\n".join(lines + [json.dumps(b) for b in bad]) + "\n")
-    db = str(tmp_path / "s.db")
-    assert main(["replay", str(trace), "--store", db]) == 0
-    capsys.readouterr()
-    assert main(["diagnose", "--store", db]) == 0
-    assert main(["report", "-o", str(tmp_path / "r.html"), "--store", db]) == 0
-    assert "Traceback" not in capsys.readouterr().err
+    assert "Traceback" not in replay_diagnose_and_report(h200_trace, tmp_path, capsys, bad)
