@@ -51,8 +51,7 @@ class AtomicFile:
 
     def __init__(self, path: str | os.PathLike[str], *, binary: bool = False, newline: str | None = None):
         self.path = Path(path)
-        self.stream = is_stream(self.path)
-        if self.stream:
+        if is_stream(self.path):
             self.tmp: Path | None = None
             self.file: IO[Any] = open(self.path, "wb") if binary else open(self.path, "w", encoding="utf-8", newline=newline)
             return

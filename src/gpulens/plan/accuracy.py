@@ -83,7 +83,3 @@ def measure_accuracy(outcomes: Iterable[_ErrorOf]) -> dict[str, PublishedAccurac
         out[kind] = PublishedAccuracy(kind, _WHAT[kind], len(errs), round(statistics.median(errs), 3),
                                       None if p90 is None else round(p90, 3), round(worst_error, 3), worst_id)
     return out
-
-
-def accuracy_for(kind: str) -> PublishedAccuracy:
-    return PUBLISHED_ACCURACY[kind]

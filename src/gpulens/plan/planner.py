@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpulens.errors import BadInputError
-from gpulens.plan.accuracy import PublishedAccuracy, accuracy_for
+from gpulens.plan.accuracy import PUBLISHED_ACCURACY, PublishedAccuracy
 from gpulens.plan.advice import (
     Fix,
     ReplicaMiss,
@@ -233,7 +233,7 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
         res = _plan_train(req, model, gpu, eff, ctx, user, notes)
     else:
         res = _plan_serve(req, model, gpu, eff, ctx, user, notes)
-    res.accuracy = [accuracy_for(k) for k in accuracy_kinds(req, model, calibrated=eff.calibrated)]
+    res.accuracy = [PUBLISHED_ACCURACY[k] for k in accuracy_kinds(req, model, calibrated=eff.calibrated)]
     return _with_electricity(res)
 
 
