@@ -224,9 +224,14 @@ async def _serve_timed(port: int) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """testlib's free port, never handed out twice in one run (a repeat would find the last
+    server still answering); imported here so the server processes do not load pytest."""
+    tests = str(Path(__file__).resolve().parents[1])
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from testlib import free_port as once
+
+    return once()
 
 
 def start_server(script: Path, *args: str, timeout: float = 15.0) -> tuple[subprocess.Popen, int]:
