@@ -4,6 +4,7 @@ first ends the wait at once with one sentence (FleetStartError, exit 3)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import time
@@ -21,11 +22,14 @@ class FleetStartError(UnavailableError):
     """A process of the fleet rig did not come up (or a condition did not hold in time)."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` different TCP ports on 127.0.0.1, free right now: each socket stays bound until all
+    are picked, so the OS cannot hand the same port back twice (one port per rig process)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def log_tail(path: Path, chars: int = 2000) -> str:

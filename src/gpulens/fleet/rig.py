@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpulens import promql as P
 from gpulens.errors import BadInputError, UnavailableError
-from gpulens.fleet.procs import FleetStartError, free_port, log_tail, stop_processes, wait_for, wait_http
+from gpulens.fleet.procs import FleetStartError, free_ports, log_tail, stop_processes, wait_for, wait_http
 from gpulens.fleet.workload import JOB, SERVICE
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_XID_TOTAL
@@ -125,7 +125,8 @@ class FleetRig:
     def _start(self, prometheus: str) -> None:
         work = self.work
         assert work is not None
-        self.ports = {"prom": free_port(), **{f"agent{i}": free_port() for i in range(self.nodes)}}
+        names = ["prom", *(f"agent{i}" for i in range(self.nodes))]
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         targets = ", ".join(f"'127.0.0.1:{self.ports[f'agent{i}']}'" for i in range(self.nodes))
         (work / "prometheus.yml").write_text(
             f"global:\n  scrape_interval: {self.scrape_seconds:g}s\nscrape_configs:\n  - job_name: gpulens\n"
