@@ -81,6 +81,26 @@ def test_health_answers_and_ready_waits_for_the_first_frame(tmp_path):
         node.close()
 
 
+def test_other_methods_and_paths_are_refused_in_one_line_of_text(tmp_path):
+    """A POST is a method the agent knows and refuses (405 with Allow), not one it has never heard
+    of (http.server's 501); errors are one line of text like the answers, not an HTML page."""
+    node = _node(tmp_path)
+    try:
+        for method in ("POST", "PUT", "DELETE"):
+            req = urllib.request.Request(node.metrics_url, data=b"x" if method != "DELETE" else None, method=method)
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=10)
+            assert e.value.code == 405, method
+            assert e.value.headers["Allow"] == "GET, HEAD"
+            assert e.value.headers["Content-Type"].startswith("text/plain")
+            assert e.value.read().decode() == "405 Method Not Allowed: this address answers GET, HEAD.\n"
+        status, text = _get(_base(node) + "/nowhere")
+        assert (status, text) == (404, "404 Not Found: gpulens serves /metrics, /health and /ready.\n")
+        assert len(text.strip().splitlines()) == 1
+    finally:
+        node.close()
+
+
 class HangingBackend(FakeBackend):
     """A fake GPU whose sampling call hangs while `hang` is set, as a stuck NVML call does."""
 

@@ -107,7 +107,7 @@ def start_metrics_server(registry: CollectorRegistry, host: str, port: int, *, w
                 self.end_headers()
                 return
             if path not in ("/metrics", "/"):
-                self.send_error(404, "gpulens serves /metrics, /health and /ready")
+                self.send_error(404, "Not Found", "gpulens serves /metrics, /health and /ready.")
                 return
             body = render_text(registry)
             gz = "gzip" in self.headers.get("Accept-Encoding", "")

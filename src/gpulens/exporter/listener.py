@@ -63,6 +63,24 @@ class BufferedRequestHandler(BaseHTTPRequestHandler):
     (socket, the request's bytes). Keep-alive is HTTP/1.1's: the listener takes the socket back."""
 
     protocol_version = "HTTP/1.1"
+    # errors in one line of plain text, as the answers are, not http.server's HTML page
+    error_message_format = "%(code)d %(message)s: %(explain)s\n"
+    error_content_type = "text/plain; charset=utf-8"
+
+    def _method_not_allowed(self) -> None:
+        """405 with the methods this handler serves (http.server says 501, "not implemented", for
+        any method without a do_ method, though these are methods it knows and refuses here)."""
+        allowed = sorted(m.removeprefix("do_") for m in dir(self)
+                         if m.startswith("do_") and getattr(type(self), m) is not getattr(BufferedRequestHandler, m, None))
+        body = f"405 Method Not Allowed: this address answers {', '.join(allowed)}.\n".encode()
+        self.send_response(405)
+        self.send_header("Allow", ", ".join(allowed))
+        self.send_header("Content-Type", self.error_content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _method_not_allowed  # noqa: N815 (http.server's names)
 
     def setup(self) -> None:
         self.connection, data = self.request
