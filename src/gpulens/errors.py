@@ -51,6 +51,13 @@ EXIT_UNAVAILABLE = 3
 EXIT_STORAGE_FULL = 4
 
 
+def shown(value: object, limit: int = 40) -> str:
+    """What the user gave, quoted for a sentence, cut after `limit` characters: an error answers a
+    40,000-character query value without echoing it whole."""
+    text = str(value)
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text):,} characters)"
+
+
 class GpulensError(Exception):
     """Root of every error gpulens raises on purpose. `str(err)` is a complete sentence for a user."""
 

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Literal, overload
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 
 # Times (unix seconds) and readings gpulens stores: 1970 to 2200, magnitudes up to 1e18 (bytes,
 # joules and hertz stay far below). Beyond is a broken clock or a corrupt line, and would overflow
@@ -32,13 +32,13 @@ def parse_duration(text: str | float | int, *, what: str = "duration", allow_zer
         m = _DURATION.match(str(text))
         if not m:
             raise BadInputError(
-                f"Cannot read {what} {text!r}.", hint="Write a number with a unit: 500ms, 1s, 15m, 2h, 7d."
+                f"Cannot read {what} {shown(text)}.", hint="Write a number with a unit: 500ms, 1s, 15m, 2h, 7d."
             )
         seconds = float(m.group(1)) * _SECONDS[m.group(2)]
     if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
-        raise BadInputError(f"The {what} {text!r} is not a usable duration.", hint="Give at most 100 years, e.g. 30d.")
+        raise BadInputError(f"The {what} {shown(text)} is not a usable duration.", hint="Give at most 100 years, e.g. 30d.")
     if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise BadInputError(f"The {what} must be above zero, not {text!r}.", hint="Give a positive value such as 1s.")
+        raise BadInputError(f"The {what} must be above zero, not {shown(text)}.", hint="Give a positive value such as 1s.")
     return seconds
 
 
@@ -65,10 +65,10 @@ def parse_speed(text: str | float | int, *, what: str = "--speed", allow_max: bo
             also = " or max" if allow_max else ""
             why = "it is a factor of the recorded pace, not a duration" if _DURATION.match(str(text)) else \
                 "it takes a factor of the recorded pace, written as a plain decimal"
-            raise BadInputError(f"Cannot read {what} {text!r}: {why}.", hint=f"Write a number such as 1, 2, 10x or 0.5{also}.")
+            raise BadInputError(f"Cannot read {what} {shown(text)}: {why}.", hint=f"Write a number such as 1, 2, 10x or 0.5{also}.")
         factor = float(m.group(1))
     if not math.isfinite(factor) or not 0 < factor <= MAX_SPEED_FACTOR:
-        raise BadInputError(f"{what} must be a factor above zero and at most {MAX_SPEED_FACTOR:,.0f}, not {text!r}.",
+        raise BadInputError(f"{what} must be a factor above zero and at most {MAX_SPEED_FACTOR:,.0f}, not {shown(text)}.",
                             hint="Give a positive number such as 1 (the recorded pace) or 10 (ten times faster).")
     return factor
 

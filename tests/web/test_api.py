@@ -139,6 +139,16 @@ def test_bad_parameters_get_one_sentence(client, url, status, words):
     assert words in r.json()["error"]
 
 
+@pytest.mark.parametrize("param", ["start", "points", "range"])
+def test_a_huge_bad_value_is_named_not_echoed_whole(client, param):
+    junk = "x" * 20_000
+    query = {"start": junk, "end": "5"} if param == "start" else {param: junk}
+    r = client.get("/api/panel/gpu", params=query)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert "xxxx" in error and "(20,000 characters)" in error and len(error) < 200, error
+
+
 @pytest.mark.parametrize("start", [1e20, -1e20])
 def test_a_far_off_window_is_empty_not_an_error(client, start):
     # A window at 1e20 s long enough for the roll-ups: its bucket start overflowed SQLite's INTEGER (a 500).

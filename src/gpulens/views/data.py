@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulens.energy import WorkloadEnergy, joules_per_token, workload_energy
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.reader import Band, Line
 from gpulens.reader import PanelReader as Reader
 from gpulens.units import parse_duration
@@ -85,7 +85,7 @@ def resolve_window(
         return Window(start, end)
     seconds = parse_duration(range_text or DEFAULT_RANGE, what="range")
     if seconds > MAX_RANGE_SECONDS:
-        raise BadInputError(f"The range {range_text!r} is longer than 400 days.", hint="Pick a shorter range, e.g. 7d.")
+        raise BadInputError(f"The range {shown(range_text)} is longer than 400 days.", hint="Pick a shorter range, e.g. 7d.")
     now = time.time() if now is None else now
     end_t = now
     snapped = False
@@ -264,7 +264,7 @@ def panel_has_data(reader: Reader, panel: PanelSpec, w: Window, sel: Selection) 
 def build_panel(reader: Reader, panel_id: str, w: Window, sel: Selection, points: int = DEFAULT_POINTS) -> PanelOut:
     panel = PANELS.get(panel_id)
     if panel is None:
-        raise BadInputError(f"There is no panel {panel_id!r}.", hint=f"Choose one of: {', '.join(PANELS)}.")
+        raise BadInputError(f"There is no panel {shown(panel_id)}.", hint=f"Choose one of: {', '.join(PANELS)}.")
     has = panel_has_data(reader, panel, w, sel)
     out = PanelOut(panel.id, panel.title, w.start, w.end, has, panel.empty_hint)
     if not has:

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gpulens.errors import BadInputError, GpulensError
+from gpulens.errors import BadInputError, GpulensError, shown
 from gpulens.reader import PanelReader as Reader
 from gpulens.views.data import (
     DEFAULT_EVENT_KINDS,
@@ -59,9 +59,9 @@ def _float(request: Request, name: str) -> float | None:
     try:
         v = float(raw)
     except ValueError:
-        raise BadInputError(f"{name} must be a number of unix seconds, not {raw!r}.", hint="e.g. 1796002115.4") from None
+        raise BadInputError(f"{name} must be a number of unix seconds, not {shown(raw)}.", hint="e.g. 1796002115.4") from None
     if not math.isfinite(v):
-        raise BadInputError(f"{name} must be a finite number, not {raw!r}.", hint="e.g. 1796002115.4")
+        raise BadInputError(f"{name} must be a finite number, not {shown(raw)}.", hint="e.g. 1796002115.4")
     return v
 
 
@@ -72,7 +72,7 @@ def _int(request: Request, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise BadInputError(f"{name} must be a whole number, not {raw!r}.", hint="e.g. 600") from None
+        raise BadInputError(f"{name} must be a whole number, not {shown(raw)}.", hint="e.g. 600") from None
 
 
 def window_of(request: Request, reader: Reader) -> Window:
@@ -130,7 +130,7 @@ def panel(request: Request) -> Response:
     reader = _reader(request)
     panel_id = request.path_params["panel"]
     if panel_id not in PANELS:
-        return error_response(BadInputError(f"There is no panel {panel_id!r}.", hint=f"Choose one of: {', '.join(PANELS)}."), 404)
+        return error_response(BadInputError(f"There is no panel {shown(panel_id)}.", hint=f"Choose one of: {', '.join(PANELS)}."), 404)
     w = window_of(request, reader)
     out = build_panel(reader, panel_id, w, selection_of(request), clamp_points(_int(request, "points")))
     return json_response({**out.to_dict(), "window": _window_dict(w)})
