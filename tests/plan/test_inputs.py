@@ -114,6 +114,29 @@ def test_nodes_and_gpus_must_agree(capsys):
     assert rc == 2 and "--gpus-per-node" in out + err
 
 
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--gpus", "8", "--inter-node-gbps", "25"], "this plan's 8 GPUs fit in one node of 8"),
+    (["--nodes", "1", "--inter-node-gbps", "25"], "this plan's 8 GPUs fit in one node of 8"),
+    (["--gpus", "4", "--gpus-per-node", "4"], "--gpus-per-node 4 changes nothing here"),
+    (["--workload", "infer", "--inter-node-gbps", "25"], "this plan runs on one GPU"),
+    (["--workload", "infer", "--tp", "4", "--gpus-per-node", "16"], "this plan's 4 GPUs fit in one node either way"),
+    # qwen2.5-7b's 28 heads stop a replica plan at TP 4
+    (["--workload", "infer", "--target-rps", "2", "--gpus-per-node", "4"], "the widest replica its replica plan tries (4 GPUs)"),
+])
+def test_the_cluster_options_are_refused_within_one_node(capsys, argv, words):
+    rc, out, err = run(capsys, "--model", "qwen2.5-7b", "--batch", "1", *argv)
+    assert rc == 2 and words in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--gpus", "16", "--inter-node-gbps", "25"], ["--gpus", "8", "--gpus-per-node", "4"], ["--nodes", "2", "--gpus-per-node", "4"],
+    ["--workload", "infer", "--tp", "4", "--gpus-per-node", "2"], ["--workload", "infer", "--target-rps", "2", "--gpus-per-node", "2"],
+])
+def test_the_cluster_options_are_taken_where_a_plan_crosses_nodes(capsys, argv):
+    rc, out, err = run(capsys, "--model", "qwen2.5-7b", "--batch", "1", *argv)
+    assert rc == 0, err
+
+
 def test_zero_layout_is_named_and_checked(capsys):
     rc, out, _ = run(capsys, "--model", "llama-2-7b", "--gpus", "8", "--zero", "2", "--zero-layout", "deepspeed",
                      "--batch", "1", "--format", "json")

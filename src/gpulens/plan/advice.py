@@ -215,6 +215,13 @@ def cross_node_tensor_parallel_tip(m: ModelSpec, setup: ServeSetup, gpu: GpuSpec
     return text + "."
 
 
+REPLICA_TENSOR_PARALLEL = (1, 2, 4, 8)  # the degrees a replica plan tries for each GPU
+
+
+def replica_degrees(m: ModelSpec) -> list[int]:
+    """The tensor-parallel degrees a replica plan tries for `m`: those its heads divide."""
+    return [tp for tp in REPLICA_TENSOR_PARALLEL if not tensor_parallel_problem(m, tp)]
+
 BATCH_PREFILL = "static batches: the whole batch prefilled together, no queueing"
 
 
@@ -281,9 +288,7 @@ def replica_options(m: ModelSpec, setup: ServeSetup, gpus: list[GpuSpec], effs: 
         eff = effs.get(gpu.name) or Efficiency()
         miss: ReplicaMiss | None = None
         found = False
-        for tp in (1, 2, 4, 8):
-            if tensor_parallel_problem(m, tp):
-                continue
+        for tp in replica_degrees(m):
             s = replace(setup, tensor_parallel=tp, batch=1)
             try:
                 s.validate(gpu)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpulens.errors import BadInputError
+from gpulens.plan.advice import replica_degrees
+from gpulens.plan.models import load_model
 from gpulens.plan.planner import PlanRequest
 from gpulens.plan.serve_engines import check_engine_options
 from gpulens.plan.speculative import DEFAULT_SPECULATIVE_TOKENS
@@ -316,6 +318,30 @@ class PlanOptions:
             self.check_speculation()
             self.check_serving_stages(gpus)
             self.check_serving_details(gpus)
+        self.check_cluster(workload, gpus)
+
+    def check_cluster(self, workload: str, gpus: int) -> None:
+        """--inter-node-gbps prices traffic between nodes, and --gpus-per-node where a node ends: each
+        is refused when every GPU the plan prices sits in one node either way (one replica, or the
+        widest degree a replica plan tries). --nodes always uses --gpus-per-node."""
+        span = max(gpus, self.replica_tp(workload, gpus) * self.pp) if workload == "infer" else gpus
+        where = "this plan runs on one GPU" if span == 1 else f"this plan's {span} GPUs fit in one node"
+        if workload == "infer" and (self.tpot_target or self.ttft_target or self.target_rps):
+            widest = max(replica_degrees(load_model(self.model or "", assume_dense=self.assume_dense)), default=1)
+            if widest * self.pp > span:
+                span = widest * self.pp
+                where = f"the widest replica its replica plan tries ({span} GPUs) fits in one node"
+        defaults = {f.name: f.default for f in fields(self)}
+        if self.inter_node_gbps != defaults["inter_node_gbps"] and span <= self.gpus_per_node:
+            raise BadInputError(f"--inter-node-gbps prices the network between nodes, and {where}"
+                                + (f" of {self.gpus_per_node}." if span > 1 else "."),
+                                hint="Drop --inter-node-gbps, or plan more GPUs than a node holds (--nodes 2, or a "
+                                     "smaller --gpus-per-node).")
+        if (self.nodes is None and self.gpus_per_node != defaults["gpus_per_node"]
+                and span <= min(self.gpus_per_node, defaults["gpus_per_node"])):
+            raise BadInputError(f"--gpus-per-node {self.gpus_per_node} changes nothing here: {where}"
+                                + (" either way." if span > 1 else "."),
+                                hint="Drop --gpus-per-node, or plan more GPUs than a node holds (--nodes 2).")
 
     def resolved_runtime(self, workload: str, gpus: int) -> str:
         """--runtime, or its default: transformers' generate on one GPU; vLLM for a replica on several,
