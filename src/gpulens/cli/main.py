@@ -25,7 +25,7 @@ _HELP = (
         "Plan (will it fit, how fast, what it costs), measure (honest baselines), watch (GPU health and "
         "workload metrics with learned thresholds) and diagnose (the bottleneck, with evidence and the fix).\n\n"
         "Start with `gpulens demo` (the recorded H200 session) or `gpulens agent` on a GPU machine.\n\n"
-        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable.\n\n"
+        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable, 4 the store's disk is full.\n\n"
         "Set once in the environment: GPULENS_STORE (--store), GPULENS_BACKEND (--backend), "
         "GPULENS_METRIC_NAMES (--metric-names), GPULENS_NOTIFY (--notify), GPULENS_DASHBOARD_TOKEN (--token); "
         "a flag on the command line wins. Shell completion: `gpulens --install-completion`."
