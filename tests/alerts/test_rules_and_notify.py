@@ -46,6 +46,10 @@ BAD = [
     ("xid-severity-elsewhere", GOOD.replace("severity: warning", "severity: xid"), 5, "severity", "gpu_xid_errors_total"),
     ("top-level-typo", "rule:\n  - name: X\n", 1, "rule", "unknown key"),
     ("invalid-yaml", GOOD.replace("    for: 30s", "    for: [30s"), None, None, "not valid YAML"),
+    # once exported as they came: promtool refused the label 'a b', a null became the label value 'None'
+    ("label-name", GOOD + "    labels: {'a b': c}\n", 7, "labels", "not a label name"),
+    ("label-null", GOOD + "    labels:\n      team: null\n", 8, "labels.team", "must be text"),
+    ("label-mapping", GOOD + "    labels:\n      team: {a: b}\n", 8, "labels.team", "must be text"),
 ]
 
 

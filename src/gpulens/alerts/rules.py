@@ -32,7 +32,7 @@ import yaml
 
 from gpulens.alerts.baseline import BandSpec
 from gpulens.alerts.expr import ExprError, ParsedExpr, parse_expr
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.safe_parse import UnsafeYaml, read_text, yaml_value
 from gpulens.units import parse_duration
 from gpulens.vocab.gpu import GPU_UP, GPU_XID_TOTAL
@@ -206,6 +206,25 @@ def parse_rules(text: str, path: str = "<rules>", *, pack: str = "custom", base:
     return RuleSet(rules, band, extra)
 
 
+def _labels(raw: Any, path: str, line: int) -> dict[str, str]:
+    """A rule's extra labels: Prometheus label names with text values (str() of a null, a list or a
+    mapping was exported as the label 'None' or "{'b': 'c'}", and a name such as 'a b' made promtool
+    refuse the whole exported file)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RuleFileError(path, line, "labels", "must be a mapping of label names to values")
+    kl = getattr(raw, "key_lines", {})
+    out = {}
+    for k, v in raw.items():
+        if not isinstance(k, str) or not _NAME.match(k):
+            raise RuleFileError(path, kl.get(str(k), line), "labels", f"{shown(k)} is not a label name (letters, digits and _, not first a digit)")
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise RuleFileError(path, kl.get(k, line), f"labels.{k}", "must be text")
+        out[k] = str(v)
+    return out
+
+
 def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec) -> tuple[Rule, bool]:
     if not isinstance(raw, dict):
         raise RuleFileError(path, None, "rules", "each rule must be a mapping with name and expr")
@@ -230,8 +249,8 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
     try:
         expr = parse_expr(expr_text)
     except ExprError as e:
-        shown = expr_text if len(expr_text) <= 80 else f"{expr_text[:80]}…"
-        raise RuleFileError(path, at("expr"), "expr", f"cannot read {shown!r}: {e.message}") from None
+        cut = expr_text if len(expr_text) <= 80 else f"{expr_text[:80]}…"
+        raise RuleFileError(path, at("expr"), "expr", f"cannot read {cut!r}: {e.message}") from None
     for m in sorted(expr.metrics | expr.event_kinds):
         if m not in known:
             close = difflib.get_close_matches(m, sorted(known), n=1)
@@ -250,15 +269,13 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
     advice = _template_text(raw.get("advice"), "", path, at("advice"), "advice")
     _check_template(summary, path, at("summary"), "summary")
     _check_template(advice, path, at("advice"), "advice")
-    labels = raw.get("labels") or {}
-    if not isinstance(labels, dict):
-        raise RuleFileError(path, at("labels"), "labels", "must be a mapping of label names to values")
+    labels = _labels(raw.get("labels"), path, at("labels"))
     rule_band = _band(raw.get("band"), path, at("band"), band)
     if raw.get("band") is not None and not expr.learned:
         raise RuleFileError(path, at("band"), "band", "applies only to learned rules (expr with upper_band or lower_band)")
     rule = Rule(
         name=name, expr=expr, for_seconds=for_seconds, severity=severity, summary=summary, advice=advice,
-        labels={str(k): str(v) for k, v in labels.items()}, band=rule_band, pack=pack, source=f"{path}:{line}",
+        labels=labels, band=rule_band, pack=pack, source=f"{path}:{line}",
     )
     return rule, enabled
 
