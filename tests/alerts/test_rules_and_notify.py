@@ -46,6 +46,9 @@ BAD = [
     ("xid-severity-elsewhere", GOOD.replace("severity: warning", "severity: xid"), 5, "severity", "gpu_xid_errors_total"),
     ("top-level-typo", "rule:\n  - name: X\n", 1, "rule", "unknown key"),
     ("invalid-yaml", GOOD.replace("    for: 30s", "    for: [30s"), None, None, "not valid YAML"),
+    # a name too long was blamed on 'summary' (the name is a rule's summary when it has none)
+    ("long-name", GOOD.replace("name: HotGpu", "name: " + "A" * 5000).replace('    summary: "GPU {{ $labels.gpu }} at {{ $value }} °C"\n', ""),
+     2, "name", "5,000 characters long"),
     # once exported as they came: promtool refused the label 'a b', a null became the label value 'None'
     ("label-name", GOOD + "    labels: {'a b': c}\n", 7, "labels", "not a label name"),
     ("label-null", GOOD + "    labels:\n      team: null\n", 8, "labels.team", "must be text"),

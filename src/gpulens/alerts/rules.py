@@ -239,7 +239,9 @@ def _parse_rule(raw: Any, path: str, pack: str, known: set[str], band: BandSpec)
             raise RuleFileError(path, at(k), str(k), f"unknown field (known: {', '.join(sorted(_RULE_KEYS))})")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise RuleFileError(path, at("name"), "name", f"must be a name of letters, digits and _ , not {name!r}")
+        raise RuleFileError(path, at("name"), "name", f"must be a name of letters, digits and _ , not {shown(name)}")
+    if len(name) > MAX_TEMPLATE_CHARS:  # checked here: it is the summary a rule without one shows
+        raise RuleFileError(path, at("name"), "name", f"is {len(name):,} characters long (at most {MAX_TEMPLATE_CHARS:,})")
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise RuleFileError(path, at("enabled"), "enabled", "must be true or false")
