@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 
 import pytest
 from http_receiver import HttpReceiver, alert
 
-from gpulens.alerts.notify import FileNotifier, WebhookNotifier
+from gpulens.alerts.notify import FileNotifier, WebhookNotifier, build_notifier
+from gpulens.errors import BadInputError
 from gpulens.store import Store
 from gpulens.store.outbox import undelivered
 
@@ -87,3 +89,19 @@ def test_the_file_notifier_writes_json_for_values_json_cannot_hold(tmp_path):
 
     values = [json.loads(line, parse_constant=strict)["value"] for line in lines]  # Infinity / NaN refused
     assert values == ["+Inf", "-Inf", "NaN", 2.5]
+
+
+def test_a_notification_file_that_is_a_folder_is_refused_at_start(tmp_path):
+    """touch() passed on a folder, and each notification then logged an IsADirectoryError traceback."""
+    with pytest.raises(BadInputError, match="it is a folder") as e:
+        build_notifier([f"file:{tmp_path}"])
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_notification_file_whose_disk_is_full_logs_one_line(caplog):
+    notifier = build_notifier(["file:/dev/full"])
+    with caplog.at_level(logging.ERROR, logger="gpulens.alerts"):
+        notifier.send([alert(0)])
+    [record] = caplog.records
+    assert "No space left on device" in record.getMessage() and record.exc_info is None  # no traceback

@@ -61,6 +61,8 @@ class FileNotifier:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
+            if self.path.is_dir():  # touch() passes on a folder; every notification would then fail
+                raise IsADirectoryError(21, "it is a folder")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.touch()
         except OSError as e:
@@ -375,6 +377,9 @@ class MultiNotifier:
         for n in self.notifiers:
             try:
                 n.send(alerts)
+            except OSError as e:  # the file's disk is full or it went away: one line, not a traceback
+                count_failure(getattr(n, "kind", type(n).__name__.lower().removesuffix("notifier")))
+                log.error("notifier %s failed: %s", type(n).__name__, e)
             except Exception:  # one broken notifier must not silence the others
                 count_failure(getattr(n, "kind", type(n).__name__.lower().removesuffix("notifier")))
                 log.exception("notifier %s failed", type(n).__name__)
