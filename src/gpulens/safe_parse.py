@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 
 MAX_JSON_DEPTH = 64  # no gpulens file nests deeper than a handful of levels
 MAX_INT_DIGITS = 30  # beyond any count, id or timestamp (SQLite's integers have 19 digits)
@@ -241,6 +241,35 @@ def _expanded_nodes_within(root: Any, limit: int) -> bool:
     return True
 
 
+def _duplicate_key(root: Any) -> UnsafeYaml | None:
+    """The first mapping key given twice in one mapping, as a refusal: YAML forbids it and a reader
+    would keep only the last silently (Prometheus's own readers refuse it too)."""
+    import yaml
+
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue  # an alias: walked once
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[tuple[str, str], int] = {}
+            for k, v in node.value:
+                stack.append(v)
+                if not isinstance(k, yaml.ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
+                    continue
+                line = k.start_mark.line + 1
+                if (k.tag, k.value) in lines:
+                    first = lines[(k.tag, k.value)]
+                    where = f"lines {first} and {line}" if first != line else f"line {line}"
+                    return UnsafeYaml(f"the key {shown(k.value)} is given twice ({where})", line)
+                lines[(k.tag, k.value)] = line
+    return None
+
+
 def _bound_depth(ld: Any, limit: int) -> None:
     """Refuse nesting past `limit` inside the (recursive) composer, before it can run out of stack."""
     compose = ld.compose_node
@@ -275,6 +304,9 @@ def yaml_value(text: str, *, loader: Any = None, max_nodes: int = MAX_YAML_NODES
             return None
         if not _expanded_nodes_within(node, max_nodes):
             raise UnsafeYaml(f"its aliases expand to more than {max_nodes:,} values")
+        duplicate = _duplicate_key(node)
+        if duplicate is not None:
+            raise duplicate
         return ld.construct_document(node)
     except UnsafeValue:
         raise

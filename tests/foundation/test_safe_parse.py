@@ -15,6 +15,7 @@ from gpulens.safe_parse import (
     MAX_INT_DIGITS,
     SQLITE_INT_MAX,
     UnsafeValue,
+    UnsafeYaml,
     finite,
     json_lines,
     json_value,
@@ -90,3 +91,16 @@ def test_yaml_aliases_are_counted_as_they_expand():
         f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcde", "bcdef", strict=True))
     with pytest.raises(UnsafeValue, match="aliases expand"):
         yaml_value(bomb)
+
+
+def test_a_yaml_key_given_twice_is_refused_with_its_lines():
+    """PyYAML keeps the last of two equal keys silently; YAML and Prometheus's readers refuse them."""
+    with pytest.raises(UnsafeYaml, match=r"the key 'name' is given twice \(lines 2 and 3\)") as e:
+        yaml_value("rules:\n  - name: A\n    name: B\n")
+    assert e.value.line == 3
+    with pytest.raises(UnsafeYaml, match=r"the key 'x' is given twice \(line 1\)"):
+        yaml_value("{x: 1, x: 2}\n")
+    # equal keys in different mappings, a merge key overridden, 1 and '1': no duplicates
+    assert yaml_value("a: {x: 1}\nb: {x: 2}\n") == {"a": {"x": 1}, "b": {"x": 2}}
+    assert yaml_value("a: &m {x: 1}\nb:\n  <<: *m\n  x: 2\n") == {"a": {"x": 1}, "b": {"x": 2}}
+    assert yaml_value("1: a\n'1': b\n") == {1: "a", "1": "b"}

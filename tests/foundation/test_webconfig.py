@@ -55,6 +55,9 @@ BAD = [
     ("http_server_config:\n  http2: false\n", "http_server_config"),
     ("tls_server_config: [\n", "is not valid YAML at line"),
     ("- a\n", "must be a YAML mapping"),
+    # the second section of one key was used and the first dropped (a user locked out, a cert swapped)
+    ("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\ntls_server_config:\n  cert_file: b.crt\n",
+     "the key 'tls_server_config' is given twice (lines 1 and 4)"),
 ]
 
 
