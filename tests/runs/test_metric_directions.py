@@ -135,3 +135,6 @@ def test_compare_cli_unknown_direction_needs_direction(eval_runs, capsys):
     capsys.readouterr()
     assert main(["compare", str(c), str(d), "--store", str(db), "--direction", "widgets"]) == 2
     assert "METRIC=higher" in capsys.readouterr().err
+    # a mistyped name was ignored (exit 0, widgets still "direction unknown")
+    assert main(["compare", str(c), str(d), "--store", str(db), "--direction", "widgts=lower", "--no-record"]) == 2
+    assert "--direction names 'widgts', which neither run has samples of.\n→ Metrics they have: widgets." in capsys.readouterr().err

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.runs import Change, Note, Run, diff, last_known_good, notes_between, set_verdict
 from gpulens.runs.registry import FINGERPRINT_IGNORE
 from gpulens.stats import median_ratio_ci95
@@ -264,11 +264,15 @@ def compare_runs(
         raise BadInputError(f"The margin {margin:g} is out of range for a score from 0 to 1.", hint="Use e.g. --margin 0.01.")
     directions = directions or {}
     names = metrics or sorted(set(a.samples) | set(b.samples))
+    have = ", ".join(sorted(set(a.samples) | set(b.samples))) or "none"
     if metrics:
         missing = [m for m in metrics if m not in a.samples and m not in b.samples]
         if missing:
-            have = ", ".join(sorted(set(a.samples) | set(b.samples))) or "none"
             raise BadInputError(f"Neither run has samples of {', '.join(missing)}.", hint=f"Metrics they have: {have}.")
+    # a mistyped --direction was ignored, and the metric it meant stayed "direction unknown"
+    stray = [m for m in directions if m not in a.samples and m not in b.samples]
+    if stray:
+        raise BadInputError(f"--direction names {shown(stray[0])}, which neither run has samples of.", hint=f"Metrics they have: {have}.")
     results = []
     for i, m in enumerate(names):
         if m not in a.samples or m not in b.samples:
