@@ -25,6 +25,11 @@ def _cases(tmp, write: bool = True):
         "scrape with a bad port": [*AGENT, "--backend", "fake:1", "--scrape", "http://127.0.0.1:port/metrics"],
         "binary rules file": [*AGENT, "--backend", "fake:1", "--rules", str(binary)],
         "fault on a bookkeeping field": [*AGENT, "--backend", "fake:1", "--fault", "unsupported:errors"],
+        # once injected, and their samples dropped by the store with a warning
+        "fault xid code past any XID": [*AGENT, "--backend", "fake:1", "--fault", "xid:99999999999999999999@0"],
+        "fault of negative ECC errors": [*AGENT, "--backend", "fake:1", "--fault", "ecc:uncorrected=-3@0"],
+        "fault temperature inf": [*AGENT, "--backend", "fake:1", "--fault", "temp:inf@0"],
+        "fault temperature nan": [*AGENT, "--backend", "fake:1", "--fault", "temp:nan@0"],
         "silence far too long": ["alerts", "silence", "alertname=x", "--for", "999999999999999999d"],
         "report start nan": ["report", "--out", str(tmp / "r.html"), "--start", "nan"],
         "report start 1e300": ["report", "--out", str(tmp / "r.html"), "--start", "1e300"],

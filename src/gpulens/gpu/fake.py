@@ -323,6 +323,8 @@ def parse_fake_spec(spec: str) -> int:
     return count
 
 
+_MAX_FAULT_COUNT = 2**31 - 1  # an XID code or an ECC count as NVML reports it
+
 FAULT_HELP = (
     "KIND[:ARG]@SECONDS[:gpu=N]; kinds: xid:CODE, ecc:corrected=N|uncorrected=N, throttle:REASON, "
     "remap-failure, remap-pending, lost, silent, temp:CELSIUS, unsupported:FIELD, mig:PROFILE+PROFILE. "
@@ -351,14 +353,20 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
 
     action: Callable[[], None]
     try:
+        # a value no GPU reports (XID -5 or 10**20, -3 ECC errors, a temperature of inf) was
+        # injected, and the store dropped its samples with a warning
         if kind == "xid":
             code = int(arg)
+            if not 1 <= code <= _MAX_FAULT_COUNT:
+                raise bad()
             action = lambda: fake.inject_xid(gpu, code)  # noqa: E731
         elif kind == "ecc":
             which, _, n = arg.partition("=")
             if which not in ("corrected", "uncorrected"):
                 raise bad()
             count = int(n or 1)
+            if not 0 <= count <= _MAX_FAULT_COUNT:
+                raise bad()
             action = lambda: fake.add_ecc(gpu, **{which: count})  # noqa: E731
         elif kind == "throttle":
             if arg not in _REASON_BITS:
@@ -374,6 +382,8 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
             action = lambda: fake.silence(gpu)  # noqa: E731
         elif kind == "temp":
             celsius = float(arg)
+            if not -273.15 <= celsius <= 1000:  # NaN fails too
+                raise bad()
             action = lambda: fake.set(gpu, temperature_celsius=celsius)  # noqa: E731
         elif kind == "mig":
             profiles = [p for p in arg.split("+") if p]
