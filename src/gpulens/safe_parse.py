@@ -165,6 +165,16 @@ def json_lines(text: str, where: str, *, hint: str) -> Iterator[tuple[int, Any]]
 def read_text(path: str | Path, where: str, *, hint: str, max_bytes: int = MAX_FILE_BYTES) -> str:
     """A regular file's text: one sentence for a file that is missing, not a regular file (a folder,
     a FIFO, a device such as /dev/zero), larger than `max_bytes`, unreadable or not UTF-8."""
+    data = read_bytes(path, where, hint=hint, max_bytes=max_bytes)
+    try:
+        return decode_utf8(data)
+    except UnsafeValue as e:
+        raise BadInputError(f"{_capital(where)} {_short(str(Path(path)), 120)} cannot be read: {e}.", hint=hint) from None
+
+
+def read_bytes(path: str | Path, where: str, *, hint: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """A regular file's bytes: one sentence for a file that is missing, not a regular file (a folder,
+    a FIFO, a device such as /dev/zero, read forever), larger than `max_bytes` or unreadable."""
     p = Path(path)
     shown = _short(str(p), 120)
     try:
@@ -183,10 +193,7 @@ def read_text(path: str | Path, where: str, *, hint: str, max_bytes: int = MAX_F
         raise BadInputError(f"Cannot read {where} {shown}: {e.strerror or e}.", hint=hint) from None
     if len(data) > max_bytes:
         raise BadInputError(f"{_capital(where)} {shown} grew past the {max_bytes:,} bytes gpulens reads.", hint=hint)
-    try:
-        return decode_utf8(data)
-    except UnsafeValue as e:
-        raise BadInputError(f"{_capital(where)} {shown} cannot be read: {e}.", hint=hint) from None
+    return data
 
 
 def finite(value: float, what: str) -> float:

@@ -93,6 +93,9 @@ def test_bad_input_is_one_sentence_and_exit_code(test_server, capsys, tmp_path, 
         (["--url", "http://127.0.0.1:abc/", "--rate", "5"], 2, "Cannot use the URL 'http://127.0.0.1:abc/'"),
         (["--url", "http://127.0.0.1:99999/", "--rate", "5"], 2, "Cannot use the URL"),
         (["--url", f"{test_server}/", "--rate", "5", "--duration", "soon"], 2, "Cannot read --duration"),
+        # a device was read whole: @/dev/zero until memory ran out
+        (["--url", f"{test_server}/", "--rate", "5", "--body", "@/dev/zero"], 2, "The body file /dev/zero is not a regular file."),
+        (["--url", f"{test_server}/", "--rate", "5", "--body", f"@{tmp_path}"], 2, f"The body file {tmp_path} is a folder."),
     ]
     for args, code, text in cases:
         assert main(["bench", "serve", *args, "--store", db]) == code, args

@@ -19,6 +19,7 @@ from gpulens.cli.common import console, console_err, store_option
 from gpulens.cli.options import with_options
 from gpulens.cli.serve_options import ServeOptions
 from gpulens.errors import BadInputError, GateFailedError, GpulensError, UnavailableError
+from gpulens.safe_parse import read_bytes
 from gpulens.units import parse_speed
 
 bench_app = typer.Typer(
@@ -294,11 +295,8 @@ def _headers(items: list[str]) -> dict[str, str]:
 def _body(body: str | None) -> bytes | None:
     if body is None:
         return None
-    if body.startswith("@"):
-        try:
-            return Path(body[1:]).read_bytes()
-        except OSError as e:
-            raise BadInputError(f"Cannot read the body file {body[1:]}: {e.strerror}.", hint="Give --body @PATH of a readable file.") from None
+    if body.startswith("@"):  # a regular file: @/dev/zero was read until memory ran out
+        return read_bytes(body[1:], "the body file", hint="Give --body @PATH of a readable file.")
     return body.encode()
 
 
