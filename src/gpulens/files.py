@@ -13,6 +13,7 @@ a regular file in place of /dev/stdout, or of /dev/full, whose "no space" then g
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -56,6 +57,8 @@ class AtomicFile:
             self.file: IO[Any] = open(self.path, "wb") if binary else open(self.path, "w", encoding="utf-8", newline=newline)
             return
         target = Path(os.path.realpath(self.path)) if self.path.is_symlink() else self.path
+        if target.is_dir():  # said before anything is written: a rename onto '.' (--out "") said "Device or resource busy"
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(self.path))
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         self.tmp = Path(tmp)
         self._target = target

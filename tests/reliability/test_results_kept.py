@@ -108,6 +108,16 @@ def test_a_destination_that_is_a_folder_is_one_sentence_and_left_alone(tmp_path,
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("command", ["report-html", "export-grafana", "alerts-export"])
+def test_an_empty_destination_is_the_current_folder_and_said_so(tmp_path, h200_store, capsys, command, monkeypatch):
+    """--out "" is '.', which the rename onto it answered "Device or resource busy"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(COMMANDS[command](h200_store, "")) == 2
+    said = _said(capsys)
+    assert "Cannot write" in said and "Is a directory" in said and "busy" not in said, said
+    assert _leftovers(tmp_path) == []
+
+
 def test_the_atomic_writer_replaces_whole_and_keeps_the_mode(tmp_path):
     out = tmp_path / "f.txt"
     out.write_text("old")
