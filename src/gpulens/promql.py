@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 
 _METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -168,7 +168,7 @@ def parse_matchers(text: str) -> tuple[Matcher, ...]:
         head = _MATCHER_HEAD.match(body, pos)
         lit = _STRING_LITERAL.match(body, head.end()) if head else None
         if head is None or lit is None:
-            raise BadInputError(f"Cannot read the label selector {text!r} at {body[pos:].strip()[:20]!r}.",
+            raise BadInputError(f"Cannot read the label selector {shown(text)} at {body[pos:].strip()[:20]!r}.",
                                 hint='Write it as {label="value", other=~"regex"}.')
         out.append(Matcher(head.group(1), head.group(2), unquote(lit.group(0))))
         pos = lit.end()
@@ -176,7 +176,7 @@ def parse_matchers(text: str) -> tuple[Matcher, ...]:
         if rest.startswith(","):
             pos = len(body) - len(rest) + 1
         elif rest:
-            raise BadInputError(f"Cannot read the label selector {text!r}: a comma must separate {rest[:20]!r} from the matcher before it.",
+            raise BadInputError(f"Cannot read the label selector {shown(text)}: a comma must separate {rest[:20]!r} from the matcher before it.",
                                 hint='Write it as {label="value", other=~"regex"}.')
     return tuple(out)
 

@@ -88,7 +88,7 @@ def parse_listen(text: str) -> tuple[str, int]:
         if not 0 <= p <= 65535:
             raise ValueError
     except ValueError:
-        raise BadInputError(f"Cannot read the listen address {text!r}.",
+        raise BadInputError(f"Cannot read the listen address {shown(text)}.",
                             hint="Write HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464.") from None
     return host or "127.0.0.1", p
 

@@ -173,3 +173,24 @@ def test_eval_compare_help_shows_the_jsonl_shape_whole():
     assert '{"id",""}' not in text, out
     if "per-exampleresults" in text:  # typer at its floor (0.18) shows no help for arguments
         assert '{"id":"q1","acc":1}' in text, out
+
+
+LONG = "x" * 5000
+
+
+def test_a_5000_character_value_is_quoted_cut_not_echoed_whole(tmp_path):
+    """Each of these echoed the whole value: 5,000 characters of error on the terminal."""
+    cases = [
+        ["record", "--backend", LONG, "--out", str(tmp_path / "r.jsonl")],
+        ["export", "grafana", "--metric-names", LONG],
+        ["env", "--format", LONG],
+        ["agent", "--backend", "fake:1", "--listen", LONG, "--duration", "1s", "--store", str(tmp_path / "a.db")],
+        ["agent", "--backend", "fake:1", "--fault", LONG, "--listen", "off", "--store", str(tmp_path / "a.db")],
+        ["bench", "serve", "--url", "http://127.0.0.1:1/", "--rate", "1", "--header", LONG, "--no-store"],
+        ["bench", "serve", "--url", "http://127.0.0.1:1/", "--rate", "1", "--slo", LONG, "--no-store"],
+        ["report", "--out", str(tmp_path / "r.html"), "--baseline", LONG],
+    ]
+    for args in cases:
+        r = run_gpulens(*args)
+        assert r.returncode == 2, (args[:2], r.stderr[:300])
+        assert "(5,000 characters)" in r.stderr and len(r.stderr) < 600, (args[:2], r.stderr[:300])

@@ -76,7 +76,7 @@ def agent_command(
         gpulens agent --ingest unix:/run/gpulens/ingest.sock      # workloads send records there (GPULENS_AGENT)
         gpulens agent --otlp http://127.0.0.1:4318/v1/metrics    # also push to an OpenTelemetry Collector
     """
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.exporter.otlp_config import otlp_config
     from gpulens.pipeline import AlertsConfig, NodeConfig, StopEvent, build_node
     from gpulens.pipeline.ingest_sink import default_ingest_address
@@ -89,7 +89,7 @@ def agent_command(
                            list(otlp_header))
     duration_s = parse_duration(duration, what="--duration") if duration is not None else None
     if metric_names not in ("gpulens", "dcgm"):
-        raise BadInputError(f"--metric-names must be gpulens or dcgm, not {metric_names!r}.")
+        raise BadInputError(f"--metric-names must be gpulens or dcgm, not {shown(metric_names)}.")
     config = NodeConfig(
         backend=backend,
         speed=parse_speed(speed, allow_max=True),

@@ -31,10 +31,10 @@ def alerts_list_command(
         gpulens alerts list --active --format json
     """
     from gpulens.alerts.engine import load_alerts
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
     with open_existing_store(store, "alerts") as st:
         alerts = load_alerts(st, active_only=active, limit=limit)
     if fmt == "json":
@@ -73,11 +73,11 @@ def alerts_export_command(
     """
     from gpulens.alerts.export import RuleGroup, export_prometheus
     from gpulens.alerts.rules import load_rules
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.scaling.promql import recording_rules
 
     if fmt != "prometheus":
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format prometheus.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use --format prometheus.")
     rs = load_rules(rules)
     if store is None and DEFAULT_STORE_PATH.exists():
         store = DEFAULT_STORE_PATH

@@ -24,13 +24,13 @@ LABEL_HELP = f"Only series with this label value, KEY=VALUE (repeatable), e.g. -
 
 
 def _labels(items: list[str] | None) -> dict[str, str]:
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     out = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BadInputError(f"Cannot read --label {item!r}.", hint=f"Write KEY=VALUE, e.g. --label {TRAIN_JOB_LABEL}=llama.")
+            raise BadInputError(f"Cannot read --label {shown(item)}.", hint=f"Write KEY=VALUE, e.g. --label {TRAIN_JOB_LABEL}=llama.")
         out[key.strip()] = value.strip()
     return out
 
@@ -48,10 +48,10 @@ def baseline_show_command(
         gpulens baseline show train_step_seconds --label train_job=llama --format json
     """
     from gpulens.alerts.baseline import BandSpec, describe_band, load_baselines
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
     now = time.time()
     with open_existing_store(store, "baselines") as st:
         items = load_baselines(st, metric, _labels(label))

@@ -18,7 +18,7 @@ import typer
 from gpulens.cli.common import console, console_err, store_option
 from gpulens.cli.options import with_options
 from gpulens.cli.serve_options import ServeOptions
-from gpulens.errors import BadInputError, GateFailedError, GpulensError, UnavailableError
+from gpulens.errors import BadInputError, GateFailedError, GpulensError, UnavailableError, shown
 from gpulens.safe_parse import read_bytes
 from gpulens.units import parse_speed
 
@@ -287,7 +287,7 @@ def _headers(items: list[str]) -> dict[str, str]:
     for h in items:
         name, sep, value = h.partition(":")
         if not sep or not name.strip():
-            raise BadInputError(f"Cannot read the header {h!r}.", hint='Write --header "Name: value".')
+            raise BadInputError(f"Cannot read the header {shown(h)}.", hint='Write --header "Name: value".')
         out[name.strip()] = value.strip()
     return out
 

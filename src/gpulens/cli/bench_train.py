@@ -41,10 +41,10 @@ def bench_train_command(
         gpulens compare baseline latest
     """
     from gpulens.bench.train import TrainBenchConfig, record_result, run_train_bench, sweep_batch
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
     cfg = TrainBenchConfig(
         size=size, layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, batch_size=(1 if sweep else 8) if batch_size is None else batch_size,
         precision=precision, grad_checkpointing=grad_ckpt, warmup_steps=warmup, steps=steps, device=device,  # type: ignore[arg-type]

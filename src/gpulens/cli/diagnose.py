@@ -10,7 +10,7 @@ import typer
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.cli.fleet import DEFAULT_PROMETHEUS_WINDOW, refuse_match_without_prometheus, time_window
-from gpulens.errors import BadInputError, StorageFullError, StoreError
+from gpulens.errors import BadInputError, StorageFullError, StoreError, shown
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
 
@@ -64,7 +64,7 @@ def diagnose_command(
     from gpulens.vocab.time import require_overlap
 
     if fmt not in FORMATS:
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use --format text or --format json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use --format text or --format json.")
     start_t, end_t = time_window(start, end, window, prometheus)
     notes: list[str] = []
     energy_lines: list[str] = []
@@ -146,12 +146,12 @@ def _check_selection(st: Any, job: str | None, service: str | None) -> None:
         jobs = sorted({k.labels.get(TRAIN_JOB_LABEL, "") for k in st.series(TRAIN_STEP_SECONDS)})
         if job not in jobs:
             have = ", ".join(jobs) if jobs else "none"
-            raise BadInputError(f"The store {st.path} has no training steps of job {job!r} (jobs there: {have}).", hint="Check the spelling, or leave out --job to see every job.")
+            raise BadInputError(f"The store {st.path} has no training steps of job {shown(job)} (jobs there: {have}).", hint="Check the spelling, or leave out --job to see every job.")
     if service:
         services = sorted({k.labels.get("service", "") for k in st.series() if k.name.startswith("infer_")})
         if service not in services:
             have = ", ".join(services) if services else "none"
-            raise BadInputError(f"The store {st.path} has no requests of service {service!r} (services there: {have}).", hint="Check the spelling, or leave out --service.")
+            raise BadInputError(f"The store {st.path} has no requests of service {shown(service)} (services there: {have}).", hint="Check the spelling, or leave out --service.")
 
 
 def register(app: typer.Typer) -> None:

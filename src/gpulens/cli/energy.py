@@ -41,11 +41,11 @@ def energy_command(
     tokens and samples do not reach Prometheus, so J/token and J/sample are left out for training.
     """
     from gpulens.energy import workload_energy
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.reader import StoreReader
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+        raise BadInputError(f"--format must be table or json, not {shown(fmt)}.")
     from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
     from gpulens.vocab.time import require_overlap
 

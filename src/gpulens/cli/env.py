@@ -33,11 +33,11 @@ def env_command(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.runs.fingerprint import take_fingerprint
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
     fp = take_fingerprint()
     if fmt == "json":
         typer.echo(json.dumps(fp.to_dict(), indent=2))
@@ -74,12 +74,12 @@ def env_diff_command(
         gpulens env diff before.json             # against this machine now
         gpulens env diff 12 17                   # the environments of runs 12 and 17
     """
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.runs import diff
     from gpulens.runs.registry import load_fingerprint
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
     la, fa = load_fingerprint(a, store)
     lb, fb = load_fingerprint(b, store)
     changes = diff(fa, fb)

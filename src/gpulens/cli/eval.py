@@ -32,12 +32,12 @@ def compare_command(
     """Pass (exit 0) when the candidate is shown to be no worse than the baseline by more than
     --margin: the lower end of the 95 % interval of its improvement is above −margin. Exit 1 on a
     regression or when the examples cannot show it, 2 on bad input."""
-    from gpulens.errors import BadInputError, GateFailedError
+    from gpulens.errors import BadInputError, GateFailedError, shown
     from gpulens.evals import compare_files
     from gpulens.vocab.directions import parse_direction
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+        raise BadInputError(f"--format must be table or json, not {shown(fmt)}.")
     overrides = dict(parse_direction(d) for d in direction)
     out = compare_files(baseline, candidate, metric, margin=margin, overrides=overrides, task=task,
                         filter_name=filter_name, seed=seed)

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.vocab.gpu import GPU_UP
 from gpulens.vocab.names import INFER_LATENCY_SECONDS, TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
 
@@ -72,6 +72,6 @@ def open_prometheus(url: str, match: str, start: float | None, end: float | None
     for option, value, metric, label in (("--job", job, TRAIN_STEP_SECONDS, TRAIN_JOB_LABEL), ("--service", service, INFER_LATENCY_SECONDS, "service")):
         if value and not reader.series_labels(metric, {label: value}):
             have = ", ".join(sorted({s.get(label, "") for s in reader.series_labels(metric)} - {""})) or "none"
-            raise BadInputError(f"{reader.description} has no series of {option} {value!r} in the window (there: {have}).",
+            raise BadInputError(f"{reader.description} has no series of {option} {shown(value)} in the window (there: {have}).",
                                 hint=f"Check the spelling and the window, or leave out {option}.")
     return reader

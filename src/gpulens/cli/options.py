@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 
 
 def option(flags: tuple[str, ...], help: str, default: Any = MISSING, *, min: int | None = None,  # noqa: A002 - the CLI's words
@@ -78,7 +78,7 @@ def parse_ratio(text: str, what: str) -> float:
     try:
         v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise BadInputError(f"Cannot read {what} {text!r}.", hint=f"Give a share such as {what} 5%.") from None
+        raise BadInputError(f"Cannot read {what} {shown(text)}.", hint=f"Give a share such as {what} 5%.") from None
     if not 0 < v < 1:
         raise BadInputError(f"{what} {text} is out of range.", hint=f"Give a share between 0% and 100%, e.g. {what} 5%.")
     return v

@@ -36,13 +36,13 @@ def check_command(
         gpulens quant check --model ./my-model --to int8 --task mytask --include-path ./tasks
         gpulens quant check --model ./my-model --to int8 --eval-cmd 'python eval.py --model {model} --out {out}'
     """
-    from gpulens.errors import BadInputError, GateFailedError
+    from gpulens.errors import BadInputError, GateFailedError, shown
     from gpulens.evals.eval_cmd import EvalCommand
     from gpulens.evals.quant import quant_check
     from gpulens.evals.quantize import quantizer_for
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+        raise BadInputError(f"--format must be table or json, not {shown(fmt)}.")
     if (task is None) == (eval_cmd is None):
         raise BadInputError("Give one of --task (an lm-eval task) or --eval-cmd (your own evaluation).",
                             hint="e.g. --eval-cmd 'python eval.py --model {model} --out {out}'.")

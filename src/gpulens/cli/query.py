@@ -27,18 +27,18 @@ def query_command(
 ) -> None:
     """Print a metric's samples. `--since` counts back from now, or from the newest sample when
     every sample is older, so a replayed session in the past answers too."""
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.store import Store
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+        raise BadInputError(f"--format must be table or json, not {shown(fmt)}.")
     if max_points is not None and max_points < 1:
         raise BadInputError(f"--max-points must be at least 1, not {max_points}.")
     labels = {}
     for item in label:
         k, sep, v = item.partition("=")
         if not sep or not k:
-            raise BadInputError(f"Cannot read --label {item!r}.", hint="Write NAME=VALUE, e.g. --label gpu=0.")
+            raise BadInputError(f"Cannot read --label {shown(item)}.", hint="Write NAME=VALUE, e.g. --label gpu=0.")
         labels[k] = v
     with Store(store, readonly=True) as st:
         names = st.metric_names()
@@ -47,7 +47,7 @@ def query_command(
 
             close = difflib.get_close_matches(metric, names, n=3)
             raise BadInputError(
-                f"The store {store} has no metric {metric!r}.",
+                f"The store {store} has no metric {shown(metric)}.",
                 hint=(f"Did you mean {', '.join(close)}?" if close
                       else f"It has {len(names)} metrics, e.g. {', '.join(names[:5])}." if names
                       else "It holds no samples yet: run `gpulens agent` or `gpulens replay` into it first."),

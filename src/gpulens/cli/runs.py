@@ -20,10 +20,10 @@ runs_app = typer.Typer(help="Stored runs (training jobs, load tests, benchmarks)
 
 
 def _check_format(fmt: str) -> None:
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
 
 
 @runs_app.command("list")
@@ -152,13 +152,13 @@ def note_command(
 
 
 def _parse_threshold(text: str) -> float:
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     s = text.strip()
     try:
         v = float(s.rstrip("%"))
     except ValueError:
-        raise BadInputError(f"--threshold {text!r} is not a number.", hint="Use e.g. --threshold 5% (or 0.05).") from None
+        raise BadInputError(f"--threshold {shown(text)} is not a number.", hint="Use e.g. --threshold 5% (or 0.05).") from None
     ratio = v / 100 if s.endswith("%") or v >= 1 else v
     if not (0 < ratio < 10):
         raise BadInputError(f"--threshold {text} is out of range.", hint="Use a positive percentage such as 5%.")

@@ -53,14 +53,14 @@ def scale_command(
     Over --prometheus the signals come from the counters every agent exports (docs/scale.md): the
     sums, counts and rates are exact, each request counted at the scrape that first showed it."""
     from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
     from gpulens.scaling import ScalePolicy, Targets, desired_replicas
     from gpulens.scaling.desired import check_steps, evaluate, pick_services
     from gpulens.units import parse_duration
     from gpulens.vocab.time import require_overlap
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"--format must be table or json, not {fmt!r}.")
+        raise BadInputError(f"--format must be table or json, not {shown(fmt)}.")
     for name, v in (("--target-concurrency", target_concurrency), ("--capacity", capacity), ("--target-kv-cache", target_kv_cache),
                     ("--target-queue", target_queue)):
         if v is not None and v <= 0:

@@ -113,10 +113,10 @@ def _emit(result, fmt: str, html: Path | None) -> None:  # noqa: ANN001
 
 
 def _check_format(fmt: str) -> None:
-    from gpulens.errors import BadInputError
+    from gpulens.errors import BadInputError, shown
 
     if fmt not in ("table", "json"):
-        raise BadInputError(f"Unknown --format {fmt!r}.", hint="Use table or json.")
+        raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
 
 
 def _ask(yes: bool, fmt: str) -> bool:

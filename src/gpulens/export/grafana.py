@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpulens import promql as P
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.files import write_atomically
 from gpulens.views.panels import (
     LEGEND_OWNER,
@@ -182,7 +182,7 @@ def grafana_dashboard(title: str = "gpulens: training | inference | GPU health",
     """The dashboard JSON, for file provisioning or import as it is (a `${datasource}` variable, no
     `__inputs`), over the agents' names: gpulens's, or dcgm-exporter's for the GPU panels."""
     if metric_names not in ("gpulens", "dcgm"):
-        raise BadInputError(f"--metric-names must be gpulens or dcgm, not {metric_names!r}.")
+        raise BadInputError(f"--metric-names must be gpulens or dcgm, not {shown(metric_names)}.")
     panels: list[dict[str, Any]] = []
     pid, y = 1, 0
     for panel in PANELS.values():

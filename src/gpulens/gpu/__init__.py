@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.gpu.backend import GpuBackend
 from gpulens.gpu.types import (
     ClockEvent,
@@ -82,4 +82,4 @@ def open_backend(spec: str | None, *, speed: float | None = 1.0, rebase: bool = 
 
         gap = {} if max_gap_seconds is None else {"max_gap_seconds": max_gap_seconds}
         return ReplayBackend(arg or bundled_trace(), speed=speed, rebase=rebase, loop=loop, **gap)
-    raise BadInputError(f"Unknown backend {spec!r}.", hint="Use nvml, fake, fake:N, replay or replay:PATH.")
+    raise BadInputError(f"Unknown backend {shown(spec)}.", hint="Use nvml, fake, fake:N, replay or replay:PATH.")

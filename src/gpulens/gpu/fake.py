@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import fields, replace
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.gpu.types import CLOCK_EVENT_LABELS, GpuInfo, GpuProcess, GpuSample, MigInstanceSample, XidEvent
 
 _SAMPLE_FIELDS = {f.name for f in fields(GpuSample)}
@@ -314,11 +314,11 @@ def parse_fake_spec(spec: str) -> int:
     try:
         count = int(n)
     except ValueError:
-        raise BadInputError(f"Cannot read the GPU count in --backend {spec!r}.", hint="Write fake:8 for eight fake GPUs.") from None
+        raise BadInputError(f"Cannot read the GPU count in --backend {shown(spec)}.", hint="Write fake:8 for eight fake GPUs.") from None
     if count < 1:
-        raise BadInputError(f"--backend {spec!r} asks for {count} GPUs.", hint="Ask for at least one: fake:1.")
+        raise BadInputError(f"--backend {shown(spec)} asks for {count} GPUs.", hint="Ask for at least one: fake:1.")
     if count > MAX_FAKE_GPUS:  # a typo such as fake:99999999999999999999 used to hang allocating
-        raise BadInputError(f"--backend {spec!r} asks for {count} GPUs; a fake node has at most {MAX_FAKE_GPUS}.",
+        raise BadInputError(f"--backend {shown(spec)} asks for {count} GPUs; a fake node has at most {MAX_FAKE_GPUS}.",
                             hint="Write e.g. fake:8.")
     return count
 
@@ -343,13 +343,13 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
         try:
             gpu = int(g)
         except ValueError:
-            raise BadInputError(f"Cannot read the GPU in --fault {spec!r}.", hint=FAULT_HELP) from None
+            raise BadInputError(f"Cannot read the GPU in --fault {shown(spec)}.", hint=FAULT_HELP) from None
     after = parse_duration(when or "0", what="fault time", allow_zero=True)
     kind, _, arg = body.partition(":")
     fake._check(gpu)
 
     def bad() -> BadInputError:
-        return BadInputError(f"Cannot read --fault {spec!r}.", hint=FAULT_HELP)
+        return BadInputError(f"Cannot read --fault {shown(spec)}.", hint=FAULT_HELP)
 
     action: Callable[[], None]
     try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.files import write_atomically
 from gpulens.report.build import ReportData, build_report_data
 from gpulens.views.data import Window
@@ -64,7 +64,7 @@ def write_report(
     out = Path(out)
     fmt = fmt or _format_from_suffix(out)
     if fmt not in ("html", "md"):
-        raise BadInputError(f"Unknown report format {fmt!r}.", hint="Use --format html or --format md.")
+        raise BadInputError(f"Unknown report format {shown(fmt)}.", hint="Use --format html or --format md.")
     if job and service:
         raise BadInputError("Give --job or --service, not both.", hint="A report covers one training job or one service.")
     if readers is None and not Path(store_path).exists():

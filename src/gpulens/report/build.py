@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.diagnose import Finding
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.reader import AlertRow, AnalysisReader, PanelReader
 from gpulens.views.data import PanelOut, Selection, Window, build_panel, build_stat, panel_has_data
 from gpulens.views.format import format_value
@@ -106,7 +106,7 @@ def build_report_data(
         sel = Selection(job=job, service=service)
         panels = [build_panel(reader, pid, window, sel, REPORT_POINTS) for pid in PANELS]
         if job and not panels[0].has_data:
-            raise BadInputError(f"{where} has no training data for job {job!r}.", hint=f"Jobs in it: {', '.join(reader.label_values()['job']) or 'none'}.")
+            raise BadInputError(f"{where} has no training data for job {shown(job)}.", hint=f"Jobs in it: {', '.join(reader.label_values()['job']) or 'none'}.")
         if service and not panels[1].has_data:
             raise BadInputError(
                 f"{where} has no inference data for service {service!r}.",

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 
 # The guides' order of fixes: a lower stage is tried first.
 STAGES = ("input", "batch", "memory", "compute", "comm", "other")
@@ -87,10 +87,10 @@ def parse_knob(text: str) -> Knob:
     name = name.strip()
     values = tuple(v.strip() for v in rest.split(",")) if sep else ()
     if not sep or not _NAME.match(name) or not values or any(not v for v in values):
-        raise BadInputError(f"Cannot read --knob {text!r}.",
+        raise BadInputError(f"Cannot read --knob {shown(text)}.",
                             hint="Write NAME=V1,V2,... with the baseline's value first, e.g. --knob workers=0,2,4.")
     if len(set(values)) != len(values):
-        raise BadInputError(f"--knob {text!r} lists a value twice.", hint="List each value once, the baseline's first.")
+        raise BadInputError(f"--knob {shown(text)} lists a value twice.", hint="List each value once, the baseline's first.")
     return Knob(name, values, meaning_of(name))
 
 

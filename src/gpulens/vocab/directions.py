@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.vocab import names as N
 
 Direction = Literal["lower_is_better", "higher_is_better", "unknown"]
@@ -152,5 +152,5 @@ def parse_direction(text: str) -> tuple[str, Direction]:
     name, sep, side = text.partition("=")
     side = side.strip().lower()
     if not sep or not name.strip() or side not in ("higher", "lower"):
-        raise BadInputError(f"Cannot read --direction {text!r}.", hint="Write METRIC=higher or METRIC=lower, e.g. --direction my_score=higher.")
+        raise BadInputError(f"Cannot read --direction {shown(text)}.", hint="Write METRIC=higher or METRIC=lower, e.g. --direction my_score=higher.")
     return name.strip(), HIGHER if side == "higher" else LOWER

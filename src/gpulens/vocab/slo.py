@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 
 Metric = Literal["latency", "ttft", "itl", "tpot", "error_rate"]
 LATENCY_METRICS: tuple[str, ...] = ("latency", "ttft", "itl", "tpot")
@@ -55,28 +55,28 @@ def parse_slo(text: str) -> Slo:
     """Parse one SLO expression; a malformed one raises BadInputError naming the grammar."""
     m = _SLO.match(str(text).strip().lower())
     if not m:
-        raise BadInputError(f"Cannot read the SLO {text!r}.", hint=GRAMMAR_HINT)
+        raise BadInputError(f"Cannot read the SLO {shown(text)}.", hint=GRAMMAR_HINT)
     metric, stat, unit = m.group("metric"), m.group("stat"), m.group("unit")
     value = float(m.group("num"))
     if not math.isfinite(value):  # 400 digits read as a float are infinity: a bound that always holds
         raise BadInputError(f"The bound in the SLO {_shown(text)} is too large to be a number.", hint=GRAMMAR_HINT)
     if metric == "error_rate":
         if stat is not None:
-            raise BadInputError(f"The SLO {text!r} puts a statistic on error_rate.", hint="Write error_rate<=1% (no p99_).")
+            raise BadInputError(f"The SLO {shown(text)} puts a statistic on error_rate.", hint="Write error_rate<=1% (no p99_).")
         bound = value / 100 if unit == "%" else value
         if unit not in ("%", None) or not 0 <= bound <= 1:
-            raise BadInputError(f"The error-rate bound in {text!r} must be a percentage from 0% to 100%.", hint=GRAMMAR_HINT)
+            raise BadInputError(f"The error-rate bound in {shown(text)} must be a percentage from 0% to 100%.", hint=GRAMMAR_HINT)
         return Slo(text.strip(), "error_rate", None, bound, m.group("op") == "<")
     if metric not in LATENCY_METRICS:
-        raise BadInputError(f"Unknown metric {metric!r} in the SLO {text!r}.", hint=GRAMMAR_HINT)
+        raise BadInputError(f"Unknown metric {shown(metric)} in the SLO {shown(text)}.", hint=GRAMMAR_HINT)
     stat = (stat or "p99").replace(".", "_")
     if stat not in STATS:
-        raise BadInputError(f"Unknown statistic {stat!r} in the SLO {text!r}.", hint=GRAMMAR_HINT)
+        raise BadInputError(f"Unknown statistic {shown(stat)} in the SLO {shown(text)}.", hint=GRAMMAR_HINT)
     if unit == "%":
-        raise BadInputError(f"The SLO {text!r} gives a latency in percent.", hint="Give a time such as 500ms or 1s.")
+        raise BadInputError(f"The SLO {shown(text)} gives a latency in percent.", hint="Give a time such as 500ms or 1s.")
     bound = value * _UNIT_SECONDS[unit]
     if bound <= 0:
-        raise BadInputError(f"The bound in the SLO {text!r} must be above zero.", hint=GRAMMAR_HINT)
+        raise BadInputError(f"The bound in the SLO {shown(text)} must be above zero.", hint=GRAMMAR_HINT)
     return Slo(text.strip(), metric, stat, bound, m.group("op") == "<")  # type: ignore[arg-type]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.units import MAX_TIME_SECONDS, MIN_TIME_SECONDS
 
 
@@ -22,13 +22,13 @@ def parse_time(text: str, what: str) -> float:
         pass
     else:
         if not MIN_TIME_SECONDS <= t <= MAX_TIME_SECONDS:  # nan, inf, or no date at all
-            raise BadInputError(f"The {what} {text!r} is not a time.", hint="Give unix seconds (1970..2200) or an ISO time such as 2026-11-30T01:28:00.")
+            raise BadInputError(f"The {what} {shown(text)} is not a time.", hint="Give unix seconds (1970..2200) or an ISO time such as 2026-11-30T01:28:00.")
         return t
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
         raise BadInputError(
-            f"Cannot read the {what} {text!r}.", hint="Give unix seconds or an ISO time such as 2026-11-30T01:28:00."
+            f"Cannot read the {what} {shown(text)}.", hint="Give unix seconds or an ISO time such as 2026-11-30T01:28:00."
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
@@ -39,10 +39,10 @@ def parse_window(text: str, what: str = "baseline window") -> tuple[float, float
     """'START,END' (unix seconds or ISO times) -> (start, end) in unix seconds, end after start."""
     parts = [p for p in text.split(",") if p.strip()]
     if len(parts) != 2:
-        raise BadInputError(f"Cannot read the {what} {text!r}.", hint="Write START,END, e.g. 1796002127,1796002132.")
+        raise BadInputError(f"Cannot read the {what} {shown(text)}.", hint="Write START,END, e.g. 1796002127,1796002132.")
     start, end = parse_time(parts[0], what), parse_time(parts[1], what)
     if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
-        raise BadInputError(f"The {what} must end after it starts: {text!r}.", hint="Write START,END with START first.")
+        raise BadInputError(f"The {what} must end after it starts: {shown(text)}.", hint="Write START,END with START first.")
     return start, end
 
 
