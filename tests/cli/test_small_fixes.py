@@ -189,6 +189,9 @@ def test_a_5000_character_value_is_quoted_cut_not_echoed_whole(tmp_path):
         ["bench", "serve", "--url", "http://127.0.0.1:1/", "--rate", "1", "--header", LONG, "--no-store"],
         ["bench", "serve", "--url", "http://127.0.0.1:1/", "--rate", "1", "--slo", LONG, "--no-store"],
         ["report", "--out", str(tmp_path / "r.html"), "--baseline", LONG],
+        ["bench", "serve", "--url", LONG, "--rate", "1", "--no-store"],
+        ["agent", "--backend", "fake:1", "--ingest", LONG, "--listen", "off", "--store", str(tmp_path / "a.db")],
+        ["agent", "--backend", "fake:1", "--notify", LONG, "--listen", "off", "--store", str(tmp_path / "a.db")],
     ]
     for args in cases:
         r = run_gpulens(*args)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from gpulens import http_client
+from gpulens import errors, http_client
 from gpulens.alerts.engine import AlertState
 from gpulens.errors import BadInputError
 
@@ -409,5 +409,5 @@ def build_notifier(specs: Sequence[str], *, store: Store | None = None) -> Multi
             out.append(WebhookNotifier(arg, store=store, target=shown if targets[shown] == 1 else f"{shown} #{targets[shown]}"))
         else:
             shown_spec = f"{kind}:{http_client.redact_url(arg)}" if "//" in arg else spec
-            raise BadInputError(f"Cannot read --notify {shown_spec!r}.", hint="Use log, file:PATH or webhook:URL (e.g. webhook:http://127.0.0.1:9093/hook).")
+            raise BadInputError(f"Cannot read --notify {errors.shown(shown_spec)}.", hint="Use log, file:PATH or webhook:URL (e.g. webhook:http://127.0.0.1:9093/hook).")
     return MultiNotifier(out)

@@ -60,7 +60,7 @@ def energy_command(
             require_overlap(start_t, end_t, st.time_range(), where)
             rows = workload_energy(StoreReader(st), job=job, service=service, start=start_t, end=end_t)
     if not rows and (job or service):
-        which = " or ".join(filter(None, [job and f"job {job!r}", service and f"service {service!r}"]))
+        which = " or ".join(filter(None, [job and f"job {shown(job)}", service and f"service {shown(service)}"]))
         raise BadInputError(f"{where} has no records of {which}.", hint="Leave out --job/--service to list every workload.")
     if fmt == "json":
         typer.echo(json.dumps([r.to_json() for r in rows]))

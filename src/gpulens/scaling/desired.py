@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.scaling.hpa import ScalePolicy, Stabilizer, hpa_recommendation
 from gpulens.scaling.signals import (
     RequestLog,
@@ -96,7 +96,7 @@ def pick_services(names: list[str], service: str | None, where: str) -> list[str
     if service is None:
         return names
     if service not in names:
-        raise BadInputError(f"{where} has no requests of service {service!r}.",
+        raise BadInputError(f"{where} has no requests of service {shown(service)}.",
                             hint=(f"It has {', '.join(names)}." if names else "It has no inference requests at all."))
     return [service]
 

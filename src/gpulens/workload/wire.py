@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.vocab import names as N
 
 ENV_AGENT = "GPULENS_AGENT"  # the node agent's address for monitors that are given none (the chart sets it)
@@ -72,7 +72,7 @@ class AgentAddress:
 
 
 def _bad(what: str, text: str, why: str) -> BadInputError:
-    return BadInputError(f"{what} {text!r} {why}",
+    return BadInputError(f"{what} {shown(text)} {why}",
                          hint="Write unix:/PATH/TO/SOCKET or 127.0.0.1:PORT (or off).")
 
 

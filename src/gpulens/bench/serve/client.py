@@ -12,7 +12,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from gpulens.bench.serve.http1 import ConnectionPool, HttpClientError, Response, build_request
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.http_client import redact_url
 
 TargetKind = Literal["http", "completions", "chat"]
@@ -48,7 +48,7 @@ def check_target_url(url: str) -> None:
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInputError(f"Cannot use the URL {redact_url(url)!r}.", hint="Give a full URL such as http://127.0.0.1:8000/v1/completions.")
+        raise BadInputError(f"Cannot use the URL {shown(redact_url(url))}.", hint="Give a full URL such as http://127.0.0.1:8000/v1/completions.")
 
 
 def target_kind_for(url: str) -> TargetKind:
