@@ -84,6 +84,10 @@ def test_cli_bad_input_exits_2(capsys, tmp_path):
     rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--", "python", "train.py"])
     assert rc == 2
     assert "nothing to tune" in capsys.readouterr().err
+    # it said "The the budget must be above zero"
+    rc = main(["tune", "train", "--store", str(tmp_path / "s.db"), "--knob", "workers=0,2", "--budget", "0", "--", "python", "train.py", "{workers}"])
+    assert rc == 2
+    assert "The --budget must be above zero, not '0'." in capsys.readouterr().err
 
 
 def test_a_monitor_created_without_a_store_attaches_to_the_tune_through_the_environment(tmp_path, monkeypatch):

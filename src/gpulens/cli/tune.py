@@ -173,7 +173,7 @@ def train_command(
         notes.append("beginner mode: proposed " + "; ".join(f"{k.name}={','.join(k.values)}" for k in knobs))
     spec = TrainTuneSpec(template, knobs, steps=steps, warmup_steps=warmup, block_steps=block, max_runs_per_trial=repeats,
                          tight_ratio=parse_ratio(tight, "--tight"), threshold_ratio=parse_ratio(min_gain, "--min-gain"),
-                         budget_seconds=parse_duration(budget, what="the budget"), name=name, stop_when_clear=beginner, notes=notes,
+                         budget_seconds=parse_duration(budget, what="--budget"), name=name, stop_when_clear=beginner, notes=notes,
                          fit=FitCheck(model, gpu, seq=seq) if model else None)
     _run(tune_train, spec, store, ask=beginner and _ask(yes, fmt), fmt=fmt, html=html)
 
@@ -218,7 +218,7 @@ def serve_command(
                     timeout_seconds=opts.timeout_seconds)
     spec = ServeTuneSpec(load, opts.slos(), parse_knobs(knob or []),
                          server_command=CommandTemplate.of(server_cmd) if server_cmd else None,
-                         budget_seconds=parse_duration(budget, what="the budget"), max_rate=opts.max_rate,
+                         budget_seconds=parse_duration(budget, what="--budget"), max_rate=opts.max_rate,
                          tolerance_ratio=opts.tolerance_ratio, max_probes=opts.max_probes,
                          ready_timeout_seconds=parse_duration(ready_timeout, what="--ready-timeout"), ready_url=ready_url, name=name,
                          propose=not knob)
