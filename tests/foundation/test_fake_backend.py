@@ -103,6 +103,7 @@ def test_scheduled_fault_specs():
     schedule_fault(fake, "throttle:hw_slowdown@1s")
     schedule_fault(fake, "ecc:uncorrected=2@1s")
     schedule_fault(fake, "lost@3s:gpu=0")
+    schedule_fault(fake, "throttle:sw_power_cap")  # no "@": at once
     fake.sample()
     assert fake.drain_xid_events() == []
     clock.t = 1.0
@@ -115,7 +116,8 @@ def test_scheduled_fault_specs():
     assert fake.sample()[0].lost
 
 
-@pytest.mark.parametrize("spec", ["xid:abc@1s", "bogus@1s", "throttle:warp@1s", "xid:79@1s:gpu=7", "xid:79@-1s", "ecc:sideways=1@1s"])
+@pytest.mark.parametrize("spec", ["xid:abc@1s", "bogus@1s", "throttle:warp@1s", "xid:79@1s:gpu=7", "xid:79@-1s", "ecc:sideways=1@1s",
+                                  "xid:79@", "xid:79@:gpu=1"])
 def test_bad_fault_specs_are_clear_errors(spec):
     with pytest.raises(BadInputError):
         schedule_fault(FakeBackend(gpus=2, clock=Clock()), spec)

@@ -336,7 +336,9 @@ def schedule_fault(fake: FakeBackend, spec: str) -> None:
     """Schedule a fault from a command-line spec such as `xid:79@5s:gpu=1` (see FAULT_HELP)."""
     from gpulens.units import parse_duration
 
-    body, _, when = spec.partition("@")
+    body, at, when = spec.partition("@")
+    if at and not when.partition(":gpu=")[0].strip():  # "xid:79@" names no time; without "@" it is at once
+        raise BadInputError(f"--fault {shown(spec)} gives no time after '@'.", hint=FAULT_HELP)
     gpu = 0
     if ":gpu=" in when:
         when, _, g = when.partition(":gpu=")
