@@ -91,6 +91,21 @@ def test_baseline_show_freeze_reset(tmp_path, replayed, capsys):
     assert after and all(b.state == "learning" and b.stats is None for b in after)
 
 
+def test_baseline_freeze_and_reset_of_nothing_say_what_there_is(tmp_path, replayed, capsys):
+    """A mistyped label froze or reset nothing and said so with exit 0; `show` refuses it (exit 2)."""
+    db = tmp_path / "copy.db"
+    with Store(replayed) as src:
+        src.backup_to(db)
+    with Store(db) as st:
+        before = [(b.name, b.labels, b.state) for b in load_baselines(st)]
+    for verb in ("freeze", "reset"):
+        assert main(["baseline", verb, "--label", "train_job=nosuch", "--store", str(db)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "There is no baseline for --label train_job=nosuch" in err and "train_step_seconds" in err, err
+    with Store(db) as st:
+        assert [(b.name, b.labels, b.state) for b in load_baselines(st)] == before  # nothing touched
+
+
 def _promtool_rules(path) -> subprocess.CompletedProcess:
     return subprocess.run([which_or_skip("promtool"), "check", "rules", str(path)], capture_output=True, text=True)
 

@@ -129,10 +129,12 @@ def baseline_freeze_command(
         gpulens baseline freeze train_step_seconds --label train_job=llama
         gpulens baseline freeze --all
     """
-    from gpulens.alerts.baseline import freeze_baselines
+    from gpulens.alerts.baseline import freeze_baselines, load_baselines
 
     metric, labels = _selection(metric, label, all_, "freeze")
     with open_existing_store(store, "baselines") as st:
+        if not load_baselines(st, metric, labels):  # a typo froze nothing, exit 0, as `show` refuses it
+            _say_which_there_are(load_baselines(st), metric, label)
         done = freeze_baselines(st, metric, labels)
     console.print(f"Froze {len(done)} baseline(s)." + ("" if done else " Only ready baselines can be frozen; see `gpulens baseline show`."))
 
@@ -150,10 +152,12 @@ def baseline_reset_command(
         gpulens baseline reset infer_request_latency_seconds --label service=chat
         gpulens baseline reset --all
     """
-    from gpulens.alerts.baseline import reset_baselines
+    from gpulens.alerts.baseline import load_baselines, reset_baselines
 
     metric, labels = _selection(metric, label, all_, "reset")
     with open_existing_store(store, "baselines") as st:
+        if not load_baselines(st, metric, labels):
+            _say_which_there_are(load_baselines(st), metric, label)
         done = reset_baselines(st, metric, labels)
     console.print(f"Reset {len(done)} baseline(s); they learn again from now.")
 
