@@ -51,11 +51,13 @@ EXIT_UNAVAILABLE = 3
 EXIT_STORAGE_FULL = 4
 
 
-def shown(value: object, limit: int = 40) -> str:
-    """What the user gave, quoted for a sentence, cut after `limit` characters: an error answers a
-    40,000-character query value without echoing it whole."""
+def shown(value: object, limit: int = 40, *, quote: bool = True) -> str:
+    """What the user gave, quoted for a sentence (or bare, `quote=False`), cut after `limit`
+    characters: an error answers a 40,000-character query value without echoing it whole."""
     text = str(value)
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}… ({len(text):,} characters)"
+    if len(text) <= limit:
+        return repr(text) if quote else text
+    return f"{text[:limit]!r}… ({len(text):,} characters)" if quote else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 class GpulensError(Exception):

@@ -142,6 +142,9 @@ def test_query_with_a_label_no_series_has_says_which_values_there_are(replayed_s
     assert "No gpu_utilization_ratio series has gpu=7" in msg and "Its series have gpu=0" in msg, msg
     msg = _one_line_error(run_gpulens("query", "gpu_utilization_ratio", "--store", str(replayed_store), "--label", "gpus=0"))
     assert "no label gpus" in msg, msg
+    long = "x" * 5000
+    msg = _one_line_error(run_gpulens("query", "gpu_utilization_ratio", "--store", str(replayed_store), "--label", f"{long}={long}"))
+    assert "(10,001 characters)" in msg and "(5,000 characters)" in msg and len(msg) < 400, msg
 
 
 def test_baseline_freeze_help_example_selects_a_real_baseline(tmp_path):

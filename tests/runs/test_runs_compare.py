@@ -91,6 +91,8 @@ def test_metric_on_one_side_only_and_unknown_metric(store):
     assert cmp.verdict == "no change" and not cmp.regression
     with pytest.raises(BadInputError, match="Neither run has samples of mfu"):
         compare_runs(a, b, metrics=["mfu"])
+    with pytest.raises(BadInputError, match=r"Neither run has samples of x{80}… \(5,000 characters\)\. "):
+        compare_runs(a, b, metrics=["x" * 5000])
 
 
 def test_runs_without_samples_never_get_a_verdict(store):

@@ -268,7 +268,8 @@ def compare_runs(
     if metrics:
         missing = [m for m in metrics if m not in a.samples and m not in b.samples]
         if missing:
-            raise BadInputError(f"Neither run has samples of {', '.join(missing)}.", hint=f"Metrics they have: {have}.")
+            raise BadInputError(f"Neither run has samples of {shown(', '.join(missing), 80, quote=False)}.",
+                                hint=f"Metrics they have: {have}.")
     # a mistyped --direction was ignored, and the metric it meant stayed "direction unknown"
     stray = [m for m in directions if m not in a.samples and m not in b.samples]
     if stray:

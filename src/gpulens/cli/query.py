@@ -54,7 +54,7 @@ def query_command(
             )
         if labels and not st.series(metric, labels):  # a typo'd label would print nothing at all
             raise BadInputError(
-                f"No {metric} series has {' '.join(f'{k}={v}' for k, v in labels.items())}.",
+                f"No {metric} series has {shown(' '.join(f'{k}={v}' for k, v in labels.items()), 80, quote=False)}.",
                 hint=_label_hint(metric, labels, [k.labels for k in st.series(metric)]))
         start = end = None
         if since is not None:
@@ -96,10 +96,13 @@ def query_command(
 
 def _label_hint(metric: str, asked: dict[str, str], present: list[dict[str, str]]) -> str:
     """The values the store's series of `metric` have for the labels asked about."""
+    from gpulens.errors import shown
+
     parts = []
     for k in asked:
         values = sorted({ls[k] for ls in present if k in ls})
-        parts.append(f"{k}={', '.join(values[:8])}" + (" …" if len(values) > 8 else "") if values else f"no label {k}")
+        parts.append(f"{k}={', '.join(values[:8])}" + (" …" if len(values) > 8 else "") if values
+                     else f"no label {shown(k, quote=False)}")
     return f"Its series have {'; '.join(parts)}."
 
 
