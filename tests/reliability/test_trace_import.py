@@ -130,6 +130,27 @@ def test_bad_workload_records_are_skipped_and_counted(tmp_path, h200_trace):
         assert all(e.t < 4e9 for e in st.events())
 
 
+def test_workload_values_no_store_keeps_skip_their_record_not_a_sample(tmp_path, h200_trace):
+    """A cold start of -1e300 s passed the importer; the store then dropped its sample with a
+    timestamped warning, and the summary counted nothing. Now the record is skipped and counted, and
+    a count no step can have (a batch of -2**63 - 1) is read as not measured."""
+    good = h200_lines(h200_trace, 5)
+    t0 = json.loads(good[0])["t"]
+    events = [
+        {"kind": "cold_start", "model": "m", "seconds": -1e300, "t": t0},
+        {"kind": "mem", "t": t0, "alloc": 1e400},
+        {"kind": "infer_gauges", "t": t0, "in_flight": -1e30},
+        {"kind": "train_eval", "t": t0, "seconds": -3},
+        {"kind": "train_step", "t_start": t0, "t_end": t0 + 0.5, "step": 1, "batch": -9223372036854775809, "tokens": 8192},
+    ]
+    folder = write_trace(tmp_path / "t", good, h200_trace, events=events)
+    with Store(tmp_path / "s.db") as st:
+        summary = import_trace(folder, st)
+        assert summary.skipped_events == 4 and summary.events.get("train_step") == 1
+        assert st.refused_count == 0
+        assert not st.series("infer_cold_start_seconds") and st.series("train_step_seconds")
+
+
 class _Interrupt(BaseException):
     pass
 

@@ -5,10 +5,9 @@ outside every date a report can print."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from gpulens.units import MAX_DURATION_SECONDS, MAX_TIME_SECONDS, MIN_TIME_SECONDS
+from gpulens.units import MAX_ABS_VALUE, MAX_DURATION_SECONDS, MAX_TIME_SECONDS, MIN_TIME_SECONDS
 
 
 def number(v: Any) -> float | None:
@@ -17,9 +16,10 @@ def number(v: Any) -> float | None:
 
 
 def count(v: Any) -> int | None:
-    """A finite number as an int."""
+    """A number of things (steps, tokens, bytes, a rank) as an int: from 0 to what the store keeps;
+    a negative, NaN, infinite or larger one is None."""
     f = number(v)
-    return None if f is None or not math.isfinite(f) else int(f)
+    return None if f is None or not 0 <= f <= MAX_ABS_VALUE else int(f)
 
 
 def time_point(v: Any) -> float | None:
@@ -32,3 +32,22 @@ def duration(v: Any) -> float | None:
     """Seconds from 0 to 100 years; negative, NaN, infinite or longer ones are None."""
     d = number(v)
     return d if d is not None and 0.0 <= d <= MAX_DURATION_SECONDS else None
+
+
+def stored_value(v: Any) -> float | None:
+    """A finite number the store keeps (within +-MAX_ABS_VALUE); anything else is None."""
+    f = number(v)
+    return f if f is not None and -MAX_ABS_VALUE <= f <= MAX_ABS_VALUE else None
+
+
+def field(record: dict[str, Any], key: str, read: Any = stored_value) -> float | None:
+    """`record[key]` read by `read` (stored_value, duration, time_point): None when absent; a
+    ValueError when present but unreadable, so the importer skips and counts the whole record
+    instead of the store dropping one of its samples with a warning."""
+    raw = record.get(key)
+    if raw is None:
+        return None
+    got = read(raw)
+    if got is None:
+        raise ValueError(f"{key} is {raw!r}, which is not a {read.__name__.replace('_', ' ')} the store can keep")
+    return got

@@ -25,6 +25,7 @@ from typing import Any
 
 from gpulens.store import Store
 from gpulens.vocab import names as N
+from gpulens.workload.fields import duration, field, time_point
 from gpulens.workload.importers import ImportContext, register_importer
 from gpulens.workload.inference.records import request_from_dict, write_request
 
@@ -66,9 +67,6 @@ def labels_for(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
     return {"service": _service(record, ctx), "model": str(model), "host": ctx.host_of(record)}
 
 
-def _num(record: dict[str, Any], key: str) -> float | None:
-    v = record.get(key)
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 # What a live monitor adds to a request record (its own counters), not part of the stored event.
@@ -113,32 +111,33 @@ def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> 
 
 def _import_live_request(req: Any, live: dict[str, Any], labels: dict[str, str], store: Store) -> None:
     """A request as its live monitor counted it: the series and event `InferenceMonitor` writes itself."""
-    total = _num(live, "requests_total")
+    total = field(live, "requests_total")
     if total is None or req.status not in N.REQUEST_STATUSES:
         raise ValueError("a live request needs a number in requests_total and a documented status")
     end = req.end_t
-    store.write(N.INFER_IN_FLIGHT, labels, end, _num(live, "in_flight"))
+    store.write(N.INFER_IN_FLIGHT, labels, end, field(live, "in_flight"))
     store.write(N.INFER_REQUESTS_TOTAL, {**labels, "status": req.status}, end, total)
     if req.status == "ok":
-        store.write(N.INFER_ITL_SECONDS, labels, end, _num(live, "itl_s"))
+        store.write(N.INFER_ITL_SECONDS, labels, end, field(live, "itl_s", duration))
     write_request(store, labels, req, event=live.get("store_event", True) is not False)
 
 
 @register_importer(N.REC_INFER_GAUGES)
 def import_gauges(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
     """A live monitor's gauges at one moment (in flight, queue depth, memory, KV cache)."""
-    t = _num(record, "t")
+    t = field(record, "t", time_point)
     if t is None:
         raise ValueError(f"an {N.REC_INFER_GAUGES} record needs t")
     labels = labels_for(record, ctx)
-    for key, name in GAUGE_FIELDS:
-        store.write(name, labels, t, _num(record, key))
+    values = [(name, field(record, key)) for key, name in GAUGE_FIELDS]  # all read before any is written
+    for name, value in values:
+        store.write(name, labels, t, value)
 
 
 @register_importer(N.EV_INFER_START)
 def import_infer_start(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
     """Who serves (pid, service, model), for the co-location guard."""
-    t = _num(record, "t")
+    t = field(record, "t", time_point)
     if t is None:
         raise ValueError(f"an {N.EV_INFER_START} record needs t")
     store.event(N.EV_INFER_START, t, labels_for(record, ctx), {k: v for k, v in record.items() if k not in ("kind", "t")})
@@ -146,7 +145,7 @@ def import_infer_start(record: dict[str, Any], store: Store, ctx: ImportContext)
 
 @register_importer(N.EV_COLD_START)
 def import_cold_start(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
-    t, seconds = _num(record, "t"), _num(record, "seconds")
+    t, seconds = field(record, "t", time_point), field(record, "seconds", duration)
     if t is None or seconds is None:
         return
     if record.get("model"):
@@ -158,12 +157,13 @@ def import_cold_start(record: dict[str, Any], store: Store, ctx: ImportContext) 
 
 @register_importer("mem")
 def import_mem(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
-    t = _num(record, "t")
+    t = field(record, "t", time_point)
     if t is None:
         return
     labels = labels_for(record, ctx)
-    for key, name in (("alloc", N.INFER_MEMORY_ALLOCATED_BYTES), ("reserved", N.INFER_MEMORY_RESERVED_BYTES)):
-        v = _num(record, key)
+    values = [(name, field(record, key)) for key, name in (("alloc", N.INFER_MEMORY_ALLOCATED_BYTES),
+                                                           ("reserved", N.INFER_MEMORY_RESERVED_BYTES))]
+    for name, v in values:
         if v is not None:
             store.write(name, labels, t, v)
     store.event("mem", t, labels, {k: v for k, v in record.items() if k != "kind"})

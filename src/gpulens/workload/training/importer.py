@@ -14,6 +14,7 @@ from typing import Any
 
 from gpulens.store import Store
 from gpulens.vocab import names as N
+from gpulens.workload.fields import duration, field
 from gpulens.workload.importers import ImportContext, event_time, register_importer
 from gpulens.workload.training.records import record_from_dict, write_step
 
@@ -72,21 +73,21 @@ for _kind in (N.EV_TRAIN_START, N.EV_TRAIN_OOM, N.EV_TRAIN_NAN, N.EV_TRAIN_STEP_
 @register_importer(N.EV_TRAIN_EVAL)
 def import_train_eval(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
     """An evaluation run: its `train_eval_seconds` sample and its event, as the monitor writes them."""
-    t, seconds = event_time(record), record.get("seconds")
-    if t is None or isinstance(seconds, bool) or not isinstance(seconds, int | float):
+    t, seconds = event_time(record), field(record, "seconds", duration)
+    if t is None or seconds is None:
         raise ValueError(f"a {N.EV_TRAIN_EVAL} record needs t and seconds")
     labels = _labels(record, ctx)
-    store.write(N.TRAIN_EVAL_SECONDS, labels, t, float(seconds))
+    store.write(N.TRAIN_EVAL_SECONDS, labels, t, seconds)
     store.event(N.EV_TRAIN_EVAL, t, labels, {k: v for k, v in record.items() if k not in ("kind", "phase")})
 
 
 def _import_sample(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
     """A sample of its own that a live monitor sends (a loss logged after its step was written, a
     checkpoint before the first step): kind is the series, `value` its value at `t`."""
-    t, value = event_time(record), record.get("value")
-    if t is None or isinstance(value, bool) or not isinstance(value, int | float):
+    t, value = event_time(record), field(record, "value")
+    if t is None or value is None:
         raise ValueError(f"a {record.get('kind')} record needs t and value")
-    store.write(str(record["kind"]), _labels(record, ctx), t, float(value))
+    store.write(str(record["kind"]), _labels(record, ctx), t, value)
 
 
 for _kind in (N.TRAIN_LOSS, N.TRAIN_CHECKPOINT_SECONDS):
