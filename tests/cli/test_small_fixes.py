@@ -200,3 +200,11 @@ def test_a_5000_character_value_is_quoted_cut_not_echoed_whole(tmp_path):
         r = run_gpulens(*args)
         assert r.returncode == 2, (args[:2], r.stderr[:300])
         assert "(5,000 characters)" in r.stderr and len(r.stderr) < 600, (args[:2], r.stderr[:300])
+
+
+def test_control_characters_a_user_typed_are_shown_escaped_in_an_error(tmp_path):
+    """A store path holding ESC [2J (clear the screen) reached the terminal raw inside the error."""
+    r = run_gpulens("query", "m", "--store", str(tmp_path / "\x01\x1b[2Jx.db"))
+    assert r.returncode == 2
+    assert "\x1b" not in r.stderr and "\x01" not in r.stderr, repr(r.stderr)
+    assert "\\x01\\x1b[2Jx.db" in r.stderr, r.stderr

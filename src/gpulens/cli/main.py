@@ -7,6 +7,7 @@ import errno
 import importlib
 import logging
 import pkgutil
+import re
 import sys
 from typing import Any
 
@@ -151,8 +152,17 @@ def _command_path(app: typer.Typer, args: list[str]) -> str:
     return usage_errors.command_path_of(_click_command(app), args)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """Control characters a user typed (a path of '\x1b[2J') are shown escaped, not sent to the terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _print_error(message: str, hint: str | None) -> None:
-    console_err.print(f"[bold red]error:[/] {escape(message)}" + (f"\n[dim]→[/] {escape(hint)}" if hint else ""), highlight=False, soft_wrap=True)
+    console_err.print(f"[bold red]error:[/] {escape(_printable(message))}" + (f"\n[dim]→[/] {escape(_printable(hint))}" if hint else ""),
+                      highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":
