@@ -181,7 +181,7 @@ def test_eval_compare_help_shows_the_jsonl_shape_whole():
 LONG = "x" * 5000
 
 
-def test_a_5000_character_value_is_quoted_cut_not_echoed_whole(tmp_path):
+def test_a_5000_character_value_is_quoted_cut_not_echoed_whole(tmp_path, replayed_store):
     """Each of these echoed the whole value: 5,000 characters of error on the terminal."""
     cases = [
         ["record", "--backend", LONG, "--out", str(tmp_path / "r.jsonl")],
@@ -191,7 +191,8 @@ def test_a_5000_character_value_is_quoted_cut_not_echoed_whole(tmp_path):
         ["agent", "--backend", "fake:1", "--fault", LONG, "--listen", "off", "--store", str(tmp_path / "a.db")],
         ["bench", "serve", "--url", "http://127.0.0.1:1/", "--rate", "1", "--header", LONG, "--no-store"],
         ["bench", "serve", "--url", "http://127.0.0.1:1/", "--rate", "1", "--slo", LONG, "--no-store"],
-        ["report", "--out", str(tmp_path / "r.html"), "--baseline", LONG],
+        # a store of its own: the default .gpulens/gpulens.db exists only where a demo ran
+        ["report", "--out", str(tmp_path / "r.html"), "--baseline", LONG, "--store", str(replayed_store)],
         ["bench", "serve", "--url", LONG, "--rate", "1", "--no-store"],
         ["agent", "--backend", "fake:1", "--ingest", LONG, "--listen", "off", "--store", str(tmp_path / "a.db")],
         ["agent", "--backend", "fake:1", "--notify", LONG, "--listen", "off", "--store", str(tmp_path / "a.db")],
