@@ -55,9 +55,9 @@ def shown(value: object, limit: int = 40, *, quote: bool = True) -> str:
     """What the user gave, quoted for a sentence (or bare, `quote=False`), cut after `limit`
     characters: an error answers a 40,000-character query value without echoing it whole."""
     text = str(value)
-    if len(text) <= limit:
-        return repr(text) if quote else text
-    return f"{text[:limit]!r}… ({len(text):,} characters)" if quote else f"{text[:limit]}… ({len(text):,} characters)"
+    cut = text[:limit]
+    said = repr(cut) if quote else cut
+    return said if len(text) <= limit else f"{said}… ({len(text):,} characters)"
 
 
 class GpulensError(Exception):

@@ -156,7 +156,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _printable(text: str) -> str:
-    """Control characters a user typed (a path of '\x1b[2J') are shown escaped, not sent to the terminal."""
+    """Control characters a user typed (a path holding ESC [2J) are shown escaped, not sent to the terminal."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
