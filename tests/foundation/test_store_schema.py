@@ -219,7 +219,36 @@ def test_sqlite_file_of_another_program_is_one_clear_error(tmp_path, capsys):
     conn.close()
     assert main(["diagnose", "--store", str(db)]) == EXIT_BAD_INPUT
     err = " ".join(capsys.readouterr().err.split())
-    assert f"Cannot read the store {db}: no such table" in err and "Traceback" not in err
+    assert f"{db} is an SQLite database but not a gpulens store: it holds tables but no gpulens schema version." in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("abc", "its schema version 'abc' is not a whole number"),
+    ("-3", "its schema version '-3' is not a whole number"),
+    ("1.5", "its schema version '1.5' is not a whole number"),
+    (None, "its meta table has no schema_version"),
+])
+@pytest.mark.parametrize("command", [["query", "gpu_utilization_ratio"], ["diagnose"]])
+def test_damaged_schema_version_is_refused_and_left_as_it_was(tmp_path, capsys, value, why, command):
+    """A version that is not a count of migrations is neither migrated from nor read as current:
+    re-running every migration on a store could rename its labels twice."""
+    db = tmp_path / "s.db"
+    Store(db).close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    if value is None:
+        conn.execute("DELETE FROM meta WHERE key = 'schema_version'")
+    else:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (value,))
+    tables_before = conn.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall()
+    conn.close()
+    assert main([*command, "--store", str(db)]) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{db} is an SQLite database but not a gpulens store: {why}." in err and "Traceback" not in err
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ((value,) if value else None)
+    assert conn.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall() == tables_before
+    conn.close()
 
 
 @pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")

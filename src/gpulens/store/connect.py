@@ -99,13 +99,18 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
                 time.sleep(0.02)
                 continue
             raise storage_error(e, path, "open", OPEN_HINT) from None
-        except (sqlite3.DatabaseError, StoreError) as e:
+        except (sqlite3.DatabaseError, StoreError, migrations.NotAStore) as e:
             raise _open_failed(conn, path, e) from None
 
 def _open_failed(conn: sqlite3.Connection | None, path: Path, e: Exception) -> StoreError:
     """Close what was opened; a gpulens error stays as it is, an SQLite one becomes one sentence."""
     if conn is not None:
         conn.close()
+    if isinstance(e, migrations.NotAStore):
+        return StoreError(
+            f"{path} is an SQLite database but not a gpulens store: {e.why}.",
+            hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote, or at a new path.",
+        )
     return e if isinstance(e, StoreError) else StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT)
 
 
@@ -132,7 +137,7 @@ def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connec
                 conn.close()
             conn = _open_ro(path, busy_timeout_seconds, immutable=True)  # read-only media
             version = migrations.stored_version(conn)
-        if version is not None and version > SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
             raise _newer_schema(path, version)
         if version and version < SCHEMA_VERSION:
             conn.close()
@@ -142,7 +147,7 @@ def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connec
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
         conn.execute(ROLLUP_DELTA_TABLE)
         return conn
-    except (sqlite3.DatabaseError, StoreError) as e:
+    except (sqlite3.DatabaseError, StoreError, migrations.NotAStore) as e:
         raise _open_failed(conn, path, e) from None
 
 
@@ -160,15 +165,15 @@ def _migrate_once(path: Path, busy_timeout_seconds: float) -> None:
 def _migrate(conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
     """Bring the file to this gpulens' schema (see `migrations`), or refuse a newer one."""
     version = migrations.stored_version(conn)
-    if version is None or (readonly and version == 0):
-        return  # not a gpulens store (reads then fail with a clear error), or nothing to read
+    if readonly and version == 0:
+        return  # nothing to read
     if version > SCHEMA_VERSION:
         raise _newer_schema(path, version)
     if version == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = migrations.stored_version(conn) or 0  # another process may have just migrated
+        version = migrations.stored_version(conn)  # another process may have just migrated
         if version > SCHEMA_VERSION:
             raise _newer_schema(path, version)
         migrations.migrate(conn, version)

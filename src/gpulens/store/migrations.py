@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens.errors import shown
 from gpulens.store.schema import (
     ALERT_TABLES,
     BASELINE_TABLES,
@@ -120,18 +121,33 @@ MIGRATIONS: tuple[Migration, ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
-def stored_version(conn: sqlite3.Connection) -> int | None:
-    """The schema version written in the file, 0 for a new (empty) file, None when the file is
-    an SQLite database that is not a gpulens store."""
+class NotAStore(Exception):
+    """The file is an SQLite database, but not one gpulens wrote (or its schema version is damaged)."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+def stored_version(conn: sqlite3.Connection) -> int:
+    """The schema version written in the file, 0 for a new (empty) file. Raises NotAStore for an
+    SQLite database gpulens did not write: tables but no `meta`, or a `meta` without a whole
+    `schema_version` (gpulens writes it in the transaction that creates the tables)."""
     has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
     if has_meta is None:
-        has_tables = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1").fetchone()
-        return None if has_tables else 0
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1").fetchone():
+            raise NotAStore("it holds tables but no gpulens schema version")
+        return 0
     try:
-        return int(row[0]) if row else 0
-    except (TypeError, ValueError):
-        return None  # a meta table that is not gpulens's
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        raise NotAStore("its meta table is not gpulens's") from None
+    if row is None:
+        raise NotAStore("its meta table has no schema_version")
+    value = str(row[0]).strip()
+    if not value.isdigit():  # not "-3", "abc" or "1.5": a version is the count of migrations applied
+        raise NotAStore(f"its schema version {shown(str(row[0]))} is not a whole number")
+    return int(value)
 
 
 def pending(version: int) -> list[Migration]:

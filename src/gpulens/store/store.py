@@ -107,7 +107,7 @@ class Store(StoreQueries):
     @property
     def schema_version(self) -> int:
         with self._guard("read"):
-            return migrations.stored_version(self._conn) or 0
+            return migrations.stored_version(self._conn)
 
     @contextmanager
     def _guard(self, action: str) -> Iterator[sqlite3.Connection]:
