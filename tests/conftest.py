@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,13 @@ from testlib import free_port, which_or_skip  # noqa: F401  (re-exported for old
 
 from gpulens.data import bundled_colocation_trace, bundled_trace
 from gpulens.store import Store
+
+# pytest-xdist's workers are started with COLUMNS=80 and LINES=24 (execnet); a person's shell or CI's
+# runner sets neither, and rich reads them once, when gpulens.cli's consoles are made: drop them so a
+# worker renders as the serial run does (the tests that want a width set COLUMNS themselves).
+for _name in ("COLUMNS", "LINES"):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -82,9 +90,11 @@ def port() -> int:
 
 def _start_scrape_rig(config, items) -> None:
     """The scrape-contract tests need a rig that takes ~70 s of mostly waiting (scrape_rig.py): start it
-    now and run those tests last, so the wait overlaps the rest of the suite."""
+    now and run those tests last, so the wait overlaps the rest of the suite. Under pytest-xdist every
+    worker collects every test, so none starts it here: the worker that gets the module (`--dist
+    loadfile`) starts it in the module's fixture, and the other workers go on meanwhile."""
     contract = [i for i in items if "test_scrape_contract" in i.nodeid]
-    if not contract:
+    if not contract or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     items[:] = [i for i in items if i not in contract] + contract
     import shutil
@@ -97,3 +107,13 @@ def _start_scrape_rig(config, items) -> None:
     work = Path(tempfile.mkdtemp(prefix="gpulens-scrape-rig-"))
     config._gpulens_scrape_rig = ScrapeRig(work).start()
     config.add_cleanup(config._gpulens_scrape_rig.stop)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_event_loop_left_running():
+    """A module that leaves an asyncio loop marked running in the main thread (a session-wide
+    Playwright, say) breaks every later `asyncio.run()` in the same pytest-xdist worker."""
+    import asyncio
+
+    yield
+    assert asyncio._get_running_loop() is None, "this module left an asyncio event loop running in the main thread"

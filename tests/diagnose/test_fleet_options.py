@@ -28,7 +28,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("args", "code", "words"), CASES, ids=[" ".join(a) for a, _, _ in CASES])
+@pytest.mark.parametrize(("args", "code", "words"), CASES, ids=[" ".join(a).replace(UNREACHABLE, "http://UNREACHABLE") for a, _, _ in CASES])  # the same ids in every xdist worker
 def test_one_sentence_and_its_exit_code(tmp_path, args, code, words):
     p = subprocess.run([sys.executable, "-m", "gpulens", "diagnose", "--store", str(tmp_path / "none.db"), *args],
                        capture_output=True, text=True, timeout=60)

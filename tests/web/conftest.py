@@ -67,8 +67,11 @@ def replayed_dashboard(replayed_store: Path) -> Iterator[RunningDashboard]:
         yield d
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium per module, not per session: Playwright's sync API keeps an asyncio loop marked
+    running in this thread while it is open, and a later module's `asyncio.run()` (the load tester,
+    run in-process) would then refuse to start in the same pytest-xdist worker."""
     chromium = which_or_skip("chromium")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
