@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.plan.model_spec import ModelSpec
 
 # model_type -> family traits. A model_type not listed is refused (UnknownModelTypeError) unless
@@ -121,6 +121,9 @@ def _positive_int(v: Any, key: str, where: str) -> int:
         raise BadInputError(f"The field {key!r} in {where} must be an integer, not {v!r}.", hint="Fix the config.") from None
     if i <= 0:
         raise BadInputError(f"The field {key!r} in {where} must be above zero, not {i}.", hint="Fix the config.")
+    if i > _COUNT_MAX:  # e.g. MPT's d_model x expansion_ratio 1e300: a count no GPU holds, and past a float
+        raise BadInputError(f"The field {key!r} in {where} gives {shown(i, quote=False)}, above the planner's limit of "
+                            f"{_COUNT_MAX:,}.", hint="Fix the config.")
     return i
 
 

@@ -1,0 +1,27 @@
+"""config.json values that pass each field's own check but overflow the planner's arithmetic
+(a hostile-input pass over `gpulens plan`): one sentence and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+BASE = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
+
+
+def _plan(cfg: dict, tmp_path, workload: str = "infer") -> subprocess.CompletedProcess:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return subprocess.run([sys.executable, "-m", "gpulens", "plan", "--model", str(path), "--workload", workload],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_an_mpt_expansion_ratio_that_overflows_is_refused(tmp_path):
+    # d_model x expansion_ratio 1e300 is a finite float but an MLP width past any float product: an
+    # OverflowError traceback (exit 1) before
+    r = _plan({"model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32, "vocab_size": 50432,
+               "expansion_ratio": 1e300}, tmp_path, "train")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "'expansion_ratio'" in r.stderr and "limit" in r.stderr
