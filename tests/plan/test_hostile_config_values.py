@@ -25,3 +25,18 @@ def test_an_mpt_expansion_ratio_that_overflows_is_refused(tmp_path):
                "expansion_ratio": 1e300}, tmp_path, "train")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "'expansion_ratio'" in r.stderr and "limit" in r.stderr
+
+
+def test_a_rope_scaling_factor_that_overflows_is_refused(tmp_path):
+    # 8192 x 1e308 is infinite: int(inf) raised an OverflowError traceback (exit 1) before
+    r = _plan({**BASE, "rope_scaling": {"type": "linear", "factor": 1e308}}, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "rope_scaling.factor" in r.stderr
+
+
+def test_a_rope_scaling_original_length_that_is_no_number_is_refused(tmp_path):
+    # int('abc') raised a ValueError traceback (exit 1) before
+    r = _plan({**BASE, "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": "abc"}},
+              tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "rope_scaling.original_max_position_embeddings" in r.stderr

@@ -67,7 +67,7 @@ def supported_model_types() -> list[str]:
     return sorted(set(_FAMILIES) | set(_LEGACY_TYPES))
 
 
-def _rope_context(cfg: dict[str, Any], positions: int | None) -> int | None:
+def _rope_context(cfg: dict[str, Any], positions: int | None, where: str) -> int | None:
     """The longest context a config supports: max_position_embeddings, extended by a RoPE scaling
     whose type stretches it (linear, dynamic, yarn, longrope: factor x the original length;
     llama3-type configs already give the extended length in max_position_embeddings)."""
@@ -80,7 +80,11 @@ def _rope_context(cfg: dict[str, Any], positions: int | None) -> int | None:
     except (TypeError, ValueError):
         return positions
     if kind in ("linear", "dynamic", "yarn", "longrope") and factor > 1:
-        original = int(rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") or positions)
+        original = _positive_int(rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
+                                 or positions, "rope_scaling.original_max_position_embeddings", where)
+        if original * factor > _COUNT_MAX:  # a factor of 1e308 makes the product infinite
+            raise BadInputError(f"The rope_scaling.factor {factor:g} in {where} stretches the context past the "
+                                f"planner's limit of {_COUNT_MAX:,} tokens.", hint="Fix the config.")
         return max(positions, int(original * factor))
     return positions
 
@@ -389,7 +393,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         vocab_size=vocab,
         tie_word_embeddings=tied,
         max_positions=int(positions) if positions else None,
-        max_context=_rope_context(cfg, int(positions) if positions else None),
+        max_context=_rope_context(cfg, int(positions) if positions else None, where),
         mlp=traits.get("mlp", "gated"),
         act=act,
         norm=traits.get("norm", "rmsnorm"),
