@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.plan.advice import replica_degrees
 from gpulens.plan.models import load_model
 from gpulens.plan.planner import PlanRequest
@@ -280,7 +280,7 @@ class PlanOptions:
             if self.finetune.lower() == "lora" and not self.qlora_double_quant:
                 raise BadInputError("--no-qlora-double-quant says how QLoRA stores the base, and --finetune is lora.",
                                     hint="Use --finetune qlora, or drop --no-qlora-double-quant.")
-            recompute = (self.recompute or "none").lower()
+            recompute = ("none" if self.recompute is None else self.recompute).lower()
             if recompute not in ("none", "selective", "full"):
                 raise BadInputError(f"Unknown recomputation {self.recompute!r}.", hint="Use --recompute none, selective or full.")
             if self.grad_ckpt and recompute != "full" and self.recompute is not None:
@@ -383,6 +383,8 @@ class PlanOptions:
         set-up on transformers' generate or one GPU, a head split over a TP group of one, a 16-bit head
         "quantized", a scheduler budget with no replica plan to use it (one sentence, exit 2)."""
         runtime, tp = self.resolved_runtime("infer", gpus), self.replica_tp("infer", gpus)
+        if self.kv_dtype is not None and not self.kv_dtype.strip():  # the planner reads "" as "not given"
+            raise BadInputError(f"Unknown KV-cache dtype {shown(self.kv_dtype)}.", hint="Use --kv-dtype bf16, fp16, fp8 or fp32, or drop it.")
         if self.max_num_batched_tokens is not None and runtime == "hf":
             raise BadInputError("--max-num-batched-tokens sizes an engine's profiling forward, and --runtime hf "
                                 "preallocates nothing.", hint="Add --runtime vllm (or trtllm, tgi), or drop --max-num-batched-tokens.")
@@ -450,8 +452,8 @@ class PlanOptions:
             tp_shards_head=self.tp_shards_head,
             quantize_head=self.quantize_head, int4_group_size=self.int4_group_size, draft_model=self.draft_model,
             speculative_tokens=self.speculative_tokens or DEFAULT_SPECULATIVE_TOKENS, acceptance_rate=self.acceptance_rate,
-            tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target else None,
-            ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target else None,
+            tpot_target_seconds=parse_duration(self.tpot_target, what="TPOT target") if self.tpot_target is not None else None,
+            ttft_target_seconds=parse_duration(self.ttft_target, what="TTFT target") if self.ttft_target is not None else None,
             target_requests_per_second=self.target_rps, prefix_hit_ratio=self.prefix_hit_ratio, assume_dense=self.assume_dense,
             fp8_activations=self.fp8_activations.lower(),
             gpus_per_node=self.gpus_per_node, inter_node_bytes_per_second=self.inter_node_gbps * 1e9,
