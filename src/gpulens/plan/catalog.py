@@ -148,6 +148,9 @@ _FIGURES = ("memory_bytes", "memory_mib", "memory_gb", "bandwidth_gbps", "bf16_t
             "tf32_tflops", "fp8_tflops", "int8_tops", "interconnect_gbps", "tdp_watts")
 
 
+_FIGURE_MAX = 1e15  # in each field's own unit: a petabyte of memory_bytes, 1e15 GB/s, 1e15 TFLOPS
+
+
 def _check_figures(e: dict[str, Any], name: str, where: str) -> None:
     for key in _FIGURES:
         v = e.get(key)
@@ -160,6 +163,9 @@ def _check_figures(e: dict[str, Any], name: str, where: str) -> None:
         if isinstance(v, bool) or not (math.isfinite(x) and x > 0):
             raise BadInputError(f"The field {key!r} of GPU {name!r} in {where} is {str(v)[:40]!r}, not a positive number.",
                                 hint="Write a plain number above 0 (see docs/plan.md).")
+        if x > _FIGURE_MAX:  # memory_gb 1e308 overflowed into a traceback; bf16_tflops 1e308 planned in 0 s
+            raise BadInputError(f"The field {key!r} of GPU {name!r} in {where} is {str(v)[:40]!r}, beyond any card's "
+                                f"figure (at most {_FIGURE_MAX:g}).", hint="Write the card's datasheet figure (see docs/plan.md).")
 
 
 def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
