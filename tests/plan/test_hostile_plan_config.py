@@ -27,3 +27,22 @@ def test_a_card_figure_beyond_any_card_is_refused(tmp_path, figure):
               "--model", "llama-3-8b", "--workload", "infer", "--gpu", "mycard")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "beyond any card's figure" in r.stderr
+
+
+@pytest.mark.parametrize("field", ["aliases", "sources", "nvml_names"])
+def test_a_card_name_list_that_is_a_number_is_refused(tmp_path, field):
+    # a TypeError traceback ('int' object is not iterable) before
+    r = _plan(tmp_path, f"gpus:\n  - {{name: mycard, memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100, {field}: 5}}\n",
+              "--model", "llama-3-8b", "--gpu", "mycard")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and f"'{field}'" in r.stderr and "not a list of names" in r.stderr
+
+
+def test_one_alias_written_as_a_string_is_one_name(tmp_path):
+    # `aliases: my-card` was split into the aliases m, y, -, c, a, r, d
+    r = _plan(tmp_path, "gpus:\n  - {name: mycard, memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100, aliases: my-card}\n",
+              "--model", "llama-3-8b", "--gpu", "my-card")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _plan(tmp_path, "gpus:\n  - {name: mycard, memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100, aliases: my-card}\n",
+              "--model", "llama-3-8b", "--gpu", "y")
+    assert r.returncode == 2 and "Unknown GPU 'y'" in r.stderr, r.stdout + r.stderr

@@ -168,6 +168,20 @@ def _check_figures(e: dict[str, Any], name: str, where: str) -> None:
                                 f"figure (at most {_FIGURE_MAX:g}).", hint="Write the card's datasheet figure (see docs/plan.md).")
 
 
+def _names(e: dict[str, Any], key: str, name: str, where: str) -> tuple[str, ...]:
+    """A card's list of names (aliases, nvml_names, sources); one string is a list of one (it was
+    split into its letters, and a number raised a TypeError traceback)."""
+    v = e.get(key)
+    if not v:
+        return ()
+    if isinstance(v, str):
+        return (v,)
+    if not isinstance(v, list) or any(isinstance(a, dict | list) for a in v):
+        raise BadInputError(f"The field {key!r} of GPU {name!r} in {where} is {str(v)[:40]!r}, not a list of names.",
+                            hint=f"Write e.g. `{key}: [first, second]` (see docs/plan.md).")
+    return tuple(str(a) for a in v)
+
+
 def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
     try:
         name = str(e["name"])
@@ -193,7 +207,7 @@ def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
         ) from None
     except (TypeError, ValueError):
         raise BadInputError(f"A GPU entry in {where} has a non-numeric size or bandwidth.", hint="Write plain numbers.") from None
-    sources = tuple(e.get("sources") or ())
+    sources = _names(e, "sources", name, where)
     if not user and not sources:
         raise BadInputError(f"Catalog entry {name!r} has no source.", hint="Every catalog figure must cite a datasheet.")
     return GpuSpec(
@@ -211,8 +225,8 @@ def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
         tdp_watts=_opt(e.get("tdp_watts"), 1.0),
         vendor=str(e.get("vendor") or ("user" if user else "")),
         architecture=str(e.get("architecture") or ""),
-        aliases=tuple(str(a) for a in e.get("aliases") or ()),
-        nvml_names=tuple(str(a) for a in e.get("nvml_names") or ()),
+        aliases=_names(e, "aliases", name, where),
+        nvml_names=_names(e, "nvml_names", name, where),
         sources=sources or ("user config",),
         user_defined=user,
         marketing_memory_gb=marketing,
