@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.mfu import MFU_IMPOSSIBLE
 from gpulens.plan.calibration_store import (  # noqa: F401 - re-exported: the planner and the CLI read them here
     calibration_path,
@@ -37,7 +37,7 @@ from gpulens.plan.calibration_store import (  # noqa: F401 - re-exported: the pl
 from gpulens.plan.catalog import GpuSpec, find_gpu
 from gpulens.plan.memory import TrainSetup, training_memory
 from gpulens.plan.models import ModelSpec, from_hf_config
-from gpulens.plan.serve import ServeSetup, serving_speed, weight_bytes
+from gpulens.plan.serve import WEIGHT_BYTES, ServeSetup, serving_speed, weight_bytes
 from gpulens.plan.speed import RUNTIME_DEFAULTS, Efficiency, RuntimeSpeed, default_efficiency, training_speed
 from gpulens.safe_parse import json_lines, load_json, read_text
 
@@ -83,9 +83,40 @@ class Measurement:
                           runtime=self.runtime)
 
 
-def _num(d: dict[str, Any], key: str, cast: type = float) -> Any:
+# A measured figure (bytes, seconds, tokens/s) is a finite number above zero and below this; a run's
+# size (batch, seq, prompt, new_tokens) a whole number up to _COUNT_MAX: a NaN, a negative step time
+# or a 1e300-byte peak crashed the fit with a traceback, or was fitted and stored.
+_FIGURE_MAX = 1e15
+_COUNT_MAX = 1 << 26
+
+
+def _num(d: dict[str, Any], key: str, cast: type = float, *, where: str = "") -> Any:
     v = d.get(key)
-    return None if v is None else cast(v)
+    if v is None:
+        return None
+    x = float(v)
+    if not (math.isfinite(x) and 0 < x <= _FIGURE_MAX):
+        raise BadInputError(f"{where}: the field {key!r} is {shown(v)}, not a measured figure above 0 and at most "
+                            f"{_FIGURE_MAX:g}.", hint="Fix or drop that line; a run that did not measure it leaves it out.")
+    return cast(x)
+
+
+def _flag(d: dict[str, Any], key: str, where: str) -> bool:
+    v = d.get(key)
+    if v is not None and not isinstance(v, bool):  # "no" was read as true
+        raise BadInputError(f"{where}: the field {key!r} is {shown(v)}, not true or false.", hint="Fix that line.")
+    return bool(v)
+
+
+def _count(d: dict[str, Any], key: str, default: int, *, low: int, where: str) -> int:
+    v = d.get(key)
+    if v is None:
+        return default
+    whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and math.isfinite(v) and v == int(v)
+    if not whole or not low <= v <= _COUNT_MAX:
+        raise BadInputError(f"{where}: the field {key!r} is {shown(v)}, not a whole number from {low} to {_COUNT_MAX:,}.",
+                            hint="Fix or drop that line.")
+    return int(v)
 
 
 def parse_measurement(d: dict[str, Any], *, where: str) -> Measurement:
@@ -103,11 +134,14 @@ def parse_measurement(d: dict[str, Any], *, where: str) -> Measurement:
             kind=kind, model=model, status=str(d.get("status") or "ok"),
             gpu=d.get("gpu") or d.get("device_name"),
             precision=str(d.get("precision") or "amp_bf16"), optimizer=str(d.get("optimizer") or "adamw"),
-            batch=int(d.get("batch") or 1), seq=int(d.get("seq") or 0), grad_ckpt=bool(d.get("grad_ckpt")),
-            dtype=str(d.get("dtype") or "bf16"), prompt=int(d.get("prompt") or 0), new_tokens=int(d.get("new_tokens") or 0),
-            peak_alloc=_num(d, "peak_alloc", int), peak_reserved=_num(d, "peak_reserved", int),
-            mem_after_load=_num(d, "mem_after_load", int), step_s=_num(d, "step_s"), tokens_per_s=_num(d, "tokens_per_s"),
-            prefill_s=_num(d, "prefill_s"), decode_token_s=_num(d, "decode_token_s_median"),
+            batch=_count(d, "batch", 1, low=1, where=where), seq=_count(d, "seq", 0, low=0, where=where),
+            grad_ckpt=_flag(d, "grad_ckpt", where),
+            dtype=str(d.get("dtype") or "bf16"), prompt=_count(d, "prompt", 0, low=0, where=where),
+            new_tokens=_count(d, "new_tokens", 0, low=0, where=where),
+            peak_alloc=_num(d, "peak_alloc", int, where=where), peak_reserved=_num(d, "peak_reserved", int, where=where),
+            mem_after_load=_num(d, "mem_after_load", int, where=where), step_s=_num(d, "step_s", where=where),
+            tokens_per_s=_num(d, "tokens_per_s", where=where),
+            prefill_s=_num(d, "prefill_s", where=where), decode_token_s=_num(d, "decode_token_s_median", where=where),
             runtime=str(d.get("runtime") or "hf").lower(),
             label=f"{d.get('model', 'model')} {kind} {d.get('precision') or d.get('dtype', '')} b{d.get('batch')}",
         )
@@ -115,6 +149,8 @@ def parse_measurement(d: dict[str, Any], *, where: str) -> Measurement:
         raise BadInputError(f"{where}: a field has the wrong type ({e}).", hint="Numbers must be numbers.") from None
     if kind == "train" and m.seq <= 0:
         raise BadInputError(f"{where}: a training run needs 'seq' above zero.", hint="Add the sequence length.")
+    if kind == "infer" and m.dtype not in WEIGHT_BYTES:
+        raise BadInputError(f"{where}: unknown dtype {shown(m.dtype)}.", hint=f"Use one of {', '.join(WEIGHT_BYTES)}.")
     if kind == "infer" and m.runtime not in RUNTIME_DEFAULTS:
         raise BadInputError(f"{where}: unknown runtime {m.runtime!r}.", hint=f"Use one of {', '.join(RUNTIME_DEFAULTS)}.")
     if kind == "infer" and m.prompt <= 0:
