@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.plan.accuracy import PUBLISHED_ACCURACY, PublishedAccuracy
 from gpulens.plan.advice import (
     Fix,
@@ -463,6 +463,13 @@ def compare(req: PlanRequest, gpu_names: list[str], *, user: UserConfig | None =
     if not gpu_names:
         raise BadInputError("No GPUs to compare.", hint="Pass --gpu several times, e.g. --gpu h100-sxm --gpu h200.")
     user = user if user is not None else load_user_config()
+    seen: dict[str, str] = {}
+    for name in gpu_names:  # one card under two names (h100-sxm, H100-SXM) was compared with itself
+        card = find_gpu(name, user=user).name
+        if card in seen:
+            raise BadInputError(f"--gpu names {card} twice ({shown(seen[card])} and {shown(name)}).",
+                                hint="Give each GPU to compare once.")
+        seen[card] = name
     model = _target_model(req)
     results: list[PlanResult] = []
     left_out: list[LeftOutGpu] = []
