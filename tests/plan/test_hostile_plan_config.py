@@ -46,3 +46,10 @@ def test_one_alias_written_as_a_string_is_one_name(tmp_path):
     r = _plan(tmp_path, "gpus:\n  - {name: mycard, memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100, aliases: my-card}\n",
               "--model", "llama-3-8b", "--gpu", "y")
     assert r.returncode == 2 and "Unknown GPU 'y'" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_price_key_that_is_neither_hourly_nor_purchase_is_refused(tmp_path):
+    # `hourli: 2` was dropped without a word and the plan said the card had no price
+    r = _plan(tmp_path, "prices:\n  h100-sxm: {hourli: 2}\n", "--model", "llama-3-8b", "--gpu", "h100-sxm")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "'hourli'" in r.stderr

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.safe_parse import load_yaml, read_text
 
 TERA = 1e12
@@ -293,7 +293,10 @@ def load_user_config(path: Path | None = None) -> UserConfig:
         if not isinstance(p, dict):
             raise BadInputError(f"The price of {gname!r} in {path} must be a number or a mapping.", hint="E.g. `h100-sxm: 2.49`.")
         for k, v in p.items():
-            if k in ("hourly", "purchase") and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf):
+            if k not in ("hourly", "purchase"):  # a typo (`hourli: 2`) left the card without a price, silently
+                raise BadInputError(f"The price of {gname!r} in {path} has the key {shown(k)}, which is neither hourly "
+                                    "nor purchase.", hint="E.g. `h200: {hourly: 3.50, purchase: 32000}`.")
+            if (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf):
                 raise BadInputError(f"The {k} price of {gname!r} in {path} is {str(v)[:40]!r}, not a number of 0 or more.",
                                     hint="E.g. `h200: {hourly: 3.50, purchase: 32000}`.")
         prices[_norm(str(gname))] = {k: float(v) for k, v in p.items() if k in ("hourly", "purchase")}
