@@ -53,3 +53,15 @@ def test_a_price_key_that_is_neither_hourly_nor_purchase_is_refused(tmp_path):
     r = _plan(tmp_path, "prices:\n  h100-sxm: {hourli: 2}\n", "--model", "llama-3-8b", "--gpu", "h100-sxm")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "'hourli'" in r.stderr
+
+
+@pytest.mark.parametrize("yaml_text", [
+    "gpus:\n  - {name: mycard, memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100}\n"
+    "  - {name: MyCard, memory_gb: 8, bandwidth_gbps: 900, bf16_tflops: 100}\n",
+    "prices:\n  h100-sxm: 2\n  H100 SXM: 5\n",
+])
+def test_one_name_given_twice_is_refused(tmp_path, yaml_text):
+    # the last card or price under a name won without a word
+    r = _plan(tmp_path, yaml_text, "--model", "llama-3-8b", "--gpu", "h100-sxm")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "twice" in r.stderr

@@ -272,6 +272,17 @@ class UserConfig:
     path: Path | None = None
 
 
+def _refuse_twice(names: list[str], what: str, path: Path) -> None:
+    """Two cards or prices under one name as lookups read it (h100-sxm, H100 SXM): the last one won
+    without a word."""
+    seen: dict[str, str] = {}
+    for n in names:
+        if _norm(n) in seen:
+            raise BadInputError(f"The plan config {path} gives a {what} for {shown(_norm(n))} twice "
+                                f"({shown(seen[_norm(n)])} and {shown(n)}).", hint=f"Keep one {what} per GPU.")
+        seen[_norm(n)] = n
+
+
 def load_user_config(path: Path | None = None) -> UserConfig:
     path = path or config_path()
     if not path.exists():
@@ -283,9 +294,11 @@ def load_user_config(path: Path | None = None) -> UserConfig:
     if not isinstance(data.get("gpus") or [], list):
         raise BadInputError(f"The gpus in {path} must be a list of cards.", hint="See docs/plan.md, 'Your cards and prices'.")
     gpus = tuple(user_gpu(e, where=str(path)) for e in data.get("gpus") or ())
+    _refuse_twice([g.name for g in gpus], "card", path)
     raw_prices = data.get("prices") or {}
     if not isinstance(raw_prices, dict):
         raise BadInputError(f"The prices in {path} must be a mapping of GPU name to price.", hint="E.g. `prices: {h100-sxm: 2.49}`.")
+    _refuse_twice([str(n) for n in raw_prices], "price", path)
     prices: dict[str, dict[str, float]] = {}
     for gname, p in raw_prices.items():
         if isinstance(p, int | float):
