@@ -65,3 +65,15 @@ def test_one_name_given_twice_is_refused(tmp_path, yaml_text):
     r = _plan(tmp_path, yaml_text, "--model", "llama-3-8b", "--gpu", "h100-sxm")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "twice" in r.stderr
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ("h100", "is 'h100', not a card's fields"),  # was "has a non-numeric size or bandwidth"
+    ("null", "is empty, not a card's fields"),
+    ("{name: '', memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100}", "has the name ''"),  # a card named ''
+    ("{name: [1, 2], memory_gb: 48, bandwidth_gbps: 900, bf16_tflops: 100}", "has the name '[1, 2]'"),  # named "[1, 2]"
+])
+def test_a_card_entry_that_is_no_card_is_refused_for_what_it_is(tmp_path, entry, says):
+    r = _plan(tmp_path, f"gpus:\n  - {entry}\n", "gpus")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and says in r.stderr

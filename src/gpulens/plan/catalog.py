@@ -183,6 +183,12 @@ def _names(e: dict[str, Any], key: str, name: str, where: str) -> tuple[str, ...
 
 
 def _spec_from_entry(e: dict[str, Any], *, user: bool, where: str) -> GpuSpec:
+    if not isinstance(e, dict):  # `- h100` was "a non-numeric size or bandwidth"
+        raise BadInputError(f"A GPU entry in {where} is {'empty' if e is None else shown(e)}, not a card's fields.",
+                            hint="Each card is a mapping: name, memory_gb (or memory_mib), bandwidth_gbps (see docs/plan.md).")
+    if "name" in e and (not isinstance(e["name"], str | int | float) or not str(e["name"]).strip()):
+        raise BadInputError(f"A GPU entry in {where} has the name {shown(e['name'])}, not a card's name.",
+                            hint="Give each card a name to pass to --gpu, e.g. `name: lab-a6000`.")
     try:
         name = str(e["name"])
         if isinstance(e, dict):
