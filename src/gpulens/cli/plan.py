@@ -149,18 +149,23 @@ def register(app: typer.Typer) -> None:
         )
 
         _check_format(fmt)
+        if gpu is not None and not gpu.strip():  # '' was read as "not given"
+            raise BadInputError("No GPU name given to --gpu.", hint="Pass --gpu NAME, e.g. --gpu h200, or drop --gpu.")
+        recorded = None
         if measurements is not None and str(measurements) == "bundled":
             from gpulens.data import bundled_trace
 
             measurements = bundled_trace() / "memory_calibration.jsonl"
-            gpu = gpu or "h200"
+            recorded = "h200"
         ms: list[Measurement] = []
         rejected: list[Rejected] = []
         source: list[str] = []
         if measurements is not None:
             ms += load_measurements(measurements)
             source.append(str(measurements))
-            gpu = gpu or _gpu_of_recording(measurements)
+            recorded = recorded or _gpu_of_recording(measurements)
+            _check_recorded_gpu(gpu, recorded, measurements)
+            gpu = gpu or recorded
         if store is not None:
             recorded = _store_measurements(store)
             ms += recorded.measurements
@@ -202,6 +207,24 @@ def register(app: typer.Typer) -> None:
         render_models(specs)
 
     app.add_typer(plan_app, name="plan", help=HELP)
+
+
+def _check_recorded_gpu(gpu: str | None, recorded: str | None, measurements: Path) -> None:
+    """--gpu naming another card than the recording's env.json (the bundled runs: an H200) stored
+    a fit of one GPU's runs as another GPU's calibration."""
+    from gpulens.errors import shown
+    from gpulens.plan.catalog import find_gpu
+
+    if not gpu or not recorded:
+        return
+    try:
+        theirs = find_gpu(recorded).name
+    except BadInputError:  # a device the catalog does not know: nothing to compare
+        return
+    ours = find_gpu(gpu).name
+    if ours != theirs:
+        raise BadInputError(f"--gpu {shown(gpu)} says the runs in {measurements} ran on {ours}, and their recording says "
+                            f"{theirs}.", hint="Drop --gpu (the recording's GPU is used), or pass runs measured on that GPU.")
 
 
 def _gpu_of_recording(measurements: Path) -> str | None:
