@@ -77,11 +77,18 @@ def parse_param_count(text: str) -> int | None:
     return int(float(m.group(1)) * _SCALE[m.group(2).lower()])
 
 
+_ROUGH_MAX = 10**15  # a thousand trillion parameters, some 500 x the largest published models
+
+
 def from_param_count(n: int) -> ModelSpec:
     """A LLaMA-shaped model of about `n` parameters, for a rough answer: hidden size from the
     Chinchilla-era aspect ratios (about 128 × layers), GQA 8, a 32k vocabulary."""
     if n < 20_000_000:
         raise BadInputError(f"A model of {n} parameters is too small to plan for.", hint="Give a size such as 125m or 7b.")
+    if n > _ROUGH_MAX:  # 9999...t (a 250-digit count) was shaped into a model of 1e240 layers and planned
+        said = format_count(n) if n < 10**18 else f"{float(n):.2e}"
+        raise BadInputError(f"A model of {said} parameters is beyond the {format_count(_ROUGH_MAX)} the "
+                            "planner shapes from a bare size.", hint="Give a size such as 7b or 1.8t, or a config.json.")
     vocab = 32000
     best: ModelSpec | None = None
     best_score = float("inf")
