@@ -40,3 +40,15 @@ def test_a_rope_scaling_original_length_that_is_no_number_is_refused(tmp_path):
               tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "rope_scaling.original_max_position_embeddings" in r.stderr
+
+
+def test_a_hidden_size_the_heads_do_not_divide_is_refused(tmp_path):
+    # 4095 over 32 heads was planned at a head width of 127 (4064 of the 4095 columns)
+    r = _plan({**BASE, "hidden_size": 4095}, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "not a multiple of num_attention_heads" in r.stderr
+
+
+def test_an_explicit_head_dim_still_allows_any_hidden_size(tmp_path):
+    r = _plan({**BASE, "hidden_size": 4095, "head_dim": 128}, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -353,6 +353,9 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         )
     head_dim = int(cfg.get("head_dim") or 0) or h // heads
     mla = bool(traits.get("mla"))
+    if not cfg.get("head_dim") and not mla and h % heads:  # hidden 4095 over 32 heads was planned at width 127
+        raise BadInputError(f"hidden_size ({h}) in {where} is not a multiple of num_attention_heads ({heads}), and no "
+                            "head_dim gives the heads' width.", hint="Check the config's hidden_size and head counts.")
     if mla:  # MLA: q/k heads of nope + rope; one cached latent for all heads
         head_dim = int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0)
         kv = 1
