@@ -52,3 +52,10 @@ def test_a_hidden_size_the_heads_do_not_divide_is_refused(tmp_path):
 def test_an_explicit_head_dim_still_allows_any_hidden_size(tmp_path):
     r = _plan({**BASE, "hidden_size": 4095, "head_dim": 128}, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_zero_key_value_heads_is_refused(tmp_path):
+    # num_key_value_heads 0 was read as "not given": a multi-head KV cache 4x the config's GQA one
+    r = _plan({**BASE, "num_key_value_heads": 0}, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "'num_key_value_heads'" in r.stderr
