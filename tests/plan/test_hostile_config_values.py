@@ -59,3 +59,13 @@ def test_zero_key_value_heads_is_refused(tmp_path):
     r = _plan({**BASE, "num_key_value_heads": 0}, tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "'num_key_value_heads'" in r.stderr
+
+
+def test_a_field_given_twice_is_refused(tmp_path):
+    # json keeps the last of two values: {"vocab_size": 128256, ..., "vocab_size": 1} was planned with 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BASE)[:-1] + ', "vocab_size": 1}')
+    r = subprocess.run([sys.executable, "-m", "gpulens", "plan", "--model", str(path)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "'vocab_size' twice" in r.stderr

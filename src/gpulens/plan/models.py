@@ -5,6 +5,7 @@ parameter count, each resolved to a `ModelSpec` (`model_spec`), which everything
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from dataclasses import replace
@@ -15,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, shown
 from gpulens.plan.hf_config import (
     UnknownModelTypeError,
     check_config_fields,
@@ -68,6 +69,20 @@ def preset(name: str) -> ModelSpec:
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def _key_given_twice(text: str) -> str | None:
+    """The first key a JSON object of `text` (already read by load_json) gives twice, else None."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        if not found and len(set(keys)) < len(keys):
+            found.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    return found[0] if found else None
 
 
 def parse_param_count(text: str) -> int | None:
@@ -134,10 +149,14 @@ def load_model(ref: str | Path, *, assume_dense: bool = False) -> ModelSpec:
     if p.suffix == ".json" or p.exists():
         if not p.exists():
             raise BadInputError(f"The model config {p} does not exist.", hint="Give the path of a config.json.")
-        cfg = load_json(read_text(p, "the model config", hint="Pass a valid config.json."), f"the model config {p}",
-                        hint="Pass a valid config.json.")
+        raw = read_text(p, "the model config", hint="Pass a valid config.json.")
+        cfg = load_json(raw, f"the model config {p}", hint="Pass a valid config.json.")
         if not isinstance(cfg, dict):
             raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
+        twice = _key_given_twice(raw)
+        if twice is not None:  # {"hidden_size": 4096, "hidden_size": 1}: the last one was planned, silently
+            raise BadInputError(f"The model config {p} gives the field {shown(twice)} twice.",
+                                hint="Keep one value per field.")
         # the config's own name, else the file itself: a folder's name ("snapshots/3f2a…", "tmp")
         # says nothing reliable about the model inside
         name = str(cfg.get("_name_or_path") or "").strip() or str(p)
