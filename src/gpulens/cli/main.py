@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import importlib
 import logging
+import os
 import pkgutil
 import re
 import sys
@@ -19,14 +20,14 @@ from gpulens.cli import usage_errors
 from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.cli.help_text import keep_examples_everywhere
 from gpulens.cli.number_bounds import bound_numbers
-from gpulens.errors import EXIT_BAD_INPUT, GpulensError
+from gpulens.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_STORAGE_FULL, GpulensError
 
 _HELP = (
         "GPU observability that knows training from inference.\n\n"
         "Plan (will it fit, how fast, what it costs), measure (honest baselines), watch (GPU health and "
         "workload metrics with learned thresholds) and diagnose (the bottleneck, with evidence and the fix).\n\n"
         "Start with `gpulens demo` (the recorded H200 session) or `gpulens agent` on a GPU machine.\n\n"
-        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression), 2 bad input, 3 an outside system is unavailable, 4 the store's disk is full.\n\n"
+        "Exit codes: 0 ok, 1 a gate failed (e.g. a regression) or the reader of its output went away, 2 bad input, 3 an outside system is unavailable, 4 a disk it writes to (the store's, or the output's) is full.\n\n"
         "Set once in the environment: GPULENS_STORE (--store), GPULENS_BACKEND (--backend), "
         "GPULENS_METRIC_NAMES (--metric-names), GPULENS_NOTIFY (--notify), GPULENS_DASHBOARD_TOKEN (--token); "
         "a flag on the command line wins. Shell completion: `gpulens --install-completion`."
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting; prog_name keeps
         # messages saying `gpulens` under `python -m gpulens` too.
         rc = _click_command(app)(args=args, prog_name="gpulens", standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit, so a closed pipe or a full disk is answered below
         if isinstance(rc, int) and not isinstance(rc, bool):
             return rc
     except GpulensError as e:
@@ -118,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as e:
+        if e.errno == errno.EPIPE:  # the reader stopped reading (`gpulens … | head`): stop quietly with 1, as rich
+            _drop_stdout()          # does when its own write finds the pipe closed (Console.on_broken_pipe)
+            return EXIT_GATE
+        if e.errno == errno.ENOSPC:  # stdout's disk is full (`gpulens … > /dev/full`); the store has its own error
+            _drop_stdout()
+            where = str(e.filename) if e.filename else "the output"
+            _print_error(f"Could not write {where}: the disk it goes to is full.", "Free some space, or send the output elsewhere.")
+            return EXIT_STORAGE_FULL
         if e.errno != errno.ENAMETOOLONG:
             raise
         # a path the file system cannot even look up: pathlib's exists()/is_file() raise for it, anywhere
@@ -133,6 +143,21 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(problem.message, problem.hint)
         return problem.exit_code
     return 0
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the text still buffered for a closed pipe or a full disk is not
+    written again (and failed again, with a traceback) when Python flushes it at exit."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        pass
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout with no file descriptor (captured in tests)
+        pass
 
 
 _click_commands: dict[int, Any] = {}
