@@ -64,3 +64,43 @@ def test_calibrate_reports_the_checks_and_applies_them():
     for c in rep.checks:
         if c.figure == "peak_memory" and not c.used:
             assert rep.efficiency.activation_scale == Efficiency().activation_scale
+
+
+def test_up_to_folds_runs_each_is_held_out_alone():
+    """The bundled 18 runs: each predicted by a fit of exactly the 17 others (leave-one-out)."""
+    from gpulens.plan.calibration import FOLDS, held_out_fits
+
+    gpu = find_gpu("h200")
+    ms = [m for m in load_measurements(CALIBRATION_FILE) if m.status == "ok"]
+    assert len(ms) <= FOLDS
+    held = held_out_fits(ms, gpu)
+    assert [m for m, _ in held] == ms
+    for i in (0, 7, len(ms) - 1):
+        assert held[i][1] == fit(ms[:i] + ms[i + 1:], gpu).efficiency
+
+
+def test_past_folds_runs_cost_folds_fits_and_no_run_is_predicted_by_a_fit_that_saw_it(monkeypatch):
+    """Ten copies of the bundled runs (180 distinct runs): 20 fits, not 180, so a few hundred runs take
+    seconds; each run is predicted once, by a fit that never read it."""
+    from dataclasses import replace
+
+    from gpulens.plan import calibration
+
+    gpu = find_gpu("h200")
+    base = [m for m in load_measurements(CALIBRATION_FILE) if m.status == "ok"]
+    ms = [replace(m, label=f"{m.label} #{k}") for k in range(10) for m in base]
+    fits: list[tuple[set[int], Efficiency]] = []
+    real_fit = calibration.fit
+
+    def counting_fit(rows, gpu, base=None):  # noqa: ANN001, ANN202  (the real fit, watched)
+        report = real_fit(rows, gpu, base)
+        fits.append(({id(r) for r in rows}, report.efficiency))
+        return report
+
+    monkeypatch.setattr(calibration, "fit", counting_fit)
+    held = calibration.held_out_fits(ms, gpu)
+    assert len(fits) == calibration.FOLDS
+    assert sorted(id(m) for m, _ in held) == sorted(id(m) for m in ms)
+    for m, eff in held:
+        (read,) = [rows for rows, e in fits if e is eff]
+        assert id(m) not in read and len(read) == len(ms) - len(ms) // calibration.FOLDS

@@ -21,7 +21,6 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -191,7 +190,7 @@ class Rejected:
 
 @dataclass
 class LeaveOneOut:
-    """Each measurement predicted by a fit of all the others, against the defaults' prediction of it."""
+    """Each measurement predicted by a fit of the others (`held_out_fits`), against the defaults' prediction of it."""
 
     measurements: int
     mean_abs_error_ratio: float  # mean |relative error| of the held-out predictions
@@ -465,31 +464,46 @@ _FIGURES = ((FIGURE_TRAIN_STEP, _train_rows_err), ("peak_memory", _mem_err), ("d
             ("prefill", _infer_rows(_prefill_err)), ("matmul_rate", _rate_err))
 
 
-def _held_out(ok: list[Measurement], gpu: GpuSpec, base: Efficiency) -> Iterator[tuple[Measurement, Efficiency]]:
-    """Each measurement with the factors fitted on all the others: the defaults when the others
-    give nothing to fit, or nothing a fit accepts."""
-    for i, held in enumerate(ok):
-        others = ok[:i] + ok[i + 1:]
+# Up to this many runs each is held out alone (leave-one-out, one fit per run); above it the runs are
+# held out in this many folds (run i in fold i mod FOLDS), so a few hundred runs cost FOLDS fits, not
+# one each: every fit reads every run, and n fits of n runs had grown as n squared (180 runs took minutes).
+FOLDS = 20
+
+HeldOut = list[tuple[Measurement, Efficiency]]
+
+
+def held_out_fits(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> HeldOut:
+    """Each successful measurement with the factors fitted on the runs outside its fold (all the
+    others, up to FOLDS runs): the defaults when those give nothing to fit, or nothing a fit accepts."""
+    base = base or default_efficiency(gpu)
+    ok = [m for m in measurements if m.status == "ok"]
+    folds = min(len(ok), FOLDS)
+    held: HeldOut = []
+    for k in range(folds):
+        others = [m for i, m in enumerate(ok) if i % folds != k]
         try:
             eff = fit(others, gpu, base).efficiency if others else base
         except BadInputError:
             eff = base
-        yield held, eff
+        held += [(m, eff) for i, m in enumerate(ok) if i % folds == k]
+    return held
 
 
-def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None) -> LeaveOneOut:
+def leave_one_out(measurements: list[Measurement], gpu: GpuSpec, base: Efficiency | None = None, *,
+                  held: HeldOut | None = None) -> LeaveOneOut:
     """Predict each successful measurement from a fit of the others (the defaults when the others
-    give nothing to fit), and the same measurement from the defaults."""
+    give nothing to fit), and the same measurement from the defaults. `held`: `held_out_fits`'
+    answer, when the caller has it already."""
     base = base or default_efficiency(gpu)
-    ok = [m for m in measurements if m.status == "ok"]
+    held = held_out_fits(measurements, gpu, base) if held is None else held
     held_errs: list[float] = []
     default_errs: list[float] = []
-    for held, eff in _held_out(ok, gpu, base):
+    for m, eff in held:
         for _, fn in _FIGURES:
-            held_errs += [abs(e) for e in fn([held], gpu, eff)]
-            default_errs += [abs(e) for e in fn([held], gpu, base)]
+            held_errs += [abs(e) for e in fn([m], gpu, eff)]
+            default_errs += [abs(e) for e in fn([m], gpu, base)]
     n = max(len(held_errs), 1)
-    return LeaveOneOut(len(ok), sum(held_errs) / n, sum(default_errs) / n)
+    return LeaveOneOut(len(held), sum(held_errs) / n, sum(default_errs) / n)
 
 
 _FIGURE_FNS = {FIGURE_TRAIN_STEP: _train_rows_err, "peak_memory": _mem_err, "decode_tpot": _decode_err, "prefill": _prefill_err}
@@ -504,17 +518,16 @@ def _scope(figure: str, m: Measurement) -> str:
 
 
 def leave_one_out_by_figure(measurements: list[Measurement], gpu: GpuSpec,
-                            base: Efficiency | None = None) -> list[FigureCheck]:
-    """Each successful run predicted by a fit of all the others, and by the defaults, grouped by
-    figure and scope (training; each serving runtime on its own)."""
+                            base: Efficiency | None = None, *, held: HeldOut | None = None) -> list[FigureCheck]:
+    """Each successful run predicted by a fit of the others (`held_out_fits`), and by the defaults,
+    grouped by figure and scope (training; each serving runtime on its own)."""
     base = base or default_efficiency(gpu)
-    ok = [m for m in measurements if m.status == "ok"]
     groups: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
-    for held, eff in _held_out(ok, gpu, base):
+    for run, eff in (held_out_fits(measurements, gpu, base) if held is None else held):
         for figure, fn in _FIGURE_FNS.items():
-            got, dflt = fn([held], gpu, eff), fn([held], gpu, base)
+            got, dflt = fn([run], gpu, eff), fn([run], gpu, base)
             if got:
-                g = groups.setdefault((figure, _scope(figure, held)), ([], []))
+                g = groups.setdefault((figure, _scope(figure, run)), ([], []))
                 g[0].append(abs(float(got[0])))
                 g[1].append(abs(float(dflt[0])))
     return [FigureCheck(f, sc, h, d) for (f, sc), (h, d) in groups.items()]
@@ -603,8 +616,9 @@ def calibrate(measurements: Path | list[Measurement], *, gpu_name: str | None, s
     for spec, rows in groups.values():
         rep = fit(rows, spec)
         rep.rejected = list(rejected or []) + rep.rejected
-        rep.leave_one_out = loo = leave_one_out(rows, spec)
-        rep.checks = leave_one_out_by_figure(rows, spec)
+        held = held_out_fits(rows, spec)  # once: both checks read the same held-out fits
+        rep.leave_one_out = loo = leave_one_out(rows, spec, held=held)
+        rep.checks = leave_one_out_by_figure(rows, spec, held=held)
         rep.efficiency = drop_unhelpful(rep.efficiency, rep.checks, default_efficiency(spec))
         ok_rows = [m for m in rows if m.status == "ok"]
         rep.after = {label: fn(ok_rows, spec, rep.efficiency) for label, fn in _FIGURES if label in rep.after}
