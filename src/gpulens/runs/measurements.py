@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.mfu import MFU_IMPOSSIBLE
-from gpulens.plan.calibration import Measurement, Rejected
+from gpulens.plan.calibration import Rejected
+from gpulens.plan.measured_runs import Measurement
 from gpulens.plan.models import ModelSpec
 from gpulens.runs.registry import list_runs
 from gpulens.store import Store
