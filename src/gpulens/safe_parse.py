@@ -151,6 +151,21 @@ def load_json(text: str | bytes, where: str, *, hint: str) -> Any:
         raise BadInputError(f"{_capital(where)} cannot be read: {e}.", hint=hint) from None
 
 
+def json_duplicate_key(text: str) -> str | None:
+    """The first key an object in `text` (JSON that `json_value` already accepted) gives twice, else
+    None: `json` keeps the last value silently, as PyYAML does (`_duplicate_key` answers for YAML)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        if not found and len(set(keys)) < len(keys):
+            found.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
 def json_lines(text: str, where: str, *, hint: str) -> Iterator[tuple[int, Any]]:
     """(line number, value) for each non-blank line; the first bad line is one sentence with its number."""
     for n, line in enumerate(text.splitlines(), 1):

@@ -5,7 +5,6 @@ parameter count, each resolved to a `ModelSpec` (`model_spec`), which everything
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from dataclasses import replace
@@ -24,7 +23,7 @@ from gpulens.plan.hf_config import (
     supported_model_types,
 )
 from gpulens.plan.model_spec import ModelSpec
-from gpulens.safe_parse import load_json, read_text
+from gpulens.safe_parse import json_duplicate_key, load_json, read_text
 
 __all__ = ["ModelSpec", "UnknownModelTypeError", "check_config_fields", "format_count", "from_hf_config", "from_param_count",
            "load_model", "parse_param_count", "preset", "preset_names", "supported_model_types"]
@@ -69,20 +68,6 @@ def preset(name: str) -> ModelSpec:
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
-
-
-def _key_given_twice(text: str) -> str | None:
-    """The first key a JSON object of `text` (already read by load_json) gives twice, else None."""
-    found: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in items]
-        if not found and len(set(keys)) < len(keys):
-            found.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
-        return dict(items)
-
-    json.loads(text, object_pairs_hook=pairs)
-    return found[0] if found else None
 
 
 def parse_param_count(text: str) -> int | None:
@@ -153,7 +138,7 @@ def load_model(ref: str | Path, *, assume_dense: bool = False) -> ModelSpec:
         cfg = load_json(raw, f"the model config {p}", hint="Pass a valid config.json.")
         if not isinstance(cfg, dict):
             raise BadInputError(f"The model config {p} is not a JSON object.", hint="Pass a config.json.")
-        twice = _key_given_twice(raw)
+        twice = json_duplicate_key(raw)
         if twice is not None:  # {"hidden_size": 4096, "hidden_size": 1}: the last one was planned, silently
             raise BadInputError(f"The model config {p} gives the field {shown(twice)} twice.",
                                 hint="Keep one value per field.")
