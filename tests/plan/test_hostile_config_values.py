@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 BASE = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
 
@@ -69,3 +71,26 @@ def test_a_field_given_twice_is_refused(tmp_path):
                        timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "'vocab_size' twice" in r.stderr
+
+
+@pytest.mark.parametrize("field", ["max_position_embeddings", "max_seq_len"])
+def test_a_context_of_zero_tokens_is_refused(tmp_path, field):
+    # 0 had been read as "not given": no context limit (llama) or the family's default (MPT's 2048)
+    cfg = ({**BASE, field: 0} if field == "max_position_embeddings" else
+           {"model_type": "mpt", "d_model": 2048, "n_heads": 16, "n_layers": 24, "vocab_size": 50432, field: 0})
+    r = _plan(cfg, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and f"'{field}'" in r.stderr and "0 tokens" in r.stderr
+
+
+@pytest.mark.parametrize("factor", ["x", -2, 0, True])
+def test_a_rope_scaling_factor_that_is_no_positive_number_is_refused(tmp_path, factor):
+    # 'x' had been ignored: the context planned as if the config had no scaling
+    r = _plan({**BASE, "rope_scaling": {"type": "linear", "factor": factor}}, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "rope_scaling.factor" in r.stderr and "above 0" in r.stderr
+
+
+def test_a_rope_scaling_without_a_factor_still_plans(tmp_path):
+    r = _plan({**BASE, "rope_scaling": {"type": "dynamic"}}, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr

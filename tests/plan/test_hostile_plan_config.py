@@ -77,3 +77,18 @@ def test_a_card_entry_that_is_no_card_is_refused_for_what_it_is(tmp_path, entry,
     r = _plan(tmp_path, f"gpus:\n  - {entry}\n", "gpus")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and says in r.stderr
+
+
+@pytest.mark.parametrize("value", ["[1]", "5", "''", "a-currency-name-too-long"])
+def test_a_currency_that_is_no_short_name_is_refused(tmp_path, value):
+    # [1] had been shown beside every price as text
+    r = _plan(tmp_path, f"currency: {value}\nprices: {{h100-sxm: 2.49}}\n", "--model", "llama-3-8b", "--gpu", "h100")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "currency" in r.stderr
+
+
+def test_a_currency_name_is_shown_beside_the_price(tmp_path):
+    r = _plan(tmp_path, "currency: EUR\nprices: {h100-sxm: 2.49}\n", "--model", "llama-3-8b", "--gpu", "h100",
+              "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert '"EUR"' in r.stdout

@@ -319,7 +319,12 @@ def load_user_config(path: Path | None = None) -> UserConfig:
                 raise BadInputError(f"The {k} price of {gname!r} in {path} is {str(v)[:40]!r}, not a number of 0 or more.",
                                     hint="E.g. `h200: {hourly: 3.50, purchase: 32000}`.")
         prices[_norm(str(gname))] = {k: float(v) for k, v in p.items() if k in ("hourly", "purchase")}
-    return UserConfig(gpus=gpus, prices=prices, currency=str(data.get("currency") or "USD"), path=path)
+    currency = data.get("currency")
+    if currency is not None and not (isinstance(currency, str) and 0 < len(currency.strip()) <= 12):
+        # a list or a number had been shown as text beside every price ("[1] 2.49/h")
+        raise BadInputError(f"The currency in {path} must be a short name such as USD or EUR, not {shown(currency)}.",
+                            hint="E.g. `currency: EUR`.")
+    return UserConfig(gpus=gpus, prices=prices, currency=(currency or "USD").strip(), path=path)
 
 
 # ---------------------------------------------------------------- lookup

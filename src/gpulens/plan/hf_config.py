@@ -75,10 +75,15 @@ def _rope_context(cfg: dict[str, Any], positions: int | None, where: str) -> int
     if not positions or not isinstance(rs, dict):
         return positions
     kind = str(rs.get("rope_type") or rs.get("type") or "").lower()
-    try:
-        factor = float(rs.get("factor") or 1.0)
-    except (TypeError, ValueError):
-        return positions
+    raw = rs.get("factor")
+    if raw is None:
+        factor = 1.0
+    elif isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw <= 0:
+        # an unreadable factor had been ignored: the context planned as if the scaling were not there
+        raise BadInputError(f"The field 'rope_scaling.factor' in {where} must be a number above 0, not {shown(raw)}.",
+                            hint="Fix the config (the model's config.json on the Hub has the right value).")
+    else:
+        factor = float(raw)
     if kind in ("linear", "dynamic", "yarn", "longrope") and factor > 1:
         original = _positive_int(rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
                                  or positions, "rope_scaling.original_max_position_embeddings", where)
@@ -144,6 +149,8 @@ _COUNT_FIELDS = (
     "d_model", "n_heads", "n_layers", "max_seq_len", "n_embed", "num_kv_heads", "n_head_kv", "ffn_hidden_size",
     "num_ln_in_parallel_attn",
 )
+# a length of 0 is no model's: it had been read as "not given" (no context limit, or a family default)
+_LENGTH_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "original_max_position_embeddings")
 _FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "use_parallel_residual",
                 "no_bias", "learned_pos_emb", "multi_query", "new_decoder_architecture", "parallel_attn", "alibi")
 _REAL_FIELDS = ("resid_pdrop", "hidden_dropout_prob", "hidden_dropout", "final_logit_softcapping",
@@ -161,6 +168,10 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         if not whole or not 0 <= v <= _COUNT_MAX:
             raise BadInputError(f"The field {k!r} in {where} must be a whole number from 0 to {_COUNT_MAX:,}, not {v!r}.",
                                 hint="Fix the config (the model's config.json on the Hub has the right value).")
+        if v == 0 and k in _LENGTH_FIELDS:
+            raise BadInputError(f"The field {k!r} in {where} gives a context of 0 tokens.",
+                                hint="Fix the config (the model's config.json on the Hub has the right value), or "
+                                     "drop the field.")
     for k in _FLAG_FIELDS:
         v = cfg.get(k)
         if v is not None and not isinstance(v, bool):
