@@ -4,10 +4,12 @@ concurrency at which every SLO holds, by bracketing then bisection)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.bench.serve.runner import (
     MAX_CONCURRENCY,
@@ -23,7 +25,27 @@ from gpulens.bench.serve.summary import LoadResult, summarize
 from gpulens.errors import BadInputError
 from gpulens.vocab.slo import Slo
 
+F = TypeVar("F", bound=Callable[..., Any])
 
+
+def _blocking_even_inside_a_loop(fn: F) -> F:
+    """Called where an event loop already runs on this thread (a Jupyter cell, an async app), the
+    load tester's own loops could not start: asyncio.run() refuses to nest. There the call runs on
+    a thread of its own, and blocks until it ends, as it does everywhere else."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return fn(*args, **kwargs)
+        with ThreadPoolExecutor(1, thread_name_prefix="gpulens-load") as pool:
+            return pool.submit(fn, *args, **kwargs).result()
+
+    return call  # type: ignore[return-value]
+
+
+@_blocking_even_inside_a_loop
 def run_load(
     spec: LoadSpec,
     slos: list[Slo] | None = None,
@@ -133,6 +155,7 @@ def _failed(res: LoadResult) -> list[str]:
     return [r.slo for r in res.summary.slo_results if not r.met and r.gating]
 
 
+@_blocking_even_inside_a_loop
 def sweep(
     spec: LoadSpec,
     slos: list[Slo],
