@@ -10,7 +10,7 @@ from dataclasses import fields
 import pytest
 
 from gpulens.cli.main import main
-from gpulens.plan.request import PlanOptions
+from gpulens.plan.request import SERVE_ONLY, TRAIN_ONLY, PlanOptions
 
 # one value away from the default for each option (flags: the switch that is not the default)
 AWAY_FROM_DEFAULT: dict[str, list[str]] = {
@@ -71,7 +71,7 @@ def _plan(argv: list[str], capsys) -> tuple[int, object]:
 
 
 def test_every_option_has_a_value_away_from_its_default():
-    assert {f.name for f in fields(PlanOptions)} - NOT_VARIED == set(AWAY_FROM_DEFAULT)
+    assert set(PlanOptions.names()) - NOT_VARIED == set(AWAY_FROM_DEFAULT)
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
@@ -90,3 +90,44 @@ def test_an_option_either_changes_the_plan_or_is_refused(setup, capsys):
                 continue
             ignored.append(" ".join(option))
     assert not ignored, f"accepted and ignored on '{setup}': {ignored}"
+
+
+def _at_default(name: str) -> list[str]:
+    """Option `name` typed at its default value (a switch as its default side)."""
+    f = next(f for f in fields(PlanOptions) if f.name == name)
+    flags = f.metadata["flags"][0]
+    if "/" in flags:
+        on, off = flags.split("/")
+        return [on if f.default else off]
+    return [flags, str(f.default)]
+
+
+@pytest.mark.parametrize(("setup", "names"), [
+    ("serve, hf", [n for n in TRAIN_ONLY if PlanOptions.__dataclass_fields__[n].default is not None]),
+    ("train, 1 GPU", [n for n in SERVE_ONLY if PlanOptions.__dataclass_fields__[n].default is not None]),
+])
+def test_an_option_of_the_other_workload_is_refused_even_at_its_default(setup, names, capsys):
+    # before, `--seq 2048` on a serving plan (2048 is --seq's default) was accepted and ignored:
+    # only a value away from the default could be told from "not given"
+    assert len(names) >= 10
+    for name in names:
+        option = _at_default(name)
+        rc, err = _plan(SETUPS[setup] + option, capsys)
+        assert rc == 2 and option[0] in str(err), (option, rc, err)
+
+
+@pytest.mark.parametrize("option", [
+    ["--inter-node-gbps", "50"], ["--gpus-per-node", "8"], ["--backward-prefetch", "pre"], ["--zero-layout", "fsdp"],
+    ["--lora-rank", "16"], ["--power-fraction", "1"], ["--nccl-communicators", "1"],
+])
+def test_an_option_that_changes_nothing_is_refused_even_at_its_default(option, capsys):
+    setup = SETUPS["serve, hf"] if option[0] == "--nccl-communicators" else SETUPS["train, 1 GPU"]
+    rc, err = _plan(setup + option, capsys)
+    assert rc == 2 and option[0] in str(err), (option, rc, err)
+
+
+def test_from_python_an_option_counts_as_given_when_away_from_its_default():
+    # PlanOptions built in Python has no record of what was typed: the value decides, as before
+    opts = PlanOptions(model="qwen2.5-7b", workload="infer", seq=2048)
+    assert not opts.is_given("seq") and opts.is_given("workload")
+    assert PlanOptions(model="m", given=frozenset({"seq"})).is_given("seq")

@@ -32,5 +32,5 @@ def test_every_plan_option_is_in_docs_plan_md():
 
 
 def test_every_shared_option_is_a_plan_flag():
-    shared = {p for f in fields(PlanOptions) for fl in f.metadata["flags"] for p in fl.split("/") if p.startswith("--")}
+    shared = {p for f in fields(PlanOptions) for fl in f.metadata.get("flags", ()) for p in fl.split("/") if p.startswith("--")}
     assert shared <= _plan_flags(negations=True)

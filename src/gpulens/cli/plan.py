@@ -48,27 +48,39 @@ def _option_type(hint: Any) -> Any:
     return args[0] if args else hint
 
 
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option `name` came from the command line (or the environment), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def with_plan_options(func: Callable[..., None]) -> Callable[..., None]:
     """Add every PlanOptions field as a typer option to `func`, which receives them as `opts`."""
     hints = typing.get_type_hints(PlanOptions)
     own_hints = typing.get_type_hints(func)
     own = [p.replace(annotation=own_hints.get(p.name, p.annotation))
            for p in inspect.signature(func).parameters.values() if p.name != "opts"]
+    names = PlanOptions.names()
     shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=_option_type(hints[f.name]),
                                 default=typer.Option(None if f.default is MISSING else f.default, *f.metadata["flags"],
                                                      help=f.metadata["help"]))
-              for f in fields(PlanOptions)]
-    names = PlanOptions.names()
+              for f in fields(PlanOptions) if f.name in names]
+    # the click context says which options the user typed (an option given at its default value too);
+    # `func`'s own context parameter where it has one, else one of the wrapper's
+    ctx_name = next((p.name for p in own if p.annotation is typer.Context), None)
+    own_ctx = [] if ctx_name else [inspect.Parameter("plan_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
 
     def wrapper(**kw: Any) -> None:
-        opts = PlanOptions(**{n: kw.pop(n) for n in names})
+        ctx = kw[ctx_name] if ctx_name else kw.pop("plan_ctx")
+        given = frozenset(n for n in names if _typed(ctx, n))
+        opts = PlanOptions(**{n: kw.pop(n) for n in names}, given=given)
         func(opts=opts, **kw)
 
     wrapper.__name__, wrapper.__doc__ = func.__name__, func.__doc__
     # help order as before: --model, --workload, the command's own (--gpu), the rest, --format last
     own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
     last = [p for p in own if p.name == "fmt"]
-    params = shared[:2] + [p for p in own if p.name != "fmt"] + shared[2:] + last
+    params = own_ctx + shared[:2] + [p for p in own if p.name != "fmt"] + shared[2:] + last
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper

@@ -34,7 +34,16 @@ def _num(v: float) -> str:
 
 WORKLOAD_ALIASES = {"inference": "infer", "serve": "infer", "serving": "infer"}
 DEFAULT_BATCH = {"train": 8, "infer": 1}
+DEFAULT_GPUS_PER_NODE = 8
 SPECULATIVE_OPTIONS = ("draft_model", "speculative_tokens", "acceptance_rate")  # serving only (plan/speculative.py)
+# options of one workload, refused on a plan for the other
+TRAIN_ONLY = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout",
+              "backward_prefetch", "reduce_dtype", "sp", "virtual_stages", "cp", "loss", "megatron_core", "attention_kernel",
+              "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine", "qlora_double_quant", "ep",
+              "offload")
+SERVE_ONLY = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
+              "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
+              "quantize_head", "int4_group_size", "prefix_hit_ratio", "fp8_activations")
 
 
 def _opt(flags: tuple[str, ...], help: str, default: Any = None) -> Any:  # noqa: A002 - the CLI's word
@@ -84,7 +93,7 @@ class PlanOptions:
     nodes: int | None = _opt(("--nodes",), "Nodes of --gpus-per-node GPUs (sets --gpus to their product when "
                                            "--gpus is not given).")
     gpus_per_node: int = _opt(("--gpus-per-node",), "GPUs per node: collectives within a node use the GPU's "
-                                                    "interconnect, across nodes the network.", 8)
+                                                    "interconnect, across nodes the network.", DEFAULT_GPUS_PER_NODE)
     inter_node_gbps: float = _opt(("--inter-node-gbps",), "Network send rate per GPU across nodes, GB/s one way "
                                                          "(400 Gb/s InfiniBand NDR per GPU = 50; 100 GbE = 12.5).", 50.0)
     zero: int = _opt(("--zero",), "Training: ZeRO stage 0-3 across --gpus (3 = FSDP full sharding).", 0)
@@ -207,10 +216,27 @@ class PlanOptions:
     assume_dense: bool = _opt(("--assume-dense/--no-assume-dense",), "Plan a config whose model_type is not a "
                                                                       "supported family as a dense LLaMA-like model "
                                                                       "(the plan warns).", False)
+    # Not an option: the options the user set, as the CLI saw them (so `--seq 2048` on a serving plan
+    # is refused although 2048 is --seq's default); None (from Python) judges by the value instead.
+    given: frozenset[str] | None = field(default=None, repr=False)
 
     @classmethod
     def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        """The options (every field but `given`)."""
+        return [f.name for f in fields(cls) if "flags" in f.metadata]
+
+    def flag(self, name: str) -> str:
+        """Option `name` as typed: `--no-grad-ckpt` for a switch set off, else its long flag."""
+        flags = next(f.metadata["flags"][0] for f in fields(self) if f.name == name)
+        on, _, off = flags.partition("/")
+        return off if off and getattr(self, name) is False else on
+
+    def is_given(self, name: str) -> bool:
+        """Whether the user set option `name`: typed on the command line, even at its default value;
+        without the CLI's record, set away from its default."""
+        if self.given is not None:
+            return name in self.given
+        return bool(getattr(self, name) != next(f.default for f in fields(self) if f.name == name))
 
     @property
     def workload_name(self) -> str:
@@ -238,31 +264,23 @@ class PlanOptions:
             if v is None:
                 continue
             if not math.isfinite(v) or not lo <= v <= hi:
-                flag = "--" + name.replace("_", "-")
+                flag = self.flag(name)
                 raise BadInputError(f"{flag} must be between {_num(lo)} and {_num(hi)}, not {v!r}.", hint=f"Give {flag} a value in that range.")
 
     def check_combinations(self, workload: str, gpus: int) -> None:
-        """Refuse what a plan would silently ignore: an option of the other workload set away from
-        its default, LoRA settings without LoRA, a ZeRO layout without ZeRO, and serving GPUs that
+        """Refuse what a plan would silently ignore: an option of the other workload given (typed on
+        the command line, even at its default value: `is_given`), LoRA settings without LoRA, a ZeRO layout without ZeRO, and serving GPUs that
         are not the replica's tensor-parallel group (one sentence, exit 2)."""
-        defaults = {f.name: f.default for f in fields(self)}
-        train_only = ("precision", "optimizer", "seq", "grad_accum", "grad_ckpt", "recompute", "finetune", "zero", "zero_layout",
-                      "backward_prefetch", "reduce_dtype",
-                      "sp", "virtual_stages", "cp", "loss", "megatron_core", "attention_kernel", "lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
-                      "qlora_double_quant", "ep", "offload")
-        serve_only = ("dtype", "kv_dtype", "prompt", "new_tokens", "runtime", "tpot_target", "ttft_target", "target_rps",
-                      "max_num_batched_tokens", "prefill_chunk_tokens", "nccl_record_streams", "nccl_communicators", "tp_shards_head",
-                      "quantize_head", "int4_group_size", "prefix_hit_ratio", "fp8_activations")
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
-                if getattr(self, name) != defaults[name]:
-                    flag = "--" + name.replace("_", "-")
+                if self.is_given(name):
+                    flag = self.flag(name)
                     raise BadInputError(f"{flag} shapes the electricity cost, and no --electricity-usd-per-kwh is given.",
                                         hint=f"Add --electricity-usd-per-kwh PRICE, or drop {flag}.")
-        other = train_only if workload == "infer" else serve_only + SPECULATIVE_OPTIONS
+        other = TRAIN_ONLY if workload == "infer" else SERVE_ONLY + SPECULATIVE_OPTIONS
         for name in other:
-            if getattr(self, name) != defaults[name]:
-                flag = "--" + name.replace("_", "-")
+            if self.is_given(name):
+                flag = self.flag(name)
                 what, wl = ("training", "train") if workload == "infer" else ("serving", "infer")
                 raise BadInputError(f"{flag} is a {what} option, and this plan is for --workload {workload}.",
                                     hint=f"Drop {flag}, or plan with --workload {wl}.")
@@ -270,8 +288,8 @@ class PlanOptions:
             if self.finetune == "full":
                 for name in ("lora_rank", "lora_targets", "lora_dtype", "lora_optimizer_dtype", "lora_engine",
                              "qlora_double_quant"):
-                    if getattr(self, name) != defaults[name]:
-                        flag = "--" + name.replace("_", "-")
+                    if self.is_given(name):
+                        flag = self.flag(name)
                         raise BadInputError(f"{flag} applies to LoRA, and --finetune is full.",
                                             hint=f"Add --finetune lora (or qlora), or drop {flag}.")
             if self.lora_optimizer_dtype and self.optimizer.lower() not in ("adamw", "adamw8bit"):
@@ -286,14 +304,14 @@ class PlanOptions:
             if self.grad_ckpt and recompute != "full" and self.recompute is not None:
                 raise BadInputError(f"--grad-ckpt recomputes whole layers, and --recompute {recompute} says otherwise.",
                                     hint="Drop --grad-ckpt, or use --recompute full alone.")
-            if self.zero_layout != defaults["zero_layout"] and not self.zero:
+            if self.is_given("zero_layout") and not self.zero:
                 raise BadInputError("--zero-layout says how ZeRO shards, and --zero is 0.", hint="Add --zero 1, 2 or 3, or drop --zero-layout.")
             fsdp = (self.zero == 3 and gpus >= 2 and (self.tp or 1) == 1 and self.pp == 1 and self.cp == 1
                     and self.finetune.lower() == "full")
             apex = self.zero_layout.lower().startswith("apex")  # --reduce-dtype: its grad_sync_dtype (plan/nemo_optim.py)
             for name in ("backward_prefetch", "reduce_dtype"):
-                if getattr(self, name) != defaults[name] and not fsdp and not (apex and name == "reduce_dtype"):
-                    flag = "--" + name.replace("_", "-")
+                if self.is_given(name) and not fsdp and not (apex and name == "reduce_dtype"):
+                    flag = self.flag(name)
                     nemo = name == "reduce_dtype"
                     raise BadInputError(f"{flag} shapes FSDP / ZeRO-3's per-layer gathers and reduce-scatters"
                                         + (" (or NeMo's distributed Adam's gradient sync)" if nemo else "") + ", which "
@@ -305,10 +323,10 @@ class PlanOptions:
         elif self.prefill_chunk_tokens is not None and self.resolved_runtime(workload, gpus) == "hf":
             raise BadInputError("--prefill-chunk-tokens sets a serving engine's per-step budget, and --runtime hf "
                                 "prefills whole batches.", hint="Add --runtime vllm (or sglang, tgi), or drop --prefill-chunk-tokens.")
-        elif self.fp8_activations != defaults["fp8_activations"] and self.dtype.lower() != "fp8":
+        elif self.is_given("fp8_activations") and self.dtype.lower() != "fp8":
             raise BadInputError(f"--fp8-activations says how FP8 GEMMs scale their inputs, and --dtype is {self.dtype}.",
                                 hint="Add --dtype fp8, or drop --fp8-activations.")
-        elif self.int4_group_size != defaults["int4_group_size"] and self.dtype.lower() != "int4":
+        elif self.is_given("int4_group_size") and self.dtype.lower() != "int4":
             raise BadInputError(f"--int4-group-size says how int4 weights are scaled, and --dtype is {self.dtype}.",
                                 hint="Add --dtype int4, or drop --int4-group-size.")
         elif self.pp == 1 and self.tp is not None and gpus > 1 and self.tp != gpus:
@@ -331,14 +349,13 @@ class PlanOptions:
             if widest * self.pp > span:
                 span = widest * self.pp
                 where = f"the widest replica its replica plan tries ({span} GPUs) fits in one node"
-        defaults = {f.name: f.default for f in fields(self)}
-        if self.inter_node_gbps != defaults["inter_node_gbps"] and span <= self.gpus_per_node:
+        if self.is_given("inter_node_gbps") and span <= self.gpus_per_node:
             raise BadInputError(f"--inter-node-gbps prices the network between nodes, and {where}"
                                 + (f" of {self.gpus_per_node}." if span > 1 else "."),
                                 hint="Drop --inter-node-gbps, or plan more GPUs than a node holds (--nodes 2, or a "
                                      "smaller --gpus-per-node).")
-        if (self.nodes is None and self.gpus_per_node != defaults["gpus_per_node"]
-                and span <= min(self.gpus_per_node, defaults["gpus_per_node"])):
+        if (self.nodes is None and self.is_given("gpus_per_node")
+                and span <= min(self.gpus_per_node, DEFAULT_GPUS_PER_NODE)):
             raise BadInputError(f"--gpus-per-node {self.gpus_per_node} changes nothing here: {where}"
                                 + (" either way." if span > 1 else "."),
                                 hint="Drop --gpus-per-node, or plan more GPUs than a node holds (--nodes 2).")
@@ -389,7 +406,7 @@ class PlanOptions:
             raise BadInputError("--max-num-batched-tokens sizes an engine's profiling forward, and --runtime hf "
                                 "preallocates nothing.", hint="Add --runtime vllm (or trtllm, tgi), or drop --max-num-batched-tokens.")
         nccl = [f for f, given in (("--nccl-record-streams", self.nccl_record_streams),
-                                   ("--nccl-communicators", self.nccl_communicators != 1)) if given]
+                                   ("--nccl-communicators", self.is_given("nccl_communicators"))) if given]
         if nccl and (runtime == "hf" or tp == 1):
             why = "--runtime hf preallocates no KV pool for it to shrink" if runtime == "hf" else "this replica runs on one GPU"
             raise BadInputError(f"{nccl[0]} describes an engine's NCCL set-up across a tensor-parallel group, and {why}.",
