@@ -269,8 +269,9 @@ class PlanOptions:
 
     def check_combinations(self, workload: str, gpus: int) -> None:
         """Refuse what a plan would silently ignore: an option of the other workload given (typed on
-        the command line, even at its default value: `is_given`), LoRA settings without LoRA, a ZeRO layout without ZeRO, and serving GPUs that
-        are not the replica's tensor-parallel group (one sentence, exit 2)."""
+        the command line, even at its default value: `is_given`), LoRA settings without LoRA, a ZeRO
+        layout without ZeRO, and serving GPUs that are not the replica's tensor-parallel group (one
+        sentence, exit 2)."""
         if self.electricity_usd_per_kwh is None:
             for name in ("power_fraction", "pue"):
                 if self.is_given(name):
