@@ -72,6 +72,7 @@ CASES: dict[str, Case] = {
     "gpulens env diff before.json": Case(before=("env --format json > before.json",)),
     "gpulens plan --model ./config.json --workload infer --gpu l40s --prompt 2000 --new-tokens 300 --runtime vllm":
         Case(files={"config.json": CONFIG_JSON}),
+    "gpulens plan --model llama-3-70b --workload infer --gpu local --gpus 4": Case(skip=NEEDS_GPU + " (tests/plan/test_local_gpu.py plans a replayed one)"),
     "gpulens plan calibrate --measurements runs.jsonl --gpu h200": Case(files={"runs.jsonl": "bundled:memory_calibration.jsonl"}),
     "gpulens replay path/to/trace --store run.db --learn 20s": Case(files={"path/to/trace": "bundled:"}),
     "gpulens replay node-a.jsonl --host node-a": Case(before=("record --backend fake:1 --interval 100ms --duration 1s --out node-a.jsonl",)),

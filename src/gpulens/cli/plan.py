@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from gpulens.cli.common import console
+from gpulens.cli.common import console, console_err
 from gpulens.errors import BadInputError
 from gpulens.plan.request import PlanOptions
 
@@ -34,6 +34,8 @@ Examples:
   gpulens plan --model gemma-2-9b --workload train --gpu h100-sxm --batch 1 --seq 4096 --precision bf16 --recompute selective
 
   gpulens plan calibrate --measurements runs.jsonl --gpu h200
+
+  gpulens plan --model llama-3-70b --workload infer --gpu local --gpus 4   # this machine's GPUs (NVML)
 
 `--model` takes a config.json (or its folder), a preset (`gpulens plan models`) or a bare size such
 as `7b` (a rough answer). GPU names are case-insensitive (`gpulens plan gpus`). Prices come only
@@ -90,6 +92,20 @@ def _emit_json(obj: Any) -> None:
     console.print_json(json.dumps(obj, default=str))
 
 
+def _gpu_named(name: str) -> str:
+    """`--gpu`, with `local` (or `this`) read as this machine's card (cli/plan_local.py), said on stderr."""
+    from gpulens.cli.plan_local import is_local, local_gpu
+
+    if not is_local(name):
+        return name
+    local = local_gpu()
+    console_err.print(f"--gpu {name.strip()}: this machine's {local.count} × {local.nvml_name}, planned as "
+                      f"{local.catalog_name} from the catalog.", markup=False, highlight=False)
+    if local.note:
+        console_err.print(local.note, markup=False, highlight=False)
+    return local.catalog_name
+
+
 def _check_format(fmt: str) -> None:
     if fmt not in ("text", "json"):
         raise BadInputError(f"Unknown format {fmt!r}.", hint="Use --format text or --format json.")
@@ -103,7 +119,8 @@ def register(app: typer.Typer) -> None:
     def plan_cmd(
         ctx: typer.Context,
         opts: PlanOptions,
-        gpu: str = typer.Option("h100-sxm", "--gpu", "-g", help="GPU name, case-insensitive (see `gpulens plan gpus`)."),
+        gpu: str = typer.Option("h100-sxm", "--gpu", "-g", help="GPU name, case-insensitive (see `gpulens plan gpus`), or local: this machine's GPU as NVML names it "
+                                                         "(GPULENS_BACKEND=replay: the bundled H200 session's)."),
         fmt: str = typer.Option("text", "--format", help="text or json."),
     ) -> None:
         if ctx.invoked_subcommand is not None:
@@ -114,7 +131,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.cli.plan_render import render_plan
         from gpulens.plan.planner import plan
 
-        res = plan(opts.to_request(gpu))
+        res = plan(opts.to_request(_gpu_named(gpu)))
         _check_format(fmt)
         if fmt == "json":
             _emit_json(res.to_dict())
@@ -133,7 +150,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.cli.plan_render import render_compare
         from gpulens.plan.planner import compare
 
-        names = [n.strip() for g in gpu or [] for n in g.split(",") if n.strip()]
+        names = [_gpu_named(n.strip()) for g in gpu or [] for n in g.split(",") if n.strip()]
         _check_format(fmt)
         comparison = compare(opts.to_request(names[0] if names else ""), names, batch_given=opts.batch_given)
         if fmt == "json":
