@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from gpulens.gpu import FakeBackend, nvidia_driver_present
+from gpulens.gpu import FakeBackend, GpuInfo, nvidia_driver_present
 from gpulens.gpucheck import run as gc
 from gpulens.gpucheck.compare import judge
 from gpulens.gpucheck.smi import NO_SMI_COUNTERPART, SMI_FIELDS, NvidiaSmi, parse_rows
@@ -219,3 +219,22 @@ def test_make_gpu_check_installs_torch_only_when_named():
     plain = recipe("TORCH_SPEC=")
     assert "gpulens.gpucheck --out gpu-check.json" in plain and "''" not in plain
     assert "'torch==2.13.0'" in recipe("TORCH_SPEC=torch==2.13.0")
+
+
+def test_each_gpu_is_matched_to_the_planners_catalog(tmp_path, monkeypatch):
+    monkeypatch.setattr(gc, "torch_cuda", lambda: (False, "no torch"))
+    monkeypatch.setattr(gc.time, "sleep", lambda s: None)
+    fake = FakeBackend(gpus=1)
+    report = gc.run_check(seconds=2, out=tmp_path / "r.json", driver_present=lambda: True, open_backend=lambda: fake,
+                          smi=NvidiaSmi(run=StandInSmi(fake)))
+    cat = report["gpus"][0]["catalog"]
+    assert cat["card"] == "H200" and cat["memory_note"] is None  # the fake is an H200 as NVML names it
+    assert not any("catalog" in p for p in report["summary"]["problems"])
+    # a name the catalog lacks is a problem; a 96 GB "NVIDIA H100" a note against the 80 GB H100-SXM
+    unknown = gc.catalog_check(GpuInfo(index=0, uuid="GPU-x", name="NVIDIA Imaginary X1", memory_total_bytes=10**10))
+    assert unknown["card"] is None
+    problems = gc.summarize({"gpus": [{"index": 0, "name": "NVIDIA Imaginary X1", "catalog": unknown}]})["problems"]
+    assert problems == ["GPU 0: the planner's catalog has no card named 'NVIDIA Imaginary X1' (plan --gpu local and an "
+                        "imported training run's MFU cannot use it)"]
+    meta = gc.catalog_check(GpuInfo(index=0, uuid="GPU-y", name="NVIDIA H100", memory_total_bytes=96 * 10**9))
+    assert meta["card"] == "H100-SXM" and "NVML reports 89.4 GiB" in meta["memory_note"]

@@ -13,9 +13,6 @@ from dataclasses import dataclass
 from gpulens.errors import BackendUnavailableError, BadInputError, shown
 
 LOCAL_GPU_NAMES = ("local", "this")
-# NVML's total and the catalog's usable memory differ by a few MiB of reserved memory; beyond this
-# share the card in the machine is another variant than the catalog's (a 96 GB H100 named "NVIDIA H100")
-MEMORY_MISMATCH_RATIO = 0.03
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,7 @@ def local_gpu() -> LocalGpu:
     """The catalog card this machine's GPUs are; one sentence (exit 3) without a driver, (exit 2) for
     a machine with two kinds of card or a card the catalog does not hold."""
     from gpulens.gpu import open_backend
-    from gpulens.plan.catalog import UnknownGpuError, find_gpu
+    from gpulens.plan.catalog import card_for_nvml
 
     try:
         backend = open_backend(os.environ.get("GPULENS_BACKEND") or None, speed=None)
@@ -55,22 +52,16 @@ def local_gpu() -> LocalGpu:
         raise BadInputError(f"This machine holds {len(kinds)} kinds of GPU ({', '.join(shown(k) for k in kinds)}), "
                             "so --gpu local does not say which to plan for.", hint=f"Name one with --gpu {shown(kinds[0])}.")
     name = kinds[0]
-    try:
-        card = find_gpu(name)
-    except UnknownGpuError:
+    match = card_for_nvml(name, gpus[0].memory_total_bytes)
+    if match.card is None:
         raise BadInputError(f"This machine's GPU, {shown(name)}, is not in gpulens's catalog.",
                             hint=f"Add it to your plan config with memory_gb, bandwidth_gbps, bf16_tflops and "
                                  f"nvml_names: [{shown(name)}] (docs/plan.md, 'Your cards and prices'), or name a "
-                                 "catalog card with --gpu.") from None
-    total = gpus[0].memory_total_bytes
-    note = None
-    if total and abs(total - card.memory_bytes) > MEMORY_MISMATCH_RATIO * card.memory_bytes:
-        note = (f"NVML reports {total / 2**30:.1f} GiB on this {name}, and the catalog's {card.name} has "
-                f"{card.memory_bytes / 2**30:.1f} GiB: the plan uses the catalog's figures. Add the card to your plan "
-                "config (docs/plan.md) to plan with its own.")
+                                 "catalog card with --gpu.")
+    note = match.memory_note
     if mig:  # a workload gets one instance's memory and SMs, not the card's
         note = ((note + " ") if note else "") + (
             "The GPU is in MIG mode: this plan is for the whole card, not one instance. Add the instance to your "
             "plan config as a card of its own (its memory_gb, and the card's figures scaled by its share of SMs) "
             "to plan for it.")
-    return LocalGpu(card.name, name, len(gpus), note)
+    return LocalGpu(match.card.name, name, len(gpus), note)

@@ -18,7 +18,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from gpulens.gpu.types import GpuSample
+from gpulens.gpu.types import GpuInfo, GpuSample
 from gpulens.gpucheck.compare import Pairs, judge
 from gpulens.gpucheck.smi import NO_SMI_COUNTERPART, NvidiaSmi
 from gpulens.vocab import gpu_fields as F
@@ -158,7 +158,8 @@ def run_check(*, seconds: float, out: Path, driver_present: Callable[[], bool] |
     try:
         report["gpus"] = [{"index": g.index, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
                            "driver_version": g.driver_version, "slowdown_celsius": g.temperature_slowdown_celsius,
-                           "shutdown_celsius": g.temperature_shutdown_celsius} for g in backend.gpus()]
+                           "shutdown_celsius": g.temperature_shutdown_celsius, "catalog": catalog_check(g)}
+                          for g in backend.gpus()]
         report["xid"] = {"registered_gpus": list(getattr(backend, "xid_watch_gpus", [])),
                          "ok": len(getattr(backend, "xid_watch_gpus", [])) == len(backend.gpus())}
         compared = compare_with_smi(backend, smi, seconds=seconds, load=cuda_load if cuda_ok else None)
@@ -177,6 +178,17 @@ def run_check(*, seconds: float, out: Path, driver_present: Callable[[], bool] |
     report["wall_seconds"] = time.monotonic() - t0
     _write(out, report)
     return report
+
+
+def catalog_check(g: GpuInfo) -> dict[str, Any]:
+    """The planner's catalog entry for this GPU's NVML name (what `gpulens plan --gpu local` plans for,
+    and the peak an imported training run's MFU is taken against), and whether NVML's memory matches
+    it: the catalog's `nvml_names` met on hardware."""
+    from gpulens.plan.catalog import card_for_nvml
+
+    match = card_for_nvml(g.name, g.memory_total_bytes)
+    return {"card": match.card.name if match.card else None, "nvml_memory_total_bytes": g.memory_total_bytes,
+            "catalog_memory_bytes": match.card.memory_bytes if match.card else None, "memory_note": match.memory_note}
 
 
 def torch_phase(name: str) -> Callable[[], dict[str, Any]]:
@@ -206,6 +218,10 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     for gpu, g in report.get("gpm", {}).items():
         if isinstance(g, dict) and g.get("ok") is False:
             problems.append(f"GPU {gpu}: GPM fields out of range or idle under load")
+    for g in report.get("gpus", []):
+        if not (g.get("catalog") or {}).get("card"):
+            problems.append(f"GPU {g['index']}: the planner's catalog has no card named {g['name']!r} "
+                            "(plan --gpu local and an imported training run's MFU cannot use it)")
     if report.get("xid", {}).get("ok") is False:
         problems.append("XID events are not registered on every GPU")
     for phase in ("monitor", "oom"):

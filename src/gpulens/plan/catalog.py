@@ -387,3 +387,32 @@ def find_gpu(name: str, *, user: UserConfig | None = None) -> GpuSpec:
     sugg = difflib.get_close_matches(key, list(index), n=3, cutoff=0.5)
     sugg_names = list(dict.fromkeys(index[s].name for s in sugg)) or [n for n in names if key[:2] in n.lower()][:3]
     raise UnknownGpuError(str(name), sugg_names)
+
+
+# NVML's total and the catalog's usable memory differ by a few MiB of reserved memory; beyond this
+# share the card in the machine is another variant than the catalog's (a 96 GB H100 named "NVIDIA H100")
+NVML_MEMORY_MISMATCH_RATIO = 0.03
+
+
+@dataclass(frozen=True)
+class NvmlCard:
+    """What the catalog makes of a GPU as NVML names it: its entry (None: not in the catalog), and a
+    sentence when the machine's memory says it is another variant of that entry."""
+
+    nvml_name: str
+    card: GpuSpec | None
+    memory_note: str | None = None
+
+
+def card_for_nvml(nvml_name: str, memory_total_bytes: float | None, *, user: UserConfig | None = None) -> NvmlCard:
+    try:
+        card = find_gpu(nvml_name, user=user)
+    except UnknownGpuError:
+        return NvmlCard(nvml_name, None)
+    note = None
+    if memory_total_bytes and abs(memory_total_bytes - card.memory_bytes) > NVML_MEMORY_MISMATCH_RATIO * card.memory_bytes:
+        note = (f"NVML reports {memory_total_bytes / 2**30:.1f} GiB on this {nvml_name}, and the catalog's {card.name} has "
+                f"{card.memory_bytes / 2**30:.1f} GiB: the plan uses the catalog's figures. Add the card to your plan "
+                "config (docs/plan.md) to plan with its own.")
+    return NvmlCard(nvml_name, card, note)
+
