@@ -34,7 +34,7 @@ def test_local_is_the_machines_card_planned_as_its_catalog_entry(tmp_path):
     local = _plan(f"replay:{rec}", "--gpu", "local", "--format", "json")
     named = _plan(None, "--gpu", "h200", "--format", "json")
     assert local.returncode == 0, local.stderr
-    assert "2 × NVIDIA H200, planned as H200" in local.stderr
+    assert "2 × NVIDIA H200, planned as H200" in local.stderr and "this machine has" not in local.stderr
     plan_local, plan_named = json.loads(local.stdout), json.loads(named.stdout)
     assert plan_local["gpu"] == plan_named["gpu"] and plan_local["memory"] == plan_named["memory"]
 
@@ -86,3 +86,10 @@ def test_local_without_a_driver_is_one_sentence_naming_the_way_out():
     r = _plan(None, "--gpu", "local")
     assert r.returncode == 3, r.stdout + r.stderr
     assert "--gpu local has no card to plan for" in r.stderr and "GPULENS_BACKEND=replay" in r.stderr
+
+
+def test_a_plan_for_more_gpus_than_the_machine_holds_says_so(tmp_path):
+    rec = _recording(tmp_path, ["NVIDIA H200"])
+    r = _plan(f"replay:{rec}", "--gpu", "local", "--tp", "4")
+    assert r.returncode == 0, r.stderr
+    assert "The plan is for 4 GPUs; this machine has 1." in r.stderr

@@ -92,7 +92,7 @@ def _emit_json(obj: Any) -> None:
     console.print_json(json.dumps(obj, default=str))
 
 
-def _gpu_named(name: str) -> str:
+def _gpu_named(name: str, opts: PlanOptions) -> str:
     """`--gpu`, with `local` (or `this`) read as this machine's card (cli/plan_local.py), said on stderr."""
     from gpulens.cli.plan_local import is_local, local_gpu
 
@@ -101,6 +101,9 @@ def _gpu_named(name: str) -> str:
     local = local_gpu()
     console_err.print(f"--gpu {name.strip()}: this machine's {local.count} × {local.nvml_name}, planned as "
                       f"{local.catalog_name} from the catalog.", markup=False, highlight=False)
+    wanted = max(opts.gpus or 1, (opts.tp or 1) * (opts.pp or 1), opts.nodes * opts.gpus_per_node if opts.nodes else 1)
+    if wanted > local.count:
+        console_err.print(f"The plan is for {wanted} GPUs; this machine has {local.count}.", markup=False, highlight=False)
     if local.note:
         console_err.print(local.note, markup=False, highlight=False)
     return local.catalog_name
@@ -131,7 +134,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.cli.plan_render import render_plan
         from gpulens.plan.planner import plan
 
-        res = plan(opts.to_request(_gpu_named(gpu)))
+        res = plan(opts.to_request(_gpu_named(gpu, opts)))
         _check_format(fmt)
         if fmt == "json":
             _emit_json(res.to_dict())
@@ -150,7 +153,7 @@ def register(app: typer.Typer) -> None:
         from gpulens.cli.plan_render import render_compare
         from gpulens.plan.planner import compare
 
-        names = [_gpu_named(n.strip()) for g in gpu or [] for n in g.split(",") if n.strip()]
+        names = [_gpu_named(n.strip(), opts) for g in gpu or [] for n in g.split(",") if n.strip()]
         _check_format(fmt)
         comparison = compare(opts.to_request(names[0] if names else ""), names, batch_given=opts.batch_given)
         if fmt == "json":
