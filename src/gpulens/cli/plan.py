@@ -35,7 +35,7 @@ Examples:
 
   gpulens plan calibrate --measurements runs.jsonl --gpu h200
 
-  gpulens plan --model llama-3-70b --workload infer --gpu local --gpus 4   # this machine's GPUs (NVML)
+  gpulens plan --model llama-3-70b --workload infer --gpu local --gpus 4
 
 `--model` takes a config.json (or its folder), a preset (`gpulens plan models`) or a bare size such
 as `7b` (a rough answer). GPU names are case-insensitive (`gpulens plan gpus`). Prices come only
