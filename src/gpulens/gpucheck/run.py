@@ -184,9 +184,9 @@ def catalog_check(g: GpuInfo) -> dict[str, Any]:
     """The planner's catalog entry for this GPU's NVML name (what `gpulens plan --gpu local` plans for,
     and the peak an imported training run's MFU is taken against), and whether NVML's memory matches
     it: the catalog's `nvml_names` met on hardware."""
-    from gpulens.plan.catalog import card_for_nvml
+    from gpulens.plan.catalog import UserConfig, card_for_nvml
 
-    match = card_for_nvml(g.name, g.memory_total_bytes)
+    match = card_for_nvml(g.name, g.memory_total_bytes, user=UserConfig())  # the shipped catalog, not a user's plan.yaml
     return {"card": match.card.name if match.card else None, "nvml_memory_total_bytes": g.memory_total_bytes,
             "catalog_memory_bytes": match.card.memory_bytes if match.card else None, "memory_note": match.memory_note}
 
