@@ -116,14 +116,25 @@ def test_an_option_of_the_other_workload_is_refused_even_at_its_default(setup, n
         assert rc == 2 and option[0] in str(err), (option, rc, err)
 
 
-@pytest.mark.parametrize("option", [
-    ["--inter-node-gbps", "50"], ["--gpus-per-node", "8"], ["--backward-prefetch", "pre"], ["--zero-layout", "fsdp"],
-    ["--lora-rank", "16"], ["--power-fraction", "1"], ["--nccl-communicators", "1"],
+@pytest.mark.parametrize(("setup", "option"), [
+    ("train, 1 GPU", ["--inter-node-gbps", "50"]), ("train, 1 GPU", ["--gpus-per-node", "8"]),
+    ("train, 1 GPU", ["--backward-prefetch", "pre"]), ("train, 1 GPU", ["--zero-layout", "fsdp"]),
+    ("train, 1 GPU", ["--lora-rank", "16"]), ("train, 1 GPU", ["--power-fraction", "1"]),
+    ("serve, hf", ["--nccl-communicators", "1"]), ("serve, vllm", ["--tp-shards-head"]),
+    ("train, LoRA", ["--qlora-double-quant"]),
 ])
-def test_an_option_that_changes_nothing_is_refused_even_at_its_default(option, capsys):
-    setup = SETUPS["serve, hf"] if option[0] == "--nccl-communicators" else SETUPS["train, 1 GPU"]
-    rc, err = _plan(setup + option, capsys)
+def test_an_option_that_changes_nothing_is_refused_even_at_its_default(setup, option, capsys):
+    rc, err = _plan(SETUPS[setup] + option, capsys)
     assert rc == 2 and option[0] in str(err), (option, rc, err)
+
+
+@pytest.mark.parametrize("option", [["--pp", "1"], ["--ep", "1"], ["--cp", "1"], ["--virtual-stages", "1"],
+                                    ["--offload", "none"], ["--no-sp"], ["--finetune", "full"], ["--zero", "0"]])
+def test_a_value_that_switches_a_mechanism_off_is_accepted(option, capsys):
+    # typed at its default, each says "none of this", which no training plan contradicts
+    base = ["--model", "qwen2.5-7b", "--batch", "1", "--gpus", "8"] if option[0] == "--zero" else SETUPS["train, 1 GPU"]
+    rc, err = _plan(base + option, capsys)
+    assert rc == 0, (option, err)
 
 
 def test_from_python_an_option_counts_as_given_when_away_from_its_default():

@@ -296,9 +296,10 @@ class PlanOptions:
             if self.lora_optimizer_dtype and self.optimizer.lower() not in ("adamw", "adamw8bit"):
                 raise BadInputError(f"--lora-optimizer-dtype sets AdamW's moments, and --optimizer {self.optimizer} "
                                     "keeps none of that kind.", hint="Use --optimizer adamw, or drop --lora-optimizer-dtype.")
-            if self.finetune.lower() == "lora" and not self.qlora_double_quant:
-                raise BadInputError("--no-qlora-double-quant says how QLoRA stores the base, and --finetune is lora.",
-                                    hint="Use --finetune qlora, or drop --no-qlora-double-quant.")
+            if self.finetune.lower() == "lora" and self.is_given("qlora_double_quant"):
+                flag = self.flag("qlora_double_quant")
+                raise BadInputError(f"{flag} says how QLoRA stores the base, and --finetune is lora.",
+                                    hint=f"Use --finetune qlora, or drop {flag}.")
             recompute = ("none" if self.recompute is None else self.recompute).lower()
             if recompute not in ("none", "selective", "full"):
                 raise BadInputError(f"Unknown recomputation {self.recompute!r}.", hint="Use --recompute none, selective or full.")
@@ -412,9 +413,10 @@ class PlanOptions:
             why = "--runtime hf preallocates no KV pool for it to shrink" if runtime == "hf" else "this replica runs on one GPU"
             raise BadInputError(f"{nccl[0]} describes an engine's NCCL set-up across a tensor-parallel group, and {why}.",
                                 hint=f"Give --tp 2 or more with an engine runtime, or drop {nccl[0]}.")
-        if not self.tp_shards_head and tp == 1:
-            raise BadInputError("--no-tp-shards-head says every tensor-parallel GPU reads the whole head, and this "
-                                "replica runs on one GPU.", hint="Give --tp 2 or more, or drop --no-tp-shards-head.")
+        if self.is_given("tp_shards_head") and tp == 1:  # either way: a one-GPU replica has no group to split over
+            flag = self.flag("tp_shards_head")
+            raise BadInputError(f"{flag} says how the output head is read across a tensor-parallel group, and this "
+                                "replica runs on one GPU.", hint=f"Give --tp 2 or more, or drop {flag}.")
         if self.quantize_head and self.dtype.lower() in ("fp32", "bf16", "fp16"):
             raise BadInputError(f"--quantize-head stores the head in the weight format, and --dtype {self.dtype} is not "
                                 "a quantized one.", hint="Add --dtype int8, int4 or fp8, or drop --quantize-head.")
