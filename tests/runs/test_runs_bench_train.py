@@ -48,6 +48,9 @@ def test_second_run_records_the_config_change_and_compares(store_path, capsys):
     assert main(["bench", "train", *args]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "activation checkpointing" in out and "recorded as run #2" in out
+    # the first run has nothing to compare with, so its hint is not `compare baseline 1` (which refuses)
+    assert "recorded as run #1" in out and "the first of its kind and name" in out
+    assert "compare baseline 1`" not in out and "compare baseline 2`" in out
     rc = main(["compare", "1", "2", "--store", str(store_path), "--format", "json", "--no-record"])
     d = json.loads(capsys.readouterr().out)
     assert rc in (0, 1) and [c["key"] for c in d["config_changes"]] == ["grad_checkpointing"]

@@ -59,11 +59,15 @@ def bench_train_command(
         with console_err.status("running the benchmark …"):
             result = run_train_bench(cfg)
         sw = None
+    first_of_its_kind = False
     if record and result is not None:
+        from gpulens.runs import get_run, list_runs
         from gpulens.store import Store
 
         with Store(store) as st:
             run_id = record_result(st, result, name=name, kind="bench-train-sweep" if sweep else "bench-train")
+            run = get_run(st, run_id, with_samples=False)
+            first_of_its_kind = len(list_runs(st, run.kind, run.name, limit=2)) < 2
     if fmt == "json":
         out = {"run_id": run_id}
         if result is not None:
@@ -80,7 +84,11 @@ def bench_train_command(
     if result is not None:
         _render(result)
     if run_id is not None:
-        console.print(f"recorded as run #{run_id} in {store} (compare with `gpulens compare baseline {run_id}`).")
+        if first_of_its_kind:  # nothing to compare with yet: say what the next run will be compared against
+            console.print(f"recorded as run #{run_id} in {store}, the first of its kind and name: the next run "
+                          "with the same settings is compared against it (`gpulens compare baseline latest`).")
+        else:
+            console.print(f"recorded as run #{run_id} in {store} (compare with `gpulens compare baseline {run_id}`).")
 
 
 def _render(r) -> None:  # noqa: ANN001
