@@ -6,7 +6,8 @@ marked below set one, every other class inherits its parent's:
   1  a finding the caller asked to gate on (e.g. `gpulens compare` found a regression)
   2  bad input: a wrong argument, an unreadable file, a port in use, a path that cannot be written
   3  an outside system is unavailable (no NVIDIA driver, a server that cannot be reached)
-  4  the store's disk is full (nothing the user typed is wrong: free space, or point --store elsewhere)
+  4  a disk is full: the store's, or an output file's (nothing the user typed is wrong: free space,
+     or point --store / --out elsewhere)
 
 The tree (classes defined elsewhere name their module):
 
@@ -18,6 +19,7 @@ The tree (classes defined elsewhere name their module):
   │   │   └── StorageFullError                 4
   │   ├── PortInUseError
   │   ├── FileWriteError                       (files: an output file could not be written; says what was kept)
+  │   │   └── OutputDiskFullError              4 (files: the output file's disk is full)
   │   ├── UnknownGpuError, UnsupportedPrecisionError   (plan.catalog)
   │   │   └── UnsupportedKernelError           (plan.kernels: an attention kernel not measured on this GPU)
   │   ├── UnknownModelTypeError                (plan.models)

@@ -22,11 +22,33 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from gpulens.errors import BadInputError
+from gpulens.errors import EXIT_STORAGE_FULL, BadInputError
 
 
 class FileWriteError(BadInputError):
     """An output file could not be written; nothing half-written was left at its path."""
+
+
+class OutputDiskFullError(FileWriteError):
+    """An output file's disk is full: exit 4 like a full store's, since nothing typed was wrong."""
+
+    exit_code = EXIT_STORAGE_FULL
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def refuse_database(path: Path) -> None:
+    """An output path that holds an SQLite database (most likely a gpulens store, perhaps the one
+    being read) is never written over: a report renamed onto a store loses the store."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError:
+        return  # absent or unreadable: the write itself says what is wrong
+    if head == SQLITE_MAGIC:
+        raise BadInputError(f"{path} is an SQLite database (a gpulens store, perhaps); gpulens writes no output over one.",
+                            hint="Choose another output path (or delete the database first, if nothing in it is needed).")
 
 
 def kept_note(path: Path) -> str:
@@ -57,6 +79,8 @@ class AtomicFile:
             self.file: IO[Any] = open(self.path, "wb") if binary else open(self.path, "w", encoding="utf-8", newline=newline)
             return
         target = Path(os.path.realpath(self.path)) if self.path.is_symlink() else self.path
+        if target.is_file():
+            refuse_database(target)
         if target.is_dir():  # said before anything is written: a rename onto '.' (--out "") said "Device or resource busy"
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(self.path))
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -154,7 +178,8 @@ def _fsync_folder(folder: Path) -> None:
 
 def write_failed(path: Path, what: str, e: OSError, hint: str) -> FileWriteError:
     """The one sentence for an output file that could not be written, saying what was kept."""
-    return FileWriteError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
+    cls = OutputDiskFullError if e.errno in (errno.ENOSPC, errno.EDQUOT) else FileWriteError
+    return cls(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
 
 
 @contextmanager

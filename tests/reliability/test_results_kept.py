@@ -85,7 +85,7 @@ def test_a_write_on_a_full_disk_leaves_no_partial_file(full_disk, h200_store, ca
     if existing:
         out.write_text("the old file\n")
     _fill(full_disk)
-    assert main(COMMANDS[command](h200_store, out)) == 2
+    assert main(COMMANDS[command](h200_store, out)) == 4  # a full disk, not bad input: the store's code
     said = _said(capsys)
     assert "Cannot write" in said and "Traceback" not in said, said
     if existing:
@@ -173,5 +173,30 @@ def test_a_pipe_is_written_to_not_replaced_by_a_file(tmp_path):
 def test_a_device_that_refuses_the_write_is_one_sentence_and_stays_a_device(capsys):
     rc = main(["export", "grafana", "--out", "/dev/full"])
     err = capsys.readouterr().err
-    assert rc == 2 and "Cannot write the dashboard /dev/full: No space left on device" in " ".join(err.split()), err
+    assert rc == 4 and "Cannot write the dashboard /dev/full: No space left on device" in " ".join(err.split()), err
     assert Path("/dev/full").is_char_device()
+
+
+STORE_OVERWRITERS = {
+    "report-html-over-its-own-store": lambda db: ["report", "--store", str(db), "--out", str(db), "--format", "html"],
+    "alerts-export-over-its-own-store": lambda db: ["alerts", "export", "--store", str(db), "--out", str(db)],
+    "export-grafana": lambda db: ["export", "grafana", "--out", str(db)],
+    "record": lambda db: ["record", "--backend", "fake:1", "--interval", "100ms", "--duration", "300ms", "--out", str(db)],
+}
+
+
+@pytest.mark.parametrize("command", list(STORE_OVERWRITERS))
+def test_no_output_is_written_over_a_store(tmp_path, h200_store, capsys, command):
+    """An output path that names a store (even the one being read) is refused: the atomic rename
+    would have replaced the database with a report, and the store was gone (exit 0)."""
+    db = tmp_path / "s.db"
+    shutil.copy(h200_store, db)
+    before = db.read_bytes()
+    assert main(STORE_OVERWRITERS[command](db)) == 2
+    said = _said(capsys)
+    assert "is an SQLite database" in said and "Traceback" not in said, said
+    assert db.read_bytes() == before and _leftovers(tmp_path) == []
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:  # still a store, with what it had
+        assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] > 0

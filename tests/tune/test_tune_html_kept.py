@@ -75,7 +75,7 @@ def test_an_html_report_on_a_full_disk_leaves_no_partial_file(tmp_path, endpoint
                     f.write(b"\0" * 4096)
             except OSError:
                 pass
-        assert main(_tune(endpoint, tmp_path / "s.db", mnt / "tune.html")) == 2
+        assert main(_tune(endpoint, tmp_path / "s.db", mnt / "tune.html")) == 4  # a full disk: exit 4, as for the store
         err = " ".join(capsys.readouterr().err.split())
         assert "Cannot write" in err and "no file was left" in err, err
         assert sorted(p.name for p in mnt.iterdir()) == ["filler"]  # no 0-byte report, no temporary file

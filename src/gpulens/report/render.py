@@ -4,6 +4,7 @@ in a folder beside it. Every name from the data is escaped: a report is safe to 
 from __future__ import annotations
 
 import base64
+import errno
 import html
 import re
 from collections.abc import Callable
@@ -180,15 +181,24 @@ def render_markdown(data: ReportData, write_png: Callable[[ChartOut, bytes], str
 def write_markdown(data: ReportData, out: Path) -> list[Path]:
     """Write out.md and its charts under out's stem + '_files/' (each file whole or not at all; the
     charts first, so a report never points at a chart that is not there). Returns the PNG paths."""
-    from gpulens.files import FileWriteError, kept_note, write_atomically
+    from gpulens.files import (
+        FileWriteError,
+        OutputDiskFullError,
+        kept_note,
+        refuse_database,
+        write_atomically,
+    )
+
+    refuse_database(out)  # before the charts folder is made beside it
 
     hint = "Free some space or choose an --out path you can write to."
     folder = out.with_name(out.stem + "_files")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise FileWriteError(f"Cannot create the charts folder {folder}: {e.strerror}; the report {out} was not written.",
-                             hint=hint) from None
+        cls = OutputDiskFullError if e.errno in (errno.ENOSPC, errno.EDQUOT) else FileWriteError
+        raise cls(f"Cannot create the charts folder {folder}: {e.strerror}; the report {out} was not written.",
+                  hint=hint) from None
     written: list[Path] = []
 
     def write_png(chart: ChartOut, png: bytes) -> str:
@@ -197,7 +207,7 @@ def write_markdown(data: ReportData, out: Path) -> list[Path]:
             write_atomically(path, png, what="the chart", hint=hint)
         except FileWriteError as e:
             charts = f" ({len(written)} chart(s) before it are in {folder})" if written else ""
-            raise FileWriteError(f"{e.message} The report was not written{charts}: {kept_note(out)}.", hint=hint) from None
+            raise type(e)(f"{e.message} The report was not written{charts}: {kept_note(out)}.", hint=hint) from None
         written.append(path)
         return f"{folder.name}/{path.name}"
 
