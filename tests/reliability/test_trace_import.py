@@ -78,6 +78,17 @@ def test_garbage_says_what_its_first_bad_lines_were(tmp_path):
         ReplayBackend(tmp_path)
 
 
+def test_an_events_file_given_as_the_trace_is_refused_not_read_as_gpus(tmp_path, h200_trace):
+    """events.jsonl handed over as the telemetry: its lines have a time, which made each of them a
+    GPU sample with no readings (an invented GPU that was up) and the import said it succeeded."""
+    with pytest.raises(TraceError, match="a file of workload events") as err, Store(tmp_path / "s.db") as st:
+        import_trace(h200_trace / "events.jsonl", st)
+    assert err.value.exit_code == 2 and "telemetry.jsonl" in str(err.value)
+    (tmp_path / "t.jsonl").write_text('{"t": 1796002115.4}\n{"t": 1796002116.4, "mem_total": 1e9}\n')
+    with pytest.raises(TraceError, match="line 1: no GPU reading"):
+        ReplayBackend(tmp_path / "t.jsonl")
+
+
 @pytest.mark.parametrize("header", [
     {"format": "gpulens-recording", "version": 1, "gpus": "eight"},
     {"format": "gpulens-recording", "version": 1, "gpus": [{"index": "zero", "uuid": "u", "name": "n"}]},

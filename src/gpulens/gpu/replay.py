@@ -123,9 +123,22 @@ def _scaled(d: dict[str, Any], key: str, factor: float) -> float | None:
     return None if v is None else v * factor
 
 
+# what makes a line of the H200 session format a GPU sample: at least one reading (a line with only a
+# time, such as an events.jsonl line handed over as the telemetry, would otherwise become a GPU that is up)
+EVENT_LINE = "an event line"
+H200_READING_KEYS = ("gpu_util", "mem_util", "mem_used", "temp_c", "power_mw", "energy_mj", "sm_mhz", "mem_mhz",
+                     "clk_reasons", "pstate", "pcie_tx_kbs", "pcie_rx_kbs", "gpm_sm_util", "gpm_sm_occupancy",
+                     "gpm_any_tensor_util", "gpm_dram_bw_util", "nproc", "procs", "errs")
+
+
 def _h200_line_to_sample(d: dict[str, Any], info: GpuInfo) -> GpuSample:
     """One line of the H200 session format -> GpuSample (units converted to base units)."""
+    readings = any(k in d for k in H200_READING_KEYS)
+    if not readings and "kind" in d:
+        raise BadLine(f"{EVENT_LINE} (kind {str(d['kind'])[:20]!r}), not a GPU sample")
     t = time_seconds(d.get("t"))
+    if not readings:
+        raise BadLine("no GPU reading (none of gpu_util, mem_used, temp_c, power_mw, sm_mhz …)")
     procs = d.get("procs")
     processes = tf_processes(procs) if isinstance(procs, list) else None
     nproc = integer(d.get("nproc"), "nproc")
@@ -219,6 +232,11 @@ class ReplayBackend:
         self.pass_offset_seconds = 0.0  # with loop=True: how far the current pass is shifted from the recording
         self._next_offset = 0.0
         self._advance()
+        if self._done and self.skipped and all(k.reason.startswith(EVENT_LINE) for k in self.skipped):
+            raise TraceError(f"The trace {self.telemetry_path} is a file of workload events (each line has a kind), "
+                             "not GPU telemetry.",
+                             hint="Give the trace folder (its telemetry.jsonl is read with the events.jsonl beside it), "
+                                  "or its telemetry.jsonl.")
         if self._done and self.skipped_lines:
             raise TraceError(
                 f"The trace {self.telemetry_path} holds no readable sample: {self.skipped_lines} line(s) skipped, "
