@@ -325,6 +325,9 @@ HOSTILE_RULES: dict[str, tuple[str, str]] = {
     "summary an alias-built list": ("'gpu_up == 0'", "[1, 2]"),
     "summary an unknown template": ("'gpu_up == 0'", "'{{ .Value }}'"),
     "summary with a printf of %s": ("'gpu_up == 0'", "'{{ printf \"%s\" $value }}'"),
+    # an unclosed action: promtool refuses the whole exported file ("unclosed action")
+    "summary with an unclosed {{": ("'gpu_up == 0'", "'hot {{'"),
+    "summary with an unclosed {{ after a template": ("'gpu_up == 0'", "'{{ $value }} and {{ $labels.gpu'"),
 }
 
 

@@ -157,6 +157,8 @@ def _check_template(text: str, path: str, line: int, fname: str) -> None:
         if p and int(p.group(1)) > MAX_PRINTF_DIGITS:
             raise RuleFileError(path, line, fname, f"asks for {p.group(1)[:24]} digits after the point in {m.group(0)[:60]!r} "
                                                    f"(at most {MAX_PRINTF_DIGITS})")
+    if "{{" in _TEMPLATE.sub("", text):  # Prometheus would refuse the whole exported rules file ("unclosed action")
+        raise RuleFileError(path, line, fname, "has a '{{' with no closing }} (a template is {{ $value }} or {{ $labels.NAME }})")
 
 
 def _template_text(raw: Any, default: str, path: str, line: int, fname: str) -> str:
