@@ -25,7 +25,7 @@ def check_command(
     margin: float = typer.Option(None, "--margin", help="How much worse the quantized model may be (0-1 scores: 0.01 by default)."),
     limit: int = typer.Option(None, "--limit", help="Evaluate only the first N examples of the task."),
     filter_name: str = typer.Option(None, "--filter", help="The lm-eval filter, when the task has several."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     store: Path = store_option(),
     record: bool = typer.Option(True, "--record/--no-record", help="Record both as runs (kind quant-check) in the store."),
     fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -38,7 +38,7 @@ def check_command(
     """
     from gpulens.errors import BadInputError, GateFailedError, shown
     from gpulens.evals.eval_cmd import EvalCommand
-    from gpulens.evals.quant import quant_check
+    from gpulens.evals.quant import check_device, check_model_folder, quant_check
     from gpulens.evals.quantize import quantizer_for
 
     if fmt not in ("table", "json"):
@@ -50,6 +50,8 @@ def check_command(
     if command is not None and (include_path is not None or limit is not None):
         raise BadInputError("--include-path and --limit are lm-eval's; with --eval-cmd your command chooses its examples.")
     quantizer = quantizer_for(to)
+    check_device(device)
+    check_model_folder(model)  # a folder that is no model is one sentence before torch loads or the store opens
     if record:
         from gpulens.store import Store
 
