@@ -128,3 +128,32 @@ def test_chart_labels_with_mathtext_draw():
     series = SeriesOut(label=HOSTILE, metric="m", labels={"gpu": "[/x]"}, t=[1.7e9, 1.7e9 + 60], v=[1.0, 2.0])
     chart = ChartOut(id="c", title=GPU_NAME, unit="ratio", help="", series=[series])
     assert chart_png(chart, Window(1.7e9, 1.7e9 + 60)).startswith(b"\x89PNG")
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b"  # retitle the window, clear the screen, colour, a C1 CSI
+
+
+def test_control_characters_in_names_are_shown_not_obeyed(tmp_path):
+    """A job name or a note with terminal escapes prints as caret text (^[), on every console."""
+    db = tmp_path / "s.db"
+    trace = os.path.join(os.path.dirname(__file__), "..", "..", "src", "gpulens", "data", "h200-trace")
+    r = _cli("replay", trace, "--store", str(db), "--job", "job" + ESCAPES)
+    assert r.returncode == 0, r.stderr
+    for args in (("note", "changed" + ESCAPES, "--store", str(db)), ("diagnose", "--store", str(db)),
+                 ("energy", "--store", str(db)), ("runs", "list", "--store", str(db))):
+        r = _cli(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        out = r.stdout + r.stderr
+        assert "\x1b" not in out and "\x9b" not in out, (args, out[-400:])
+    assert "^[]0;pwned" in _cli("diagnose", "--store", str(db)).stdout
+
+
+def test_the_consoles_keep_their_own_styling():
+    """What is hidden is text's control characters, not rich's colours on a terminal."""
+    from gpulens.cli.common import _console
+
+    c = _console(file=io.StringIO(), force_terminal=True, color_system="standard", width=80)
+    c.print("[red]warm[/red] " + ESCAPES, highlight=False)
+    out = c.file.getvalue()
+    assert "\x1b[31m" in out and "warm" in out  # rich's style
+    assert "^[]0;pwned" in out and "^[[2J" in out and "\x1b]0" not in out

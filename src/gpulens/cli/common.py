@@ -6,12 +6,47 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook, RenderResult
+from rich.segment import Segment
 
 from gpulens.store import DEFAULT_STORE_PATH
 
-console = Console()
-console_err = Console(stderr=True)
+# C0 controls but newline and tab, DEL and the C1 controls, shown as `cat -v` does (ESC is ^[). A name
+# from a store, a trace or a note reaches the terminal as text: an ESC in it would otherwise retitle
+# the window, move the cursor or hide what follows. rich's own styling is not text, so it stays.
+_CARET = {c: f"^{chr(c + 64)}" for c in range(32) if chr(c) not in "\n\t"} | {127: "^?"} | {c: "?" for c in range(128, 160)}
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with its control characters shown, not obeyed."""
+    return text.translate(_CARET)
+
+
+class _Shown:
+    """A renderable whose text segments have their control characters shown (control segments,
+    rich's own cursor moves, pass as they are)."""
+
+    def __init__(self, inner: ConsoleRenderable):
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for seg in console.render(self.inner, options):
+            yield seg if seg.control or seg.text.isprintable() or not seg.text else Segment(terminal_safe(seg.text), seg.style)
+
+
+class _ShowControls(RenderHook):
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Shown(r) for r in renderables]
+
+
+def _console(**kwargs: object) -> Console:
+    c = Console(**kwargs)  # type: ignore[arg-type]
+    c.push_render_hook(_ShowControls())
+    return c
+
+
+console = _console()
+console_err = _console(stderr=True)
 
 STORE_HELP = "The gpulens store (an SQLite file). Default: .gpulens/gpulens.db"
 
