@@ -131,6 +131,13 @@ def test_cli_a_user_direction_and_margin_for_a_metric_of_its_own(tmp_path: Path)
     assert main([*args, "--margin", "1.5", "--direction", "judge_score=higher"]) == 0
 
 
+def test_a_metric_the_files_lack_is_said_before_any_margin(tmp_path: Path, capsys) -> None:
+    a = _write(tmp_path / "a.jsonl", "accuracy", [1, 0, 1])
+    assert main(["eval", "compare", str(a), str(a), "--metric", "nosuch"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "has no metric 'nosuch'" in err and "margin" not in err
+
+
 def test_mismatched_example_sets_are_refused(tmp_path: Path, capsys) -> None:
     a = _write(tmp_path / "a.jsonl", "accuracy", [1, 0, 1], ids=["q1", "q2", "q3"])
     b = _write(tmp_path / "b.jsonl", "accuracy", [1, 0, 1], ids=["q1", "q2", "q4"])
@@ -145,6 +152,8 @@ def test_mismatched_example_sets_are_refused(tmp_path: Path, capsys) -> None:
     ('{"id": 1, "acc": 1}\n', "has no metric 'accuracy'"),
     ('{"accuracy": 1}\n', "has no 'id' field"),
     ('{"id": 1, "accuracy": "yes"}\n', "not a number"),
+    ('{"id": 1, "accuracy": 1}\n{"id": 2, "accuracy": 7}\n', "accuracy is a 0-1 score, but example '2' of .* has 7"),
+    ('{"id": 1, "accuracy": -5}\n', "has -5"),
     ("", "has no examples"),
 ])
 def test_bad_files_get_one_sentence(tmp_path: Path, text: str, needle: str) -> None:

@@ -39,12 +39,26 @@ def compare_files(baseline: Path, candidate: Path, metric: str, *, margin: float
                   filter_name: str | None = None, seed: int = 0) -> EvalComparison:
     """Read both files, pair their examples by id and test the candidate for non-inferiority."""
     info = lookup(metric, overrides)
+    # the files first: a metric they do not hold is the error to say, not the margin it would need
+    a = read_scores(baseline, metric, task=task, filter_name=filter_name)
+    b = read_scores(candidate, metric, task=task, filter_name=filter_name)
+    if info.score:
+        check_unit_scores(a)
+        check_unit_scores(b)
     if margin is None:
         if not info.score:
             raise BadInputError(f"{metric} is not a 0-1 score, so gpulens has no default margin for it.",
                                 hint=f"Say how much worse is still acceptable, in {metric}'s units, with --margin (e.g. --margin 0.5).")
         margin = DEFAULT_SCORE_MARGIN
-    a = read_scores(baseline, metric, task=task, filter_name=filter_name)
-    b = read_scores(candidate, metric, task=task, filter_name=filter_name)
     _, va, vb = paired(a, b)
     return EvalComparison(a, b, compare_paired(metric, info.direction, va, vb, margin=margin, seed=seed))
+
+
+def check_unit_scores(scores: ExampleScores) -> None:
+    """A 0-1 metric (accuracy, exact match) with a value outside 0..1 is not what its name says: the
+    exact test of flipped examples would be answering a question the file does not ask."""
+    bad = next(((k, v) for k, v in scores.values.items() if not 0.0 <= v <= 1.0), None)
+    if bad is not None:
+        raise BadInputError(f"{scores.metric} is a 0-1 score, but example {bad[0]!r} of {scores.path} has {bad[1]:g}.",
+                            hint="Check the file: an accuracy-like metric is 1 for a right answer, 0 for a wrong "
+                                 "one, or a share in between.")
