@@ -18,7 +18,7 @@ def check_command(
     to: str = typer.Option(..., "--to", help="int8, int4 or fp8 (weights only)."),
     task: str = typer.Option(None, "--task", help="The lm-eval task to evaluate both models on (or --eval-cmd)."),
     eval_cmd: str = typer.Option(None, "--eval-cmd", help="Your own evaluation instead of --task, run on each model folder: "
-                                 "it reads {model} and writes per-example scores to {out} (JSONL {\"id\": ..., \"<metric>\": value}, "
+                                 "it reads {model} and writes per-example scores to {out} (JSONL {\"id\": ..., \"METRIC\": value}, with METRIC as --metric names it, "
                                  "or an lm-eval --log_samples folder)."),
     include_path: Path = typer.Option(None, "--include-path", help="Folder with the task's YAML (a local task; nothing is downloaded)."),
     metric: str = typer.Option("acc", "--metric", help="The per-example metric the gate tests."),
