@@ -11,6 +11,7 @@ torch is imported inside the functions: `pip install 'gpulens[torch]'` for this 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import statistics
 import time
@@ -47,6 +48,10 @@ _FALLBACK_PEAK_TFLOPS: dict[str, dict[str, float]] = {
 }
 # CPU peak estimate: cores × clock × FLOPs per cycle (two 256-bit FMA units = 32 fp32 FLOP/cycle).
 _CPU_FLOPS_PER_CYCLE = 32
+# Bytes per parameter that training holds whatever the precision (autocast keeps the weights fp32):
+# the weights, their gradients and AdamW's two moments, 4 bytes each.
+TRAIN_BYTES_PER_PARAMETER = 16
+SHRINK_HINT = "Make the model smaller (--layers/--hidden) or the batch (--batch-size/--seq-len)."
 
 
 @dataclass
@@ -214,6 +219,82 @@ def build_model(torch: Any, layers: int, hidden: int, heads: int, ffn_mult: int,
     return Stack()
 
 
+def parameter_count(layers: int, hidden: int, ffn_mult: int) -> int:
+    """The parameters of build_model's stack, without building it: per block the qkv, proj, fc1 and
+    fc2 Linears with their biases and two LayerNorms ((4 + 2·f)·H² + (9 + f)·H), then a final LayerNorm."""
+    return layers * ((4 + 2 * ffn_mult) * hidden * hidden + (9 + ffn_mult) * hidden) + 2 * hidden
+
+
+def memory_floor_bytes(parameters: int, layers: int, hidden: int, batch: int, seq_len: int) -> int:
+    """Memory a training step cannot do with less of: the fp32 weights, gradients and AdamW state
+    (TRAIN_BYTES_PER_PARAMETER each), the fp32 input, and each block's fp32 input kept for the
+    backward pass (kept with activation checkpointing too). The real peak is higher."""
+    tokens = batch * seq_len
+    return TRAIN_BYTES_PER_PARAMETER * parameters + 4 * tokens * hidden * (layers + 1)
+
+
+def _cgroup_memory_limit() -> int | None:
+    """This process's cgroup memory limit (v2, then v1), None when there is none."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # v1 writes "no limit" as a huge number, v2 as "max"
+            return int(text)
+    return None
+
+
+def device_memory(torch: Any, device: Any) -> tuple[int, str] | None:
+    """(bytes, what they are) of the memory the benchmark runs in: the GPU's, or on the CPU the
+    machine's RAM or its container's limit, whichever is smaller. None when it cannot be told."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.get_device_properties(device).total_memory), f"the memory of {device}"
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        ram = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        ram = None
+    limit = _cgroup_memory_limit()
+    if limit is not None and (ram is None or limit < ram):
+        return limit, "this container's memory limit"
+    return (ram, "this machine's memory") if ram else None
+
+
+class _DoesNotFit(Exception):
+    """A run that does not fit in memory, estimated before or met at an allocation: one sentence,
+    raised as BadInputError by run_train_bench and taken as "does not fit" by sweep_batch. Never
+    leaves this module."""
+
+    def __init__(self, sentence: str, *, estimated: bool):
+        super().__init__(sentence)
+        self.estimated = estimated
+
+
+def _model_size(parameters: int) -> str:
+    from gpulens.units import format_bytes
+
+    return f"{parameters:,} parameters, {format_bytes(4 * parameters)} in fp32"
+
+
+def _refuse_beyond_memory(config: TrainBenchConfig, torch: Any, device: Any, layers: int, hidden: int) -> None:
+    """Before anything is allocated: a model and batch whose floor (memory_floor_bytes) is already
+    more than the device has would only fail at its first allocation, or be killed by the kernel."""
+    from gpulens.units import format_bytes
+
+    have = device_memory(torch, device)
+    n = parameter_count(layers, hidden, config.ffn_mult)
+    need = memory_floor_bytes(n, layers, hidden, config.batch_size, config.seq_len)
+    if have is not None and need > have[0]:
+        raise _DoesNotFit(f"The model ({_model_size(n)}) with batch {config.batch_size:,} × {config.seq_len:,} tokens does not fit in "
+                          f"{have[1]} ({format_bytes(have[0])}): training it needs at least {format_bytes(need)} (weights, gradients "
+                          f"and AdamW state: {format_bytes(TRAIN_BYTES_PER_PARAMETER * n)}; activations: "
+                          f"{format_bytes(need - TRAIN_BYTES_PER_PARAMETER * n)}).", estimated=True)
+
+
 def flops_per_token(parameters: int, layers: int, hidden: int, seq_len: int) -> float:
     """6·N + 12·L·H·Q·T (H·Q = hidden), training FLOPs per token without recomputation."""
     return 6.0 * parameters + 12.0 * layers * hidden * seq_len
@@ -253,15 +334,56 @@ def peak_flops(torch: Any, device: Any, device_name: str, precision: str) -> Pea
 
 
 def run_train_bench(config: TrainBenchConfig) -> TrainBenchResult:
-    """Build the stack, run warm-up and measured steps, return timings, MFU and peak memory."""
+    """Build the stack, run warm-up and measured steps, return timings, MFU and peak memory. A model
+    or batch that does not fit in memory is refused (BadInputError): before anything is allocated
+    when its floor is already beyond the device's memory, else at the allocation that fails."""
+    try:
+        return _run(config)
+    except _DoesNotFit as e:
+        raise BadInputError(str(e), hint=SHRINK_HINT) from None
+
+
+def _run(config: TrainBenchConfig) -> TrainBenchResult:
+    """run_train_bench, raising _DoesNotFit for a run that does not fit in memory."""
     config.validate()
     torch = _torch()
     layers, hidden, heads = config.resolved()
     device = _device(torch, config.device)
-    torch.manual_seed(config.seed)
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
     if device.type == "cpu" and config.precision == "fp16":
         raise BadInputError("fp16 autocast is not supported on the CPU here.", hint="Use --precision bf16 or fp32 on CPU.")
+    _refuse_beyond_memory(config, torch, device, layers, hidden)
+    try:
+        return _measure(config, torch, device, layers, hidden, heads)
+    except Exception as e:
+        if not _is_oom(torch, e):
+            raise
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        have = device_memory(torch, device)
+        raise _DoesNotFit(f"The model ({_model_size(parameter_count(layers, hidden, config.ffn_mult))}) with batch "
+                          f"{config.batch_size:,} × {config.seq_len:,} tokens does not fit in "
+                          f"{have[1] if have else f'the memory of {device}'}: {_allocation_failed(e)}.", estimated=False) from None
+
+
+def _allocation_failed(e: BaseException) -> str:
+    """What the allocator said, short: "allocating 192.0 MiB more failed (DefaultCPUAllocator: can't allocate memory)"."""
+    from gpulens.units import format_bytes
+
+    said = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", " ".join(str(e).split()))
+    if not said:
+        return f"an allocation failed ({type(e).__name__})"
+    cpu = re.search(r"DefaultCPUAllocator: [^:]*", said)
+    what = cpu.group(0) if cpu is not None else re.split(r"[.:] ", said)[0]
+    if (m := re.search(r"tried to allocate (\d+) bytes", said, re.IGNORECASE)) is not None:
+        return f"allocating {format_bytes(int(m.group(1)))} more failed ({what})"
+    if (m := re.search(r"tried to allocate ([\d.]+ [KMGT]?i?B)", said, re.IGNORECASE)) is not None:
+        return f"allocating {m.group(1)} more failed ({what})"
+    return f"{type(e).__name__}: {said[:160]}{'…' if len(said) > 160 else ''}"
+
+
+def _measure(config: TrainBenchConfig, torch: Any, device: Any, layers: int, hidden: int, heads: int) -> TrainBenchResult:
+    torch.manual_seed(config.seed)
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
     model = build_model(torch, layers, hidden, heads, config.ffn_mult, config.grad_checkpointing).to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
@@ -332,8 +454,10 @@ def run_train_bench(config: TrainBenchConfig) -> TrainBenchResult:
 
 def _is_oom(torch: Any, e: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
-    msg = str(e).lower()  # CUDA: "out of memory"; the CPU allocator: "not enough memory"
-    return (oom is not None and isinstance(e, oom)) or "out of memory" in msg or "not enough memory" in msg
+    # CUDA: "out of memory"; the CPU allocator: "DefaultCPUAllocator: can't allocate memory" (ENOMEM) or "not enough memory"
+    msg = str(e).lower()
+    return ((oom is not None and isinstance(e, oom)) or isinstance(e, MemoryError)
+            or any(words in msg for words in ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory")))
 
 
 def find_knee(points: list[SweepPoint], gain_ratio: float) -> int | None:
@@ -357,7 +481,7 @@ def sweep_batch(
         raise BadInputError(
             f"The sweep range {start_batch}..{max_batch} is empty.", hint="Give --max-batch at least the starting batch."
         )
-    torch = _torch()
+    _torch()  # one sentence now when PyTorch is not installed
     points: list[SweepPoint] = []
     results: dict[int, TrainBenchResult] = {}
     b = start_batch
@@ -365,14 +489,12 @@ def sweep_batch(
     while b <= max_batch:
         cfg = TrainBenchConfig(**{**asdict(config), "batch_size": b})
         try:
-            r = run_train_bench(cfg)
-        except Exception as e:
-            if not _is_oom(torch, e):
-                raise
+            r = _run(cfg)
+        except _DoesNotFit as e:
+            if not points:  # not even the first batch: nothing to report but that
+                raise BadInputError(str(e), hint=SHRINK_HINT) from None
             points.append(SweepPoint(b, fits=False))
-            stopped = f"batch {b} ran out of memory"
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            stopped = f"batch {b} would not fit in memory (estimated before allocating)" if e.estimated else f"batch {b} ran out of memory"
             break
         results[b] = r
         points.append(SweepPoint(b, True, r.tokens_per_second, r.step_seconds_median, r.peak_memory_bytes))
