@@ -370,6 +370,8 @@ def _render_summary(s, run_id: int | None) -> None:
         target = f"concurrency {s.target_concurrency}"
     elif s.target_rate is None:  # --replay-arrivals: the recording's own times set the rate
         target = f"{s.arrival} arrivals"
+    elif s.target_ramp_to is not None:
+        target = f"{s.target_rate:g} → {s.target_ramp_to:g} req/s ramp ({s.arrival} arrivals)"
     else:
         target = f"{s.target_rate:g} req/s {s.arrival}"
     rates = s.rates_per_second

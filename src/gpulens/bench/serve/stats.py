@@ -279,6 +279,7 @@ class LoadSummary:
     error_ratio: float = 0.0  # (errors + timeouts + rejected) / requests, leaving out those cut by a stop
     max_error_ratio: float = DEFAULT_MAX_ERROR_RATIO  # the gate on error_ratio when no error_rate SLO is given
     failures: list[str] = field(default_factory=list)  # one sentence per gate the run failed
+    target_ramp_to: float | None = None  # --ramp-to: the rate rose linearly from target_rate to this
 
     @property
     def slo_met(self) -> bool | None:

@@ -127,7 +127,7 @@ def summarize(spec: LoadSpec, results: list[WorkerResult], slos: list[Slo], wall
     failed = requests.failed - cancelled
 
     summary = LoadSummary(
-        mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency,
+        mode=spec.mode, target_rate=spec.rate, target_concurrency=spec.concurrency, target_ramp_to=spec.ramp_to,
         arrival=("replay" if spec.arrivals is not None else spec.arrival) if spec.mode == "open" else "closed",
         duration_seconds=span if records else 0.0,
         requests=requests,
