@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from datetime import datetime
 
 from gpulens.errors import BadInputError
@@ -70,7 +71,9 @@ def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_
         if chart.series:
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         fig.autofmt_xdate()
-        fig.tight_layout()
+        with warnings.catch_warnings():  # a legend of many long labels leaves no room: the chart keeps its layout,
+            warnings.simplefilter("ignore", UserWarning)  # which is not worth a warning on the user's terminal
+            fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         return buf.getvalue()
