@@ -5,6 +5,7 @@ first ends the wait at once with one sentence (FleetStartError, exit 3)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import subprocess
 import time
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpulens.errors import UnavailableError
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -64,15 +67,20 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path, what:
 
 
 def stop_processes(procs: Iterable[subprocess.Popen], grace_seconds: float = 20.0) -> None:
-    """SIGTERM every process still running, then wait for each; SIGKILL one that outlasts `grace_seconds`."""
+    """SIGTERM every process still running, then wait for them all; SIGKILL those still running when
+    `grace_seconds` have passed. One deadline for all: waiting `grace_seconds` for each in turn let
+    a stop with two stuck processes take three times as long."""
     procs = list(procs)
     for p in procs:
         if p.poll() is None:
             p.terminate()
+    deadline = time.monotonic() + grace_seconds
     for p in procs:
         try:
-            p.wait(grace_seconds)
+            p.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            what = " ".join(map(str, p.args)) if isinstance(p.args, list | tuple) else str(p.args)
+            log.warning("pid %d (%s) did not stop within %g s of SIGTERM; killed", p.pid, what[:80], grace_seconds)
             p.kill()
             p.wait()
 
