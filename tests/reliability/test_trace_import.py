@@ -175,6 +175,7 @@ def test_an_interrupted_import_keeps_whole_frames_and_a_rerun_imports_the_rest_o
     with Store(db) as st:
         full = import_trace(h200_trace, st)
         want_up, want_events = sample_rows(st, "gpu_up"), len(st.events())
+    want_series = _every_series(db)
     db.unlink()
 
     def interrupt(frames: int) -> None:
@@ -192,6 +193,18 @@ def test_an_interrupted_import_keeps_whole_frames_and_a_rerun_imports_the_rest_o
         assert sample_rows(st, "gpu_up") == want_up
         assert len(st.events()) == want_events
         assert import_trace(h200_trace, st).already_imported
+    # the same store as one whole import: every series with its labels (the served model's, taken
+    # from a cold start before the cut), its sample count and sum (MFU needs the job's size, also
+    # stated before the cut)
+    assert _every_series(db) == want_series
+
+
+def _every_series(db) -> list[tuple]:  # noqa: ANN001
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT s.name, s.labels, count(*), round(sum(x.value), 6) FROM samples x "
+                            "JOIN series s ON s.id = x.series_id GROUP BY s.name, s.labels ORDER BY s.name, s.labels").fetchall()
 
 
 def test_a_stopped_import_is_said_and_continued_by_the_next(tmp_path, h200_trace):

@@ -29,6 +29,36 @@ from gpulens.workload.importers import REPLAY_HOST, ImportContext, event_time
 log = logging.getLogger(__name__)
 
 
+class _Discarding:
+    """A store that keeps nothing: what the importers of already-stored events write is thrown away,
+    while the state they keep (the model now serving, request counters, a job's parameter count for
+    its MFU) is rebuilt as a whole import would have it."""
+
+    path = Path("(priming)")
+
+    def write(self, *_a: object, **_k: object) -> None: ...
+    def write_id(self, *_a: object, **_k: object) -> None: ...
+    def write_many(self, *_a: object, **_k: object) -> None: ...
+    def event(self, *_a: object, **_k: object) -> None: ...
+    def flush(self, *_a: object, **_k: object) -> int: return 0
+
+    def series_id(self, *_a: object, **_k: object) -> int:
+        return 0
+
+
+def _prime(stored_events: list[dict], ctx: ImportContext) -> None:
+    """Feed the importers the events an earlier (interrupted) import already stored, writing
+    nothing, so the rest imports with the same labels and counters as one whole import: without it,
+    a resumed import lost the served model's label and the MFU of steps before the job's size."""
+    from gpulens.workload.importers import import_event
+
+    counts, skipped = dict(ctx.counts), ctx.skipped_events
+    for record in stored_events:
+        import_event(record, _Discarding(), ctx)  # type: ignore[arg-type]
+    ctx.counts, ctx.skipped_events = counts, skipped  # this import's summary counts what it stored
+    ctx.series_ids.clear()  # ids the discarding store handed out are none of the real store's
+
+
 @dataclass
 class ImportSummary:
     trace: str
@@ -246,7 +276,9 @@ def _import_claimed(
         node.loop.sinks.append(whole)  # after every other sink: a frame is whole when it gets there
         events = node.trace_events
         if events is not None and resume_after is not None:
-            events.events = [r for r in events.events if event_time(r) > resume_after]  # type: ignore[operator]
+            stored = [r for r in events.events if event_time(r) <= resume_after]  # type: ignore[operator]
+            events.events = events.events[len(stored):]  # sorted by time: the rest is what is not stored yet
+            _prime(stored, ctx)
         stats = node.run()
         if not backend.exhausted:  # stopped (a signal) before the end
             raise TraceError(
