@@ -68,7 +68,8 @@ def _alert_row(d: Mapping[str, Any]) -> AlertRow | None:
     t = d.get("t") or d.get("time") or d.get("started") or d.get("start") or d.get("fired_at")
     if not isinstance(t, int | float):
         return None
-    labels = d.get("labels") or {}
+    labels = d.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
     return AlertRow(
         t=float(t),
         name=str(d.get("name") or d.get("rule") or d.get("alertname") or "alert"),
@@ -84,7 +85,8 @@ def alert_history(store: Store, start: float, end: float) -> list[AlertRow]:
     without touching its tables."""
     rows = []
     for e in store.events(ALERT_EVENT_KIND, start=start, end=end, limit=MAX_EVENT_ROWS):
-        r = _alert_row({"t": e.t, **e.data, "labels": {**e.labels, **(e.data.get("labels") or {})}})
+        own = e.data.get("labels")
+        r = _alert_row({"t": e.t, **e.data, "labels": {**e.labels, **(own if isinstance(own, dict) else {})}})
         if r:
             rows.append(r)
     return rows

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from gpulens.errors import shown
+from gpulens.store.decode import damaged_row, json_column
 from gpulens.store.store import Store
 
 
@@ -75,10 +77,12 @@ def load_alerts(store: Store, *, active_only: bool = False, limit: int | None = 
         args = (int(limit),)
     with store._guard("read") as conn:
         rows = conn.execute(sql, args).fetchall()
+    path = store.path
     return [
-        AlertRow(rule=r[2], severity=r[3], labels=json.loads(r[4]), state=r[5], active_since=r[6], value=r[9],
-                 summary=r[10], advice=r[11], annotations=json.loads(r[12]), fired_at=r[7], resolved_at=r[8],
-                 silenced=bool(r[13]), fingerprint=r[1], id=r[0])
+        AlertRow(rule=r[2], severity=r[3], labels=json_column(r[4], path, "alert_history", r[0], "labels"),
+                 state=r[5], active_since=r[6], value=r[9], summary=r[10], advice=r[11],
+                 annotations=json_column(r[12], path, "alert_history", r[0], "annotations"), fired_at=r[7],
+                 resolved_at=r[8], silenced=bool(r[13]), fingerprint=r[1], id=r[0])
         for r in rows
     ]
 
@@ -103,7 +107,14 @@ def list_silences(store: Store, now: float | None = None) -> list[SilenceRow]:
         args = (now,)
     with store._guard("read") as conn:
         rows = conn.execute(sql + " ORDER BY id", args).fetchall()
-    return [SilenceRow(r[0], tuple(tuple(m) for m in json.loads(r[1])), r[2], r[3], r[4]) for r in rows]  # type: ignore[misc]
+    return [SilenceRow(r[0], _matchers(store, r[0], r[1]), r[2], r[3], r[4]) for r in rows]
+
+
+def _matchers(store: Store, silence_id: int, text: str) -> tuple[tuple[str, str, str], ...]:
+    matchers = json_column(text, store.path, "alert_silences", silence_id, "matchers", list)
+    if not all(type(m) is list and len(m) == 3 and all(type(x) is str for x in m) for m in matchers):
+        raise damaged_row(store.path, "alert_silences", silence_id, "matchers", f"is not a list of [label, op, value] ({shown(text)})")
+    return tuple((m[0], m[1], m[2]) for m in matchers)
 
 
 def expire_silence(store: Store, silence_id: int, now: float) -> bool:

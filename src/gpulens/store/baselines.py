@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from gpulens.store.decode import damaged_row, json_column
 from gpulens.store.store import Store
 from gpulens.store.types import canonical_labels
 
@@ -53,14 +54,21 @@ def load_baselines(store: Store) -> list[BaselineRow]:
             "SELECT series_id, name, labels, state, learn_start, learn_seconds, computed_at, window_start, "
             "window_end, samples, median, mad, quantiles, profile FROM alert_baselines ORDER BY name, labels"
         ).fetchall()
-    return [
-        BaselineRow(
-            r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], int(r[9]), r[10], r[11],
-            {float(k): float(v) for k, v in json.loads(r[12]).items()},
-            {int(h): s for h, s in json.loads(r[13]).items()},
+    return [_baseline(store, r) for r in rows]
+
+
+def _baseline(store: Store, r: tuple) -> BaselineRow:
+    path, sid = store.path, r[0]
+    labels = json_column(r[2], path, "alert_baselines", sid, "labels")
+    quantiles, profile = (json_column(r[i], path, "alert_baselines", sid, c) for i, c in ((12, "quantiles"), (13, "profile")))
+    try:
+        return BaselineRow(
+            sid, r[1], labels, r[3], r[4], r[5], r[6], r[7], r[8], int(r[9]), r[10], r[11],
+            {float(k): float(v) for k, v in quantiles.items()},
+            {int(h): s for h, s in profile.items()},
         )
-        for r in rows
-    ]
+    except (TypeError, ValueError, OverflowError):
+        raise damaged_row(path, "alert_baselines", sid, "samples, quantiles or profile", "holds something that is not a number") from None
 
 
 def set_learning_seconds(store: Store, learn_seconds: float) -> None:

@@ -10,12 +10,12 @@ Migrations are history: never edit one that has shipped, append a new one.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpulens.errors import shown
+from gpulens.store.decode import json_column
 from gpulens.store.schema import (
     ALERT_TABLES,
     BASELINE_TABLES,
@@ -63,8 +63,9 @@ def _rename_training_job_label(conn: sqlite3.Connection) -> None:
     name. Rewrite it in training series (named train_* or labelled with a rank) and training
     events (kinds train_*, or labelled with a rank). Other series keep a `job` label untouched."""
     rows = conn.execute("SELECT id, name, labels FROM series WHERE labels LIKE '%\"job\"%'").fetchall()
+    path = _file_of(conn)
     for sid, name, labels_json in rows:
-        labels = json.loads(labels_json)
+        labels = json_column(labels_json, path, "series", sid, "labels")
         if not (name.startswith("train_") or "rank" in labels):
             continue
         new = _renamed(labels)
@@ -87,13 +88,21 @@ def _rename_training_job_label(conn: sqlite3.Connection) -> None:
     ).fetchall()
     updates = []
     for eid, kind, labels_json in events:
-        labels = json.loads(labels_json)
+        labels = json_column(labels_json, path, "events", eid, "labels")
         if not (kind.startswith("train_") or "rank" in labels):
             continue
         new = _renamed(labels)
         if new is not None:
             updates.append((canonical_labels(new), eid))
     conn.executemany("UPDATE events SET labels = ? WHERE id = ?", updates)
+
+
+def _file_of(conn: sqlite3.Connection) -> str:
+    """The path of the file `conn` has open, for a sentence about one of its rows."""
+    try:
+        return str(conn.execute("PRAGMA database_list").fetchone()[2]) or "in memory"
+    except (sqlite3.Error, TypeError, IndexError):
+        return "being migrated"
 
 
 def _fold_rollup(conn: sqlite3.Connection, table: str, old_id: int, new_id: int) -> None:

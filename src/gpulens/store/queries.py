@@ -4,7 +4,6 @@ lock and `_guard` / `_read`; every query here runs under them."""
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 import threading
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.store.connect import ACCESS_HINT, storage_error
+from gpulens.store.decode import SANE_ROLLUP, SANE_TIME, SANE_VALUE, json_column, label_decoder
 from gpulens.store.schema import ROLLUPS
 from gpulens.store.types import (
     DataVersion,
@@ -49,12 +49,13 @@ class StoreQueries:
         """Series whose name is `name` (all if None) and whose labels include `labels`."""
         with self._guard("read") as conn:
             if name is None:
-                rows = conn.execute("SELECT name, labels FROM series ORDER BY name, labels").fetchall()
+                rows = conn.execute("SELECT id, name, labels FROM series ORDER BY name, labels").fetchall()
             else:
                 rows = conn.execute(
-                    "SELECT name, labels FROM series WHERE name = ? ORDER BY labels", (name,)
+                    "SELECT id, name, labels FROM series WHERE name = ? ORDER BY labels", (name,)
                 ).fetchall()
-        return with_labels([SeriesKey(n, json.loads(lj)) for n, lj in rows], labels)
+        decode = label_decoder(self.path, "series")
+        return with_labels([SeriesKey(n, decode(lj, sid)) for sid, n, lj in rows], labels)
 
     def metric_names(self) -> list[str]:
         with self._guard("read") as conn:
@@ -148,12 +149,14 @@ class StoreQueries:
                     # min(..., max_points - 1) keeps a sample at exactly `end` in the last bucket
                     rows = conn.execute(
                         "SELECT min(t), avg(value), min(value), max(value), count(*) FROM samples "
-                        "WHERE series_id = ? AND t >= ? AND t <= ? GROUP BY min(CAST((t - ?) / ? AS INTEGER), ?) ORDER BY 1",
+                        f"WHERE series_id = ? AND t >= ? AND t <= ? AND {SANE_VALUE} "
+                        "GROUP BY min(CAST((t - ?) / ? AS INTEGER), ?) ORDER BY 1",
                         (sid, lo, hi, lo, step, max_points - 1),
                     ).fetchall()
                 else:
                     rows = conn.execute(
-                        "SELECT t, value, value, value, 1 FROM samples WHERE series_id = ? AND t >= ? AND t <= ? ORDER BY t",
+                        f"SELECT t, value, value, value, 1 FROM samples WHERE series_id = ? AND t >= ? AND t <= ? AND {SANE_VALUE} "
+                        "ORDER BY t",
                         (sid, lo, hi),
                     ).fetchall()
             else:
@@ -167,14 +170,14 @@ class StoreQueries:
                     bucket = max(step, float(width))
                     rows = conn.execute(
                         f"SELECT min(bucket), sum(vsum) / sum(n), min(vmin), max(vmax), sum(n) FROM {table} "
-                        "WHERE series_id = ? AND bucket >= ? AND bucket <= ? "
+                        f"WHERE series_id = ? AND bucket >= ? AND bucket <= ? AND {SANE_ROLLUP} "
                         "GROUP BY min(CAST((bucket - ?) / ? AS INTEGER), ?) ORDER BY 1",
                         (sid, blo, hi, blo, step, max_points - 1),
                     ).fetchall()
                 else:
                     rows = conn.execute(
                         f"SELECT bucket, vsum / n, vmin, vmax, n FROM {table} "
-                        "WHERE series_id = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket",
+                        f"WHERE series_id = ? AND bucket >= ? AND bucket <= ? AND {SANE_ROLLUP} ORDER BY bucket",
                         (sid, blo, hi),
                     ).fetchall()
         return SeriesData(
@@ -195,7 +198,8 @@ class StoreQueries:
             sid = self._id_of(key)
             with self._guard("read") as conn:
                 row = conn.execute(
-                    "SELECT t, value FROM samples WHERE series_id = ? ORDER BY t DESC LIMIT 1", (sid,)
+                    f"SELECT t, value FROM samples WHERE series_id = ? AND {SANE_TIME} AND {SANE_VALUE} ORDER BY t DESC LIMIT 1",
+                    (sid,),
                 ).fetchone()
             if row:
                 out.append(LatestValue(key, row[0], row[1]))
@@ -217,9 +221,11 @@ class StoreQueries:
             ).fetchall()
             if not ids:
                 return [], cursor
-            keys = {sid: SeriesKey(n, json.loads(lj)) for sid, n, lj in ids}
+            decode = label_decoder(self.path, "series")
+            keys = {sid: SeriesKey(n, decode(lj, sid)) for sid, n, lj in ids}
             rows = self._conn.execute(
-                f"SELECT rowid, series_id, t, value FROM samples WHERE rowid > ? AND series_id IN ({','.join('?' * len(keys))})"
+                f"SELECT rowid, series_id, t, value FROM samples WHERE rowid > ? AND series_id IN ({','.join('?' * len(keys))}) "
+                f"AND {SANE_TIME} AND {SANE_VALUE}"
                 " ORDER BY rowid LIMIT ?",
                 (cursor, *keys, limit),
             ).fetchall()
@@ -256,7 +262,9 @@ class StoreQueries:
             args.append(int(limit))
         with self._guard("read") as conn:
             rows = conn.execute(sql, args).fetchall()
-        return with_labels([Event(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4])) for r in rows], labels)
+        path, decode = self.path, label_decoder(self.path, "events")
+        return with_labels([Event(r[0], r[1], r[2], decode(r[3], r[0]), json_column(r[4], path, "events", r[0], "data"))
+                            for r in rows], labels)
 
     def event_labels_after(self, kind: str, start: float, end: float, *, after_id: int, after_t: float) -> list[tuple[int, float, dict[str, str]]]:
         """(id, t, labels) of the events of `kind` in (start, end] that are new to a reader who read
@@ -265,7 +273,8 @@ class StoreQueries:
         with self._guard("read") as conn:
             rows = conn.execute("SELECT id, t, labels FROM events WHERE kind = ? AND t > ? AND t <= ? AND (id > ? OR t > ?) "
                                 "ORDER BY t, id", (kind, start, end, after_id, after_t)).fetchall()
-        return [(int(r[0]), float(r[1]), json.loads(r[2])) for r in rows]
+        decode = label_decoder(self.path, "events")
+        return [(int(r[0]), float(r[1]), decode(r[2], r[0])) for r in rows]
 
     def event_kinds(self) -> list[str]:
         with self._guard("read") as conn:
@@ -277,7 +286,8 @@ class StoreQueries:
         """Series created after id `after_id` (all with 0), oldest first."""
         with self._guard("read") as conn:
             rows = conn.execute("SELECT id, name, labels FROM series WHERE id > ? ORDER BY id", (after_id,)).fetchall()
-        return [StoredSeries(sid, name, json.loads(lj)) for sid, name, lj in rows]
+        decode = label_decoder(self.path, "series")
+        return [StoredSeries(sid, name, decode(lj, sid)) for sid, name, lj in rows]
 
     def change_token(self) -> tuple[int, int]:
         """A value that differs whenever something may have been committed since it was last read: by
@@ -296,13 +306,15 @@ class StoreQueries:
         """Every series named `name`, with its id."""
         with self._guard("read") as conn:
             rows = conn.execute("SELECT id, labels FROM series WHERE name = ? ORDER BY id", (name,)).fetchall()
-        return [StoredSeries(sid, name, json.loads(lj)) for sid, lj in rows]
+        decode = label_decoder(self.path, "series")
+        return [StoredSeries(sid, name, decode(lj, sid)) for sid, lj in rows]
 
     def label_sets(self) -> list[dict[str, str]]:
         """The distinct label sets of all series."""
         with self._guard("read") as conn:
-            rows = conn.execute("SELECT DISTINCT labels FROM series").fetchall()
-        return [json.loads(r[0]) for r in rows]
+            rows = conn.execute("SELECT min(id), labels FROM series GROUP BY labels").fetchall()
+        decode = label_decoder(self.path, "series")
+        return [decode(lj, sid) for sid, lj in rows]
 
     def label_values(self, label: str) -> list[str]:
         """The values a label takes across all series, sorted."""
@@ -310,13 +322,15 @@ class StoreQueries:
 
     def last_value(self, series_id: int, t: float, lookback_seconds: float) -> float | None:
         """The newest value in (t - lookback, t]."""
-        rows = self._read("SELECT value FROM samples WHERE series_id = ? AND t <= ? AND t > ? ORDER BY t DESC LIMIT 1",
+        rows = self._read(f"SELECT value FROM samples WHERE series_id = ? AND t <= ? AND t > ? AND {SANE_VALUE} "
+                          "ORDER BY t DESC LIMIT 1",
                           (series_id, t, t - lookback_seconds))
         return rows[0][0] if rows else None
 
     def value_at_or_before(self, series_id: int, t: float) -> float | None:
         """The newest value at or before t, however old."""
-        rows = self._read("SELECT value FROM samples WHERE series_id = ? AND t <= ? ORDER BY t DESC LIMIT 1", (series_id, t))
+        rows = self._read(f"SELECT value FROM samples WHERE series_id = ? AND t <= ? AND {SANE_VALUE} ORDER BY t DESC LIMIT 1",
+                          (series_id, t))
         return rows[0][0] if rows else None
 
     def window(self, series_ids: int | Sequence[int], start: float, end: float, *, include_start: bool = False) -> list[Sample]:
@@ -329,7 +343,7 @@ class StoreQueries:
         where = "series_id = ?" if len(ids) == 1 else f"series_id IN ({','.join('?' * len(ids))})"
         with self._guard("read") as conn:
             rows = conn.execute(
-                f"SELECT t, value FROM samples WHERE {where} AND t {op} ? AND t <= ? ORDER BY t", (*ids, start, end)
+                f"SELECT t, value FROM samples WHERE {where} AND t {op} ? AND t <= ? AND {SANE_VALUE} ORDER BY t", (*ids, start, end)
             ).fetchall()
         return [Sample(t, v) for t, v in rows]
 
@@ -338,7 +352,8 @@ class StoreQueries:
         method returned before; 0 for all), oldest first, with the newest position seen. For
         readers that keep a window and read only what is new each time (the alert evaluator)."""
         rows = self._read(
-            "SELECT rowid, t, value FROM samples WHERE series_id = ? AND t > ? AND t <= ? AND rowid > ? ORDER BY t, rowid",
+            f"SELECT rowid, t, value FROM samples WHERE series_id = ? AND t > ? AND t <= ? AND rowid > ? AND {SANE_VALUE} "
+            "ORDER BY t, rowid",
             (series_id, start, end, after_position),
         )
         newest = max((r[0] for r in rows), default=after_position)
@@ -352,7 +367,7 @@ class StoreQueries:
         marks = ",".join("?" * len(series_ids))
         with self._guard("read") as conn:
             rows = conn.execute(
-                f"SELECT t, value FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ? ORDER BY t",
+                f"SELECT t, value FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ? AND {SANE_VALUE} ORDER BY t",
                 (*series_ids, start, end),
             ).fetchall()
         if not rows:
@@ -367,7 +382,7 @@ class StoreQueries:
         marks = ",".join("?" * len(series_ids))
         with self._guard("read") as conn:
             row = conn.execute(
-                f"SELECT 1 FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ? LIMIT 1",
+                f"SELECT 1 FROM samples WHERE series_id IN ({marks}) AND t >= ? AND t <= ? AND {SANE_VALUE} LIMIT 1",
                 (*series_ids, start, end),
             ).fetchone()
         return row is not None
@@ -387,20 +402,20 @@ class StoreQueries:
                 a, b = float(math.ceil(start / 60) * 60), float(math.floor(end / 60) * 60)  # floats: see _query_one
                 parts.append(conn.execute(
                     f"SELECT sum(n), sum(vsum), min(vmin), max(vmax) FROM rollup_1m WHERE series_id IN ({marks}) "
-                    "AND bucket >= ? AND bucket < ?",
+                    f"AND bucket >= ? AND bucket < ? AND {SANE_ROLLUP}",
                     (*series_ids, a, b),
                 ).fetchone())
                 # Two range scans, not one OR (which SQLite cannot serve from the (series_id, t) index).
                 for lo, hi, op in ((start, a, "<"), (b, end, "<=")):
                     parts.append(conn.execute(
                         f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) "
-                        f"AND t >= ? AND t {op} ?",
+                        f"AND t >= ? AND t {op} ? AND {SANE_VALUE}",
                         (*series_ids, lo, hi),
                     ).fetchone())
             else:
                 parts.append(conn.execute(
                     f"SELECT count(*), sum(value), min(value), max(value) FROM samples WHERE series_id IN ({marks}) "
-                    "AND t >= ? AND t <= ?",
+                    f"AND t >= ? AND t <= ? AND {SANE_VALUE}",
                     (*series_ids, start, end),
                 ).fetchone())
         mins = [p[2] for p in parts if p[2] is not None]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpulens.store.decode import json_column
 from gpulens.store.store import Store
 
 
@@ -42,8 +43,10 @@ ChangesOf = Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str, Any,
 _COLS = "id, kind, name, created, started, ended, config, summary, fingerprint, verdict, baseline"
 
 
-def _row(r: Sequence[Any]) -> RunRow:
-    return RunRow(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), json.loads(r[7]), json.loads(r[8]), r[9], bool(r[10]))
+def _row(store: Store, r: Sequence[Any]) -> RunRow:
+    config, summary, fingerprint = (json_column(r[i], store.path, "runs", r[0], c)
+                                    for i, c in ((6, "config"), (7, "summary"), (8, "fingerprint")))
+    return RunRow(r[0], r[1], r[2], r[3], r[4], r[5], config, summary, fingerprint, r[9], bool(r[10]))
 
 
 def insert_run(
@@ -77,7 +80,9 @@ def insert_run(
         )
         changes: list[RunChangeRow] = []
         if prev is not None:
-            changes = [RunChangeRow(run_id, prev[0], *c) for c in changes_of(json.loads(prev[1]), json.loads(prev[2]))]
+            prev_config = json_column(prev[1], store.path, "runs", prev[0], "config")
+            prev_fingerprint = json_column(prev[2], store.path, "runs", prev[0], "fingerprint")
+            changes = [RunChangeRow(run_id, prev[0], *c) for c in changes_of(prev_config, prev_fingerprint)]
             conn.executemany(
                 "INSERT INTO run_changes (run_id, previous_run_id, section, key, old, new) VALUES (?,?,?,?,?,?)",
                 [(c.run_id, c.previous_run_id, c.section, c.key, json.dumps(c.old), json.dumps(c.new)) for c in changes],
@@ -88,13 +93,13 @@ def insert_run(
 def get_run(store: Store, run_id: int) -> RunRow | None:
     with store._guard("read") as conn:
         row = conn.execute(f"SELECT {_COLS} FROM runs WHERE id = ?", (int(run_id),)).fetchone()
-    return _row(row) if row else None
+    return _row(store, row) if row else None
 
 
 def run_samples(store: Store, run_id: int) -> dict[str, list[float]]:
     with store._guard("read") as conn:
         rows = conn.execute("SELECT metric, vals FROM run_samples WHERE run_id = ?", (int(run_id),)).fetchall()
-    return {m: json.loads(v) for m, v in rows}
+    return {m: json_column(v, store.path, "run_samples", f"run {run_id}, metric {m}", "vals", list) for m, v in rows}
 
 
 def run_count(store: Store) -> tuple[int, int | None]:
@@ -134,7 +139,7 @@ def list_runs(
         args.append(int(limit))
     with store._guard("read") as conn:
         rows = conn.execute(sql, args).fetchall()
-    return [_row(r) for r in rows]
+    return [_row(store, r) for r in rows]
 
 
 def run_changes(store: Store, run_id: int) -> list[RunChangeRow]:
@@ -143,7 +148,8 @@ def run_changes(store: Store, run_id: int) -> list[RunChangeRow]:
             "SELECT run_id, previous_run_id, section, key, old, new FROM run_changes WHERE run_id = ? ORDER BY rowid",
             (int(run_id),),
         ).fetchall()
-    return [RunChangeRow(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5])) for r in rows]
+    return [RunChangeRow(r[0], r[1], r[2], r[3], *(json_column(r[i], store.path, "run_changes", f"run {r[0]}, key {r[3]}", c, object)
+                                                   for i, c in ((4, "old"), (5, "new")))) for r in rows]
 
 
 def set_verdict(store: Store, run_id: int, verdict: str | None) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpulens.errors import StoreError
 from gpulens.reader import AnalysisReader, Band
 from gpulens.store import Store
 
@@ -37,6 +38,8 @@ def findings(source: AnalysisReader | Store, start: float, end: float, job: str 
         return FindingsResult(available=False, note="The diagnosis module is not installed.")
     try:
         found = diagnose(source, DiagnoseScope(start=start, end=end, job=job or None, service=service or None))
+    except StoreError:
+        raise  # a damaged or unreadable store is no analyzer's bug: its one sentence, exit 2 (docs/store.md)
     except Exception as e:  # an analyzer's bug must not take the dashboard down
         log.exception("diagnosis failed")
         return FindingsResult(available=False, note=f"The diagnosis failed: {type(e).__name__}: {e}")
