@@ -35,7 +35,7 @@ def alerts_list_command(
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
-    with open_existing_store(store, "alerts") as st:
+    with open_existing_store(store, "alerts", readonly=True) as st:
         alerts = load_alerts(st, active_only=active, limit=limit)
     if fmt == "json":
         typer.echo(json.dumps([a.to_json() for a in alerts], indent=2))
@@ -83,7 +83,7 @@ def alerts_export_command(
         store = DEFAULT_STORE_PATH
     scaling = (RuleGroup("gpulens-scaling", recording_rules()),)  # the scaling signal, next to the alerts
     if store is not None:
-        with open_existing_store(store, "learned baselines") as st:
+        with open_existing_store(store, "learned baselines", readonly=True) as st:
             res = export_prometheus(rs, st, extra_groups=scaling)
     else:
         res = export_prometheus(rs, extra_groups=scaling)

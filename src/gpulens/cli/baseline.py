@@ -53,7 +53,7 @@ def baseline_show_command(
     if fmt not in ("table", "json"):
         raise BadInputError(f"Unknown --format {shown(fmt)}.", hint="Use table or json.")
     now = time.time()
-    with open_existing_store(store, "baselines") as st:
+    with open_existing_store(store, "baselines", readonly=True) as st:
         items = load_baselines(st, metric, _labels(label))
         span = st.time_range()
         if not items and fmt != "json" and (metric is not None or label):

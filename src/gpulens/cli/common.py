@@ -52,15 +52,17 @@ STORE_HELP = "The gpulens store (an SQLite file). Default: .gpulens/gpulens.db"
 
 
 def open_existing_store(store: Path, what: str,
-                        hint: str = "Run `gpulens agent` (or `gpulens replay`) first, or point --store at your store."):  # noqa: ANN201
+                        hint: str = "Run `gpulens agent` (or `gpulens replay`) first, or point --store at your store.",
+                        *, readonly: bool = False):  # noqa: ANN201
     """Open a store that must already exist (commands that read or annotate what was recorded):
-    a missing file is a one-sentence error, never a new empty store."""
+    a missing file is a one-sentence error, never a new empty store. A command that only reads
+    opens it `readonly`, so a store it may not write (a read-only folder, a copy from a node) answers."""
     from gpulens.errors import StoreError
     from gpulens.store import Store
 
     if not store.exists():
         raise StoreError(f"There is no store at {store}, so there are no {what}.", hint=hint)
-    return Store(store)
+    return Store(store, readonly=readonly)
 
 
 def store_option(default: Path = DEFAULT_STORE_PATH) -> Path:

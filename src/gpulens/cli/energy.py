@@ -55,7 +55,7 @@ def energy_command(
         reader = open_prometheus(prometheus, match, start_t, end_t, job, service)
         rows, where = workload_energy(reader, job=job, service=service, start=reader.start, end=reader.end), reader.description
     else:
-        with open_existing_store(store, "workloads to measure") as st:
+        with open_existing_store(store, "workloads to measure", readonly=True) as st:
             where = f"The store {store}"
             require_overlap(start_t, end_t, st.time_range(), where)
             rows = workload_energy(StoreReader(st), job=job, service=service, start=start_t, end=end_t)

@@ -41,7 +41,7 @@ def runs_list_command(
     from gpulens.runs import list_runs, run_changes
 
     _check_format(fmt)
-    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
+    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT, readonly=True) as st:
         runs = list_runs(st, kind, name, limit=limit)
         changed = {r.id: len(run_changes(st, r.id)) for r in runs}
     if fmt == "json":
@@ -95,7 +95,7 @@ def runs_show_command(
     from gpulens.runs import resolve_run, run_changes
 
     _check_format(fmt)
-    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT) as st:
+    with open_existing_store(store, "runs", hint=_NO_RUNS_HINT, readonly=True) as st:
         r = resolve_run(st, run)
         changes = run_changes(st, r.id)
     if fmt == "json":

@@ -78,7 +78,7 @@ def scale_command(
     window_s, step_s = parse_duration(window, what="--window"), parse_duration(step, what="--step")
     after_s = parse_duration(after, what="--after", allow_zero=True)
     if from_run is not None:
-        with open_existing_store(store, "the sweep run to take a replica's capacity from") as st:
+        with open_existing_store(store, "the sweep run to take a replica's capacity from", readonly=True) as st:
             targets = _targets_from_run(st, from_run, targets, fmt)
     if prometheus:
         from gpulens.scaling.exported import exported_inputs, exported_services
@@ -91,7 +91,7 @@ def scale_command(
                           targets=targets, policy=policy)
         where = reader.description
     else:
-        with open_existing_store(store, "requests to scale on") as st:
+        with open_existing_store(store, "requests to scale on", readonly=True) as st:
             require_overlap(start_t, end_t, st.time_range(), f"The store {store}")
             points = desired_replicas(st, service=service, window_seconds=window_s, step_seconds=step_s, targets=targets,
                                       policy=policy, start=start_t, end=end_t, after_seconds=after_s)
