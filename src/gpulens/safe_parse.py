@@ -119,6 +119,8 @@ def json_value(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, check_numb
     JSONL file whose caller names the line, so a position is its column only."""
     if isinstance(text, bytes | bytearray):
         text = decode_utf8(bytes(text))
+    if text.startswith("\ufeff"):  # a byte order mark, as Windows editors write one: not part of the JSON
+        text = text[1:]
     slow = check_numbers and (_LONG_DIGITS.search(text) is not None or _BIG_EXPONENT.search(text) is not None)
     # no cyclic garbage collection while the decoder recurses: a hostile nesting takes it to the
     # recursion limit, where a collected object's finalizer would fail and print a traceback of its own
@@ -162,7 +164,7 @@ def json_duplicate_key(text: str) -> str | None:
             found.append(next(k for i, k in enumerate(keys) if k in keys[:i]))
         return dict(items)
 
-    json.loads(text, object_pairs_hook=pairs)
+    json.loads(text.removeprefix("\ufeff"), object_pairs_hook=pairs)  # a byte order mark, as json_value allows
     return found[0] if found else None
 
 

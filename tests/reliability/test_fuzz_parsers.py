@@ -115,3 +115,10 @@ def test_rule_files(doc, raw):
 
     for text in (yaml.safe_dump(doc, allow_unicode=True), raw):
         _refused_or_fine(parse_rules, text, "fuzz.yaml")
+
+
+def test_json_with_a_byte_order_mark_reads_as_without():
+    from gpulens.safe_parse import json_duplicate_key, json_value
+
+    assert json_value('\ufeff{"a": 1}') == {"a": 1} == json_value(b'\xef\xbb\xbf{"a": 1}')
+    assert json_duplicate_key('\ufeff{"a": 1, "a": 2}') == "a"

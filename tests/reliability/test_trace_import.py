@@ -240,3 +240,14 @@ def test_a_stopped_import_is_said_and_continued_by_the_next(tmp_path, h200_trace
         rest = import_trace(h200_trace, st)
         assert not rest.already_imported and rest.gpu_frames == 995 - 50
         assert sample_rows(st, "gpu_up") == 995
+
+
+def test_a_byte_order_mark_is_not_a_bad_first_line(tmp_path, h200_trace):
+    """Windows editors start a UTF-8 file with a BOM: the first sample was skipped as 'not a JSON object'."""
+    lines = h200_lines(h200_trace, 30)
+    folder = write_trace(tmp_path / "t", lines, h200_trace)
+    tel = folder / "telemetry.jsonl"
+    tel.write_bytes(b"\xef\xbb\xbf" + tel.read_bytes())
+    with Store(tmp_path / "s.db") as st:
+        summary = import_trace(folder, st)
+    assert summary.skipped_lines == 0 and summary.gpu_frames == 30
