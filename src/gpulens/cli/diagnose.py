@@ -91,7 +91,8 @@ def diagnose_command(
             except StorageFullError:
                 raise
             except StoreError as e:  # the store turns SQLite's errors into these
-                raise StoreError(e.message, hint="Point --store at a file written by `gpulens agent` or `gpulens replay`.") from None
+                hint = e.hint or "Point --store at a file written by `gpulens agent` or `gpulens replay`."  # its own, where it has one
+                raise StoreError(e.message, hint=hint) from None
     from gpulens.diagnose.incidents import for_job, group
 
     incidents = group(findings)
