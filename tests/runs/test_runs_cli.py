@@ -93,6 +93,13 @@ def test_note_and_runs_list(two_runs, capsys):
     assert f"changed since run #{a}" in capsys.readouterr().out
 
 
+def test_a_filter_that_matches_nothing_is_not_an_empty_store(two_runs, capsys):
+    db, _a, _b = two_runs
+    assert main(["runs", "list", "--store", str(db), "--kind", "garbage"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No runs of kind 'garbage'; the store holds runs of kind bench-train." in out and "yet" not in out
+
+
 def test_env_json_and_diff(tmp_path, capsys):
     assert main(["env", "--format", "json"]) == 0
     fp = json.loads(capsys.readouterr().out)

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
+from gpulens.errors import shown
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 
@@ -44,8 +45,13 @@ def runs_list_command(
     with open_existing_store(store, "runs", hint=_NO_RUNS_HINT, readonly=True) as st:
         runs = list_runs(st, kind, name, limit=limit)
         changed = {r.id: len(run_changes(st, r.id)) for r in runs}
+        kinds = sorted({r.kind for r in list_runs(st)}) if not runs and (kind or name) else []
     if fmt == "json":
         typer.echo(json.dumps([{k: v for k, v in r.__dict__.items() if k != "samples"} for r in runs], indent=2))
+        return
+    if not runs and kinds:  # a filter that matches nothing, not an empty store
+        asked = " and ".join(f"{what} {shown(v)}" for what, v in (("kind", kind), ("name", name)) if v)
+        console.print(escape(f"No runs of {asked}; the store holds runs of kind {', '.join(kinds)}."), highlight=False)
         return
     if not runs:
         console.print("No runs stored yet. `gpulens bench train` records one.")
