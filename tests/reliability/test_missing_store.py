@@ -54,3 +54,15 @@ def test_a_typo_in_an_existing_folder_leaves_no_file_wal_or_shm(tmp_path, capsys
     assert main([*argv, "--store", str(tmp_path / "typo.db")]) == 2
     capsys.readouterr()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["query", "gpu_utilization_ratio"], ["diagnose"], ["runs", "list"], ["runs", "show", "1"],
+                                  ["alerts", "list"], ["baseline", "show"], ["energy"], ["scale"]], ids=" ".join)
+def test_an_empty_file_is_said_to_be_empty(tmp_path, capsys, argv):
+    """A 0-byte store (touched, or made by a writer that never got to set it up) answered
+    'no such table: series' from the reading commands."""
+    store = tmp_path / "empty.db"
+    store.touch()
+    assert main([*argv, "--store", str(store)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is empty: nothing was ever recorded in it" in err and "no such table" not in err, err

@@ -139,7 +139,10 @@ def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connec
             version = migrations.stored_version(conn)
         if version > SCHEMA_VERSION:
             raise _newer_schema(path, version)
-        if version and version < SCHEMA_VERSION:
+        if version == 0:  # an empty file (or one a writer has not set up yet): no tables to read
+            raise StoreError(f"The store {path} is empty: nothing was ever recorded in it.",
+                             hint="Run `gpulens agent` or `gpulens replay` into it first, or point --store at a store that holds data.")
+        if version < SCHEMA_VERSION:
             conn.close()
             conn = None
             _migrate_once(path, busy_timeout_seconds)
