@@ -201,6 +201,7 @@ def test_latency_targets_on_the_cli(tmp_path: Path, capsys) -> None:
     pts = json.loads(capsys.readouterr().out)
     assert {p["driver"] for p in pts if 15 <= p["t"] <= 40} == {"p95_latency"}
     for bad, said in ((["--target-queue", "0"], "--target-queue must be above zero"),
+                      (["--target-kv-cache", "2"], "--target-kv-cache is a share of the KV cache, at most 1"),
                       (["--target-p95-latency", "fast"], "--target-p95-latency"),
                       (["--prometheus", "http://127.0.0.1:9", "--target-p95-ttft", "1s"], "only a node's store keeps")):
         assert main(["scale", "--store", str(tmp_path / "s.db"), *bad]) == 2

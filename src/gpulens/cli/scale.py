@@ -65,6 +65,9 @@ def scale_command(
                     ("--target-queue", target_queue)):
         if v is not None and v <= 0:
             raise BadInputError(f"{name} must be above zero, not {v}.")
+    if target_kv_cache is not None and target_kv_cache > 1:  # a share of the cache: 1 is all of it
+        raise BadInputError(f"--target-kv-cache is a share of the KV cache, at most 1, not {target_kv_cache:g}.",
+                            hint="E.g. --target-kv-cache 0.8 (80 % used).")
     if prometheus and (target_p95_latency or target_p95_ttft):
         raise BadInputError("The p95 latency and TTFT signals need each request's times, which only a node's store keeps.",
                             hint="Over --prometheus use --target-concurrency, --capacity, --target-queue or --target-kv-cache "
