@@ -4,6 +4,7 @@ runs the diagnosis against a real one)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -30,7 +31,23 @@ CASES = [
 
 @pytest.mark.parametrize(("args", "code", "words"), CASES, ids=[" ".join(a).replace(UNREACHABLE, "http://UNREACHABLE") for a, _, _ in CASES])  # the same ids in every xdist worker
 def test_one_sentence_and_its_exit_code(tmp_path, args, code, words):
-    p = subprocess.run([sys.executable, "-m", "gpulens", "diagnose", "--store", str(tmp_path / "none.db"), *args],
-                       capture_output=True, text=True, timeout=60)
+    # the store set once in the environment: typed beside --prometheus it would be refused for that
+    env = {**os.environ, "GPULENS_STORE": str(tmp_path / "none.db")}
+    p = subprocess.run([sys.executable, "-m", "gpulens", "diagnose", *args], capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
     assert "Traceback" not in p.stderr and words in p.stderr and p.stderr.startswith("error: "), p.stderr
+
+
+@pytest.mark.parametrize("command", [["diagnose"], ["energy"], ["scale"], ["report", "--out", "REPORT"]], ids=lambda c: c[0])
+def test_store_and_prometheus_typed_together_are_refused(tmp_path, capsys, monkeypatch, command):
+    """One source at a time, as the dashboard says: --store was silently ignored beside --prometheus.
+    A store set once in GPULENS_STORE is not a typed --store, so it does not stand in the way."""
+    from gpulens.cli.main import main
+
+    command = [str(tmp_path / "r.html") if a == "REPORT" else a for a in command]
+    closed = "http://127.0.0.1:9"  # nothing listens: reaching it is exit 3
+    assert main([*command, "--store", str(tmp_path / "s.db"), "--prometheus", closed]) == 2
+    assert "Give --store or --prometheus, not both." in capsys.readouterr().err
+    monkeypatch.setenv("GPULENS_STORE", str(tmp_path / "s.db"))
+    assert main([*command, "--prometheus", closed]) == 3
+    assert "Cannot reach Prometheus" in capsys.readouterr().err

@@ -9,7 +9,12 @@ from typing import Any
 import typer
 
 from gpulens.cli.common import STORE_HELP, console, open_existing_store
-from gpulens.cli.fleet import DEFAULT_PROMETHEUS_WINDOW, refuse_match_without_prometheus, time_window
+from gpulens.cli.fleet import (
+    DEFAULT_PROMETHEUS_WINDOW,
+    refuse_match_without_prometheus,
+    refuse_store_with_prometheus,
+    time_window,
+)
 from gpulens.errors import BadInputError, StorageFullError, StoreError, shown
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
@@ -18,6 +23,7 @@ FORMATS = ("text", "json")
 
 
 def diagnose_command(
+    ctx: typer.Context,
     store: Path = typer.Option(DEFAULT_STORE_PATH, "--store", help=STORE_HELP),
     job: str = typer.Option(None, "--job", help="Only this training job (its `train_job` label)."),
     service: str = typer.Option(None, "--service", help="Only this inference service (its `service` label)."),
@@ -71,6 +77,7 @@ def diagnose_command(
     workloads_seen, empty = True, False
     where: Path | str = store
     if prometheus:
+        refuse_store_with_prometheus(prometheus, ctx)
         if slo:
             raise BadInputError("--slo is checked against per-request records, which a Prometheus server does not keep.",
                                 hint="Leave out --slo with --prometheus, or run it with --store on the node.")

@@ -16,6 +16,7 @@ def _f(x: float | None, fmt: str) -> str:
 
 
 def energy_command(
+    ctx: typer.Context,
     store: Path = store_option(),
     job: str = typer.Option(None, "--job", help="Only this training job (its train_job label)."),
     service: str = typer.Option(None, "--service", help="Only this inference service."),
@@ -46,10 +47,16 @@ def energy_command(
 
     if fmt not in ("table", "json"):
         raise BadInputError(f"--format must be table or json, not {shown(fmt)}.")
-    from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
+    from gpulens.cli.fleet import (
+        open_prometheus,
+        refuse_match_without_prometheus,
+        refuse_store_with_prometheus,
+        time_window,
+    )
     from gpulens.vocab.time import require_overlap
 
     refuse_match_without_prometheus(match, prometheus)
+    refuse_store_with_prometheus(prometheus, ctx)
     start_t, end_t = time_window(start, end, window, prometheus)
     if prometheus:
         reader = open_prometheus(prometheus, match, start_t, end_t, job, service)

@@ -59,6 +59,16 @@ def refuse_match_without_prometheus(match: str, prometheus: str | None) -> None:
         raise BadInputError("--match selects series in a Prometheus server: it needs --prometheus URL.", hint="Add --prometheus, or leave out --match.")
 
 
+def refuse_store_with_prometheus(prometheus: str | None, ctx: Any) -> None:
+    """--store typed beside --prometheus: one source at a time, as the dashboard says, rather than
+    the store silently ignored. A store set once in GPULENS_STORE (or left at its default) is fine.
+    `ctx` is the command's click context (the command runs off click's thread, so it is passed)."""
+    source = ctx.get_parameter_source("store") if ctx is not None else None
+    if prometheus and source is not None and source.name == "COMMANDLINE":  # by name: typer's click may be its own copy
+        raise BadInputError("Give --store or --prometheus, not both.",
+                            hint="--prometheus reads the fleet's Prometheus; --store reads one node's store.")
+
+
 def open_prometheus(url: str, match: str, start: float | None, end: float | None, job: str | None, service: str | None) -> Any:
     """The analysis reader of the fleet, checked: the server answers, the selection holds data, and
     --job / --service name a job and a service that are there."""

@@ -12,6 +12,7 @@ from gpulens.cli.fleet import match_option, prometheus_option, window_option
 
 
 def report(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the report, e.g. report.html or report.md."),
     store: Path = store_option(),
     job: str = typer.Option(None, "--job", help="Only this training job."),
@@ -40,10 +41,16 @@ def report(
     Over --prometheus the report covers every node --match selects: charts from PromQL (percentiles
     are `histogram_quantile` bucket estimates), findings from `diagnose --prometheus` (docs/fleet.md).
     """
-    from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
+    from gpulens.cli.fleet import (
+        open_prometheus,
+        refuse_match_without_prometheus,
+        refuse_store_with_prometheus,
+        time_window,
+    )
     from gpulens.report import write_report
 
     refuse_match_without_prometheus(match, prometheus)
+    refuse_store_with_prometheus(prometheus, ctx)
     start_t, end_t = time_window(start, end, window, prometheus)
     readers = None
     if prometheus:

@@ -19,6 +19,7 @@ SPAN_HELP = ("With --prometheus and no --start: how far back from the end to eva
 
 
 def scale_command(
+    ctx: typer.Context,
     store: Path = store_option(),
     service: str = typer.Option(None, "--service", help="Only this service."),
     target_concurrency: float = typer.Option(4.0, "--target-concurrency", help="Requests in flight one replica should carry."),
@@ -52,7 +53,12 @@ def scale_command(
 
     Over --prometheus the signals come from the counters every agent exports (docs/scale.md): the
     sums, counts and rates are exact, each request counted at the scrape that first showed it."""
-    from gpulens.cli.fleet import open_prometheus, refuse_match_without_prometheus, time_window
+    from gpulens.cli.fleet import (
+        open_prometheus,
+        refuse_match_without_prometheus,
+        refuse_store_with_prometheus,
+        time_window,
+    )
     from gpulens.errors import BadInputError, shown
     from gpulens.scaling import ScalePolicy, Targets, desired_replicas
     from gpulens.scaling.desired import check_steps, evaluate, pick_services
@@ -73,6 +79,7 @@ def scale_command(
                             hint="Over --prometheus use --target-concurrency, --capacity, --target-queue or --target-kv-cache "
                                  "(exact from the exported counters); or run scale --store on the node.")
     refuse_match_without_prometheus(match, prometheus)
+    refuse_store_with_prometheus(prometheus, ctx)
     start_t, end_t = time_window(start, end, span, prometheus, flag="--span")
     policy = ScalePolicy(tolerance, parse_duration(stabilization, what="--stabilization", allow_zero=True), min_replicas, max_replicas)
     targets = Targets(target_concurrency, capacity, target_kv_cache, target_queue,
