@@ -145,3 +145,16 @@ def test_export_with_learned_baselines_passes_promtool(tmp_path, replayed):
     assert threshold > b.stats.median
     assert f'train_job="{b.labels["train_job"]}"' in step[0]["expr"]
     assert "TrainNanLoss" not in {r["alert"] for r in rules}
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["alerts", "silence", "--list", "--expire", "1"], "Give --list or --expire, not both."),
+    (["alerts", "silence", "--list", "alertname=GpuXid"], "--list takes no label matchers."),
+    (["alerts", "silence", "--expire", "1", "gpu=0"], "--expire takes no label matchers."),
+    (["baseline", "freeze", "train_step_seconds", "--all"], "--all freezes every baseline"),
+    (["baseline", "reset", "--all", "--label", "rank=0"], "--all resets every baseline"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_options_that_contradict_each_other_are_refused(replayed, capsys, args, said):
+    """One of the two was silently dropped: --expire won over --list, the name over --all."""
+    assert main([*args, "--store", str(replayed)]) == 2
+    assert said in " ".join(capsys.readouterr().err.split())

@@ -116,6 +116,11 @@ def alerts_silence_command(
     from gpulens.units import parse_duration
 
     now = time.time()
+    if list_ and expire is not None:
+        raise BadInputError("Give --list or --expire, not both.", hint="List first, then end one: `--expire ID`.")
+    if (list_ or expire is not None) and matchers:
+        raise BadInputError(f"--{'list' if list_ else 'expire'} takes no label matchers.",
+                            hint="Matchers say what a new silence covers: leave them out, or leave out the option.")
     if list_ or expire is not None:
         with open_existing_store(store, "silences") as st:
             if expire is not None:

@@ -111,6 +111,8 @@ def _selection(metric: str | None, label: list[str] | None, all_: bool, verb: st
     from gpulens.errors import BadInputError
 
     labels = _labels(label)
+    if all_ and (metric is not None or labels):
+        raise BadInputError(f"--all {verb}s every baseline: leave out the series name and --label, or --all.")
     if metric is None and not labels and not all_:
         raise BadInputError(f"Say which baselines to {verb}.", hint=f"Give a series name, --label KEY=VALUE, or --all to {verb} every one.")
     return metric, labels

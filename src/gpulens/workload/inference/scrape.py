@@ -64,7 +64,7 @@ def parse_exposition(text: str) -> Samples:
             for s in fam.samples:
                 out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
     except ValueError as e:
-        raise BadInputError(f"The /metrics text cannot be parsed: {e}.", hint="Point --url at a Prometheus /metrics endpoint.") from None
+        raise BadInputError(f"The /metrics text cannot be parsed: {e}.", hint="Point --scrape at a serving engine's Prometheus /metrics endpoint.") from None
     return out
 
 
