@@ -155,3 +155,12 @@ def test_record_then_replay(tmp_path):
     r = run_cli("replay", str(out), "--store", str(tmp_path / "s.db"))
     assert r.returncode == 0, r.stderr
     assert "GPU samples" in r.stdout
+
+
+def test_record_to_standard_output(tmp_path):
+    """`--out -` is standard output, as in `export grafana -o -` (it wrote a file named '-')."""
+    r = subprocess.run([sys.executable, "-m", "gpulens", "record", "--backend", "fake:1", "--out", "-", "--interval", "100ms",
+                        "--duration", "0.3s"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines[0]["format"] == "gpulens-recording" and len(lines) >= 2 and not (tmp_path / "-").exists()

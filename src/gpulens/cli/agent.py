@@ -139,7 +139,7 @@ def agent_command(
 
 
 def record_command(
-    out: Path = typer.Option(..., "--out", "-o", help="The recording to write (JSON lines)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The recording to write (JSON lines); - for standard output."),
     backend: str = typer.Option(None, "--backend", "-b", help=BACKEND_HELP),
     interval: str = typer.Option("1s", "--interval", help="Sampling interval."),
     duration: str = typer.Option("60s", "--duration", help="How long to record."),
@@ -155,6 +155,8 @@ def record_command(
 
     interval_s = parse_duration(interval, what="--interval")
     duration_s = parse_duration(duration, what="--duration")
+    if str(out) == "-":  # as `export grafana -o -`: a stream, written straight to (it wrote a file named '-')
+        out = Path("/dev/stdout")
     rec = open_recording(out)
     sink = None
     error: OSError | None = None
