@@ -4,6 +4,7 @@ for a config it cannot model (an unknown model_type, an encoder-decoder, a field
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -113,10 +114,17 @@ def _sliding(cfg: dict[str, Any], mtype: str, layers: int) -> tuple[int | None, 
     return int(window), layers
 
 
-def _need(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
+def _need_int(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> int:
+    """The first of `keys` the config gives, a count above zero and within `_SIZE_LIMITS`."""
+    k = _need_key(cfg, keys, where)
+    return _positive_int(cfg[k], k, where)
+
+
+def _need_key(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> str:
+    """The first of `keys` the config gives (a family's own name for the field, or an alias)."""
     for k in keys:
         if cfg.get(k) is not None:
-            return cfg[k]
+            return k
     raise BadInputError(
         f"The model config {where} lacks the field {keys[0]!r}.",
         hint=f"Add {keys[0]!r} to the config (it is in the model's config.json on the Hub).",
@@ -133,7 +141,18 @@ def _positive_int(v: Any, key: str, where: str) -> int:
     if i > _COUNT_MAX:  # e.g. MPT's d_model x expansion_ratio 1e300: a count no GPU holds, and past a float
         raise BadInputError(f"The field {key!r} in {where} gives {shown(i, quote=False)}, above the planner's limit of "
                             f"{_COUNT_MAX:,}.", hint="Fix the config.")
+    _check_size(i, key, where)
     return i
+
+
+def _check_size(v: float, key: str, where: str) -> None:
+    """Refuse a size past `_SIZE_LIMITS` (one sentence naming the field and the limit)."""
+    limit = _SIZE_LIMITS.get(key)
+    if limit is not None and v > limit[0]:
+        said = f"{int(v):,}" if v < 1e21 else f"{v:.3g}"
+        verb = "gives an MLP width of" if key == "expansion_ratio" else "is"  # MPT's: d_model x expansion_ratio
+        raise BadInputError(f"The field {key!r} in {where} {verb} {said}; no model has {limit[1].format(f'{limit[0]:,}')}.",
+                            hint="Fix the config (the model's config.json on the Hub has the right value).")
 
 
 # config.json fields the planner reads, by kind: checked before any arithmetic, so a string, a
@@ -155,7 +174,45 @@ _FLAG_FIELDS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "
                 "no_bias", "learned_pos_emb", "multi_query", "new_decoder_architecture", "parallel_attn", "alibi")
 _REAL_FIELDS = ("resid_pdrop", "hidden_dropout_prob", "hidden_dropout", "final_logit_softcapping",
                 "attn_logit_softcapping", "rope_theta", "expansion_ratio")
+# sizes no model has at 0: a 0 had been read as "not given" (head_dim 0 planned as hidden / heads,
+# num_kv_heads 0 as every head, n_inner or ffn_hidden_size 0 as 4 x hidden, moe_intermediate_size 0
+# as intermediate_size, sliding_window_pattern 0 as 6), so a present 0 is refused; absent stays
+# absent. Counts where 0 means "none" (n_shared_experts, first_k_dense_replace, q_lora_rank,
+# type_vocab_size, sliding_window, a dense config's num_experts) may be 0.
+_NONZERO_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "head_dim", "moe_intermediate_size", "kv_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window_pattern", "d_model", "n_heads", "n_layers",
+    "n_embed", "num_kv_heads", "n_head_kv", "ffn_hidden_size", "num_ln_in_parallel_attn",
+)
 _COUNT_MAX = 1 << 40
+# Upper bounds on sizes, far above any real model so that nothing real is refused, but low enough
+# that a typo or a hostile value (num_hidden_layers 1e12) is one sentence instead of a plan of
+# "tokens/s 0" on "TP across 8,589,934,592 GPUs". The largest published models have some 200 layers
+# (DeepNet trained 1,000 as an experiment), a hidden size near 30,000 (an MLP near 75,000), 128 to
+# 160 heads of at most 512 wide, a vocabulary near 1,000,000 (Gemma 3: 262,144) and up to some
+# 1,000,000 experts (Mixture of A Million Experts, PEER): each bound is at least 10 x past those.
+_SIZE_LIMITS: dict[str, tuple[int, str]] = {
+    **{k: (10_000, "more than {} layers") for k in (
+        "num_hidden_layers", "n_layer", "n_layers", "num_layers", "first_k_dense_replace", "sliding_window_pattern")},
+    **{k: (1_000_000, "a hidden size above {}") for k in ("hidden_size", "n_embd", "d_model", "n_embed")},
+    **{k: (1_000_000, "a latent rank above {}") for k in ("kv_lora_rank", "q_lora_rank")},
+    **{k: (100_000, "more than {} attention heads") for k in (
+        "num_attention_heads", "n_head", "n_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv",
+        "attn_config.kv_n_heads")},
+    **{k: (100_000, "attention heads wider than {}") for k in (
+        "head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")},
+    **{k: (10_000_000, "an MLP wider than {}") for k in (
+        "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size", "ffn_config.ffn_hidden_size", "expansion_ratio",
+        "moe_intermediate_size", "shared_expert_intermediate_size")},
+    **{k: (100_000_000, "a vocabulary of more than {} tokens") for k in ("vocab_size",)},
+    **{k: (100_000_000, "more than {} token types") for k in ("type_vocab_size",)},
+    **{k: (10_000_000, "more than {} experts") for k in (
+        "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "top_k")},
+}
+# the whole model: the same limit as a bare size (`--model 1000t`, models.from_param_count), some 500 x
+# the largest published models; a config whose sizes each pass can still multiply past it
+PARAMS_MAX = 10**15
 
 
 def check_config_fields(cfg: dict[str, Any], where: str) -> None:
@@ -165,13 +222,20 @@ def check_config_fields(cfg: dict[str, Any], where: str) -> None:
         if v is None:
             continue
         whole = isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and math.isfinite(v) and v == int(v)
+        if whole and v > 0 and k in _SIZE_LIMITS:
+            _check_size(v, k, where)
         if not whole or not 0 <= v <= _COUNT_MAX:
-            raise BadInputError(f"The field {k!r} in {where} must be a whole number from 0 to {_COUNT_MAX:,}, not {v!r}.",
+            low = 1 if k in _NONZERO_FIELDS else 0
+            raise BadInputError(f"The field {k!r} in {where} must be a whole number from {low} to "
+                                f"{_SIZE_LIMITS.get(k, (_COUNT_MAX,))[0]:,}, not {v!r}.",
                                 hint="Fix the config (the model's config.json on the Hub has the right value).")
         if v == 0 and k in _LENGTH_FIELDS:
             raise BadInputError(f"The field {k!r} in {where} gives a context of 0 tokens.",
                                 hint="Fix the config (the model's config.json on the Hub has the right value), or "
                                      "drop the field.")
+        if v == 0 and k in _NONZERO_FIELDS:
+            raise BadInputError(f"The field {k!r} in {where} must be above zero, not 0.",
+                                hint="Fix the config (the model's config.json on the Hub has the right value).")
     for k in _FLAG_FIELDS:
         v = cfg.get(k)
         if v is not None and not isinstance(v, bool):
@@ -211,9 +275,9 @@ def _mpt_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     grouped-query variants. Defaults are transformers' MptConfig's (no_bias true, alibi true)."""
     attn = _sub_config(cfg, "attn_config", where)
     ffn = _sub_config(cfg, "ffn_config", where)
-    h = _positive_int(_need(cfg, ("d_model",), where), "d_model", where)
-    heads = _positive_int(_need(cfg, ("n_heads",), where), "n_heads", where)
-    layers = _positive_int(_need(cfg, ("n_layers",), where), "n_layers", where)
+    h = _need_int(cfg, ("d_model",), where)
+    heads = _need_int(cfg, ("n_heads",), where)
+    layers = _need_int(cfg, ("n_layers",), where)
     kind = str(attn.get("attn_type") or "multihead_attention")
     if kind == "multihead_attention":
         kv = heads
@@ -262,9 +326,9 @@ def _bloom_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     """BLOOM: hidden_size (n_embed in the first configs), n_head, n_layer; ALiBi (no position
     table, no length limit in the config), a LayerNorm after the embedding, biases everywhere, an
     MLP of 4 x hidden (transformers ignores n_inner), a tied head."""
-    h = _positive_int(_need(cfg, ("hidden_size", "n_embed"), where), "hidden_size", where)
-    layers = _positive_int(_need(cfg, ("n_layer", "num_hidden_layers"), where), "n_layer", where)
-    heads = _positive_int(_need(cfg, ("n_head", "num_attention_heads"), where), "n_head", where)
+    h = _need_int(cfg, ("hidden_size", "n_embed"), where)
+    layers = _need_int(cfg, ("n_layer", "num_hidden_layers"), where)
+    heads = _need_int(cfg, ("n_head", "num_attention_heads"), where)
     return {"h": h, "layers": layers, "heads": heads, "kv": heads, "inter": 4 * h, "positions": None,
             "dropout": float(cfg.get("hidden_dropout") or 0.0), "traits": {"positions": "alibi"}}
 
@@ -276,9 +340,9 @@ def _falcon_fields(cfg: dict[str, Any], legacy: str, where: str) -> dict[str, An
     LayerNorm (two, ln_attn and ln_mlp, in the new architecture); bias on every Linear or none;
     rotary positions unless alibi. The remote-code model_types keep n_head / n_head_kv / n_layer
     and imply the architecture: RefinedWeb is the new one."""
-    h = _positive_int(_need(cfg, ("hidden_size", "n_embed"), where), "hidden_size", where)
-    layers = _positive_int(_need(cfg, ("num_hidden_layers", "n_layer"), where), "num_hidden_layers", where)
-    heads = _positive_int(_need(cfg, ("num_attention_heads", "n_head"), where), "num_attention_heads", where)
+    h = _need_int(cfg, ("hidden_size", "n_embed"), where)
+    layers = _need_int(cfg, ("num_hidden_layers", "n_layer"), where)
+    heads = _need_int(cfg, ("num_attention_heads", "n_head"), where)
     new_arch = _flag(cfg, "new_decoder_architecture", legacy == "refinedweb", where)
     if new_arch:
         kv = int(cfg.get("num_kv_heads") or cfg.get("n_head_kv") or heads)
@@ -300,6 +364,36 @@ def _falcon_fields(cfg: dict[str, Any], legacy: str, where: str) -> dict[str, An
                        "act": act if act in ("gelu", "gelu_tanh", "silu") else "gelu"}}
 
 
+def _check_model_type(cfg: dict[str, Any], key: str, where: str) -> None:
+    """A model_type that is given must be a family's name: null, a number or a list had been read
+    as no model_type at all, so a config saying `"model_type": null` was planned as a LLaMA while
+    `"unicorn"` was refused. Absent (or "", which transformers writes for a config of no model
+    class) keeps its meaning: a dense LLaMA-like decoder."""
+    if key.rsplit(".", 1)[-1] not in cfg:
+        return
+    v = cfg[key.rsplit(".", 1)[-1]]
+    if not isinstance(v, str):
+        raise BadInputError(
+            f"The field {key!r} in {where} must be a model family's name such as 'llama', not "
+            f"{shown(json.dumps(v), quote=False)}.",
+            hint="Give the model's model_type (its config.json on the Hub has it; supported: "
+                 f"{', '.join(supported_model_types())}), or drop the field to plan it as a dense LLaMA-like "
+                 "decoder, as a config without model_type is planned.")
+
+
+def _moe_count(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> tuple[int, str]:
+    """A MoE config's expert count or experts per token, and the field that gave it."""
+    for k in keys:
+        if cfg.get(k):
+            return int(cfg[k]), k
+    zero = next((k for k in keys if cfg.get(k) == 0), None)
+    if zero is not None:  # 0 had been reported as a missing field
+        raise BadInputError(f"The field {zero!r} in {where} must be above zero in a mixture-of-experts model, not 0.",
+                            hint="Fix the config (the model's config.json on the Hub has the right value).")
+    raise BadInputError(f"The MoE config {where} lacks {keys[0]!r} (or {', '.join(repr(k) for k in keys[1:])}).",
+                        hint="Add num_local_experts (or num_experts) and num_experts_per_tok.")
+
+
 def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | None = None,
                    assume_dense: bool = False) -> ModelSpec:
     """A ModelSpec from the fields of a Hugging Face `config.json` (a dict). A `model_type` that
@@ -307,8 +401,10 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
     where = where or name
     if not isinstance(cfg, dict):
         raise BadInputError(f"The model config {where} is not a JSON object.", hint="Point --model at a config.json.")
+    _check_model_type(cfg, "model_type", where)
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM under text_config
         inner = dict(cfg["text_config"])
+        _check_model_type(inner, "text_config.model_type", where)
         inner.setdefault("model_type", cfg.get("model_type", ""))
         cfg = inner
     check_config_fields(cfg, where)
@@ -334,7 +430,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
     family = mtype or "llama"
 
     def need(*keys: str) -> int:
-        return _positive_int(_need(cfg, keys, where), keys[0], where)
+        return _need_int(cfg, keys, where)
 
     if mtype == "gpt2":
         h, layers, heads = need("n_embd", "hidden_size"), need("n_layer", "num_hidden_layers"), need("n_head", "num_attention_heads")
@@ -379,13 +475,19 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
     tied_default = bool(traits.get("tied", False))
     tied = bool(cfg.get("tie_word_embeddings", tied_default))
     moe = bool(traits.get("moe")) or bool(cfg.get("num_local_experts") or cfg.get("num_experts"))
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0) if moe else 0
-    per_tok = int(cfg.get("num_experts_per_tok") or cfg.get("top_k") or 0) if moe else 0
-    if moe and (experts <= 0 or per_tok <= 0):
-        raise BadInputError(
-            f"The MoE config {where} lacks 'num_experts_per_tok' or the number of experts.",
-            hint="Add num_local_experts (or num_experts) and num_experts_per_tok.",
-        )
+    experts = per_tok = 0
+    if moe:
+        experts, experts_key = _moe_count(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), where)
+        per_tok, per_tok_key = _moe_count(cfg, ("num_experts_per_tok", "top_k"), where)
+        if per_tok > experts:  # more routed experts than there are: the inactive parameters came out negative
+            raise BadInputError(f"The field {per_tok_key!r} in {where} is {per_tok:,}, more than the {experts:,} experts "
+                                f"of {experts_key!r}.", hint="Fix the config (the model's config.json on the Hub has "
+                                                             "the right value).")
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        if first_dense > layers:  # more dense layers than layers: a negative count of MoE layers
+            raise BadInputError(f"The field 'first_k_dense_replace' in {where} is {first_dense:,}, more than the "
+                                f"model's {layers:,} layers.", hint="Fix the config (the model's config.json on the "
+                                                                    "Hub has the right value).")
     act = traits.get("act", "silu")
     hact = "" if mtype in ("mpt", "bloom", "falcon") else str(
         cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
@@ -395,7 +497,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         act = "gelu_new"
     elif hact == "gelu":
         act = "gelu"
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         family=family,
         hidden_size=h,
@@ -443,6 +545,12 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         assumed_dense=assumed,
         source=where,
     )
+    if spec.params > PARAMS_MAX:  # each size within its bound, their product past any model
+        raise BadInputError(f"The sizes in {where} (hidden {h:,}, {layers:,} layers, MLP {inter:,}, vocabulary "
+                            f"{vocab:,}{f', {experts:,} experts' if experts else ''}) make {spec.params / 1e12:,.0f}T "
+                            f"parameters; no model has more than {PARAMS_MAX / 1e12:,.0f}T.",
+                            hint="Fix the config (the model's config.json on the Hub has the right values).")
+    return spec
 
 
 # ---------------------------------------------------------------- presets

@@ -54,10 +54,22 @@ class Measurement:
                           runtime=self.runtime)
 
 
-# A measured figure (bytes, seconds, tokens/s) is a finite number above zero and below this; a run's
-# size (batch, seq, prompt, new_tokens) a whole number up to _COUNT_MAX: a NaN, a negative step time
-# or a 1e300-byte peak crashed the fit with a traceback, or was fitted and stored.
-_FIGURE_MAX = 1e15
+# A measured figure is a number a GPU run can give, each kind within bounds: a NaN, a negative step
+# time or a 1e300-byte peak crashed the fit with a traceback, or was fitted and stored, and a step of
+# 1e-300 s was fitted into errors of 10^300 %. A time (a step, a prefill, a TPOT) is more than a
+# microsecond (no kernel launch, let alone a step, is shorter: under that it is no measurement) and
+# less than 1,000,000 s (11.6 days); a memory figure is 1 byte to 100 TiB (the largest GPU holds
+# 288 GB); a throughput is 1e-6 to 1e10 tokens a second (one token in 11.6 days; a GPU's peak FLOPs
+# over a small model's 2 x 20M FLOPs a token is some 1e8). A run's size (batch, seq, prompt,
+# new_tokens) is a whole number up to _COUNT_MAX.
+_TIB = 1 << 40
+_TIME = (1e-6, 1e6, False, "a time in seconds, more than a microsecond and less than 1,000,000")
+_BYTES = (1, 100 * _TIB, True, "a memory size in bytes, from 1 to 109,951,162,777,600: 100 TiB")
+_FIGURES: dict[str, tuple[float, float, bool, str]] = {  # field -> (low, high, both ends included, what)
+    "step_s": _TIME, "prefill_s": _TIME, "decode_token_s_median": _TIME,
+    "peak_alloc": _BYTES, "peak_reserved": _BYTES, "mem_after_load": _BYTES,
+    "tokens_per_s": (1e-6, 1e10, True, "a throughput in tokens a second, from 0.000001 to 10,000,000,000"),
+}
 _COUNT_MAX = 1 << 26
 
 
@@ -65,10 +77,14 @@ def _num(d: dict[str, Any], key: str, cast: type = float, *, where: str = "") ->
     v = d.get(key)
     if v is None:
         return None
+    low, high, closed, what = _FIGURES[key]
+    if isinstance(v, bool) or not isinstance(v, int | float):  # "0.15" and true (1 second) had been read as numbers
+        raise BadInputError(f"{where}: the field {key!r} is {shown(v)}, not a number ({what}).",
+                            hint="Fix or drop that line; a run that did not measure it leaves it out.")
     x = float(v)
-    if not (math.isfinite(x) and 0 < x <= _FIGURE_MAX):
-        raise BadInputError(f"{where}: the field {key!r} is {shown(v)}, not a measured figure above 0 and at most "
-                            f"{_FIGURE_MAX:g}.", hint="Fix or drop that line; a run that did not measure it leaves it out.")
+    if not (math.isfinite(x) and (low <= x <= high if closed else low < x < high)):
+        raise BadInputError(f"{where}: the field {key!r} is {shown(v, quote=False)}, not a figure a GPU run measures "
+                            f"({what}).", hint="Fix or drop that line; a run that did not measure it leaves it out.")
     return cast(x)
 
 
