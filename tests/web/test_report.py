@@ -99,6 +99,7 @@ def test_names_are_escaped_in_reports(tmp_path):
         ["--store", "{missing}", "--out", "{out}"],
         ["--store", "{db}", "--out", "{out}", "--job", "no-such-job"],
         ["--store", "{db}", "--out", "{out}", "--baseline", "yesterday"],
+        ["--store", "{db}", "--out", "{out}", "--baseline", "1,2"],  # a window with no samples: an empty comparison before
         ["--store", "{db}", "--out", "{out}", "--format", "pdf"],
         ["--store", "{db}", "--out", "{tmp}/no/such/folder/r.html"],
         ["--store", "{db}", "--out", "{out}", "--job", "a", "--service", "b"],

@@ -100,6 +100,9 @@ def build_report_data(
             raise BadInputError(f"{where} holds no data.", hint="Run `gpulens agent` or `gpulens replay` first.")
         if readers is None:  # a fleet's reader is opened on its window and checked there (cli/fleet.py)
             require_overlap(start, end, rng, where)
+            if baseline is not None:  # a baseline of nothing would read as a comparison of empty rows
+                require_overlap(baseline.start, baseline.end, rng, f"The --baseline window of {where[0].lower()}{where[1:]}",
+                                hint="Give --baseline START,END inside that span: a run you trust.")
         window = Window(start if start is not None else rng[0], end if end is not None else rng[1])
         if window.end <= window.start:
             window = Window(window.start, window.start + 1.0)

@@ -51,7 +51,8 @@ def format_time(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def require_overlap(start: float | None, end: float | None, data: tuple[float, float] | None, where: str) -> None:
+def require_overlap(start: float | None, end: float | None, data: tuple[float, float] | None, where: str, *,
+                    hint: str = "Give --start / --end inside that span, or leave them out for all of it.") -> None:
     """Refuse a --start/--end window that holds none of the data's time span (`data`: first and last sample;
     None: no data, which callers say in their own words): an analysis of nothing would read as all clear."""
     if data is None or (start is None and end is None):
@@ -66,5 +67,4 @@ def require_overlap(start: float | None, end: float | None, data: tuple[float, f
         what = f"no samples before {format_time(end)}"
     else:
         what = f"no samples between {format_time(lo)} and {format_time(hi)}"
-    raise BadInputError(f"{where} holds {what}: its samples run from {format_time(first)} to {format_time(last)}.",
-                        hint="Give --start / --end inside that span, or leave them out for all of it.")
+    raise BadInputError(f"{where} holds {what}: its samples run from {format_time(first)} to {format_time(last)}.", hint=hint)
