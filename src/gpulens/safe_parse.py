@@ -247,22 +247,27 @@ class UnsafeYaml(UnsafeValue):
         self.line = line
 
 
-def _expanded_nodes_within(root: Any, limit: int) -> bool:
-    """Whether the node graph, with every alias expanded where it is used, has at most `limit` nodes."""
+def _expanded_nodes_within(root: Any, limit: int) -> str | None:
+    """None if the node graph, with every alias expanded where it is used, has at most `limit`
+    nodes; else why not: the document itself holds more, or its aliases expand it past `limit`."""
     import yaml
 
-    seen, stack = 0, [root]
+    seen, stack, distinct = 0, [root], set()
     while stack:
         node = stack.pop()
         seen += 1
+        distinct.add(id(node))
         if seen > limit:
-            return False
+            # a plan.yaml of 200,000 prices has no alias: "its aliases expand" was untrue there
+            if len(distinct) > limit:
+                return f"it holds more than {limit:,} values (keys and values counted)"
+            return f"its aliases expand to more than {limit:,} values"
         if isinstance(node, yaml.SequenceNode):
             stack.extend(node.value)
         elif isinstance(node, yaml.MappingNode):
             for k, v in node.value:
                 stack.extend((k, v))
-    return True
+    return None
 
 
 def _duplicate_key(root: Any) -> UnsafeYaml | None:
@@ -326,8 +331,9 @@ def yaml_value(text: str, *, loader: Any = None, max_nodes: int = MAX_YAML_NODES
         node = ld.get_single_node()
         if node is None:
             return None
-        if not _expanded_nodes_within(node, max_nodes):
-            raise UnsafeYaml(f"its aliases expand to more than {max_nodes:,} values")
+        too_many = _expanded_nodes_within(node, max_nodes)
+        if too_many is not None:
+            raise UnsafeYaml(too_many)
         duplicate = _duplicate_key(node)
         if duplicate is not None:
             raise duplicate
