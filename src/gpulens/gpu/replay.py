@@ -47,6 +47,7 @@ from gpulens.vocab import gpu_fields as F
 log = logging.getLogger(__name__)
 
 RECORDING_FORMAT = "gpulens-recording"
+RECORDING_VERSION = 1  # the newest recording format this gpulens reads (`gpulens record` writes it)
 MAX_SKIPPED_KEPT = 20  # skipped lines remembered with their reasons (all are counted)
 MAX_LINE_BYTES = 1 << 20  # the header is read up to this much
 _UNREADABLE = object()
@@ -182,8 +183,10 @@ class ReplayBackend:
     otherwise they keep the recorded times (for importing). With `loop=True` it starts over at the end.
 
     A recorded gap longer than `max_gap_seconds` is played as that long; a frame that far from both its
-    neighbours is skipped and counted. Waits go through `wait_with(wait)` (the sampling loop hands its
-    stop-aware wait), else `sleep`."""
+    neighbours is skipped and counted, and so is one that far before the latest frame played (a clock
+    that went back). A recording's header is checked (its format version, one entry per GPU index), and
+    a sample or XID of a GPU it does not list is skipped and counted. Waits go through `wait_with(wait)`
+    (the sampling loop hands its stop-aware wait), else `sleep`."""
 
     name = "replay"
 
@@ -222,6 +225,10 @@ class ReplayBackend:
         self._xids: list[XidEvent] = []
         self._infos: list[GpuInfo] = []
         self.recorded_host: str | None = None  # the host a recording's header names
+        self._header_gpus: dict[int, GpuInfo] = {}  # a recording's GPUs by index: a sample names one of them
+        # the earliest and latest recorded time of the frames played (a recording's clock may step back)
+        self.first_recorded_t: float | None = None
+        self.latest_recorded_t: float | None = None
         self._format = self._sniff()
         self._frames = self._frames_forever() if loop else self._read_frames()
         self._next: list[GpuSample] | None = None
@@ -243,6 +250,14 @@ class ReplayBackend:
                 + "; ".join(str(s) for s in self.skipped[:3]) + ".",
                 hint="Check that it is a telemetry.jsonl or a `gpulens record` file (UTF-8 JSON lines).",
             )
+
+    def require_samples(self) -> None:
+        """For an import: a recording with its header and no sample line is refused (a header alone
+        still describes the machine's GPUs, for `plan --gpu local`)."""
+        if self._done and self._format == "gpulens" and not self.lines_already_imported:
+            raise TraceError(f"The recording {self.telemetry_path} holds a header and no samples: the recording was "
+                             "stopped before its first sample.",
+                             hint="Record again with a --duration longer than its --interval, or give another recording.")
 
     # ------------------------------------------------------------ reading
     def _skip(self, lineno: int, reason: str) -> None:
@@ -267,11 +282,18 @@ class ReplayBackend:
             if not isinstance(gpus, list):
                 raise TraceError(f"The recording {self.telemetry_path} has a header whose gpus is not a list.",
                                  hint="Record it again with `gpulens record`.")
+            self._check_version(head.get("version"))
             try:
                 self._infos = [info_from_fields(g, i) for i, g in enumerate(gpus)]
             except BadLine as e:
                 raise TraceError(f"The recording {self.telemetry_path} has a broken header: {e}.",
                                  hint="Record it again with `gpulens record`.") from None
+            for info in self._infos:
+                if info.index in self._header_gpus:
+                    raise TraceError(f"The recording {self.telemetry_path} has a broken header: it lists GPU index "
+                                     f"{info.index} twice, so its samples cannot be told apart.",
+                                     hint="Record it again with `gpulens record`, or give each GPU of the header its own index.")
+                self._header_gpus[info.index] = info
             host = head.get("host")
             self.recorded_host = host if isinstance(host, str) and host else None
             return "gpulens"
@@ -280,6 +302,29 @@ class ReplayBackend:
         if not first.strip():
             raise TraceError(f"The trace {self.telemetry_path} is empty.", hint="Record one with `gpulens record` or use the bundled trace.")
         return "h200"
+
+    def _check_version(self, version: Any) -> None:
+        """A recording's format version: a whole number from 1 to the newest this gpulens reads (a
+        header without one is read as version 1, the only one there has been)."""
+        if version is None:
+            return
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            shown = repr(version) if len(repr(version)) <= 40 else repr(version)[:37] + "..."
+            raise TraceError(f"The recording {self.telemetry_path} has a broken header: its format version is {shown}, "
+                             "not a whole number from 1.",
+                             hint="Record it again with `gpulens record`.")
+        if version > RECORDING_VERSION:
+            shown = str(version) if len(str(version)) <= 20 else str(version)[:17] + "..."
+            raise TraceError(f"The recording {self.telemetry_path} was written by a newer gpulens (format version "
+                             f"{shown}; this one reads {RECORDING_VERSION}): upgrade gpulens.",
+                             hint="Install a newer gpulens (pip install -U gpulens) to read it.")
+
+    def _header_gpu(self, gpu: int) -> int:
+        """A GPU index a sample or XID names, which the recording's header must list."""
+        if gpu not in self._header_gpus:
+            listed = ", ".join(str(i) for i in self._header_gpus) or "none"
+            raise BadLine(f"gpu {gpu} is not in the recording's header ({listed})")
+        return gpu
 
     def _lines(self) -> Iterator[tuple[int, dict[str, Any]]]:
         with self.telemetry_path.open("r", encoding="utf-8", errors="replace") as f:
@@ -300,11 +345,13 @@ class ReplayBackend:
         if kind == "header" or d.get("format") == RECORDING_FORMAT:
             return None
         if kind == "xid":
-            return XidEvent(t=time_seconds(d.get("t")), gpu=integer(d.get("gpu"), "gpu") or 0,
+            return XidEvent(t=time_seconds(d.get("t")), gpu=self._header_gpu(integer(d.get("gpu"), "gpu") or 0),
                             uuid=text(d.get("uuid", ""), "uuid"), xid=integer(d.get("xid"), "xid") or 0)
         if kind != "sample":
             raise BadLine(f"type is {str(kind)[:20]!r}, not sample or xid")
-        return sample_from_fields(d)
+        s = sample_from_fields(d)
+        self._header_gpu(s.gpu)
+        return s
 
     def _raw_frames(self) -> Iterator[RawFrame]:
         """Frames as read: the lines of every GPU at one moment, with the XIDs read meanwhile."""
@@ -334,9 +381,20 @@ class ReplayBackend:
             yield frame
 
     def _read_frames(self) -> Iterator[list[GpuSample]]:
-        """Frames: the samples of every GPU at one moment; frames out of the timeline skipped."""
+        """Frames: the samples of every GPU at one moment; frames out of the timeline skipped, and so
+        are frames more than the max gap before the latest one kept (a clock that went back, or a
+        second recording appended: stored, they would end before they begin, and an import continued
+        after an interruption could not tell them from what it stored)."""
         t_ref: float | None = None
+        t_max: float | None = None
         for raw in guard_frames(self._raw_frames(), self.max_gap_seconds, self._skip):
+            if raw.samples and t_max is not None and t_max - raw.t > self.max_gap_seconds:
+                for lineno, s in raw.samples:
+                    self._skip(lineno, f"t is {s.t:.0f}, {t_max - s.t:.0f} s back in time from the lines before it "
+                                       f"(more than the max gap of {self.max_gap_seconds:g} s)")
+                raw.samples = []
+            if raw.samples:
+                t_max = raw.t if t_max is None else max(t_max, raw.t)
             t_ref = raw.t if raw.samples else t_ref
             for lineno, x in raw.xids:
                 if t_ref is not None and abs(x.t - t_ref) > self.max_gap_seconds:
@@ -417,6 +475,8 @@ class ReplayBackend:
             for s in frame:
                 s.t = self._wall0 + self._pacer_time(s.t) * scale
         self.samples_read += len(frame)
+        self.first_recorded_t = rec_t if self.first_recorded_t is None else min(self.first_recorded_t, rec_t)
+        self.latest_recorded_t = rec_t if self.latest_recorded_t is None else max(self.latest_recorded_t, rec_t)
         self._advance()
         return frame
 

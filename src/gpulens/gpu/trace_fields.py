@@ -13,6 +13,7 @@ from gpulens.gpu.types import GpuInfo, GpuProcess, GpuSample, MigInstanceSample
 from gpulens.units import MAX_ABS_VALUE, MAX_RECORDED_TIME_SECONDS, MIN_TIME_SECONDS
 
 MAX_INT = 2**63 - 1
+_BOUND = f"{MAX_ABS_VALUE:.0e}".replace("e+", "e")  # the store's bound on a value, as people write it: 1e18
 
 
 class BadLine(ValueError):
@@ -67,8 +68,10 @@ def number(v: Any, name: str) -> float | None:
         x = float(v)
     except OverflowError:
         raise BadLine(f"{name} is too large") from None
-    if not math.isfinite(x) or abs(x) > MAX_ABS_VALUE:
+    if not math.isfinite(x):
         raise BadLine(f"{name} is {_show(v)}, not a finite reading")
+    if abs(x) > MAX_ABS_VALUE:  # finite, but past what the store keeps
+        raise BadLine(f"{name} is {_show(v)}, beyond ±{_BOUND}, which no GPU reading reaches")
     return x
 
 

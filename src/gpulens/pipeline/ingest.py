@@ -8,6 +8,7 @@ the alert rules evaluated every `evaluate_seconds` of recorded time.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -72,6 +73,7 @@ class ImportSummary:
     end: float | None = None
     already_imported: bool = False  # nothing new: every sample and event of the trace was stored before
     lines_already_imported: int = 0  # samples and XIDs of the trace an earlier import stored (skipped now)
+    shorter_than_imported: bool = False  # the beginning of a longer copy imported before (e.g. `head -50` of it)
     gpus: list[str] = field(default_factory=list)
 
     @property
@@ -108,6 +110,41 @@ def trace_identity(telemetry_path: Path) -> str:
                     h.update(line[:MAX_LINE_BYTES])
                     break
     return h.hexdigest()
+
+
+_COPY_KEY = "trace-copy:"  # meta key (+ the imported file's sha) -> the path of the copy imported
+
+
+def _check_shorter(store: Store, path: Path, size: int, sha: str, claim: trace_claims.TraceClaim) -> None:
+    """A trace shorter than the copy imported before (`head -50` of it, say): its import goes on
+    (and stores only what the earlier one did not, by recorded time) when it is that copy's beginning,
+    line for line; it is refused when it is not, or when that copy is no longer there to tell."""
+    try:
+        imported = json.loads(store.get_meta(_COPY_KEY + claim.prefix_sha[:16]) or "null")
+    except ValueError:
+        imported = None
+    copy = Path(imported) if isinstance(imported, str) and imported else None
+    same_file = copy is not None and copy == path.resolve()
+    if copy is not None and not same_file:
+        try:
+            if copy.stat().st_size >= claim.prefix_bytes and _sha256(copy, claim.prefix_bytes) == claim.prefix_sha:
+                if _sha256(copy, size) == sha:
+                    return  # the beginning of what was imported
+                raise TraceError(
+                    f"The trace {path} is shorter than the copy imported into this store before ({copy}), and its lines "
+                    "differ from that copy's; nothing was imported.",
+                    hint="Use --force to import all of it (samples it shares with the earlier import are then stored twice), "
+                         "or use another --store.")
+        except OSError:
+            pass  # the copy cannot be read: told below
+    where = ("it was cut since" if same_file
+             else f"the copy imported ({copy}) is gone or changed since" if copy is not None
+             else "this store does not say where the copy imported was")
+    raise TraceError(
+        f"The trace {path} is shorter than the copy imported into this store before ({size} of {claim.prefix_bytes} bytes) "
+        f"and {where}, so whether its lines are the ones stored cannot be told; nothing was imported.",
+        hint="If it is the beginning of that copy, its lines are stored already; --force imports all of it again "
+             "(samples it shares with the earlier import are then stored twice).")
 
 
 class _Progress(SinkBase):
@@ -202,7 +239,8 @@ def import_trace(
     store (`store.trace_claims`) and commits in batches of whole frames, each with the claim's new
     position in the same transaction. A second import of the same trace waits for the first
     (`on_wait` is told the pid); a trace imported before imports nothing again, a grown one only its
-    new tail, and an import stopped midway (Ctrl-C, kill -9) is continued by the next. `force`
+    new tail, a shorter copy (its beginning, verified against the copy imported) only what that
+    import had not stored yet, and an import stopped midway (Ctrl-C, kill -9) is continued by the next. `force`
     imports all of the trace again (its samples are then stored twice). A set `stop_event` (SIGTERM,
     SIGINT) ends the import at once, keeping the whole frames it committed; a replay never waits
     longer than `max_gap_seconds` between frames (`gpu.replay_pacing`)."""
@@ -232,8 +270,13 @@ def _import_claimed(
     size = telemetry_path.stat().st_size
     sha = _sha256(telemetry_path, size)
     summary = ImportSummary(trace=str(telemetry_path))
+    prefix_bytes, prefix_sha = size, sha  # what a later import of this trace must begin with
     if not force:
-        if claim.prefix_bytes and (size < claim.prefix_bytes or _sha256(telemetry_path, claim.prefix_bytes) != claim.prefix_sha):
+        if claim.prefix_bytes and size < claim.prefix_bytes:
+            _check_shorter(store, telemetry_path, size, sha, claim)
+            summary.shorter_than_imported = True
+            prefix_bytes, prefix_sha = claim.prefix_bytes, claim.prefix_sha  # the longer copy's lines stay the claim's
+        elif claim.prefix_bytes and _sha256(telemetry_path, claim.prefix_bytes) != claim.prefix_sha:
             raise TraceError(
                 f"The trace {telemetry_path} begins like one imported into this store before, but its earlier lines "
                 "differ from what was imported; nothing was imported.",
@@ -245,9 +288,13 @@ def _import_claimed(
             summary.already_imported = True
             return summary
     resume_after = None if force else claim.position_t
-    trace_claims.begin(store, claim.trace_id, owner, prefix_bytes=size, prefix_sha=sha, restart=force)
     gap = {} if max_gap_seconds is None else {"max_gap_seconds": max_gap_seconds}
     backend = ReplayBackend(path, speed=speed, rebase=False, resume_after=resume_after, **gap)
+    backend.require_samples()
+    trace_claims.begin(store, claim.trace_id, owner, prefix_bytes=prefix_bytes, prefix_sha=prefix_sha, restart=force)
+    if prefix_sha == sha:
+        # where a shorter copy is compared with (JSON: a path need not be UTF-8)
+        store.set_meta(_COPY_KEY + sha[:16], json.dumps(str(telemetry_path.resolve())))
     summary.gpus = [g.name for g in backend.gpus()]
     ctx = ctx or ImportContext()
     map_recorded_host(ctx, backend)
@@ -303,7 +350,8 @@ def _import_claimed(
             store.commit_marked_only(False)  # a frame cut short by an interruption is not stored
     summary.gpu_frames = progress.frames
     summary.gpu_values = stats.values_written
-    summary.start, summary.end = stats.first_sample_t, stats.last_sample_t
+    # the earliest and latest sample stored (a recording's clock may step back within the max gap)
+    summary.start, summary.end = backend.first_recorded_t, backend.latest_recorded_t
     summary.events = dict(ctx.counts)
     summary.skipped_lines = backend.skipped_lines
     summary.skipped = list(backend.skipped)

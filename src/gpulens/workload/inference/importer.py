@@ -27,7 +27,7 @@ from gpulens.store import Store
 from gpulens.vocab import names as N
 from gpulens.workload.fields import duration, field, time_point
 from gpulens.workload.importers import ImportContext, register_importer
-from gpulens.workload.inference.records import request_from_dict, write_request
+from gpulens.workload.inference.records import request_fault, request_from_dict, write_request
 
 
 class _State:
@@ -85,7 +85,11 @@ def import_request(record: dict[str, Any], store: Store, ctx: ImportContext) -> 
     live = {k: data.pop(k) for k in LIVE_REQUEST_FIELDS if k in data}
     req = request_from_dict(data)
     if req is None:
-        return
+        raise ValueError(f"a {N.EV_REQUEST} record needs an end time")
+    fault = request_fault(req)
+    if fault:
+        raise ValueError(fault)
+    field(data, "tpot_s", duration)  # present, it is a duration the store keeps (else the record is skipped)
     if "requests_total" in live:
         _import_live_request(req, live, labels_for(record, ctx), store)
         return

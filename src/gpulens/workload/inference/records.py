@@ -105,6 +105,20 @@ def request_from_dict(d: Mapping[str, Any], t: float | None = None) -> RequestRe
     )
 
 
+def request_fault(rec: RequestRecord) -> str | None:
+    """What makes a request's times impossible, or None: it ends before it starts or arrives, or its
+    first token comes before its start or after its end."""
+    if rec.end_t < rec.start_t:
+        return f"it ends {rec.start_t - rec.end_t:.3g} s before it starts"
+    if rec.end_t < rec.arrival_t:
+        return f"it ends {rec.arrival_t - rec.end_t:.3g} s before it arrives"
+    if rec.first_token_t is not None and rec.first_token_t < rec.start_t:
+        return f"its first token comes {rec.start_t - rec.first_token_t:.3g} s before it starts"
+    if rec.first_token_t is not None and rec.first_token_t > rec.end_t:
+        return f"its first token comes {rec.first_token_t - rec.end_t:.3g} s after it ends"
+    return None
+
+
 def request_from_event(e: Event) -> RequestRecord | None:
     """The request a stored `request` event holds (the pid may also be a label)."""
     rec = request_from_dict(e.data, e.t)

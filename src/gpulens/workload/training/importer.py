@@ -10,13 +10,14 @@ events carry the pid.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpulens.store import Store
 from gpulens.vocab import names as N
-from gpulens.workload.fields import duration, field
+from gpulens.workload.fields import duration, field, stored_value
 from gpulens.workload.importers import ImportContext, event_time, register_importer
-from gpulens.workload.training.records import record_from_dict, write_step
+from gpulens.workload.training.records import record_from_dict, step_fault, step_series_values, write_step
 
 
 def _labels(record: dict[str, Any], ctx: ImportContext) -> dict[str, str]:
@@ -52,11 +53,22 @@ def _mfu_args(ctx: ImportContext) -> dict[str, float]:
 
 @register_importer(N.EV_TRAIN_STEP)
 def import_train_step(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:
+    """One step. A record it cannot store as measured raises ValueError (the import skips and counts
+    it): no usable times, an end before its start, a value the store cannot keep."""
+    fault = step_fault(record)
+    if fault:
+        raise ValueError(fault)
     rec = record_from_dict(record)
     if rec is None:
-        return
+        raise ValueError(f"a {N.EV_TRAIN_STEP} record needs t_end and t_start (or step_s)")
+    mfu_args = _mfu_args(ctx)
+    for name, value in step_series_values(rec, **mfu_args):
+        # a finite value past the store's bound is no measurement (a loss of 1e308); NaN and infinite
+        # losses are what a diverging run records (train_nan_loss): the step is kept, as a live one is
+        if math.isfinite(value) and stored_value(value) is None:
+            raise ValueError(f"its {name} is {value!r}, which the store cannot keep")
     labels = _labels(record, ctx)
-    write_step(store, labels, rec, ctx.ids_for(labels), **_mfu_args(ctx))
+    write_step(store, labels, rec, ctx.ids_for(labels), **mfu_args)
 
 
 def _import_labelled(record: dict[str, Any], store: Store, ctx: ImportContext) -> None:

@@ -119,6 +119,15 @@ def record_from_dict(d: dict[str, Any]) -> StepRecord | None:
     )
 
 
+def step_fault(d: dict[str, Any]) -> str | None:
+    """What makes a recorded step impossible, or None: it ends before it begins. (A step the
+    parser reads without its times is None from `record_from_dict`.)"""
+    t_start, t_end = time_point(d.get("t_start")), time_point(d.get("t_end", d.get("t")))
+    if t_start is not None and t_end is not None and t_end < t_start:
+        return f"it ends {t_start - t_end:.3g} s before it starts (t_end {t_end!r} < t_start {t_start!r})"
+    return None
+
+
 def step_series_values(rec: StepRecord, peak_flops: float | None = None, flops_per_token: float | None = None) -> list[tuple[str, float]]:
     """(series name, value) pairs one step contributes, all at its end time."""
     dur = rec.duration_seconds
