@@ -214,7 +214,8 @@ class Store(StoreQueries):
         self.refused_count += 1
         if self.refused_count == 1:
             log.warning("the store %s refused %s at t=%r (value %r): times must be unix seconds in 1970..2200 and "
-                        "values finite; such rows are dropped and counted (Store.refused_count)", self.path, what, t, value)
+                        "values within ±%g; such rows are dropped and counted (Store.refused_count)", self.path, what, t, value,
+                        MAX_ABS_VALUE)
 
     def write_id(self, series_id: int, t: float, value: float) -> None:
         """Buffer one sample of a known series. NaN is not stored: a missing value is no sample.
