@@ -208,3 +208,21 @@ def test_figures_inside_the_bounds_are_read(capsys, tmp_path, field, value):
     rc, err = _calibrate(capsys, tmp_path, {**_run("train"), field: value})
     assert f"'{field}'" not in err, err
     assert rc in (0, 2), err  # the fit may be refused for its error, never the value
+
+
+def test_a_config_without_model_type_says_how_it_was_read(tmp_path, capsys):
+    """It is planned as a dense LLaMA-like decoder, and the plan says so (it did so silently)."""
+    import json
+
+    from gpulens.cli.main import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+                               "intermediate_size": 5632, "vocab_size": 32000}))
+    assert main(["plan", "--model", str(cfg), "--gpu", "h200", "--workload", "infer", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert any("names no model_type" in n for n in d["notes"]) and d["model"]["untyped"] is True
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "model_type": "llama"}))
+    assert main(["plan", "--model", str(cfg), "--gpu", "h200", "--workload", "infer", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert not any("model_type" in n for n in d["notes"]) and d["model"]["untyped"] is False

@@ -543,6 +543,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str = "model", where: str | Non
         sliding_layers=_sliding(cfg, mtype, layers)[1],
         attn_logit_softcap=cfg.get("attn_logit_softcapping"),
         assumed_dense=assumed,
+        untyped=not mtype,
         source=where,
     )
     if spec.params > PARAMS_MAX:  # each size within its bound, their product past any model

@@ -57,6 +57,7 @@ class ModelSpec:
     sliding_layers: int = 0  # how many layers use the window (the others attend to everything)
     rough: bool = False  # built from a bare parameter count: shapes are guessed
     assumed_dense: bool = False  # an unknown model_type read as a dense LLaMA-like decoder (--assume-dense)
+    untyped: bool = False  # a config.json with no model_type, read as a dense LLaMA-like decoder
     source: str = ""
     published_params: int | None = None
 
@@ -227,6 +228,7 @@ class ModelSpec:
             "rough": self.rough,
             "max_context": self.max_context,
             "assumed_dense": self.assumed_dense,
+            "untyped": self.untyped,
         }
 
 

@@ -224,6 +224,9 @@ def plan(req: PlanRequest, *, model: ModelSpec | None = None, user: UserConfig |
         notes.append(f"Warning: model_type {model.family!r} is not a family the planner models; planned as a dense "
                      "LLaMA-like decoder (--assume-dense). Its MoE, MLA or sliding-window layout, if any, is ignored: "
                      "parameter and KV-cache figures may be far off.")
+    if model.untyped:
+        notes.append("The config names no model_type: planned as a dense LLaMA-like decoder (its fields read by "
+                     "their Hugging Face names). Add the model's model_type if it is a family with another layout.")
     if model.rough:
         notes.append("Rough answer: only a parameter count was given, so the shapes are guessed (LLaMA-like). "
                      "Pass a config.json or a preset for a real one.")
