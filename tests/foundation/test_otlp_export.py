@@ -81,14 +81,19 @@ def _agent(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path, Path]:
     return proc, log, out
 
 
-def _stop(proc: subprocess.Popen) -> float:
+def _stop(proc: subprocess.Popen, log: Path | None = None) -> float:
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
-        assert proc.wait(10) == 0
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        # where it hangs, for whoever reads the failure: the agent's last log lines (with -v, its steps)
+        tail = log.read_text()[-3000:] if log is not None and log.exists() else "(no log)"
+        raise AssertionError(f"the agent did not exit within 10 s of SIGTERM; its log ends:\n{tail}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert proc.returncode == 0
     return time.monotonic() - t0
 
 
@@ -150,7 +155,7 @@ def test_the_agent_exports_the_same_histograms_and_gpu_gauges_as_metrics_over_ot
 
         text = wait_until(scraped, 30, "/metrics to count every step")
     finally:
-        took = _stop(proc)
+        took = _stop(proc, log)
     assert took < 5, f"the agent took {took:.1f} s to stop"
 
     (point,) = hist.histogram.data_points
@@ -204,7 +209,7 @@ def test_a_dead_collector_leaves_the_agent_sampling_logs_once_and_stops_on_sigte
         # several export intervals later, the store has kept growing...
         wait_until(lambda: newest() > t0 + 2.0, 30, "sampling to go on while the Collector is away")
     finally:
-        took = _stop(proc)
+        took = _stop(proc, log)
         if holder is not None:
             holder.close()
     assert took < 5, f"the agent took {took:.1f} s to stop"
