@@ -113,9 +113,33 @@ def _result_problem(data: object) -> str | None:
         values = item.get("values")
         if not isinstance(values, list):
             return f"{where}.values is {_kind(values)}, not a list" if "values" in item else f"{where} has no values"
-        for j, pair in enumerate(values):
-            if why := _sample_problem(pair, f"{where}.values[{j}]"):
-                return why
+        j = _first_bad_pair(values)
+        if j is not None:
+            return _sample_problem(values[j], f"{where}.values[{j}]")
+    return None
+
+
+_NUMBER_TYPES = (int, float)
+
+
+def _first_bad_pair(values: list) -> int | None:
+    """The index of the first sample of a range result that is not a [time, value] pair of numbers
+    (as _sample_problem judges), else None. One tight pass: a fleet's range answers hold hundreds of
+    thousands of samples, and a location string built per sample cost more than reading the JSON."""
+    j = 0
+    try:
+        for j, pair in enumerate(values):  # noqa: B007 - j is the answer when a check fails
+            if type(pair) is not list or len(pair) != 2:
+                return j
+            t, v = pair
+            for x in (t, v):
+                kind = type(x)
+                if kind is str:
+                    float(x)
+                elif kind not in _NUMBER_TYPES:  # bool, None, lists: no number (bool is not int here)
+                    return j
+    except ValueError:
+        return j
     return None
 
 
