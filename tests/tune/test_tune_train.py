@@ -23,13 +23,14 @@ def test_tune_train_keeps_more_workers_rolls_back_a_smaller_batch(capsys, tmp_pa
     store = tmp_path / "tune.db"
     html = tmp_path / "tune.html"
     rc, r = _tune(capsys, store, "--knob", "workers=0,2", "--knob", "batch=16,4", "--html", str(html), "--",
-                  *train_script, "--batch-size", "{batch}", "--num-workers", "{workers}", "--steps", "{steps}")
+                  *train_script, "--batch-size", "{batch}", "--num-workers", "{workers}", "--steps", "{steps}",
+                  "--io-ms", "8")  # a wait two workers halve by far more than a loaded CI machine's noise
     assert rc == 0
     assert r["metric"] == "tokens_per_second"
     assert "input_bound" in [f["kind"] for f in r["findings"]]
     by_change = {tuple(t["changed"].items()): t for t in r["trials"]}
     workers = by_change[(("workers", "2"),)]
-    assert workers["verdict"] == "kept" and workers["finding"] == "input_bound"
+    assert workers["verdict"] == "kept" and workers["finding"] == "input_bound", r["trials"]
     assert workers["speedup_ci"][0] > 1  # the interval excludes 1
     smaller = by_change[(("batch", "4"),)]
     assert smaller["verdict"] == "rolled_back" and smaller["speedup"] < 1
@@ -66,7 +67,7 @@ def test_an_oom_or_a_crash_in_a_trial_is_rolled_back_and_the_loop_goes_on(capsys
     rc, r = _tune(capsys, tmp_path / "tune.db", "--model", "0.1b", "--gpu", "l4", "--seq", "512", "--html", str(html),
                   "--knob", "workers=0,2", "--knob", "batch=16,1024,48,oops", "--",
                   *train_script, "--memory-limit-samples", "32", "--batch-size", "{batch}", "--num-workers", "{workers}",
-                  "--steps", "{steps}", "--io-ms", "8")  # a wait two workers halve by far more than a loaded CI machine's noise
+                  "--steps", "{steps}", "--io-ms", "8")  # as above: the gain stands above a loaded machine's noise
     assert rc == 0
     verdicts = [(t["changed"], t["verdict"]) for t in r["trials"]]
     assert verdicts == [({"workers": "2"}, "kept"), ({"batch": "48"}, "failed"), ({"batch": "oops"}, "failed")], r["trials"]
