@@ -24,7 +24,9 @@ def test_tune_train_keeps_more_workers_rolls_back_a_smaller_batch(capsys, tmp_pa
     html = tmp_path / "tune.html"
     rc, r = _tune(capsys, store, "--knob", "workers=0,2", "--knob", "batch=16,4", "--html", str(html), "--",
                   *train_script, "--batch-size", "{batch}", "--num-workers", "{workers}", "--steps", "{steps}",
-                  "--io-ms", "8")  # a wait two workers halve by far more than a loaded CI machine's noise
+                  # a data wait two workers halve by far more than a loaded CI machine's noise, and a step cost
+                  # that a batch of 4 cannot hide behind its data (with both waits data-bound, 4 and 16 tie)
+                  "--io-ms", "8", "--step-overhead-ms", "20")
     assert rc == 0
     assert r["metric"] == "tokens_per_second"
     assert "input_bound" in [f["kind"] for f in r["findings"]]
@@ -33,7 +35,7 @@ def test_tune_train_keeps_more_workers_rolls_back_a_smaller_batch(capsys, tmp_pa
     assert workers["verdict"] == "kept" and workers["finding"] == "input_bound", r["trials"]
     assert workers["speedup_ci"][0] > 1  # the interval excludes 1
     smaller = by_change[(("batch", "4"),)]
-    assert smaller["verdict"] == "rolled_back" and smaller["speedup"] < 1
+    assert smaller["verdict"] == "rolled_back" and smaller["speedup"] < 1, r["trials"]
     assert r["best"]["knobs"] == {"workers": "2", "batch": "16"}
     assert r["best"]["ci"][0] > 1
     # Every trial is a run with its command, knob values and fingerprint; the tune is one too.
