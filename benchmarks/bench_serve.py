@@ -22,6 +22,8 @@
   that wait (/proc schedstat) for both senders and the VM host's steal, so that a missed absolute
   goal with a met relative one reads as the machine's contention, not the tool's;
 - p50 against a 10 ms server, closed loop on 2 connections, against wrk's p50 on the same;
+- streamed completions: TTFT and TPOT p50 against the server's own log of when it sent its first
+  and last token (the unit test asserts only what a loaded machine cannot break);
 - coordinated omission: a 10 ms server with a 1 s stall at 200 req/s for 10 s, open loop (latency
   from the intended send) vs a closed loop against the same server.
 
@@ -362,12 +364,35 @@ def _floor(base: str) -> float:
     return run_load(LoadSpec(Target(f"{base}/fixed/floor?ms=0"), rate=200, duration_seconds=3)).summary.latency.p50
 
 
+def _streaming(base: str) -> dict[str, float]:
+    """Streamed completions (60 ms to the first token, then one every 15 ms; 10 req/s for 5 s): the
+    tool's TTFT and TPOT p50 beside the server's own, from its log of when it really sent its first
+    and last token. Compared rank by rank: the tool's figure can only be later than the server's."""
+    import json
+    import urllib.request
+
+    from gpulens.bench.serve import LoadSpec, Target, openai_body, run_load
+
+    key = f"bench-stream{os.getpid()}{int(time.time())}"
+    target = Target(f"{base}/v1/completions?ttft_ms=60&itl_ms=15&log={key}", method="POST", kind="completions",
+                    body=openai_body("completions", model="m", prompt="hi", max_tokens=12, stream=True),
+                    headers={"Content-Type": "application/json"})
+    recs = [r for r in run_load(LoadSpec(target, rate=10, duration_seconds=5)).records if r.status == "ok"]
+    with urllib.request.urlopen(f"{base}/log/{key}", timeout=30) as resp:
+        served = json.load(resp)
+    return dict(ttft=statistics.median(r.ttft for r in recs),
+                server_ttft=statistics.median(e["first_token_s"] for e in served),
+                tpot=statistics.median(r.tpot for r in recs),
+                server_tpot=statistics.median((e["last_token_s"] - e["first_token_s"]) / 11 for e in served))
+
+
 def run() -> list[dict]:
     out: list[dict] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         trivial, port, server = _trivial_server(tmp)
         timed, tport = _start([str(TEST_SERVERS), "timed"])
+        streaming, sport = _start([str(TEST_SERVERS), "aiohttp"])
         try:
             url = f"http://127.0.0.1:{port}/"
             sched = _schedule(url, port)  # first: nothing else of this benchmark is running yet
@@ -442,8 +467,15 @@ def run() -> list[dict]:
                             reference="closed loop p99, same server", reference_value=p99_closed * 1e3,
                             ratio=p99_open / p99_closed, goal="hundreds of ms where closed loop shows ~10 ms",
                             met=p99_open > 0.2 and p99_closed < 0.05))
+            st = _streaming(f"http://127.0.0.1:{sport}")
+            for what, ours, server in (("TTFT", st["ttft"], st["server_ttft"]), ("TPOT", st["tpot"], st["server_tpot"])):
+                ratio = ours / server
+                out.append(dict(name=f"streaming {what} p50 (60 ms to the first token, then 15 ms a token; 10 req/s) "
+                                     "vs the server's own send times", value=ours * 1e3, unit="ms",
+                                reference="the server's log", reference_value=server * 1e3, ratio=ratio,
+                                goal="within 5 % of the server's", met=abs(ratio - 1) <= 0.05))
         finally:
-            for p in (trivial, timed):
+            for p in (trivial, timed, streaming):
                 p.terminate()
                 p.wait(timeout=10)
     return out

@@ -76,7 +76,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     """OpenAI-compatible streaming: the first token after `ttft_ms` (plus `prefill_us` per prompt
     token not in the prefix cache, with `cache=KEY`), then one every `itl_ms`. Without
     `ignore_eos` the "model" ends at `eos_at` tokens when that is given (and min_tokens allows).
-    `log=KEY` keeps each request's prompt tokens, read back at GET /log/KEY."""
+    `log=KEY` keeps each request's prompt tokens (and, streamed, when its first and last tokens
+    were really sent), read back at GET /log/KEY."""
     body = await request.json()
     chat = request.path.endswith("/chat/completions")
     q = request.query
@@ -86,10 +87,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     tokens = _prompt_tokens(body, q.get("tok"))
     t0 = time.perf_counter()  # the cost model counts from here: after the server has tokenized
     prefill = len(tokens) if "cache" not in q else _uncached(q["cache"], tokens)
+    entry: dict = {}
     if "log" in q:
-        _logs.setdefault(q["log"], []).append({"tokens": [str(t) for t in tokens], "prefilled": prefill,
-                                               "max_tokens": body.get("max_tokens"), "ignore_eos": body.get("ignore_eos"),
-                                               "messages": len(body.get("messages") or [])})
+        entry = {"tokens": [str(t) for t in tokens], "prefilled": prefill, "max_tokens": body.get("max_tokens"),
+                 "ignore_eos": body.get("ignore_eos"), "messages": len(body.get("messages") or [])}
+        _logs.setdefault(q["log"], []).append(entry)
     ttft = float(q.get("ttft_ms", "50")) / 1000 + float(q.get("prefill_us", "0")) * 1e-6 * prefill
     itl = float(q.get("itl_ms", "20")) / 1000
     usage = {"completion_tokens": n, "prompt_tokens": len(tokens)}
@@ -104,6 +106,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await _sleep_until(t0 + ttft + itl * i)  # absolute times: no drift from sleep jitter
         chunk = {"choices": [{"delta": {"content": f"t{i} "}}]} if chat else {"choices": [{"text": f"t{i} "}]}
         await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        # when this server really sent its first and last token, from t0: a loaded machine sends late
+        entry["first_token_s" if i == 0 else "last_token_s"] = time.perf_counter() - t0
     await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()

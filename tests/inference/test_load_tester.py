@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import urllib.request
 
 import pytest
 
@@ -38,25 +40,35 @@ def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
     assert closed.summary.latency.p99 < min(r.latency for r in slow)
 
 
-def test_streaming_ttft_and_itl_match_the_server(test_server):
-    """Done-when: a streaming server with known TTFT (60 ms) and token interval (15 ms)."""
+def test_streaming_ttft_and_itl_are_read_from_the_stream(test_server):
+    """Done-when: a streaming server with known TTFT (60 ms) and token interval (15 ms). A client can
+    only see a token after the server sent it, and how much later depends on how busy the machine
+    is (CI's 2 loaded cores once made the 60 ms 135 ms at p50): here what holds on any machine, the
+    server's own send times as the floor and the stream's structure; how close the tool comes to
+    the server's clock is a benchmark figure (benchmarks/bench_serve.py, "streaming TTFT")."""
     for path in ("/v1/completions", "/v1/chat/completions"):
         kind = "chat" if "chat" in path else "completions"
-        target = Target(f"{test_server}{path}?ttft_ms=60&itl_ms=15", method="POST", kind=kind,
+        target = Target(f"{test_server}{path}?ttft_ms=60&itl_ms=15&log=stream-{kind}", method="POST", kind=kind,
                         body=openai_body(kind, model="m", prompt="hi", max_tokens=12, stream=True),
                         headers={"Content-Type": "application/json"})
-        s = run_load(LoadSpec(target, rate=10, duration_seconds=1.5)).summary
+        res = run_load(LoadSpec(target, rate=10, duration_seconds=1.5))
+        s, recs = res.summary, res.records
         assert s.requests.ok == s.requests.total == 15
-        # No token is seen before the server sends it (5 % below for timer granularity); late by at most
-        # what a loaded 2-core machine adds to the server's own sleeps (a whole run beside a second copy
-        # of the suite measured TTFT 68 ms). The tool's accuracy against the server's own clock is a
-        # benchmark figure (benchmarks/bench_serve.py), not a wall-clock assert here.
-        within = lambda got, nominal: 0.95 * nominal <= got <= 1.5 * nominal  # noqa: E731
-        assert within(s.ttft.p50, 0.060), s.ttft.p50
-        assert within(s.itl.p50, 0.015), s.itl.p50
-        assert within(s.tpot.mean, 0.015), s.tpot.mean
         assert s.output_tokens == 15 * 12
-        assert within(s.latency.p50, 0.060 + 11 * 0.015), s.latency.p50
+        # the chat role chunk and the closing usage chunk carry no token: 12 tokens, 11 gaps, in each request
+        assert all(len(r.itls or ()) == 11 for r in recs), [len(r.itls or ()) for r in recs]
+        # the gaps lie between the first token and the last, which come before the end
+        assert all(0 < sum(r.itls) <= r.end - r.first_token + 1e-9 for r in recs)
+        with urllib.request.urlopen(f"{test_server}/log/stream-{kind}", timeout=30) as resp:
+            served = json.load(resp)
+        assert len(served) == 15
+        # Never earlier than the server's own first and last token, counted from its receipt of the
+        # request (the tool counts from the intended send, earlier still): request by request, hence
+        # at every rank of the sorted lists, whatever the pairing.
+        for got, sent in ((sorted(r.ttft for r in recs), sorted(e["first_token_s"] for e in served)),
+                          (sorted(r.latency for r in recs), sorted(e["last_token_s"] for e in served))):
+            assert all(g >= t for g, t in zip(got, sent, strict=True)), list(zip(got, sent, strict=True))
+        assert s.ttft.p50 >= 0.060 and s.latency.p50 >= 0.060 + 11 * 0.015  # the server sleeps until these
 
 
 def test_sweep_finds_the_known_capacity(timed_server):
