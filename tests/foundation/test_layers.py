@@ -34,6 +34,7 @@ grimp = pytest.importorskip("grimp", reason="the import-graph checks need grimp 
 # - cli, and gpucheck (`python -m gpulens.gpucheck`), are entry points: nothing imports them.
 # - files (writing a user's output file atomically) sits with units and clock: any feature's output uses it.
 # - lazy (a package's PEP 562 re-exports) sits there too: the facade, gpu and runs name their lazy parts with it.
+# - signals (handlers that hand their work to a thread, never taking a lock) too: cli's stops, workload's exit flush.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__main__",),
     ("cli", "gpucheck"),
@@ -47,7 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpu", "store", "plan", "k8s"),
     ("promql", "http_client", "webconfig"),
     ("vocab",),
-    ("units", "stats", "mfu", "data", "clock", "files", "safe_parse", "lazy"),
+    ("units", "stats", "mfu", "data", "clock", "files", "safe_parse", "lazy", "signals"),
     ("errors",),
 )
 # The public facade (gpulens/__init__.py) re-exports from every layer (lazily, by name).

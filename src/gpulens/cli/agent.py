@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from gpulens.cli.common import STORE_HELP, console_err
 from gpulens.gpu.fake import FAULT_HELP
+from gpulens.signals import on_signals
 from gpulens.store import DEFAULT_STORE_PATH
 
 WEB_CONFIG_HELP = ("TLS and basic auth from a Prometheus exporter-toolkit web-config file (the YAML node-exporter reads "
@@ -26,16 +27,9 @@ BACKEND_HELP = "nvml (real GPUs), fake or fake:N (simulated), replay or replay:P
 
 
 def install_stop_handlers(stop: threading.Event) -> None:
-    """SIGINT/SIGTERM set `stop` so the loop ends and everything is flushed."""
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            signal.signal(sig, handler)
-        except ValueError:  # not the main thread
-            pass
+    """SIGINT/SIGTERM set `stop` so the loop ends and everything is flushed (from a thread of their
+    own: a handler that set it itself could wait forever on the event's lock, see gpulens.signals)."""
+    on_signals((signal.SIGINT, signal.SIGTERM), lambda signum: stop.set())
 
 
 def agent_command(

@@ -4,10 +4,11 @@ A job that never calls `close()` (the README's snippets do not) ends in one of t
 interpreter exits normally (`atexit` runs), a job runner sends SIGTERM (Slurm, Kubernetes,
 torchrun: the default action kills the process before `atexit`), or SIGKILL (nothing can run).
 Each open monitor registers its `close` here; one `atexit` hook and one SIGTERM handler close them
-all. The SIGTERM handler never steals the user's: one installed before ours is called after the
-flush, one installed after ours replaces it (and a handler that exits still runs `atexit`), and a
-default action is carried out afterwards (the process dies by the same signal, so its exit status
-is what the runner expects). SIG_IGN is left alone.
+all. The SIGTERM handler flushes from a thread of its own (gpulens.signals says why) and never
+steals the user's: one installed before ours is called after the flush, one installed after ours
+replaces it (and a handler that exits still runs `atexit`), and a default action is carried out
+afterwards (the process dies by the same signal, so its exit status is what the runner expects).
+SIG_IGN is left alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _lock = threading.Lock()
 _closers: dict[int, Callable[[], None]] = {}  # id(monitor) -> its close, in registration order
 _hooked = False
 _previous_sigterm: Any = None
+_flush_state = "idle"  # SIGTERM's flush: idle, flushing (in its thread), done (pass SIGTERM on)
 
 
 def register(owner: object, close: Callable[[], None]) -> None:
@@ -72,7 +74,18 @@ def _hook_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    close_all()
+    """Two passes. The first hands the flush to a thread and returns at once: the handler runs in the
+    main thread, which may hold a monitor's lock right now (inside `send`), and a flush here would
+    wait for it forever. The thread flushes once that lock is let go, then sends SIGTERM again; the
+    second pass does what SIGTERM would have done without us."""
+    global _flush_state
+    if _flush_state == "idle":
+        _flush_state = "flushing"
+        # not a daemon: an interpreter that exits meanwhile waits for the records to be written
+        threading.Thread(target=_flush_then_resignal, name="gpulens-exit-flush").start()
+        return
+    if _flush_state == "flushing":
+        return  # the runner's second SIGTERM: the flush's own, when it is done, ends the process
     previous = _previous_sigterm
     if callable(previous):
         previous(signum, frame)
@@ -80,3 +93,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     # The default action: die by SIGTERM, as the process would have without us.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _flush_then_resignal() -> None:
+    global _flush_state
+    try:
+        close_all()
+    finally:
+        _flush_state = "done"
+        os.kill(os.getpid(), signal.SIGTERM)
