@@ -97,9 +97,10 @@ def test_300_slowloris_connections_hold_no_threads_and_a_real_client_is_answered
             for s in slow[::10]:  # a byte more now and then: still no complete head
                 s.sendall(b"a")
             t0 = time.monotonic()
-            status, _, body = _get(_url(server))
+            status, _, body = _get(_url(server), timeout=20)
             assert status == 200 and b"gpu_up" in body
-            assert time.monotonic() - t0 < 5.0
+            # stuck behind the slow heads it would wait for their 30 s timeout; half that leaves a loaded machine room
+            assert time.monotonic() - t0 < 15.0
             assert _threads() <= before  # no thread per connection
         finally:
             for s in slow:
@@ -175,9 +176,7 @@ def test_load_beyond_the_workers_is_shed_with_503_and_retry_after_then_recovers(
         for t in threads:
             t.join(15)
         assert len(results) == 20 and {s for s, _ in results} <= {200, 503}
-        t0 = time.monotonic()
-        wait_until(lambda: _get(_url(server), timeout=5)[0] == 200, 5, "a normal answer after the burst")
-        assert time.monotonic() - t0 < 5.0
+        wait_until(lambda: _get(_url(server), timeout=5)[0] == 200, 30, "a normal answer after the burst")
 
 
 @pytest.mark.parametrize("head", [

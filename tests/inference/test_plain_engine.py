@@ -12,6 +12,7 @@ import random
 import ssl
 import subprocess
 import threading
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -56,6 +57,8 @@ def test_a_connection_bound_queues_requests_and_charges_their_wait(timed_server)
 def test_a_stop_cancels_what_is_in_flight_and_counts_the_rest_as_not_sent(timed_server):
     spec = LoadSpec(Target(f"{timed_server}/fixed/stop?ms=5000"), rate=20, duration_seconds=2, timeout_seconds=30)
 
+    stopped_at: list[float] = []
+
     async def main():
         run = _Run(spec, 0, 1, Progress())
 
@@ -66,6 +69,7 @@ def test_a_stop_cancels_what_is_in_flight_and_counts_the_rest_as_not_sent(timed_
                 await asyncio.sleep(0.001)
             await asyncio.sleep(0.3)
             run.stop.set()
+            stopped_at.append(time.perf_counter() - run.progress.started_at)
 
         stopper = asyncio.get_running_loop().create_task(stop_once_running())
         result = await run.run(None)
@@ -73,10 +77,12 @@ def test_a_stop_cancels_what_is_in_flight_and_counts_the_rest_as_not_sent(timed_
         return result
 
     result = precise_loop.run(main())
-    assert result.interrupted and 3 <= len(result.records) <= 15  # ~7 sent in the first 0.3 s
+    # ~7 sent in the first 0.3 s; however late a loaded machine set the stop, nothing was sent after it
+    assert result.interrupted and len(result.records) >= 3
+    assert all(r.intended <= stopped_at[0] for r in result.records), (stopped_at, [r.intended for r in result.records])
     assert all(r.error == CANCELLED_ERROR and r.end is None for r in result.records)
     assert len(result.records) + result.not_sent == 40
-    assert result.wall_seconds < 2  # nobody waited for the 5 s answers
+    assert result.wall_seconds < 5  # nobody waited for the answers: the first is due 5 s after the start
 
 
 class _CloseAfterEach(asyncio.Protocol):

@@ -160,5 +160,7 @@ def test_an_agent_keeps_sampling_while_a_replay_imports_into_its_store(tmp_path)
     assert "database is locked" not in err, err
     gpu0 = sorted(t for labels, t in _rows(db, "agent-node") if json.loads(labels).get("gpu") == "0")
     largest_gap = max(b - a for a, b in zip(gpu0, gpu0[1:], strict=False))
-    assert largest_gap <= 2 * INTERVAL_S, f"the agent went {largest_gap:.2f} s without a sample"
+    # One transaction for the import leaves a gap of the whole paced import (150 s at 45x: 3.3 s at least,
+    # however loaded the machine); half that, not two intervals, leaves a loaded agent room to be late.
+    assert largest_gap <= 150 / 45 / 2, f"the agent went {largest_gap:.2f} s without a sample"
     assert len(_rows(db)) - len(_rows(db, "agent-node")) == samples  # and the replay stored its samples once
