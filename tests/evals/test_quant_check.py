@@ -136,6 +136,8 @@ def test_eval_cmd_mistakes_are_one_sentence(model_and_task, tmp_path: Path, caps
         (["--eval-cmd", "no-such-program-xyz {model} {out}"], "was not found"),
         (["--eval-cmd", f"{sys.executable} -c 'import sys; sys.exit(3)' {{model}} {{out}}"], "failed on the baseline model (exit code 3)"),
         (["--eval-cmd", f"{sys.executable} -c pass {{model}} {{out}}"], "wrote nothing"),
+        (["--eval-cmd", f"{sys.executable} -c 'import sys, json; open(sys.argv[2], \"w\").write(json.dumps(dict(id=1, acc=7)))'"
+                        " {model} {out}"], "acc is a 0-1 score, but example"),
     ]
     for extra, said in cases:
         rc = main(["quant", "check", "--model", str(model), "--to", "int8", "--no-record", *extra])

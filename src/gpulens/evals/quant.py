@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens.errors import BackendUnavailableError, BadInputError, shown
-from gpulens.evals.compare import DEFAULT_SCORE_MARGIN
+from gpulens.evals.compare import DEFAULT_SCORE_MARGIN, check_unit_scores
 from gpulens.evals.eval_cmd import EvalCommand
 from gpulens.evals.lm_eval_run import per_example_metrics
 from gpulens.evals.paired import PairedResult, compare_paired
@@ -324,6 +324,9 @@ def quant_check(model_dir: Path, to: str, quantizer: Quantizer, *, task: str | N
         base = _measure(model, tok, f"{model_dir} (baseline)", evaluate, metric, filter_name, device)
         used = quantizer(model)
         quant = _measure(model, tok, f"{model_dir} ({to})", evaluate, metric, filter_name, device)
+    if info.score:  # as eval compare refuses them: an "accuracy" of 7 makes the paired test meaningless
+        check_unit_scores(base.scores)
+        check_unit_scores(quant.scores)
     _, va, vb = paired(base.scores, quant.scores)
     result = compare_paired(metric, info.direction, va, vb, margin=margin)
     check = QuantCheck(str(model_dir), to, used, base, quant, result)
