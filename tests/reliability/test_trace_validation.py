@@ -204,7 +204,8 @@ def _copy_head(src: Path, dst: Path, n: int) -> Path:
     return dst
 
 
-def test_the_beginning_of_an_imported_trace_is_already_stored_not_different(tmp_path, h200_trace):
+def _imported_and_its_head(tmp_path: Path, h200_trace: Path) -> tuple[Path, Path, Path, int]:
+    """(the whole trace, imported into the store; its first 50 lines as a copy; the store; gpu_up rows)."""
     full = tmp_path / "full"
     full.mkdir()
     shutil.copy(h200_trace / "telemetry.jsonl", full / "telemetry.jsonl")
@@ -212,7 +213,11 @@ def test_the_beginning_of_an_imported_trace_is_already_stored_not_different(tmp_
     with Store(db) as st:
         import_trace(full, st)
         rows = sample_rows(st, "gpu_up")
-    short = _copy_head(full, tmp_path / "short", 50)
+    return full, _copy_head(full, tmp_path / "short", 50), db, rows
+
+
+def test_the_beginning_of_an_imported_trace_is_already_stored_not_different(tmp_path, h200_trace):
+    full, short, db, rows = _imported_and_its_head(tmp_path, h200_trace)
     rc, out = _replay(str(short), "--store", str(db))
     assert rc == 0 and "already in" in out and "differ" not in out, out
     with Store(db) as st:
@@ -224,14 +229,7 @@ def test_the_beginning_of_an_imported_trace_is_already_stored_not_different(tmp_
 
 
 def test_a_shorter_copy_whose_lines_differ_is_refused_truthfully(tmp_path, h200_trace):
-    full = tmp_path / "full"
-    full.mkdir()
-    shutil.copy(h200_trace / "telemetry.jsonl", full / "telemetry.jsonl")
-    db = tmp_path / "s.db"
-    with Store(db) as st:
-        import_trace(full, st)
-        rows = sample_rows(st, "gpu_up")
-    short = _copy_head(full, tmp_path / "short", 50)
+    full, short, db, rows = _imported_and_its_head(tmp_path, h200_trace)
     lines = (short / "telemetry.jsonl").read_text().splitlines()
     d = json.loads(lines[30])
     d["temp_c"] = 99
