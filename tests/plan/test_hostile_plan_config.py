@@ -92,3 +92,11 @@ def test_a_currency_name_is_shown_beside_the_price(tmp_path):
               "--format", "json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert '"EUR"' in r.stdout
+
+
+def test_a_price_written_with_an_exponent_is_a_number(tmp_path):
+    # YAML 1.1 (PyYAML) reads 3e4 as text: such a price was refused as "not a number"
+    r = _plan(tmp_path, "prices:\n  h100-sxm: {hourly: 2.5e0, purchase: 3e4}\n", "--model", "llama-3-8b", "--gpu", "h100",
+              "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert '"purchase_per_gpu": 30000.0' in r.stdout and '"hourly_per_gpu": 2.5' in r.stdout

@@ -289,12 +289,23 @@ def _refuse_twice(names: list[str], what: str, path: Path) -> None:
         seen[_norm(n)] = n
 
 
+class _ExponentFloats(yaml.SafeLoader):
+    """YAML 1.2's floats: PyYAML (YAML 1.1) reads `purchase: 3e4` as the text "3e4", and a price so
+    written was refused as not a number."""
+
+
+_ExponentFloats.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def load_user_config(path: Path | None = None) -> UserConfig:
     path = path or config_path()
     if not path.exists():
         return UserConfig(path=path)
     hint = "Fix the YAML or remove the file."
-    data = load_yaml(read_text(path, "the plan config", hint=hint), f"the plan config {path}", hint=hint) or {}
+    data = load_yaml(read_text(path, "the plan config", hint=hint), f"the plan config {path}", hint=hint,
+                     loader=_ExponentFloats) or {}
     if not isinstance(data, dict):
         raise BadInputError(f"The plan config {path} is not a mapping.", hint="See docs/plan.md for its layout.")
     if not isinstance(data.get("gpus") or [], list):
