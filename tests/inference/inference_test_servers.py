@@ -105,9 +105,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     for i in range(n):
         await _sleep_until(t0 + ttft + itl * i)  # absolute times: no drift from sleep jitter
         chunk = {"choices": [{"delta": {"content": f"t{i} "}}]} if chat else {"choices": [{"text": f"t{i} "}]}
-        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        # when this server really sent its first and last token, from t0: a loaded machine sends late
+        # when this server really sent its first and last token, from t0 (a loaded machine sends late):
+        # read before the write, as the client may read the token before this process runs again
         entry["first_token_s" if i == 0 else "last_token_s"] = time.perf_counter() - t0
+        await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
     await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
