@@ -5,6 +5,7 @@ counted buffer."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
@@ -186,3 +187,43 @@ def test_a_store_that_refuses_writes_costs_a_bounded_counted_buffer(tmp_path):
     assert 0 < stored < 200  # what was held is written; what was dropped is gone, and counted
     assert mon.dropped_rows == dropped and mon.pending_rows == 0
     store.close()
+
+
+FORKED_WORKER_JOB = """
+import multiprocessing as mp, sys, time
+from gpulens.workload.inference import InferenceMonitor
+from gpulens.workload.training import TrainingMonitor
+
+def worker(how):
+    if how == "exit":
+        sys.exit(0)  # a child that ends through the interpreter runs the atexit hook it inherited
+    time.sleep(600)
+
+if __name__ == "__main__":
+    serving = InferenceMonitor(service="chat", store="job.db")
+    mon = TrainingMonitor(job="ft", store="job.db")
+    for _ in range(12):
+        with serving.request() as r:
+            r.token()
+        with mon.step(samples=1):
+            pass
+    for how in ("terminate", "exit"):  # DataLoader terminates a worker that does not stop
+        p = mp.get_context("fork").Process(target=worker, args=(how,))
+        p.start()
+        if how == "terminate":
+            time.sleep(0.5)
+            p.terminate()
+        p.join()
+"""
+
+
+def test_a_forked_worker_never_writes_the_parents_rows_again(tmp_path):
+    """A DataLoader worker or a pool process is a fork of the job: it holds copies of the monitors'
+    unwritten rows, which its exit or SIGTERM used to flush as well (every request stored twice)."""
+    script = tmp_path / "job.py"
+    script.write_text(FORKED_WORKER_JOB)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    got = counts(tmp_path / "job.db")
+    assert got.get("request") == 12 and got.get("train_step") == 12, got

@@ -42,6 +42,20 @@ def register(owner: object, close: Callable[[], None]) -> None:
     _hook_sigterm()
 
 
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing pool) holds copies of the parent's
+    monitors and their unwritten rows: the parent writes them. Closing the copies at the child's
+    exit or SIGTERM (DataLoader terminates a worker that does not stop) stored every row twice."""
+    global _flush_state, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork: in the child, for good
+    _closers.clear()
+    _flush_state = "idle"
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def unregister(owner: object) -> None:
     with _lock:
         _closers.pop(id(owner), None)
