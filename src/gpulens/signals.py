@@ -11,6 +11,7 @@ any other thread does: after the interrupted thread lets go.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -52,5 +53,8 @@ def _relay(read_end: int) -> None:
     while True:
         for signum in os.read(read_end, 64):
             action = _actions.get(signum)
-            if action is not None:
-                action(signum)
+            try:
+                if action is not None:
+                    action(signum)
+            except Exception:  # the relay outlives a failing action: the next signal still arrives
+                logging.getLogger(__name__).exception("gpulens: the action for signal %d failed", signum)
