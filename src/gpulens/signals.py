@@ -58,3 +58,21 @@ def _relay(read_end: int) -> None:
                     action(signum)
             except Exception:  # the relay outlives a failing action: the next signal still arrives
                 logging.getLogger(__name__).exception("gpulens: the action for signal %d failed", signum)
+
+
+def _reset_in_child() -> None:
+    """A forked child has no relay thread, and its pipe is the parent's: a signal there would stop
+    the parent. The child gets the default actions back (and sets its own handlers if it wants)."""
+    global _write_end, _relay_lock
+    _relay_lock = threading.Lock()
+    if _write_end is None:
+        return
+    for signum in _actions:
+        signal.signal(signum, signal.SIG_DFL)
+    _actions.clear()
+    os.close(_write_end)
+    _write_end = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)

@@ -65,3 +65,26 @@ def test_sigterm_while_a_monitor_is_mid_record_flushes_once_it_lets_go(tmp_path)
     assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
     with sqlite3.connect(tmp_path / "job.db") as db:
         assert db.execute("SELECT COUNT(*) FROM events WHERE kind = 'request'").fetchone()[0] == 12
+
+
+def test_a_forked_child_dies_by_its_own_sigterm_and_leaves_the_parent_running(tmp_path):
+    """The relay's pipe is the parent's: a child's signal written there would stop the parent, and
+    the child, with no relay, would not stop at all."""
+    done = _run(tmp_path, """
+        import os, signal
+        from gpulens.cli.agent import install_stop_handlers
+        from gpulens.pipeline.loop import StopEvent
+
+        stop = StopEvent()
+        install_stop_handlers(stop)
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause()  # not reached: the default action ends the child
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}",
+              "parent stopped" if stop.wait(1) else "parent running", flush=True)
+    """)
+    assert done.returncode == 0 and done.stdout.split() == [str(int(signal.SIGTERM)), "parent", "running"], \
+        (done.stdout, done.stderr)
