@@ -227,3 +227,39 @@ def test_a_forked_worker_never_writes_the_parents_rows_again(tmp_path):
     assert done.returncode == 0, done.stderr
     got = counts(tmp_path / "job.db")
     assert got.get("request") == 12 and got.get("train_step") == 12, got
+
+
+FORKED_USER_JOB = """
+import os, sys
+from gpulens.errors import MonitorUsageError
+from gpulens.workload.inference import InferenceMonitor
+from gpulens.workload.training import TrainingMonitor
+
+serving = InferenceMonitor(service="chat", store="job.db")  # made before the fork, as under gunicorn --preload
+mon = TrainingMonitor(job="ft", store="job.db")
+with serving.request() as r:
+    r.token()
+pid = os.fork()
+if pid == 0:
+    for _ in range(5):
+        with serving.request() as r:  # in the fork: said once, nothing stored, the request still served
+            r.token()
+    try:
+        with mon.step(samples=1):
+            pass
+    except MonitorUsageError as e:
+        print("refused:", e, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_monitor_used_in_a_fork_of_its_process_says_so_once_and_stores_nothing_there(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(FORKED_USER_JOB)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("is used in") == 1 and "post_fork" in done.stderr, done.stderr
+    assert "refused: this TrainingMonitor was made in process" in done.stdout, done.stdout
+    assert counts(tmp_path / "job.db").get("request") == 1  # the parent's one, stored once

@@ -28,6 +28,7 @@ _closers: dict[int, Callable[[], None]] = {}  # id(monitor) -> its close, in reg
 _hooked = False
 _previous_sigterm: Any = None
 _flush_state = "idle"  # SIGTERM's flush: idle, flushing (in its thread), done (pass SIGTERM on)
+current_pid = os.getpid()  # kept at each fork (no system call on a hot path): a monitor made in another is a copy
 
 
 def register(owner: object, close: Callable[[], None]) -> None:
@@ -46,10 +47,19 @@ def _forget_in_child() -> None:
     """A forked child (a DataLoader worker, a multiprocessing pool) holds copies of the parent's
     monitors and their unwritten rows: the parent writes them. Closing the copies at the child's
     exit or SIGTERM (DataLoader terminates a worker that does not stop) stored every row twice."""
-    global _flush_state, _lock
+    global _flush_state, _lock, current_pid
     _lock = threading.Lock()  # another thread may have held it at the fork: in the child, for good
     _closers.clear()
     _flush_state = "idle"
+    current_pid = os.getpid()
+
+
+def forked_copy_message(kind: str, made_in_pid: int) -> str:
+    """What a monitor says when used in a process forked after it was made."""
+    return (f"gpulens: this {kind} was made in process {made_in_pid} and is used in {current_pid}, a fork of it: "
+            "nothing it is given here is stored (a copy has no sender or flusher thread, and a store "
+            "connection must not cross a fork). Create the monitor in the process that uses it, after the fork "
+            "(e.g. in gunicorn's post_fork).")
 
 
 if hasattr(os, "register_at_fork"):

@@ -132,6 +132,8 @@ class InferenceMonitor:
             self._own_store = not isinstance(store, Store)
             self.store = Store(store, max_pending_rows=max_buffered_rows) if self._own_store else store  # type: ignore[arg-type]
         self._closed = False
+        self._made_in_pid = exit_flush.current_pid
+        self._forked_said = False
         self.labels = {"service": service, "model": model, "host": node_host(host)}
         self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
         self.write_events = write_events
@@ -154,9 +156,20 @@ class InferenceMonitor:
             self._flusher.start()
         exit_flush.register(self, self.close)  # nothing given to the monitor is lost at exit
 
+    def _forked_copy(self) -> bool:
+        """True in a process forked after this monitor was made (said once): it then records nothing."""
+        if self._made_in_pid == exit_flush.current_pid:
+            return False
+        if not self._forked_said:
+            self._forked_said = True
+            log.error(exit_flush.forked_copy_message("InferenceMonitor", self._made_in_pid))
+        return True
+
     # ------------------------------------------------------------------ requests
     def start_request(self, arrival: float | None = None) -> RequestHandle:
         now = self.clock() if arrival is None else arrival
+        if self._forked_copy():
+            return RequestHandle(self, now)
         with self._lock:
             self._in_flight += 1
             if self._sender is not None:
@@ -183,6 +196,8 @@ class InferenceMonitor:
             h.finish("ok")
 
     def _finish(self, h: RequestHandle, status: str, end: float) -> None:
+        if self._forked_copy():
+            return
         start = h.start if h.start is not None else h.arrival
         out_tokens = h.fields.get("output_tokens", h.tokens or None)
         tpot = None
@@ -214,6 +229,8 @@ class InferenceMonitor:
 
     # ------------------------------------------------------------------ gauges and loads
     def set_queue_depth(self, depth: int, t: float | None = None) -> None:
+        if self._forked_copy():
+            return
         with self._lock:
             if self._sender is not None:
                 self._send_gauges(self.clock() if t is None else t, queue_depth=depth)
@@ -223,6 +240,8 @@ class InferenceMonitor:
     def set_memory(self, allocated_bytes: float | None = None, reserved_bytes: float | None = None,
                    kv_cache_usage_ratio: float | None = None, t: float | None = None) -> None:
         t = self.clock() if t is None else t
+        if self._forked_copy():
+            return
         with self._lock:
             if self._sender is not None:
                 self._send_gauges(t, allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes,
@@ -235,6 +254,8 @@ class InferenceMonitor:
     def record_cold_start(self, seconds: float, *, t: float | None = None, **data: Any) -> None:
         """A model load of `seconds` that ended at `t` (now by default)."""
         t = self.clock() if t is None else t
+        if self._forked_copy():
+            return
         with self._lock:
             if self._sender is not None:
                 self._sender.send({"kind": N.EV_COLD_START, **self.labels, **data, "t": t, "seconds": seconds})
