@@ -194,7 +194,8 @@ import multiprocessing as mp, sys, time
 from gpulens.workload.inference import InferenceMonitor
 from gpulens.workload.training import TrainingMonitor
 
-def worker(how):
+def worker(how, ready):
+    ready.set()
     if how == "exit":
         sys.exit(0)  # a child that ends through the interpreter runs the atexit hook it inherited
     time.sleep(600)
@@ -207,11 +208,13 @@ if __name__ == "__main__":
             r.token()
         with mon.step(samples=1):
             pass
+    ctx = mp.get_context("fork")
     for how in ("terminate", "exit"):  # DataLoader terminates a worker that does not stop
-        p = mp.get_context("fork").Process(target=worker, args=(how,))
+        ready = ctx.Event()
+        p = ctx.Process(target=worker, args=(how, ready))
         p.start()
         if how == "terminate":
-            time.sleep(0.5)
+            assert ready.wait(60)  # the worker runs its own code: the fork is behind it
             p.terminate()
         p.join()
 """
