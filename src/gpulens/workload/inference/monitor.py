@@ -162,7 +162,7 @@ class InferenceMonitor:
             return False
         if not self._forked_said:
             self._forked_said = True
-            log.error(exit_flush.forked_copy_message("InferenceMonitor", self._made_in_pid))
+            log.error("gpulens: %s", exit_flush.forked_copy_message("InferenceMonitor", self._made_in_pid))
         return True
 
     # ------------------------------------------------------------------ requests

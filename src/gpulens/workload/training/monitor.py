@@ -250,7 +250,7 @@ class TrainingMonitor:
         if self._closed:
             raise MonitorUsageError("mon.step() was used after mon.close().", hint="Create a new TrainingMonitor for a new run.")
         if self.pid != exit_flush.current_pid:
-            raise MonitorUsageError(exit_flush.forked_copy_message("TrainingMonitor", self.pid).removeprefix("gpulens: "),
+            raise MonitorUsageError(exit_flush.forked_copy_message("TrainingMonitor", self.pid),
                                     hint="Create the TrainingMonitor in the process that trains.")
         self._in_step = True
         self._comm_s = 0.0
