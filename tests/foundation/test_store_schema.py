@@ -165,11 +165,12 @@ def test_cli_on_a_full_disk_says_so_in_one_sentence_and_exits_4(tmp_path):
             for i in range(100):
                 st.write("kept_total", None, float(i), float(i))
         filler = mnt / "filler"
-        with open(filler, "wb") as f:  # fill the disk, then give back a little: the store opens, then fills
+        # fill the disk, then give back a little: the store opens, then fills. Unbuffered: a buffered file
+        # keeps the bytes its last write could not place and raises ENOSPC again when it closes.
+        with open(filler, "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 65536)
-                    f.flush()
             except OSError:
                 pass
         with open(filler, "r+b") as f:

@@ -138,11 +138,12 @@ def test_on_a_real_full_disk(tmp_path, fast_retry):
         agent = _Agent(mnt / "s.db", tmp_path)
         try:
             wait_until(lambda: agent.ticks() >= 5)
-            with open(filler, "wb") as f:
+            # unbuffered: a buffered file keeps the bytes its last write could not place and raises
+            # ENOSPC again when it closes (CI, stop 43)
+            with open(filler, "wb", buffering=0) as f:
                 try:
                     while True:
                         f.write(b"\0" * 65536)
-                        f.flush()
                 except OSError:
                     pass
             wait_until(lambda: agent.node.loop.write_health.failing, timeout=60)
