@@ -9,6 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +55,43 @@ def import_or_skip(module: str, why: str):
         if os.environ.get("CI"):
             pytest.fail(f"{module} is not installed under CI: {why}")
         pytest.skip(f"{module} is not installed: {why}")
+
+
+def can_mount() -> bool:
+    """Whether this process may mount a tmpfs (root on Linux, with mount(8))."""
+    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount") is not None
+
+
+@contextmanager
+def tiny_tmpfs(tmp_path: Path, size: str, name: str = "tiny", *, nr_inodes: int | None = None) -> Iterator[Path]:
+    """A folder on a real tmpfs of `size` (mount's spelling: "64k", "16m") and at most `nr_inodes`
+    files and folders, unmounted afterwards; skips the test where mounting is not allowed (not root,
+    no mount(8), or a sandbox that refuses it)."""
+    if not can_mount():
+        pytest.skip("needs root to mount a tiny tmpfs")
+    mnt = tmp_path / name
+    mnt.mkdir()
+    options = f"size={size}" + (f",nr_inodes={nr_inodes}" if nr_inodes is not None else "")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill_disk(folder: Path, name: str = "filler") -> Path:
+    """Write zeros to `folder/name` until its disk is full; returns the file. Unbuffered: a buffered
+    file keeps the bytes its last write could not place and raises ENOSPC again when it closes (CI
+    failed a full-disk test that way, at the filler's `with` line)."""
+    path = folder / name
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)  # a partial write returns short; the next one raises
+        except OSError:
+            pass
+    return path
 
 
 def wait_until(cond, timeout: float = 20.0, what: str = "the condition", *, interval: float = 0.02):  # noqa: ANN001, ANN201

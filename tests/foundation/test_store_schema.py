@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from testlib import fill_disk, tiny_tmpfs
 
 from gpulens.cli.main import main
 from gpulens.errors import EXIT_BAD_INPUT, EXIT_STORAGE_FULL, StorageFullError, StoreError
@@ -149,30 +149,13 @@ def test_full_database_is_a_storage_full_error_and_keeps_committed_data(tmp_path
     st.close()
 
 
-def _can_mount() -> bool:
-    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount") is not None
-
-
-@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
 def test_cli_on_a_full_disk_says_so_in_one_sentence_and_exits_4(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
+    with tiny_tmpfs(tmp_path, "1m") as mnt:
         db = mnt / "s.db"
         with Store(db) as st:
             for i in range(100):
                 st.write("kept_total", None, float(i), float(i))
-        filler = mnt / "filler"
-        # fill the disk, then give back a little: the store opens, then fills. Unbuffered: a buffered file
-        # keeps the bytes its last write could not place and raises ENOSPC again when it closes.
-        with open(filler, "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-            except OSError:
-                pass
+        filler = fill_disk(mnt)  # fill the disk, then give back a little: the store opens, then fills
         with open(filler, "r+b") as f:
             f.truncate(max(0, filler.stat().st_size - 160 * 1024))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -188,8 +171,6 @@ def test_cli_on_a_full_disk_says_so_in_one_sentence_and_exits_4(tmp_path):
         with Store(db) as st:
             (kept,) = st.query("kept_total")
             assert kept.value == [float(i) for i in range(100)]
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_old_store_with_feature_tables_keeps_their_rows(tmp_path):
@@ -252,16 +233,9 @@ def test_damaged_schema_version_is_refused_and_left_as_it_was(tmp_path, capsys, 
     conn.close()
 
 
-@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
 def test_no_room_for_the_store_folder_is_storage_full_too(tmp_path):
-    mnt = tmp_path / "noinodes"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,nr_inodes=2", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
+    with tiny_tmpfs(tmp_path, "256k", "noinodes", nr_inodes=2) as mnt:
         (mnt / "taken").write_bytes(b"")  # the last free inode
         with pytest.raises(StorageFullError) as err:
             Store(mnt / "new" / "s.db")
         assert err.value.exit_code == EXIT_STORAGE_FULL
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -6,38 +6,18 @@ path that is a folder (everywhere)."""
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-import subprocess
-import sys
 
 import pytest
+from testlib import fill_disk, tiny_tmpfs
 
 from gpulens.cli.main import main
 
 
-def _can_mount() -> bool:
-    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount") is not None
-
-
 @pytest.fixture
 def full_store_path(tmp_path):
-    if not _can_mount():
-        pytest.skip("needs root to mount a tiny tmpfs")
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    with open(mnt / "filler", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
-    try:
+    with tiny_tmpfs(tmp_path, "256k") as mnt:
+        fill_disk(mnt)
         yield mnt / "g.db"
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def _run(test_server, tmp_path, store, *extra: str) -> int:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import urllib.request
 
 import pytest
-from testlib import free_port, wait_until
+from testlib import fill_disk, free_port, tiny_tmpfs, wait_until
 from tracelib import sample_rows
 
 from gpulens.errors import StorageFullError
@@ -118,34 +117,17 @@ def test_buffered_rows_are_bounded_while_writes_fail(tmp_path):
     assert len(kept) == 5000 - dropped and kept[-1000:] == [float(i) for i in range(4000, 5000)]  # the newest kept
 
 
-def _can_mount() -> bool:
-    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount") is not None
-
-
-@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
 @pytest.mark.xfail(strict=False, raises=StorageFullError, reason=(
     "open: in a whole-suite run (not alone, not with tests/reliability) the last flush at close can find the "
     "tmpfs full again after the filler is gone; recovery itself is asserted before that"))
 def test_on_a_real_full_disk(tmp_path, fast_retry):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
     # 16 MiB, not less: SQLite checkpoints its WAL at 1,000 pages (4 MiB), so a smaller disk can fill up
     # again by itself after the filler is gone, and the test would flip with the machine's load.
-    filler = mnt / "filler"
-    try:
+    with tiny_tmpfs(tmp_path, "16m") as mnt:
         agent = _Agent(mnt / "s.db", tmp_path)
         try:
             wait_until(lambda: agent.ticks() >= 5)
-            # unbuffered: a buffered file keeps the bytes its last write could not place and raises
-            # ENOSPC again when it closes (CI, stop 43)
-            with open(filler, "wb", buffering=0) as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                except OSError:
-                    pass
+            filler = fill_disk(mnt)
             wait_until(lambda: agent.node.loop.write_health.failing, timeout=60)
             full_at = agent.ticks()
             wait_until(lambda: agent.ticks() >= full_at + 20)
@@ -156,17 +138,10 @@ def test_on_a_real_full_disk(tmp_path, fast_retry):
             agent.stop()
         with Store(mnt / "s.db") as st:
             assert sample_rows(st, "gpu_up") == 2 * agent.ticks()
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
 def test_record_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
+    with tiny_tmpfs(tmp_path, "64k") as mnt:
         out = mnt / "rec.jsonl"
         r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "record", "--backend", "fake:8", "--interval", "10ms",
                             "--duration", "20s", "--out", str(out)], capture_output=True, text=True, timeout=60,
@@ -181,34 +156,20 @@ def test_record_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path):
 
         rb = ReplayBackend(out)  # what it kept is a recording that replays
         assert rb.sample()
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-@pytest.mark.skipif(not _can_mount(), reason="needs root to mount a tiny tmpfs")
 @pytest.mark.parametrize("existing", [True, False], ids=["existing-store", "new-store"])
 def test_agent_start_on_a_full_disk_is_one_sentence_and_exit_4(tmp_path, existing):
     """Exit 4 (the store's disk is full), not the issue's 3: see docs/store.md, "When the disk is full"."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
+    with tiny_tmpfs(tmp_path, "1m") as mnt:
         db = mnt / "s.db"
         if existing:
             with Store(db) as st:
                 st.write("x", None, 100.0, 1.0)
-        with open(mnt / "filler", "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError:
-                pass
+        fill_disk(mnt)
         r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "agent", "--backend", "fake:8", "--interval", "100ms",
                             "--duration", "3s", "--store", str(db), "--listen", "off"], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
         said = " ".join(r.stderr.split())
         assert r.returncode == 4, said
         assert "Traceback" not in said and "is full" in said
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from testlib import fill_disk, tiny_tmpfs
 from tracelib import h200_lines, write_trace
 
 from gpulens.cli.main import main
@@ -42,32 +41,11 @@ COMMANDS = {
 SUFFIX = {"report-html": ".html", "report-md": ".md", "export-grafana": ".json", "alerts-export": ".yml"}
 
 
-def _can_mount() -> bool:
-    return sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount") is not None
-
-
 @pytest.fixture
 def full_disk(tmp_path):
-    """A folder on a 256 KiB tmpfs that is full."""
-    if not _can_mount():
-        pytest.skip("needs root to mount a tiny tmpfs")
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
+    """A folder on a 256 KiB tmpfs (filled by the test, after it placed what it needs there)."""
+    with tiny_tmpfs(tmp_path, "256k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
-def _fill(folder: Path) -> None:
-    with open(folder / "filler", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
 
 
 def _said(capsys) -> str:
@@ -84,7 +62,7 @@ def test_a_write_on_a_full_disk_leaves_no_partial_file(full_disk, h200_store, ca
     out = full_disk / f"out{SUFFIX[command]}"
     if existing:
         out.write_text("the old file\n")
-    _fill(full_disk)
+    fill_disk(full_disk)
     assert main(COMMANDS[command](h200_store, out)) == 4  # a full disk, not bad input: the store's code
     said = _said(capsys)
     assert "Cannot write" in said and "Traceback" not in said, said

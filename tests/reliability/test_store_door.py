@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from testlib import wait_until
+from testlib import tiny_tmpfs, wait_until
 
 from gpulens.errors import StoreError
 from gpulens.pipeline.node import NodeConfig, build_node
@@ -92,20 +92,13 @@ def test_a_store_on_read_only_media_opens_for_reading(tmp_path):
         folder.chmod(stat.S_IRWXU)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a read-only tmpfs")
 def test_a_store_on_a_read_only_mount_opens_for_reading(tmp_path):
-    mnt = tmp_path / "media"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
+    with tiny_tmpfs(tmp_path, "4m", "media") as mnt:
         with Store(mnt / "s.db") as st:  # a WAL store, as the agent leaves it
             st.write("x", None, 100.0, 1.0)
         assert subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode == 0
         with Store(mnt / "s.db", readonly=True) as st:
             assert st.time_range() == (100.0, 100.0)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_a_reader_cannot_write(tmp_path):

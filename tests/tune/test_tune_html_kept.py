@@ -4,14 +4,11 @@ no 0-byte or half file, says so in one sentence, and the tune's result is printe
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from testlib import fill_disk, tiny_tmpfs
 
 from gpulens.cli.main import main
 from gpulens.runs import list_runs
@@ -62,22 +59,9 @@ def test_an_html_report_that_cannot_be_written_leaves_nothing_and_keeps_the_resu
 
 
 def test_an_html_report_on_a_full_disk_leaves_no_partial_file(tmp_path, endpoint, capsys):
-    if not (sys.platform == "linux" and os.geteuid() == 0 and shutil.which("mount")):
-        pytest.skip("needs root to mount a tiny tmpfs")
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs is not allowed here")
-    try:
-        with open(mnt / "filler", "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError:
-                pass
+    with tiny_tmpfs(tmp_path, "64k") as mnt:
+        fill_disk(mnt)
         assert main(_tune(endpoint, tmp_path / "s.db", mnt / "tune.html")) == 4  # a full disk: exit 4, as for the store
         err = " ".join(capsys.readouterr().err.split())
         assert "Cannot write" in err and "no file was left" in err, err
         assert sorted(p.name for p in mnt.iterdir()) == ["filler"]  # no 0-byte report, no temporary file
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
