@@ -254,3 +254,22 @@ def test_many_processes_create_the_same_new_store_at_once(tmp_path):
     assert [p.exitcode for p in procs] == [0] * 6
     with Store(path) as s:
         assert [len(d) for d in s.query("race")] == [20] * 6
+
+
+def test_a_burst_does_not_leave_the_wal_at_its_high_water_mark(tmp_path, monkeypatch):
+    """The rows a full disk held back are written in one go once space is back; the WAL they grow is
+    cut back when it next starts over, instead of holding the space the user just freed."""
+    from gpulens.store import connect
+
+    monkeypatch.setattr(connect, "WAL_SIZE_LIMIT_BYTES", 2**20)
+    wal = tmp_path / "s.db-wal"
+    with Store(tmp_path / "s.db", batch_size=10**7) as st:
+        sid = st.series_id("burst")
+        st.write_many((sid, 1000.0 + i, float(i)) for i in range(300_000))
+        st.flush()
+        assert wal.stat().st_size > 4 * 2**20  # past SQLite's checkpoint (1,000 pages): the case in point
+        for i in range(5):  # the next commits start the WAL over
+            st.write_id(sid, 1e6 + i, 1.0)
+            st.flush()
+        assert wal.stat().st_size <= 2**20
+        assert len(st.window(sid, 0, 1e10)) == 300_005

@@ -15,6 +15,13 @@ from gpulens.store import migrations
 from gpulens.store.migrations import SCHEMA_VERSION
 from gpulens.store.schema import ROLLUP_DELTA_TABLE
 
+# A burst (the rows a full disk held back, a large import) grows the WAL far past the ~4 MiB at which
+# SQLite checkpoints, and without a limit the file stays that large for as long as the agent runs,
+# holding the space a user just freed. With it, the WAL is cut back to this size when it next
+# starts over. 16 MiB is above what steady sampling reaches (7 MiB at 8 GPUs x 10 Hz), so a
+# normal WAL is never cut and grown again.
+WAL_SIZE_LIMIT_BYTES = 16 * 2**20
+
 OPEN_HINT = "Check that the path is writable and is a gpulens store (an SQLite file), or choose another --store."
 ACCESS_HINT = "Check that --store points at a gpulens store you can read and write."
 
@@ -88,6 +95,7 @@ def connect(path: Path, *, readonly: bool, busy_timeout_seconds: float) -> sqlit
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_seconds * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
             _migrate(conn, path, readonly)
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS batch (series_id INTEGER, t REAL, value REAL)")
             conn.execute(ROLLUP_DELTA_TABLE)
