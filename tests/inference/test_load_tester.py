@@ -88,10 +88,11 @@ def test_sweep_finds_the_known_capacity(timed_server):
 
 
 def test_closed_loop_concurrency_sweep(timed_server):
-    """Concurrency sweep: each user adds 20 ms of queueing on a one-at-a-time server, so
-    p99 ≤ 110 ms holds up to 5 users (5 × 20 ms) and fails from 6."""
-    spec = LoadSpec(Target(f"{timed_server}/capacity/users?ms=20"), concurrency=2, duration_seconds=0.6)
-    result = sweep(spec, parse_slos(["p99_latency<=110ms"]))
+    """Concurrency sweep: each user adds 100 ms of queueing on a one-at-a-time server, so
+    p99 ≤ 550 ms holds up to 5 users (5 × 100 ms) and fails from 6. At 100 ms a user (not 20), a
+    loaded machine's delays would have to pass 150 ms to move the answer below 4 users."""
+    spec = LoadSpec(Target(f"{timed_server}/capacity/users?ms=100"), concurrency=2, duration_seconds=1.5)
+    result = sweep(spec, parse_slos(["p99_latency<=550ms"]))
     assert result.best in (4, 5)
     assert result.lowest_failing in (5, 6, 7, 8)
 
