@@ -233,7 +233,7 @@ def test_a_forked_worker_never_writes_the_parents_rows_again(tmp_path):
 
 
 FORKED_USER_JOB = """
-import os, sys
+import os, sys, threading
 from gpulens.errors import MonitorUsageError
 from gpulens.workload.inference import InferenceMonitor
 from gpulens.workload.training import TrainingMonitor
@@ -242,27 +242,69 @@ serving = InferenceMonitor(service="chat", store="job.db")  # made before the fo
 mon = TrainingMonitor(job="ft", store="job.db")
 with serving.request() as r:
     r.token()
+print("parent", os.getpid(), flush=True)
 pid = os.fork()
 if pid == 0:
-    for _ in range(5):
-        with serving.request() as r:  # in the fork: said once, nothing stored, the request still served
-            r.token()
+    def serve():
+        for _ in range(5):
+            with serving.request() as r:  # in the fork: the monitor starts over here on first use
+                r.token()
+    threads = [threading.Thread(target=serve) for _ in range(2)]  # two threads race to that first use
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     try:
         with mon.step(samples=1):
             pass
     except MonitorUsageError as e:
         print("refused:", e, flush=True)
-    os._exit(0)
+    print("child", os.getpid(), flush=True)
+    sys.exit(0)  # as a gunicorn worker ends: through the interpreter, which writes what the child buffered
 os.waitpid(pid, 0)
 """
 
 
-def test_a_monitor_used_in_a_fork_of_its_process_says_so_once_and_stores_nothing_there(tmp_path):
+def test_an_inference_monitor_made_before_a_fork_records_in_the_fork_too(tmp_path):
+    """gunicorn --preload: the monitor is made in the master and used in each forked worker. The
+    worker's requests are stored, under its own pid, each once; the parent's once; a TrainingMonitor
+    (a DataLoader worker has no steps of its own) still refuses."""
     script = tmp_path / "job.py"
     script.write_text(FORKED_USER_JOB)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("is used in") == 1 and "post_fork" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "is used in" not in done.stderr, done.stderr
     assert "refused: this TrainingMonitor was made in process" in done.stdout, done.stdout
-    assert counts(tmp_path / "job.db").get("request") == 1  # the parent's one, stored once
+    pids = {line.split()[0]: int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith(("parent", "child"))}
+    with sqlite3.connect(tmp_path / "job.db") as conn:
+        rows = conn.execute("SELECT kind, json_extract(data, '$.pid') FROM events WHERE kind IN ('request', 'infer_start')").fetchall()
+    assert sorted(rows) == sorted([("infer_start", pids["parent"]), ("infer_start", pids["child"]),
+                                   ("request", pids["parent"])] + [("request", pids["child"])] * 10), rows
+
+
+FORK_WITHOUT_A_STORE = """
+import os, sys
+from gpulens.workload.inference import InferenceMonitor
+
+serving = InferenceMonitor(service="chat", store="job.db", flush_interval_seconds=None)
+pid = os.fork()
+if pid == 0:
+    os.rename("job.db", "moved.db")
+    os.mkdir("job.db")  # what the fork finds at the store path cannot be opened
+    for _ in range(3):
+        with serving.request() as r:  # served all the same
+            r.token()
+    print("served", flush=True)
+    sys.exit(0)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+"""
+
+
+def test_a_fork_that_cannot_open_the_store_says_so_once_and_serves(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(FORK_WITHOUT_A_STORE)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0 and "served" in done.stdout, done.stderr
+    assert done.stderr.count("could not start over") == 1 and "Traceback" not in done.stderr, done.stderr

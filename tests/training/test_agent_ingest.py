@@ -273,3 +273,49 @@ def test_half_a_batch_is_cut_off_an_idle_connection_is_not_and_metrics_count_bot
     finally:
         node.close()
 
+
+
+PRELOADED_SERVER = textwrap.dedent('''
+    import os, sys
+    from gpulens.workload.inference import InferenceMonitor
+    serving = InferenceMonitor(service="preload", agent=sys.argv[1])  # in the master, as under gunicorn --preload
+    with serving.request() as r:
+        r.token()
+    children = []
+    for _ in range(2):  # two workers, forked after the monitor was made
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(20):
+                with serving.request() as r:
+                    r.token()
+            sys.exit(0)  # through the interpreter: the worker's sender hands the agent what is left
+        children.append(pid)
+    for pid in children:
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    serving.close()
+    print(" ".join(map(str, [os.getpid(), *children])))
+''')
+
+
+def test_a_monitor_made_before_a_fork_sends_from_each_worker_over_its_own_connection(tmp_path, sock_dir):
+    """gunicorn --preload with the node agent: each forked worker's requests reach the agent once,
+    under the worker's pid; the master's sender socket is never written from a worker."""
+    store, sock, log = tmp_path / "node.db", sock_dir / "ingest.sock", tmp_path / "agent.log"
+    script = tmp_path / "server.py"
+    script.write_text(PRELOADED_SERVER)
+    agent = _start_agent(store, sock, log)
+    try:
+        done = subprocess.run([sys.executable, str(script), f"unix:{sock}"], env=_env(), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr and "is used in" not in done.stderr, done.stderr
+        master, *workers = map(int, done.stdout.split())
+        wait_until(lambda: _counts(store)[1] >= 41, 60, "the 41 requests stored by the agent")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+    with Store(store, readonly=True) as s:
+        by_pid = Counter(e.data["pid"] for e in s.events(N.EV_REQUEST))
+        started = sorted(e.data["pid"] for e in s.events(N.EV_INFER_START))
+    assert by_pid == {master: 1, workers[0]: 20, workers[1]: 20}, by_pid
+    assert started == sorted([master, *workers])

@@ -94,6 +94,20 @@ class RequestHandle:
         self.monitor._finish(self, status, self.monitor.clock())
 
 
+# The parent's store and sender copies in a forked child: never used, never closed (see _forked_copy).
+_INHERITED: list[tuple[object, object]] = []
+_restart_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _restart_lock
+    _restart_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class InferenceMonitor:
     """Records requests, gauges and model loads of one service into a store. Thread-safe.
 
@@ -132,38 +146,63 @@ class InferenceMonitor:
             self._own_store = not isinstance(store, Store)
             self.store = Store(store, max_pending_rows=max_buffered_rows) if self._own_store else store  # type: ignore[arg-type]
         self._closed = False
-        self._made_in_pid = exit_flush.current_pid
-        self._forked_said = False
         self.labels = {"service": service, "model": model, "host": node_host(host)}
         self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
         self.write_events = write_events
+        self._flush_interval_seconds = flush_interval_seconds
+        self._ids: dict[tuple[str, str], int] = {}
+        self._start_in_this_process()
+
+    def _start_in_this_process(self) -> None:
+        """The per-process half: counters, lock, flusher thread, exit hook, and the announcement of
+        who serves (the co-location guard matches this pid to the GPU's process list)."""
         self._lock = threading.Lock()
         self._in_flight = 0
         self._totals = dict.fromkeys(STATUSES, 0)
-        self._ids: dict[tuple[str, str], int] = {}
         self._unresolved: deque[tuple[tuple[str, str], dict[str, str], float, float]] = deque()
         self._stop = threading.Event()
         self._flusher = None
-        # Who serves, so the co-location guard can match this process to the GPU's process list.
         if self._sender is not None:
             self._sender.send({"kind": N.EV_INFER_START, "t": self.clock(), "pid": os.getpid(), **self.labels})
         else:
             self.store.event(N.EV_INFER_START, self.clock(), self.labels, {"pid": os.getpid(), **self.labels})
-        if flush_interval_seconds and self._sender is None:  # a sender has its own thread
+        if self._flush_interval_seconds and self._sender is None:  # a sender has its own thread
             # Commit in the background so the request path only appends to a buffer.
-            self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_seconds,), daemon=True,
+            self._flusher = threading.Thread(target=self._flush_loop, args=(self._flush_interval_seconds,), daemon=True,
                                              name="gpulens-inference-flush")
             self._flusher.start()
         exit_flush.register(self, self.close)  # nothing given to the monitor is lost at exit
+        self._made_in_pid = exit_flush.current_pid  # last: other threads of a fork wait until all above is new
 
     def _forked_copy(self) -> bool:
-        """True in a process forked after this monitor was made (said once): it then records nothing."""
+        """In a process forked after this monitor was made (a gunicorn --preload worker), start it
+        over here, once, on first use: its own store connection or agent connection, flusher and
+        counters. The parent's buffered rows are the parent's to write, and the copies of its
+        connection are kept unclosed (`_INHERITED`): SQLite's must not be used or closed across a
+        fork, and the agent socket is still the parent's. True where it records nothing: closed
+        before the fork, or its store could not be opened here (said once; the request is served)."""
         if self._made_in_pid == exit_flush.current_pid:
             return False
-        if not self._forked_said:
-            self._forked_said = True
-            log.error("gpulens: %s", exit_flush.forked_copy_message("InferenceMonitor", self._made_in_pid))
-        return True
+        with _restart_lock:
+            if self._made_in_pid != exit_flush.current_pid and not self._closed:
+                self._restart_in_fork()
+        return self._made_in_pid != exit_flush.current_pid
+
+    def _restart_in_fork(self) -> None:
+        _INHERITED.append((self._sender, self.store))
+        try:
+            if self._sender is not None:
+                old = self._sender
+                self._sender = AgentSender(old.address, max_buffered_records=old.max_buffered_records,
+                                           name="gpulens-inference-sender")
+            else:
+                self.store = Store(self.store.path, max_pending_rows=self.store.max_pending_rows)
+                self._own_store = True
+            self._start_in_this_process()
+        except (StoreError, OSError) as e:
+            self._closed = True
+            log.error("gpulens: the InferenceMonitor made in process %d could not start over in %d, a fork of it: %s. "
+                      "Nothing is recorded in this process.", self._made_in_pid, os.getpid(), e)
 
     # ------------------------------------------------------------------ requests
     def start_request(self, arrival: float | None = None) -> RequestHandle:
