@@ -54,14 +54,6 @@ def _forget_in_child() -> None:
     current_pid = os.getpid()
 
 
-def forked_copy_message(kind: str, made_in_pid: int) -> str:
-    """What a monitor says when used in a process forked after it was made (the log adds "gpulens: ")."""
-    return (f"this {kind} was made in process {made_in_pid} and is used in {current_pid}, a fork of it: "
-            "nothing it is given here is stored (a copy has no sender or flusher thread, and a store "
-            "connection must not cross a fork). Create the monitor in the process that uses it, after the fork "
-            "(e.g. in gunicorn's post_fork).")
-
-
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 

@@ -250,8 +250,12 @@ class TrainingMonitor:
         if self._closed:
             raise MonitorUsageError("mon.step() was used after mon.close().", hint="Create a new TrainingMonitor for a new run.")
         if self.pid != exit_flush.current_pid:
-            raise MonitorUsageError(exit_flush.forked_copy_message("TrainingMonitor", self.pid),
-                                    hint="Create the TrainingMonitor in the process that trains.")
+            raise MonitorUsageError(
+                f"this TrainingMonitor was made in process {self.pid} and is used in {exit_flush.current_pid}, a fork "
+                "of it (a DataLoader or pool worker): a worker has no training steps of its own, and its copy has "
+                "no sender or flusher thread.",
+                hint="Record steps in the process that trains; create a monitor after the fork only for a process "
+                     "that trains on its own.")
         self._in_step = True
         self._comm_s = 0.0
         if self._timer is not None:
