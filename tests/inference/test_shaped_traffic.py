@@ -89,12 +89,15 @@ def test_prompt_lengths_are_token_exact_and_move_ttft_as_the_server_predicts(tes
     assert max(r.input_tokens for r in ok) - min(r.input_tokens for r in ok) > 150  # lengths really vary
     slope, intercept = _slope([r.input_tokens for r in ok], [r.ttft for r in ok])
     assert slope == pytest.approx(300e-6, rel=0.15)
-    assert intercept == pytest.approx(0.020, abs=0.004)
+    # The server's fixed 20 ms. A loaded machine adds its delay to every request alike (CI measured
+    # 24.1 ms on a busy 2-core runner), so the margin above is wider than below, where nothing but
+    # a clock started late could put it.
+    assert 0.020 - 0.003 <= intercept <= 0.020 + 0.012
     # e2e = TTFT + 5 more tokens at 5 ms: the same slope, 25 ms higher
     assert all(r.output_tokens == 6 for r in ok)
     slope, intercept = _slope([r.input_tokens for r in ok], [r.latency for r in ok])
     assert slope == pytest.approx(300e-6, rel=0.15)
-    assert intercept == pytest.approx(0.020 + 5 * 0.005, abs=0.006)  # six sends, each a chance of delay
+    assert 0.045 - 0.004 <= intercept <= 0.045 + 0.020  # six sends, each a chance of delay
     s = res.summary
     assert s.input_tokens == sum(r.input_tokens for r in ok)
     assert s.input_tokens_per_second == pytest.approx(s.input_tokens / s.duration_seconds)
