@@ -316,5 +316,10 @@ def test_a_monitor_made_before_a_fork_sends_from_each_worker_over_its_own_connec
     with Store(store, readonly=True) as s:
         by_pid = Counter(e.data["pid"] for e in s.events(N.EV_REQUEST))
         started = sorted(e.data["pid"] for e in s.events(N.EV_INFER_START))
+        counted = {d.key.labels[N.PID_LABEL]: d.value[-1] for d in s.query(N.INFER_REQUESTS_TOTAL)}
+        in_flight = {d.key.labels[N.PID_LABEL] for d in s.query(N.INFER_IN_FLIGHT)}
     assert by_pid == {master: 1, workers[0]: 20, workers[1]: 20}, by_pid
     assert started == sorted([master, *workers])
+    # each worker's own request counter is its own series, as with a store file
+    assert counted == {str(master): 1.0, str(workers[0]): 20.0, str(workers[1]): 20.0}, counted
+    assert in_flight == {str(master), *map(str, workers)}

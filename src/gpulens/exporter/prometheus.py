@@ -33,7 +33,7 @@ from gpulens.gpu.metrics import MIG_METRICS, gpu_labels, sample_values
 from gpulens.gpu.types import GpuSample
 from gpulens.k8s.attribution import POD_LABELS, index_id
 from gpulens.store import Store
-from gpulens.store.types import SeriesKey
+from gpulens.store.types import SeriesKey, canonical_labels
 from gpulens.vocab import names as wn
 from gpulens.vocab.gpu import (
     DCGM_HELP,
@@ -249,7 +249,8 @@ class WorkloadTally:
         if "source" in key.labels or "quantile" in key.labels:
             return  # read from an engine: its own counter and histogram are exported instead
         bounds = wn.HISTOGRAM_BUCKETS.get(key.name)
-        if bounds is None:  # a counter sample: one per finished request
+        if bounds is None:  # a counter sample: one per finished request, whichever worker counted it
+            key = _without_pid(key)
             self._counts[key] = self._counts.get(key, 0) + 1
             return
         if not math.isfinite(value):
@@ -308,12 +309,14 @@ class WorkloadCollector:
                 if fam.samples:
                     yield fam
                 continue
-            values = [v for v in latest if now - v.t <= self.max_age_seconds]
+            values = [(v.key.labels, v.value) for v in latest if now - v.t <= self.max_age_seconds]
             if not values:
                 continue
+            if name in wn.PER_PROCESS_SERIES:
+                values = _summed_over_pids(values)
             fam = Metric(name, f"gpulens workload series {name} (latest value)", "gauge")
-            for v in values:
-                fam.add_sample(name, _export_labels(v.key.labels), v.value)
+            for labels, value in values:
+                fam.add_sample(name, _export_labels(labels), value)
             yield fam
 
 
@@ -349,6 +352,23 @@ def _every_status(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[s
                 seen.add(key)
                 out.append((other, 0.0))
     return out
+
+
+def _without_pid(key: SeriesKey) -> SeriesKey:
+    if wn.PID_LABEL not in key.labels:
+        return key
+    return SeriesKey(key.name, {k: v for k, v in key.labels.items() if k != wn.PID_LABEL})
+
+
+def _summed_over_pids(values: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
+    """A per-process gauge (requests in flight) of a service's workers, added up: what the service
+    has, and no series per pid for Prometheus to keep after each worker restart."""
+    total: dict[str, tuple[dict[str, str], float]] = {}
+    for labels, value in values:
+        rest = {k: v for k, v in labels.items() if k != wn.PID_LABEL}
+        key = canonical_labels(rest)
+        total[key] = (rest, total.get(key, (rest, 0.0))[1] + value)
+    return [total[k] for k in sorted(total)]
 
 
 def _export_labels(labels: dict[str, str]) -> dict[str, str]:

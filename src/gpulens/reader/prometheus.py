@@ -29,6 +29,7 @@ from typing import Any
 from gpulens import promql as P
 from gpulens.promql import Matcher, parse_matchers
 from gpulens.reader.answers import EventRow, LatestValue, SeriesWindow
+from gpulens.reader.counters import counter_increases
 from gpulens.reader.prometheus_api import TIMEOUT_SECONDS, PrometheusApi
 from gpulens.reader.prometheus_records import rank_processes, step_records
 from gpulens.vocab import names as N
@@ -64,20 +65,6 @@ def _labels(metric: Mapping[str, str]) -> dict[str, str]:
 
 def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
-
-
-def counter_increases(t: Sequence[float], v: Sequence[float], *, born_inside: bool) -> list[tuple[float, float]]:
-    """(time, increase) at each sample where a counter rose. A drop is a restart: the new value is
-    the increase. A series born inside the read (no sample before it in the lookback) counts its
-    first value from zero: the agent creates an XID series at its first XID."""
-    out = [(t[0], v[0])] if born_inside and t and v[0] > 0 else []
-    for i in range(1, len(t)):
-        d = v[i] - v[i - 1]
-        if d < 0:
-            d = v[i]
-        if d > 0:
-            out.append((t[i], d))
-    return out
 
 
 class PrometheusAnalysisReader:

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from gpulens.reader.answers import AlertRow, Band, EventRow, LatestValue, Line, SeriesWindow
+from gpulens.reader.counters import counter_rate, summed_counter, without_pid
 from gpulens.reader.protocols import QUANTILE_OF_AGG, SELECTION_KEYS, AnalysisReader, selection_label
 from gpulens.stats import quantile
 from gpulens.store import Store
+from gpulens.store.types import SeriesData, canonical_labels
 
 # A quantile needs this many samples per time bucket to mean something.
 SAMPLES_PER_QUANTILE_BUCKET = 10
@@ -48,20 +50,6 @@ def quantile_buckets(
             mids.append(lo + (b + 0.5) * width)
             groups.append(sel)
     return np.array(mids), groups, width
-
-
-def counter_rate(t: list[float], vmax: list[float]) -> tuple[list[float], list[float | None]]:
-    """Per-second increase of a counter between consecutive buckets (bucket maxima = last values).
-    A drop means the counter restarted: the new value is the increase."""
-    out_t, out_v = [], []
-    for i in range(1, len(t)):
-        dt = t[i] - t[i - 1]
-        if dt <= 0:
-            continue
-        dv = vmax[i] - vmax[i - 1]
-        out_t.append(t[i])
-        out_v.append((dv if dv >= 0 else vmax[i]) / dt)
-    return out_t, out_v
 
 
 def _alert_row(d: Mapping[str, Any]) -> AlertRow | None:
@@ -170,11 +158,16 @@ class StoreReader:
         return [Line({}, mids.tolist(), [quantile(g, q) for g in groups])]
 
     def rate(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:
-        out = []
+        # One line per label set: the counters of a service's workers (a `pid` label each) are added up.
+        groups: dict[str, list[SeriesData]] = {}
         for d in self.store.query(metric, dict(match), start=start, end=end, max_points=points):
-            if len(d) >= 2:
-                t, v = counter_rate(d.t, d.value_max)
-                out.append(Line(d.key.labels, t, v))
+            if len(d):
+                groups.setdefault(canonical_labels(without_pid(d.key.labels)), []).append(d)
+        out = []
+        for _, ds in sorted(groups.items()):
+            t, v = counter_rate(*summed_counter(ds)) if len(ds) > 1 else counter_rate(ds[0].t, ds[0].value_max)
+            if t:
+                out.append(Line(without_pid(ds[0].key.labels) if len(ds) > 1 else ds[0].key.labels, t, v))
         return out
 
     def events_per_second(self, metric: str, match: Mapping[str, str], start: float, end: float, points: int) -> list[Line]:

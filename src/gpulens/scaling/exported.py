@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpulens.reader.prometheus import LOOKBACK_SECONDS, counter_increases
+from gpulens.reader.counters import counter_increases
+from gpulens.reader.prometheus import LOOKBACK_SECONDS
 from gpulens.reader.protocols import AnalysisReader
 from gpulens.scaling.signals import RequestLog
 from gpulens.vocab import names as N

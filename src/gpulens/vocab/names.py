@@ -58,6 +58,9 @@ INFER_REQUESTS_TOTAL = "infer_requests_total"  # counter, label status=ok|error|
 # Every documented value of that `status` label. The exporter writes each one (0 until it happens) for
 # every label set that has served a request, so `rate(...{status="error"}[5m])` is 0, not empty.
 REQUEST_STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "rejected", "aborted")
+# The series a monitor counts in its own process (several workers of one service each count their
+# own): stored with a `pid` label, so each stays monotonic; readers sum over it, the exporter folds it out.
+PER_PROCESS_SERIES = frozenset({INFER_IN_FLIGHT, INFER_REQUESTS_TOTAL})
 # ---- inference, read from serving engines by `--scrape` (label `source`)
 INFER_PREFILL_SECONDS = "infer_prefill_seconds"  # a request's prefill phase
 INFER_DECODE_SECONDS = "infer_decode_seconds"  # a request's decode phase

@@ -13,7 +13,8 @@ recording stay two.
 
 A live monitor sending to its node's agent (workload.wire) adds its own counters to each request
 (`requests_total` for its status, `in_flight` after it, `itl_s`), which are stored as they are (an
-agent's restart must not reset a counter), and sends its gauges as `infer_gauges` records.
+agent's restart must not reset a counter), under its pid (each worker of a pre-fork server counts its
+own), and sends its gauges as `infer_gauges` records.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ def _import_live_request(req: Any, live: dict[str, Any], labels: dict[str, str],
     if total is None or req.status not in N.REQUEST_STATUSES:
         raise ValueError("a live request needs a number in requests_total and a documented status")
     end = req.end_t
-    store.write(N.INFER_IN_FLIGHT, labels, end, field(live, "in_flight"))
-    store.write(N.INFER_REQUESTS_TOTAL, {**labels, "status": req.status}, end, total)
+    counted = _counted_by(labels, req.pid)
+    store.write(N.INFER_IN_FLIGHT, counted, end, field(live, "in_flight"))
+    store.write(N.INFER_REQUESTS_TOTAL, {**counted, "status": req.status}, end, total)
     if req.status == "ok":
         store.write(N.INFER_ITL_SECONDS, labels, end, field(live, "itl_s", duration))
     write_request(store, labels, req, event=live.get("store_event", True) is not False)
@@ -134,8 +136,15 @@ def import_gauges(record: dict[str, Any], store: Store, ctx: ImportContext) -> N
         raise ValueError(f"an {N.REC_INFER_GAUGES} record needs t")
     labels = labels_for(record, ctx)
     values = [(name, field(record, key)) for key, name in GAUGE_FIELDS]  # all read before any is written
+    pid = field(record, N.PID_LABEL)
+    counted = _counted_by(labels, int(pid) if pid is not None else None)
     for name, value in values:
-        store.write(name, labels, t, value)
+        store.write(name, counted if name in N.PER_PROCESS_SERIES else labels, t, value)
+
+
+def _counted_by(labels: dict[str, str], pid: int | None) -> dict[str, str]:
+    """The labels of what one live process counts itself (N.PER_PROCESS_SERIES): its pid added."""
+    return labels if pid is None else {**labels, N.PID_LABEL: str(pid)}
 
 
 @register_importer(N.EV_INFER_START)

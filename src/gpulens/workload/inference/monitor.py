@@ -9,7 +9,9 @@
     h.finish("ok", output_tokens=32, batch_size=4)
 
 Every finished request becomes one sample of each `infer_*` series at its end time (labels service,
-model, host) and one `request` event holding its timestamps, which is what diagnosis reads.
+model, host) and one `request` event holding its timestamps, which is what diagnosis reads. What the
+process counts itself, requests in flight and finished by status, is labelled with its pid too: the
+workers of a pre-fork server each count their own, and readers add them up.
 Writes are buffered and committed once a second; whatever is buffered when the process ends
 (a normal exit, or SIGTERM from a job runner) is committed then, so `close()` is optional. While the
 store refuses writes the buffer is bounded (`max_buffered_rows`, the oldest go, counted in
@@ -150,13 +152,14 @@ class InferenceMonitor:
         self.clock = as_clock(clock)  # calling it gives unix seconds, as the older bare-function clocks did
         self.write_events = write_events
         self._flush_interval_seconds = flush_interval_seconds
-        self._ids: dict[tuple[str, str], int] = {}
         self._start_in_this_process()
 
     def _start_in_this_process(self) -> None:
         """The per-process half: counters, lock, flusher thread, exit hook, and the announcement of
         who serves (the co-location guard matches this pid to the GPU's process list)."""
         self._lock = threading.Lock()
+        self._ids: dict[tuple[str, str], int] = {}  # a fork's counters are its own series (its pid's)
+        self._pid = os.getpid()
         self._in_flight = 0
         self._totals = dict.fromkeys(STATUSES, 0)
         self._unresolved: deque[tuple[tuple[str, str], dict[str, str], float, float]] = deque()
@@ -212,9 +215,10 @@ class InferenceMonitor:
         with self._lock:
             self._in_flight += 1
             if self._sender is not None:
-                self._sender.send({"kind": N.REC_INFER_GAUGES, "t": now, **self.labels, "in_flight": self._in_flight})
+                self._sender.send({"kind": N.REC_INFER_GAUGES, "t": now, **self.labels, "in_flight": self._in_flight,
+                                   N.PID_LABEL: self._pid})
             else:
-                self._write(N.INFER_IN_FLIGHT, now, self._in_flight)
+                self._write(N.INFER_IN_FLIGHT, now, self._in_flight, pid=str(self._pid))
         return RequestHandle(self, now)
 
     @contextmanager
@@ -260,8 +264,8 @@ class InferenceMonitor:
                                    **({} if self.write_events else {"store_event": False})})
                 return
             w = self._write
-            w(N.INFER_IN_FLIGHT, end, self._in_flight)
-            w(N.INFER_REQUESTS_TOTAL, end, self._totals[status], status=status)
+            w(N.INFER_IN_FLIGHT, end, self._in_flight, pid=str(self._pid))
+            w(N.INFER_REQUESTS_TOTAL, end, self._totals[status], status=status, pid=str(self._pid))
             if status == "ok":
                 w(N.INFER_ITL_SECONDS, end, itl)
             write_request(self.store, self.labels, record, w, event=self.write_events)
