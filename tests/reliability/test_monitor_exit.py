@@ -308,3 +308,37 @@ def test_a_fork_that_cannot_open_the_store_says_so_once_and_serves(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert done.returncode == 0 and "served" in done.stdout, done.stderr
     assert done.stderr.count("could not start over") == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+FORK_THAT_FAILS_AFTER_OPENING = """
+import os, sys
+from gpulens.errors import StoreError
+from gpulens.store import Store
+from gpulens.workload.inference import InferenceMonitor
+
+serving = InferenceMonitor(service="chat", store="job.db", flush_interval_seconds=None)
+parents = serving.store
+pid = os.fork()
+if pid == 0:
+    def refuse(*a, **k):
+        raise StoreError("the disk is full")
+    Store.event = refuse  # the worker opens its own store, then cannot write its first row
+    with serving.request() as r:
+        r.token()
+    print("new store closed:", serving.store is not parents and serving.store._conn is None, flush=True)
+    print("parent's copy untouched:", parents._conn is not None, flush=True)
+    sys.exit(0)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+"""
+
+
+def test_a_fork_that_fails_after_opening_its_store_closes_it(tmp_path):
+    """The start-over opened a connection and then failed: that connection is closed at once (not
+    left to the garbage collector), and the parent's copy is never touched."""
+    script = tmp_path / "job.py"
+    script.write_text(FORK_THAT_FAILS_AFTER_OPENING)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    assert "new store closed: True" in done.stdout and "parent's copy untouched: True" in done.stdout, done.stdout
+    assert done.stderr.count("could not start over") == 1 and "Traceback" not in done.stderr, done.stderr

@@ -204,8 +204,19 @@ class InferenceMonitor:
             self._start_in_this_process()
         except (StoreError, OSError) as e:
             self._closed = True
+            self._release_new_connection()
             log.error("gpulens: the InferenceMonitor made in process %d could not start over in %d, a fork of it: %s. "
                       "Nothing is recorded in this process.", self._made_in_pid, os.getpid(), e)
+
+    def _release_new_connection(self) -> None:
+        """After a failed start-over: close what it had opened here (never the parent's copies)."""
+        fresh = self._sender if self.store is None else self.store
+        if any(fresh is kept for pair in _INHERITED for kept in pair):
+            return
+        try:
+            fresh.close()  # type: ignore[union-attr]
+        except (StoreError, OSError):
+            pass
 
     # ------------------------------------------------------------------ requests
     def start_request(self, arrival: float | None = None) -> RequestHandle:
