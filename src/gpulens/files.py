@@ -176,10 +176,24 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def missing_folder(path: Path, what: str) -> FileWriteError:
+    """The output's folder is not there: said before any work is done where a caller checks first."""
+    return FileWriteError(f"Cannot write {what} {path}: the folder {path.parent} does not exist; nothing was written.",
+                          hint="Create the folder first, or choose another output path.")
+
+
 def write_failed(path: Path, what: str, e: OSError, hint: str) -> FileWriteError:
-    """The one sentence for an output file that could not be written, saying what was kept."""
-    cls = OutputDiskFullError if e.errno in (errno.ENOSPC, errno.EDQUOT) else FileWriteError
-    return cls(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
+    """The one sentence for an output file that could not be written, saying what was kept. `hint`
+    is the caller's, for a full disk; a path that cannot be written for another reason gets its own."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputDiskFullError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
+    if e.errno == errno.ENOENT and not path.parent.is_dir():
+        return missing_folder(path, what)
+    if e.errno == errno.EISDIR or path.is_dir():
+        return FileWriteError(f"Cannot write {what} to {path}: it is a folder; nothing was written.",
+                              hint="Give the path of a file, inside that folder or elsewhere.")
+    return FileWriteError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.",
+                          hint="Choose an output path in a folder you can write to.")
 
 
 @contextmanager

@@ -92,8 +92,19 @@ def test_an_empty_destination_is_the_current_folder_and_said_so(tmp_path, h200_s
     monkeypatch.chdir(tmp_path)
     assert main(COMMANDS[command](h200_store, "")) == 2
     said = _said(capsys)
-    assert "Cannot write" in said and "Is a directory" in said and "busy" not in said, said
+    assert "Cannot write" in said and "it is a folder" in said and "busy" not in said, said
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["report-html", "export-grafana", "alerts-export"])
+def test_a_missing_folder_is_named_with_what_to_do(tmp_path, h200_store, capsys, command):
+    """Not "No such file or directory ... Free some space": the folder that is missing, and to create it."""
+    out = tmp_path / "not" / "made" / f"out{SUFFIX[command]}"
+    assert main(COMMANDS[command](h200_store, out)) == 2
+    said = _said(capsys)
+    assert f"the folder {out.parent} does not exist" in said and "Create the folder" in said, said
+    assert "Free some space" not in said and "Traceback" not in said, said
+    assert not (tmp_path / "not").exists()
 
 
 def test_the_atomic_writer_replaces_whole_and_keeps_the_mode(tmp_path):

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from gpulens import promql as P
 from gpulens.errors import BadInputError, shown
-from gpulens.files import write_atomically
+from gpulens.files import missing_folder, write_atomically
 from gpulens.views.panels import (
     LEGEND_OWNER,
     PANELS,
@@ -248,7 +248,7 @@ def write_grafana_dashboard(out: str | Path | None, **kw: Any) -> str:
     if out is None or str(out) == "-":
         return text
     path = Path(out)
-    if not path.parent.exists():
-        raise BadInputError(f"The folder {path.parent} does not exist.", hint="Create it or choose another --out.")
+    if not path.parent.is_dir():
+        raise missing_folder(path, "the dashboard")
     write_atomically(path, text + "\n", what="the dashboard", hint="Free some space or choose an --out path you can write to.")
     return text

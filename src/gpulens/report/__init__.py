@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpulens.errors import BadInputError, shown
-from gpulens.files import write_atomically
+from gpulens.files import missing_folder, write_atomically
 from gpulens.report.build import ReportData, build_report_data
 from gpulens.views.data import Window
 from gpulens.vocab.time import parse_window
@@ -69,8 +69,8 @@ def write_report(
         raise BadInputError("Give --job or --service, not both.", hint="A report covers one training job or one service.")
     if readers is None and not Path(store_path).exists():
         raise BadInputError(f"There is no store at {store_path}.", hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote.")
-    if not out.parent.exists():
-        raise BadInputError(f"The folder {out.parent} does not exist.", hint="Create it or choose another --out.")
+    if not out.parent.is_dir():
+        raise missing_folder(out, "the report")
     data = build_report_data(
         store_path, job=job, service=service, start=start, end=end,
         baseline=Window(*parse_window(baseline)) if baseline else None, readers=readers,
