@@ -94,10 +94,12 @@ def fill_disk(folder: Path, name: str = "filler") -> Path:
     return path
 
 
-def wait_until(cond, timeout: float = 20.0, what: str = "the condition", *, interval: float = 0.02):  # noqa: ANN001, ANN201
+def wait_until(cond, timeout: float = 60.0, what: str = "the condition", *, interval: float = 0.02):  # noqa: ANN001, ANN201
     """Poll `cond()` until it returns something true, and return that; fail naming `what` after
     `timeout` seconds. For a test that waits for something to happen (a thread, a server, a file); a
-    test that needs time to pass drives a `gpulens.clock.FakeClock` instead."""
+    test that needs time to pass drives a `gpulens.clock.FakeClock` instead. The default is generous
+    on purpose: a condition that holds returns at once, and a loaded 2-core CI runner can take many
+    seconds to start a thread or a process; only a condition that never comes pays the whole wait."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -109,7 +111,7 @@ def wait_until(cond, timeout: float = 20.0, what: str = "the condition", *, inte
         time.sleep(interval)
 
 
-def wait_http(url: str, proc=None, timeout: float = 30.0, log=None, *, until=None, interval: float = 0.2,  # noqa: ANN001
+def wait_http(url: str, proc=None, timeout: float = 60.0, log=None, *, until=None, interval: float = 0.2,  # noqa: ANN001
               what: str | None = None) -> bytes:
     """Poll `url` until it answers (and, with `until`, until `until(body)` holds); return the body.
     Fail at once if `proc` exits first, and on failure add `log`'s tail: a Path, or a function

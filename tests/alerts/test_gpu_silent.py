@@ -60,8 +60,10 @@ def test_a_live_fake_agent_pages_on_a_gpu_silent_after_xid_79(tmp_path):
         '    summary: "GPU {{ $labels.gpu }} on {{ $labels.host }} is silent"\n'
         "    advice: Check the GPU.\n", encoding="utf-8")
     out = tmp_path / "alerts.jsonl"
+    # the page is due about 1 s after the silence begins (at the next evaluation past 3 s); 10 s of run
+    # (it was 6) leaves a loaded machine 6 s to get there
     cmd = [sys.executable, "-m", "gpulens.cli.main", "agent", "--backend", "fake:2", "--store", str(tmp_path / "s.db"),
-           "--interval", "100ms", "--duration", "6s", "--listen", "off", "--rules", str(rules), "--notify", f"file:{out}",
+           "--interval", "100ms", "--duration", "10s", "--listen", "off", "--rules", str(rules), "--notify", f"file:{out}",
            "--fault", "xid:79@2s:gpu=1", "--fault", "silent@2s:gpu=1"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
     assert r.returncode == 0, r.stderr

@@ -40,11 +40,11 @@ def slow_server() -> Iterator[str]:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    if not ready.wait(10):
+    if not ready.wait(60):  # at once, normally; a loaded machine may take seconds to run the thread
         raise RuntimeError("the test server did not start")
     try:
         yield f"http://127.0.0.1:{state['port']}"
     finally:
-        asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(10)  # type: ignore[union-attr]
+        asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(30)  # type: ignore[union-attr]
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        thread.join(30)

@@ -30,7 +30,10 @@ class _Count(SinkBase):
 def test_every_due_tick_evaluates():
     ref: list[SamplingLoop] = []
     count = _Count(ref)
-    loop = SamplingLoop(FakeBackend(1), [count], interval_seconds=0.1, evaluate_seconds=0.1, flush_seconds=5.0)
+    # Ticks of 0.5 s: the loop's half-tick slack is then 250 ms, so a tick that a loaded machine wakes
+    # late costs an evaluation only past 250 ms (at 0.1 s ticks, 50 ms late already did). The strict
+    # rule this guards against missed about one in three whatever the interval.
+    loop = SamplingLoop(FakeBackend(1), [count], interval_seconds=0.5, evaluate_seconds=0.5, flush_seconds=5.0)
     ref.append(loop)
     loop.run(duration_seconds=60)
     loop.close()

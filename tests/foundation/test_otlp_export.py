@@ -81,15 +81,20 @@ def _agent(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path, Path]:
     return proc, log, out
 
 
+# How long the agent may take to stop after SIGTERM: its last export is bounded at 2 s (a Collector
+# that is away), the rest is a process's shutdown, which a loaded runner can stretch to seconds.
+STOP_WITHIN_SECONDS = 10.0
+
+
 def _stop(proc: subprocess.Popen, log: Path | None = None) -> float:
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(10)
+        proc.wait(30)
     except subprocess.TimeoutExpired:
         # where it hangs, for whoever reads the failure: the agent's last log lines (with -v, its steps)
         tail = log.read_text()[-3000:] if log is not None and log.exists() else "(no log)"
-        raise AssertionError(f"the agent did not exit within 10 s of SIGTERM; its log ends:\n{tail}") from None
+        raise AssertionError(f"the agent did not exit within 30 s of SIGTERM; its log ends:\n{tail}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -156,7 +161,7 @@ def test_the_agent_exports_the_same_histograms_and_gpu_gauges_as_metrics_over_ot
         text = wait_until(scraped, 30, "/metrics to count every step")
     finally:
         took = _stop(proc, log)
-    assert took < 5, f"the agent took {took:.1f} s to stop"
+    assert took < STOP_WITHIN_SECONDS, f"the agent took {took:.1f} s to stop"
 
     (point,) = hist.histogram.data_points
     assert hist.histogram.aggregation_temporality == 2  # AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -212,7 +217,7 @@ def test_a_dead_collector_leaves_the_agent_sampling_logs_once_and_stops_on_sigte
         took = _stop(proc, log)
         if holder is not None:
             holder.close()
-    assert took < 5, f"the agent took {took:.1f} s to stop"
+    assert took < STOP_WITHIN_SECONDS, f"the agent took {took:.1f} s to stop"
     text = log.read_text()
     failures = [line for line in text.splitlines() if "OTLP export to" in line]
     assert len(failures) == 1, failures  # ...and the failure was said once, not once per export

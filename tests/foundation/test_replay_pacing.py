@@ -125,12 +125,14 @@ def test_stop_ends_a_replay_waiting_in_a_day_long_gap(tmp_path):
     th = _run_in_thread(loop)
     wait_until(lambda: loop.stats.ticks == 5, what="the five frames before the gap")
     loop.stop()
-    th.join(timeout=5)
+    th.join(timeout=30)  # the stop ends the wait at once; uncut, the gap plays as the 60 s max gap
     assert not th.is_alive() and loop.stats.ticks == 5
 
 
 def test_the_duration_ends_a_replay_waiting_in_a_day_long_gap(tmp_path):
     loop = SamplingLoop(ReplayBackend(gap_trace(tmp_path), speed=1.0), [])
-    th = _run_in_thread(loop, 0.5)
-    th.join(timeout=10)
+    # 3 s: the five frames before the gap take 0.4 s, and a duration of 0.5 s left a loaded machine
+    # 100 ms to play them; the gap itself plays as the 60 s max gap, which the duration must cut
+    th = _run_in_thread(loop, 3.0)
+    th.join(timeout=40)
     assert not th.is_alive() and loop.stats.ticks == 5

@@ -147,7 +147,12 @@ def test_request_bytes_and_a_header_that_would_break_them():
 
 def test_precise_loop_keeps_sub_millisecond_timers():
     """A stock asyncio loop wakes up to 1 ms late (epoll's whole milliseconds); the precise loop's
-    median lateness must be a fraction of that. Compared in the same run, not against a constant."""
+    lateness must be a fraction of that. Compared in the same run, not against a constant.
+
+    A loaded machine adds its wake-up delay to both loops' timers alike, which would close a ratio of
+    medians; so the precise loop is read at its 10th percentile (the timers the machine did not delay)
+    and the stock loop at its median, its ~0.7 ms of rounding, which load lengthens far more often than it
+    shortens (only a preemption between the sleep's start and its epoll call would)."""
 
     async def lateness():
         late = []
@@ -155,12 +160,12 @@ def test_precise_loop_keeps_sub_millisecond_timers():
             due = time.perf_counter() + 0.0023
             await asyncio.sleep(due - time.perf_counter())
             late.append(time.perf_counter() - due)
-        return sorted(late)[len(late) // 2]
+        return sorted(late)
 
     precise = precise_loop.run(lateness())
     stock = asyncio.run(lateness())
-    assert precise >= 0
-    assert precise < stock / 2, (precise, stock)
+    assert precise[0] >= 0
+    assert precise[len(precise) // 10] < stock[len(stock) // 2] / 2, (precise[::10], stock[::10])
 
 
 def test_https_verifies_the_certificate_unless_insecure(tmp_path):

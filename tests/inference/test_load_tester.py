@@ -23,19 +23,26 @@ def test_stall_is_charged_to_every_request_scheduled_during_it(timed_server):
     assert s.latency.p50 >= 0.010  # never less than the server's own time: the clock starts at the intended send
     # The stall ends 5 s after the first request reached the server, hence at least 5 s after it was
     # due to be sent: a request scheduled at offset o in the stall waits at least 5 - o, however late
-    # the client runs. (From 4.3 s on, so that a slow first connection cannot move the stall past them.)
+    # the client runs. It begins 4 s after that arrival, which came before the first answer did: every
+    # request scheduled 4 s after the first answer or later is inside it, however slow that first
+    # connection was on a loaded machine (4.3 s on, as before, when the first answer was quick).
     t0 = min(r.intended for r in res.records)
-    in_stall = [r for r in res.records if 4.3 <= r.intended - t0 <= 4.9]
-    assert len(in_stall) >= 100
+    first_answer = min(r.end for r in res.records if r.end is not None) - t0
+    start = max(4.3, first_answer + 4.0)
+    in_stall = [r for r in res.records if start <= r.intended - t0 <= 4.95]
+    assert len(in_stall) >= 20, (first_answer, len(in_stall))
     short = [(round(r.intended - t0, 3), round(r.latency, 3)) for r in in_stall if r.latency < 5.0 - (r.intended - t0) - 1e-3]
     assert not short, short[:5]
     # ~200 requests fell into the stall, 10 % of 2000: p99 is the stall's hundreds of ms
     assert s.latency.p99 > 0.3
     assert s.latency.max > 0.6
 
-    closed = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-closed?ms=10&at=1&dur=1"), concurrency=2,
-                               duration_seconds=3))
-    slow = [r for r in closed.records if r.latency is not None and r.latency > 0.5]
+    # a 2 s stall, and "slow" from 1 s: a loaded machine would have to hold a 10 ms request for a
+    # whole second to count it among the stalled ones (2 s of run after the stall: hundreds of quick
+    # requests, so that p99 lies below the two stalled ones)
+    closed = run_load(LoadSpec(Target(f"{timed_server}/fixed/stall-closed?ms=10&at=1&dur=2"), concurrency=2,
+                               duration_seconds=5))
+    slow = [r for r in closed.records if r.latency is not None and r.latency > 1.0]
     assert 1 <= len(slow) <= 2  # only the two users' requests in flight saw the stall: a closed loop hides it
     assert closed.summary.latency.p99 < min(r.latency for r in slow)
 
@@ -75,10 +82,12 @@ def test_streaming_ttft_and_itl_are_read_from_the_stream(test_server):
 def test_sweep_finds_the_known_capacity(timed_server):
     """Done-when: a server that serves one request at a time in 20 ms has a capacity of exactly
     50 req/s; the sweep must land within 10 % of it."""
-    # Above capacity the backlog grows for the whole probe: at 54 req/s for 2.5 s the last request
-    # waits (54 − 50) × 2.5 / 50 s = 200 ms, so the SLO below fails from 8 % over capacity.
-    spec = LoadSpec(Target(f"{timed_server}/capacity/sweep?ms=20"), rate=30, duration_seconds=2.5)
-    result = sweep(spec, parse_slos(["p99_latency<=200ms"]), tolerance_ratio=0.08)
+    # Above capacity the backlog grows for the whole probe: at 54 req/s for 4 s the last request
+    # waits (54 − 50) × 4 / 50 s = 320 ms, so the SLO below fails from 7.5 % over capacity. Below
+    # capacity a request takes 20 ms: a loaded machine must delay one by 280 ms to fail a probe
+    # (a 200 ms SLO over 2.5 s probes left it 180 ms).
+    spec = LoadSpec(Target(f"{timed_server}/capacity/sweep?ms=20"), rate=30, duration_seconds=4)
+    result = sweep(spec, parse_slos(["p99_latency<=300ms"]), tolerance_ratio=0.08)
     assert result.best == pytest.approx(50, rel=0.10), [(p.value, p.passed) for p in result.probes]
     assert result.lowest_failing is not None and result.lowest_failing > result.best
     passed = [p for p in result.probes if p.passed]
@@ -88,11 +97,11 @@ def test_sweep_finds_the_known_capacity(timed_server):
 
 
 def test_closed_loop_concurrency_sweep(timed_server):
-    """Concurrency sweep: each user adds 100 ms of queueing on a one-at-a-time server, so
-    p99 ≤ 550 ms holds up to 5 users (5 × 100 ms) and fails from 6. At 100 ms a user (not 20), a
-    loaded machine's delays would have to pass 150 ms to move the answer below 4 users."""
-    spec = LoadSpec(Target(f"{timed_server}/capacity/users?ms=100"), concurrency=2, duration_seconds=1.5)
-    result = sweep(spec, parse_slos(["p99_latency<=550ms"]))
+    """Concurrency sweep: each user adds 200 ms of queueing on a one-at-a-time server, so
+    p99 ≤ 1100 ms holds up to 5 users (5 × 200 ms) and fails from 6. At 200 ms a user (it was 20,
+    then 100), a loaded machine's delays would have to pass 300 ms to move the answer below 4 users."""
+    spec = LoadSpec(Target(f"{timed_server}/capacity/users?ms=200"), concurrency=2, duration_seconds=3)
+    result = sweep(spec, parse_slos(["p99_latency<=1100ms"]))
     assert result.best in (4, 5)
     assert result.lowest_failing in (5, 6, 7, 8)
 
@@ -134,8 +143,9 @@ def test_multiple_worker_processes_share_the_load(timed_server):
     assert s.requests.total == 100 and s.requests.ok == 100
     assert s.latency.count == 100
     # Each process's own account comes back; they started together, once both were ready (the
-    # start is read from one shared value, so only their wake-ups differ).
+    # start is read from one shared value, so only their wake-ups differ: a loaded machine can wake
+    # one of two processes a good while late, hence 250 ms, well under a Python process's start-up).
     a, b = sorted(res.workers, key=lambda w: w.worker)
     assert (a.worker, a.ok, b.worker, b.ok) == (0, 50, 1, 50)
     assert a.cpu_seconds > 0 and b.cpu_seconds > 0 and a.wall_seconds >= 0.9 and b.wall_seconds >= 0.9
-    assert abs(a.started_perf - b.started_perf) < 0.05
+    assert abs(a.started_perf - b.started_perf) < 0.25

@@ -180,7 +180,7 @@ def served_app(store, port):
     server = uvicorn.Server(uvicorn.Config(_starlette_app(monitor), host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), 10, "uvicorn to start")
+    wait_until(lambda: server.started or not thread.is_alive(), 60, "uvicorn to start")
     assert server.started, "uvicorn stopped before it started"
     yield f"http://127.0.0.1:{port}", monitor
     server.should_exit = True
@@ -214,7 +214,10 @@ def test_middleware_in_a_real_starlette_app(served_app, store):
     assert len(ttft) == 5 and all(v > FIRST_TOKEN_S - 0.002 for v in ttft)
     assert all(v > TOKEN_GAP_S - 0.001 for v in _vals(store, N.INFER_ITL_SECONDS))
     assert _vals(store, N.INFER_OUTPUT_TOKENS)[-5:] == [5] * 5
-    assert streamed.ttft.p50 == pytest.approx(sorted(ttft)[2], abs=0.01)
+    # The client's clock starts before the server sees the request and stops after the token left it,
+    # so its TTFT is never less (1 ms for the histogram's rounding); a loaded machine only adds to it,
+    # hence the wider margin above.
+    assert sorted(ttft)[2] - 0.001 <= streamed.ttft.p50 <= sorted(ttft)[2] + 0.1, (streamed.ttft.p50, sorted(ttft))
     assert _vals(store, N.INFER_IN_FLIGHT)[-1] == 0
 
 
@@ -238,9 +241,9 @@ def test_a_client_that_disconnects_mid_stream_is_aborted(served_app, store):
         # a series can be known before its first sample is committed (the monitor's writer is mid-flush)
         return {s.key.labels["status"]: s.value[-1] for s in store.query(N.INFER_REQUESTS_TOTAL, {"service": "api"}) if s.value}
 
-    wait_until(lambda: totals().get("aborted") == 1, 10, "the abandoned stream to be recorded as aborted")
+    wait_until(lambda: totals().get("aborted") == 1, 60, "the abandoned stream to be recorded as aborted")
     with urllib.request.urlopen(f"{base}/v1/generate", timeout=10) as r:
         assert r.status == 200
-    wait_until(lambda: totals() == {"aborted": 1, "ok": 1}, 10, "the next request to be recorded ok")
+    wait_until(lambda: totals() == {"aborted": 1, "ok": 1}, 60, "the next request to be recorded ok")
     assert _vals(store, N.INFER_IN_FLIGHT)[-1] == 0
     assert not _vals(store, N.INFER_LATENCY_SECONDS)[:-1]  # an aborted request is no latency sample

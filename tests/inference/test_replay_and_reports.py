@@ -40,9 +40,12 @@ def test_replaying_the_h200_session_keeps_its_count_and_burstiness(timed_server,
     sent = sorted(r.sent for r in res.records)
     sent_gaps = [(b - a) * SPEED for a, b in zip(sent, sent[1:], strict=False)]
     assert ks_2samp(gaps, sent_gaps).pvalue > 0.05
-    # and it is the recording's burstiness, not a Poisson stream's: the gaps' spread is kept
+    # and it is the recording's burstiness, not a Poisson stream's: the gaps' spread is kept. A Poisson
+    # stream's CV is 1.0 against the recording's ~1.47 (a ratio of ~0.68). A loaded machine that holds
+    # the sender sends what fell due at once: a gap of 0 and a longer one, a larger spread (one 0.6 s
+    # hold in the 10 s run raises the CV by 5-20 %), so the margin above is the wider one.
     cv = lambda xs: (sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / len(xs)) ** 0.5 / (sum(xs) / len(xs))  # noqa: E731
-    assert cv(sent_gaps) == pytest.approx(cv(gaps), rel=0.05)
+    assert 0.85 * cv(gaps) <= cv(sent_gaps) <= 1.5 * cv(gaps), (cv(sent_gaps), cv(gaps))
 
 
 def test_replay_from_a_store_and_with_recorded_lengths(test_server, replayed_store, capsys):
@@ -140,14 +143,17 @@ def test_concurrency_distribution_of_a_closed_loop(timed_server):
 
 def test_goodput_sweep_finds_the_rate_at_which_99_percent_of_requests_meet_the_slo(timed_server):
     """A one-at-a-time 20 ms server (capacity 50 req/s): below it every request is served within
-    ~40 ms; above it the backlog grows and requests miss 100 ms, so the goodput ratio falls."""
+    ~40 ms; above it the backlog grows and requests miss 250 ms, so the goodput ratio falls (at 10 %
+    over capacity the backlog passes 250 ms after 2.3 s of the 2.5 s probe: 8 % of its requests
+    miss). 250 ms, not 100: below capacity a loaded machine must now hold two requests 230 ms, not
+    80, to cost a probe its 99 %."""
     spec = LoadSpec(Target(f"{timed_server}/capacity/goodput?ms=20"), rate=20, duration_seconds=2.5)
-    result = sweep(spec, parse_slos(["latency<=100ms"]), tolerance_ratio=0.1, min_goodput_ratio=0.99)
+    result = sweep(spec, parse_slos(["latency<=250ms"]), tolerance_ratio=0.1, min_goodput_ratio=0.99)
     assert result.best is not None and 35 <= result.best <= 55, [(p.value, p.passed) for p in result.probes]
     for p in result.probes:
         assert p.passed == (p.result.summary.goodput_ratio >= 0.99)
     with pytest.raises(BadInputError, match="goodput"):
-        run_load(spec, parse_slos(["latency<=100ms"]), min_goodput_ratio=1.5)
+        run_load(spec, parse_slos(["latency<=250ms"]), min_goodput_ratio=1.5)
     with pytest.raises(BadInputError, match="per-request"):
         run_load(spec, [], min_goodput_ratio=0.9)
 

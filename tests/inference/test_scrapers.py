@@ -158,7 +158,7 @@ def test_background_scraping_follows_the_endpoint(metrics_server, shared_data, s
 
     metrics_server.text = (shared_data / "engine-metrics" / "tgi.txt").read_text()
     thread, stop = EngineScraper(metrics_server.url, store, service="bg", host="h").start(interval_seconds=0.05)
-    wait_until(lambda: (q := store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})) and len(q[0].value) >= 3, 5,
+    wait_until(lambda: (q := store.query(N.INFER_QUEUE_DEPTH, {"service": "bg"})) and len(q[0].value) >= 3, 60,
                "three background scrapes")
     stop.set()
     thread.join(timeout=2)

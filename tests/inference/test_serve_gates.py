@@ -51,18 +51,23 @@ def test_timeouts_above_the_error_ratio_fail_the_run(timed_server, capsys, tmp_p
 
 
 def test_achieved_rate_is_ok_completions_over_the_run_window(timed_server, test_server):
-    """--rate 2 --duration 2s: four requests over two seconds is 2 req/s (it was 4 / 1.5 s = 2.7)."""
+    """--rate 2 --duration 2s: four requests over two seconds is 2 req/s (it was 4 / 1.5 s = 2.7).
+
+    The run window ends at the send window's end or at the last answer, whichever is later: a loaded
+    machine that answers the last request late can only lengthen it, so each window is bounded
+    tightly below and with half a second to spare above (each rate the other way round). The send
+    windows come from the schedule alone and stay exact."""
     s = run_load(LoadSpec(Target(f"{timed_server}/fixed/rate?ms=5"), rate=2, duration_seconds=2)).summary
     assert s.requests.ok == 4
-    assert s.duration_seconds == pytest.approx(2.0, abs=0.01)
-    assert s.achieved_rate == pytest.approx(2.0, rel=0.01) and s.sent_rate == pytest.approx(2.0, rel=0.01)
-    # --requests alone: five sends at 10 req/s fill half a second
+    assert 2.0 - 0.01 <= s.duration_seconds <= 2.0 + 0.5
+    assert 4 / 2.5 <= s.achieved_rate <= 2.0 * 1.01 and s.sent_rate == pytest.approx(2.0, rel=0.01)
+    # --requests alone: five sends at 10 req/s fill half a second (the last answer is due at 0.405 s)
     s = run_load(LoadSpec(Target(f"{timed_server}/fixed/req?ms=5"), rate=10, duration_seconds=None, max_requests=5)).summary
-    assert s.achieved_rate == pytest.approx(10.0, rel=0.05) and s.sent_rate == pytest.approx(10.0, rel=0.01)
+    assert 5 / 1.0 <= s.achieved_rate <= 10.0 * 1.01 and s.sent_rate == pytest.approx(10.0, rel=0.01)
     # errors are not completions: none succeeded, four errors per second
     s = run_load(LoadSpec(Target(f"{test_server}/error"), rate=4, duration_seconds=1)).summary
     assert s.requests.error == 4 and s.achieved_rate == 0.0
-    assert s.rates_per_second.error == pytest.approx(4.0, rel=0.02) and s.rates_per_second.ok == 0.0
+    assert 4 / 1.5 <= s.rates_per_second.error <= 4.0 * 1.02 and s.rates_per_second.ok == 0.0
 
 
 def test_sweep_that_never_failed_says_at_least_and_writes_its_csv(timed_server, capsys, tmp_path):

@@ -67,12 +67,14 @@ def test_bench_serve_json_csv_and_stored_run(test_server, tmp_path, capsys):
 
 
 def test_sweep_json(timed_server, capsys, tmp_path):
-    rc = main(["bench", "serve", "--url", f"{timed_server}/capacity/cli?ms=50", "--sweep", "--rate", "15",
-               "--slo", "p99_latency<=300ms", "--duration", "600ms", "--tolerance", "0.3", "--max-probes", "5",
+    # Every time twice what it was (100 ms a request, a 600 ms SLO, 1.2 s probes) and every rate half:
+    # the same sweep, but a loaded machine must now delay a request 500 ms, not 250, to fail a probe.
+    rc = main(["bench", "serve", "--url", f"{timed_server}/capacity/cli?ms=100", "--sweep", "--rate", "7.5",
+               "--slo", "p99_latency<=600ms", "--duration", "1200ms", "--tolerance", "0.3", "--max-probes", "5",
                "--format", "json", "--store", str(tmp_path / "g.db")])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["best"] is not None and 15 <= report["best"] <= 30  # capacity 20 req/s, coarse sweep
+    assert report["best"] is not None and 7.5 <= report["best"] <= 15  # capacity 10 req/s, coarse sweep
     assert report["lowest_failing"] > report["best"]
     assert all({"value", "passed", "goodput", "latency"} <= set(p) for p in report["probes"])
 

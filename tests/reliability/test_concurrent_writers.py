@@ -138,17 +138,17 @@ INTERVAL_S = 0.5
 
 
 def test_an_agent_keeps_sampling_while_a_replay_imports_into_its_store(tmp_path):
-    """The agent's largest gap between consecutive samples, while a 45x replay imports into its store,
-    is at most two sampling intervals (it was the whole import: one transaction held the write lock)."""
+    """The agent's largest gap between consecutive samples, while a 15x replay imports into its store,
+    stays well under the import's length (it was the whole import: one transaction held the write lock)."""
     db = tmp_path / "s.db"
     rec = tmp_path / "rec.jsonl"
-    samples = write_recording(rec, 150, gpus=2, step_seconds=1.0)  # 150 s recorded: about 3.3 s at 45x
+    samples = write_recording(rec, 150, gpus=2, step_seconds=1.0)  # 150 s recorded: about 10 s at 15x
     agent = subprocess.Popen([*CLI, "agent", "--backend", "fake:2", "--interval", f"{INTERVAL_S}s", "--listen", "off",
                               "--host", "agent-node", "--store", str(db)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         wait_until(lambda: _count(db, "agent-node") >= 4, 60, "the agent's first samples", interval=0.1)
-        r = subprocess.run([*CLI, "replay", str(rec), "--store", str(db), "--speed", "45"],
+        r = subprocess.run([*CLI, "replay", str(rec), "--store", str(db), "--speed", "15"],
                            capture_output=True, text=True, env=ENV, timeout=120)
         assert r.returncode == 0, r.stderr
         replay_end = max(t for _, t in _rows(db, "agent-node"))
@@ -160,7 +160,7 @@ def test_an_agent_keeps_sampling_while_a_replay_imports_into_its_store(tmp_path)
     assert "database is locked" not in err, err
     gpu0 = sorted(t for labels, t in _rows(db, "agent-node") if json.loads(labels).get("gpu") == "0")
     largest_gap = max(b - a for a, b in zip(gpu0, gpu0[1:], strict=False))
-    # One transaction for the import leaves a gap of the whole paced import (150 s at 45x: 3.3 s at least,
-    # however loaded the machine); half that, not two intervals, leaves a loaded agent room to be late.
-    assert largest_gap <= 150 / 45 / 2, f"the agent went {largest_gap:.2f} s without a sample"
+    # One transaction for the import leaves a gap of the whole paced import (150 s at 15x: 10 s at least,
+    # however loaded the machine); half that, 5 s against 0.5 s sampling, leaves a loaded agent room to be late.
+    assert largest_gap <= 150 / 15 / 2, f"the agent went {largest_gap:.2f} s without a sample"
     assert len(_rows(db)) - len(_rows(db, "agent-node")) == samples  # and the replay stored its samples once

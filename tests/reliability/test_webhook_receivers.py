@@ -93,11 +93,13 @@ class Receiver:
 @pytest.mark.parametrize("behaviour", sorted(BEHAVIOURS))
 def test_every_alert_arrives_once_past_a_broken_receiver(behaviour):
     rx = Receiver(behaviour, bad=2)
-    hook = WebhookNotifier(f"http://127.0.0.1:{rx.port}/hook", retries=4, timeout_seconds=0.5, backoff_seconds=0.01)
+    # 2.5 s an attempt (it was 0.5): a good receiver that a loaded machine answers late would have its
+    # attempt cut after it had stored the alert, and the retry would bring that alert twice
+    hook = WebhookNotifier(f"http://127.0.0.1:{rx.port}/hook", retries=4, timeout_seconds=2.5, backoff_seconds=0.01)
     try:
         for i in range(5):
             hook.send([_alert(i)])
-        assert hook.flush(30)
+        assert hook.flush(60)
         assert sorted(rx.got) == [str(i) for i in range(5)]  # none lost, none twice
         assert hook._thread.is_alive()
     finally:
@@ -126,14 +128,16 @@ def test_a_full_queue_drops_the_oldest_and_close_is_bounded(tmp_path):
     blackhole.listen(1)
     port = blackhole.getsockname()[1]
     with Store(tmp_path / "s.db") as st:
-        hook = WebhookNotifier(f"http://127.0.0.1:{port}/hook", retries=1, timeout_seconds=1.0, max_queue=4,
+        hook = WebhookNotifier(f"http://127.0.0.1:{port}/hook", retries=1, timeout_seconds=2.0, max_queue=4,
                                close_timeout_seconds=0.5, store=st)
         for i in range(300):  # used to block forever once 256 were queued
             hook.send([_alert(i)])
         assert hook.dropped >= 300 - 4 - 1
         started = time.monotonic()
         hook.close()
-        assert time.monotonic() - started < 0.5 + 1.0 + 1.0
+        # close_timeout_seconds plus one attempt (2.5 s), with 3 s for a loaded machine; a close that
+        # tried every queued body (5 attempts of 2 s) could not end before 10 s
+        assert time.monotonic() - started < 0.5 + 2.0 + 3.0
         assert not hook._thread.is_alive()
     blackhole.close()
 

@@ -1,5 +1,10 @@
 """`gpulens tune serve --server-cmd` against a real local ASGI server (the middleware on it) whose
-latency depends on a batching knob."""
+latency depends on a batching knob.
+
+The server's times are twice the example's defaults (a 40 ms forward pass + 4 ms a request), the
+SLO 300 ms, the probes 1.2 s at rates from 15 req/s: the same sweeps as 20 ms + 2 ms, 150 ms, 0.6 s
+from 30 req/s, scaled in time, but a loaded runner must now hold a request ~200 ms, not ~100, to
+fail a probe below capacity and flip a verdict."""
 
 from __future__ import annotations
 
@@ -12,16 +17,18 @@ from gpulens.runs import list_runs
 from gpulens.store import Store
 from gpulens.vocab import names as N
 
+SLOWER = "--base-ms 40 --per-item-ms 4"  # twice the example server's 20 ms + 2 ms a request
+
 
 def test_tune_serve_picks_the_batch_with_the_highest_rate_meeting_the_slo(capsys, tmp_path, server_script):
     store = tmp_path / "tune.db"
     url = f"http://127.0.0.1:{free_port()}/generate"
-    # One forward pass takes 20 ms + 2 ms per request in the batch: a batch of 1 sustains about
-    # 45 req/s, a batch of 4 about 140, a batch of 16 far more.
+    # One forward pass takes 40 ms + 4 ms per request in the batch: a batch of 1 sustains about
+    # 22 req/s, a batch of 4 about 70, a batch of 16 far more.
     html = tmp_path / "serve.html"
-    rc = main(["tune", "serve", "--store", str(store), "--format", "json", "--html", str(html), "--url", url, "--slo", "p99_latency<=150ms",
-               "--server-cmd", server_script + " --port {port} --max-batch {max_batch} --load-seconds 0.3",
-               "--knob", "max_batch=4,1,16", "--rate", "30", "--duration", "0.6s", "--tolerance", "25%", "--max-probes", "5"])
+    rc = main(["tune", "serve", "--store", str(store), "--format", "json", "--html", str(html), "--url", url, "--slo", "p99_latency<=300ms",
+               "--server-cmd", server_script + f" --port {{port}} --max-batch {{max_batch}} --load-seconds 0.3 {SLOWER}",
+               "--knob", "max_batch=4,1,16", "--rate", "15", "--duration", "1.2s", "--tolerance", "25%", "--max-probes", "5"])
     out = capsys.readouterr().out
     assert rc == 0, out
     r = json.loads(out)
@@ -56,14 +63,15 @@ def test_tune_serve_without_server_cmd_tunes_the_clients_connection_limit(capsys
     import subprocess
 
     port = free_port()
-    server = subprocess.Popen([*shlex.split(server_script), "--port", str(port), "--max-batch", "16", "--load-seconds", "0"],
+    server = subprocess.Popen([*shlex.split(server_script), "--port", str(port), "--max-batch", "16", "--load-seconds", "0",
+                               *shlex.split(SLOWER)],
                               env={**__import__("os").environ, "GPULENS_STORE": str(tmp_path / "server.db")})
     try:
-        wait_http(f"http://127.0.0.1:{port}/generate", server, timeout=20, interval=0.1, what="the example server")
+        wait_http(f"http://127.0.0.1:{port}/generate", server, timeout=60, interval=0.1, what="the example server")
         # One connection serializes the requests, so the server never gets to batch them.
         rc = main(["tune", "serve", "--store", str(tmp_path / "tune.db"), "--format", "json",
-                   "--url", f"http://127.0.0.1:{port}/generate", "--slo", "p99_latency<=150ms",
-                   "--knob", "max_connections=1,64", "--rate", "30", "--duration", "0.6s", "--tolerance", "25%",
+                   "--url", f"http://127.0.0.1:{port}/generate", "--slo", "p99_latency<=300ms",
+                   "--knob", "max_connections=1,64", "--rate", "15", "--duration", "1.2s", "--tolerance", "25%",
                    "--max-probes", "5"])
         out = capsys.readouterr().out
         assert rc == 0, out
@@ -90,8 +98,9 @@ def test_the_stream_knob_rewrites_an_openai_body():
 def test_tune_serve_beginner_mode_proposes_the_batching_limit_written_in_the_server_command(capsys, tmp_path, server_script):
     url = f"http://127.0.0.1:{free_port()}/generate"
     rc = main(["tune", "serve", "--store", str(tmp_path / "tune.db"), "--format", "json", "--yes", "--url", url,
-               "--slo", "p99_latency<=150ms", "--server-cmd", server_script + " --port {port} --max-batch {max_batch=2} --load-seconds 0",
-               "--rate", "30", "--duration", "0.6s", "--tolerance", "25%", "--max-probes", "5"])
+               "--slo", "p99_latency<=300ms",
+               "--server-cmd", server_script + f" --port {{port}} --max-batch {{max_batch=2}} --load-seconds 0 {SLOWER}",
+               "--rate", "15", "--duration", "1.2s", "--tolerance", "25%", "--max-probes", "5"])
     out = capsys.readouterr().out
     assert rc == 0, out
     r = json.loads(out)
@@ -99,8 +108,8 @@ def test_tune_serve_beginner_mode_proposes_the_batching_limit_written_in_the_ser
     assert any(n.startswith("beginner mode: proposed max_batch=2,4,8,1") for n in r["notes"])
     tried = [t["changed"]["max_batch"] for t in r["trials"]]
     assert tried == ["4", "8", "1"]
-    assert r["trials"][0]["verdict"] == "kept"  # about 80 req/s with batches of 2, about 140 with 4
-    assert r["trials"][-1]["verdict"] == "rolled_back"  # a batch of one sustains about 45
+    assert r["trials"][0]["verdict"] == "kept"  # about 40 req/s with batches of 2, about 70 with 4
+    assert r["trials"][-1]["verdict"] == "rolled_back"  # a batch of one sustains about 22
     assert r["best"]["knobs"]["max_batch"] in ("4", "8")
 
 

@@ -43,7 +43,7 @@ def run_dashboard(app) -> Iterator[RunningDashboard]:
     server = uvicorn.Server(uvicorn_config(app))  # the limits `gpulens dashboard` runs with
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), 15, "the dashboard server to start")
+    wait_until(lambda: server.started or not thread.is_alive(), 60, "the dashboard server to start")
     if not server.started:
         raise RuntimeError("the dashboard server stopped before it started")
     try:

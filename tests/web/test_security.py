@@ -133,10 +133,10 @@ def test_cli_serves_on_loopback_and_prints_the_address(replayed_store):
     try:
         assert line.startswith("gpulens dashboard on http://127.0.0.1:"), line + proc.stderr.read()
         url = line.split()[3]
-        wait_http(url + "api/health", proc, 15, interval=0.1)  # answers 2xx: urlopen raises on an error status
+        wait_http(url + "api/health", proc, 60, interval=0.1)  # answers 2xx: urlopen raises on an error status
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        proc.wait(30)
 
 
 def test_cli_on_all_interfaces_prints_a_generated_token(replayed_store):
@@ -156,7 +156,7 @@ def test_cli_on_all_interfaces_prints_a_generated_token(replayed_store):
             assert r.status == 200
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        proc.wait(30)
 
 
 def test_cli_bad_input_exits_2(tmp_path):
