@@ -354,6 +354,7 @@ def _every_status(rows: list[tuple[dict[str, str], float]]) -> list[tuple[dict[s
     return out
 
 
+# Its own, not reader.counters.without_pid: importing the reader package would cost the agent numpy.
 def _without_pid(key: SeriesKey) -> SeriesKey:
     if wn.PID_LABEL not in key.labels:
         return key
