@@ -185,15 +185,15 @@ def missing_folder(path: Path, what: str) -> FileWriteError:
 def write_failed(path: Path, what: str, e: OSError, hint: str) -> FileWriteError:
     """The one sentence for an output file that could not be written, saying what was kept. `hint`
     is the caller's, for a full disk; a path that cannot be written for another reason gets its own."""
+    said = f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}."
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OutputDiskFullError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.", hint=hint)
+        return OutputDiskFullError(said, hint=hint)
     if e.errno == errno.ENOENT and not path.parent.is_dir():
         return missing_folder(path, what)
     if e.errno == errno.EISDIR or path.is_dir():
         return FileWriteError(f"Cannot write {what} to {path}: it is a folder; nothing was written.",
                               hint="Give the path of a file, inside that folder or elsewhere.")
-    return FileWriteError(f"Cannot write {what} {path}: {e.strerror or e}; {kept_note(path)}.",
-                          hint="Choose an output path in a folder you can write to.")
+    return FileWriteError(said, hint="Choose an output path in a folder you can write to.")
 
 
 @contextmanager

@@ -166,9 +166,9 @@ class InferenceMonitor:
         self._stop = threading.Event()
         self._flusher = None
         if self._sender is not None:
-            self._sender.send({"kind": N.EV_INFER_START, "t": self.clock(), "pid": os.getpid(), **self.labels})
+            self._sender.send({"kind": N.EV_INFER_START, "t": self.clock(), "pid": self._pid, **self.labels})
         else:
-            self.store.event(N.EV_INFER_START, self.clock(), self.labels, {"pid": os.getpid(), **self.labels})
+            self.store.event(N.EV_INFER_START, self.clock(), self.labels, {"pid": self._pid, **self.labels})
         if self._flush_interval_seconds and self._sender is None:  # a sender has its own thread
             # Commit in the background so the request path only appends to a buffer.
             self._flusher = threading.Thread(target=self._flush_loop, args=(self._flush_interval_seconds,), daemon=True,
