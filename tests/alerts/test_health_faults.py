@@ -17,6 +17,8 @@ CASES = [
     ("remap-pending", "GpuRemappedRowsPending", 0, lambda f: f.fail_remapping(0, pending=True), lambda f: f.clear(0), 0),
     ("remap-failure", "GpuRemappedRowsFailure", 0, lambda f: f.fail_remapping(0), lambda f: f.clear(0), 0),
     ("temperature", "GpuTemperatureNearSlowdown", 60, lambda f: f.set(0, temperature_celsius=86.0), lambda f: f.set(0, temperature_celsius=None), 0),
+    # past the fake's 89 °C slowdown: its own rule, and not "within 5 °C of" (the near rule must stay quiet)
+    ("temperature-above", "GpuTemperatureAboveSlowdown", 60, lambda f: f.set(0, temperature_celsius=93.0), lambda f: f.set(0, temperature_celsius=None), 0),
     ("hw-thermal", "GpuClockSlowdown", 60, lambda f: f.throttle(0, "hw_thermal"), lambda f: f.clear(0), 0),
     ("power-brake", "GpuClockSlowdown", 60, lambda f: f.throttle(0, "hw_power_brake"), lambda f: f.clear(0), 0),
     ("hw-slowdown", "GpuClockSlowdown", 60, lambda f: f.throttle(0, "hw_slowdown"), lambda f: f.clear(0), 0),
