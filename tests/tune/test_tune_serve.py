@@ -58,6 +58,15 @@ def test_tune_serve_without_server_cmd_only_takes_client_knobs(capsys, tmp_path)
     assert "only the client's knobs" in capsys.readouterr().err
 
 
+def test_a_server_that_cannot_be_reached_is_exit_3_in_one_sentence(capsys, tmp_path):
+    """An outside system, not the user's input (docs/tune.md); bench serve says the same with 3."""
+    rc = main(["tune", "serve", "--store", str(tmp_path / "s.db"), "--url", f"http://127.0.0.1:{free_port()}/x",
+               "--slo", "p99_latency<=1s", "--knob", "max_connections=8,32", "--yes"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 3, err
+    assert "could not be reached" in err and ".." not in err and "Traceback" not in err
+
+
 def test_tune_serve_without_server_cmd_tunes_the_clients_connection_limit(capsys, tmp_path, server_script):
     import shlex
     import subprocess

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulens.diagnose import Finding
-from gpulens.errors import BadInputError
+from gpulens.errors import BadInputError, UnavailableError
 from gpulens.tune.knobs import Knob
 from gpulens.tune.result import Trial
 from gpulens.tune.stats import Estimate
@@ -159,13 +159,14 @@ class LoopOutcome:
 def run_loop(steps: TuneSteps, baseline_setting: dict[str, str]) -> LoopOutcome:
     """Measure the baseline, then one change at a time from the best so far until the knobs are
     exhausted, the budget is spent or the user stops it; raises BadInputError when the baseline
-    itself cannot be measured."""
+    itself cannot be measured (UnavailableError, exit 3, when its server could not be reached)."""
     baseline = _trial(steps, 0, baseline_setting, None)
     steps.record(baseline)
     steps.obs.trial_finished(baseline)
     if baseline.verdict == "failed":
-        raise BadInputError(f"The baseline could not be measured: {baseline.reason}.",
-                            hint=f"{steps.rerun_hint}: {baseline.command}")
+        error = UnavailableError if baseline.extra.get("unreachable") else BadInputError
+        raise error(f"The baseline could not be measured: {baseline.reason.rstrip('.')}.",
+                    hint=f"{steps.rerun_hint}: {baseline.command}")
     findings = steps.findings(baseline)
     knobs = steps.knobs(findings)
     out = LoopOutcome(baseline, baseline, knobs, findings=[finding_brief(f) for f in findings])

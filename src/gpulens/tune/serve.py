@@ -221,7 +221,8 @@ class _ServeSteps(TuneSteps):
             if server is not None and (died := server.died()) is not None:
                 failure = died + " during the sweep (an out-of-memory error under load, say)"  # its probes measured nothing
         except TargetUnreachableError as e:
-            failure = f"the server could not be reached: {e.message}"
+            failure = f"the server could not be reached: {e.message.rstrip('.')}"
+            extra["unreachable"] = True  # an outside system, not the user's input: exit 3 if it is the baseline
         finally:
             if server is not None:
                 server.stop()
