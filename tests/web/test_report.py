@@ -103,9 +103,21 @@ def test_names_are_escaped_in_reports(tmp_path):
         ["--store", "{db}", "--out", "{out}", "--format", "pdf"],
         ["--store", "{db}", "--out", "{tmp}/no/such/folder/r.html"],
         ["--store", "{db}", "--out", "{out}", "--job", "a", "--service", "b"],
+        ["--store", "{db}", "--out", "-", "--format", "md"],  # its charts are files beside it
     ],
 )
 def test_bad_input_exits_2(replayed_store, tmp_path, args, capsys):
     fill = {"missing": str(tmp_path / "missing.db"), "out": str(tmp_path / "r.html"), "db": str(replayed_store), "tmp": str(tmp_path)}
     assert main([a.format(**fill) for a in ["report", *args]]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_out_dash_writes_the_html_to_standard_output(replayed_store, tmp_path, capsys, monkeypatch):
+    """As `export grafana --out -` and `record --out -` (it wrote a file named '-'); the line that
+    says what was written goes to standard error, so the stream is the report alone."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--store", str(replayed_store), "--out", "-"]) == 0
+    got = capsys.readouterr()
+    assert got.out.startswith("<!doctype html>") and got.out.rstrip().endswith("</html>")
+    assert "wrote standard output (html)" in " ".join(got.err.split())
+    assert not (tmp_path / "-").exists()

@@ -7,13 +7,13 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from gpulens.cli.common import console, store_option
+from gpulens.cli.common import console, console_err, store_option
 from gpulens.cli.fleet import match_option, prometheus_option, window_option
 
 
 def report(
     ctx: typer.Context,
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the report, e.g. report.html or report.md."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the report, e.g. report.html or report.md; - writes the HTML to standard output."),
     store: Path = store_option(),
     job: str = typer.Option(None, "--job", help="Only this training job."),
     service: str = typer.Option(None, "--service", help="Only this inference service."),
@@ -34,6 +34,7 @@ def report(
 
     * `gpulens report --out report.html`
     * `gpulens report --job llama-ft --out run.md`
+    * `gpulens report --out - > report.html`
     * `gpulens report --baseline 1796002127,1796002132 --out vs-baseline.html`
     * `gpulens report --prometheus http://prometheus:9090 --job pretrain --window 6h --out fleet.html`
     * `gpulens report --prometheus http://prometheus:9090 --match '{cluster="a"}' --out cluster-a.html`
@@ -72,7 +73,8 @@ def report(
         readers=readers,
     )
     panels = ", ".join(res.panels_with_data) or "none"
-    console.print(escape(f"wrote {res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}"))
+    said = f"wrote {'standard output' if str(out) == '-' else res.path} ({res.format}): {res.charts} charts, {res.findings} findings; panels with data: {panels}"
+    (console_err if str(out) == "-" else console).print(escape(said))  # the report itself is on stdout
 
 
 def register(app: typer.Typer) -> None:

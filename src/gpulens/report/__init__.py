@@ -4,6 +4,7 @@ baseline window. Charts need the plot extra: pip install 'gpulens[plot]'."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -61,15 +62,19 @@ def write_report(
     """Build the report of a store's run and write it to `out` (format from `fmt` or the suffix)."""
     from gpulens.report.render import render_html, write_markdown
 
+    to_stdout = str(out) == "-"  # as `export grafana --out -` and `record --out -`
     out = Path(out)
-    fmt = fmt or _format_from_suffix(out)
+    fmt = fmt or ("html" if to_stdout else _format_from_suffix(out))
     if fmt not in ("html", "md"):
         raise BadInputError(f"Unknown report format {shown(fmt)}.", hint="Use --format html or --format md.")
+    if to_stdout and fmt == "md":
+        raise BadInputError("A Markdown report cannot go to standard output: its charts are files in a folder beside it.",
+                            hint="Give --out a file name (run.md), or leave out --format md: HTML is one self-contained stream.")
     if job and service:
         raise BadInputError("Give --job or --service, not both.", hint="A report covers one training job or one service.")
     if readers is None and not Path(store_path).exists():
         raise BadInputError(f"There is no store at {store_path}.", hint="Point --store at a file that `gpulens agent` or `gpulens replay` wrote.")
-    if not out.parent.is_dir():
+    if not to_stdout and not out.parent.is_dir():
         raise missing_folder(out, "the report")
     data = build_report_data(
         store_path, job=job, service=service, start=start, end=end,
@@ -77,7 +82,10 @@ def write_report(
     )
     charts = sum(1 for p in data.panels for c in p.charts if c.has_data)
     extra: list[Path] = []
-    if fmt == "html":
+    if to_stdout:
+        sys.stdout.write(render_html(data))
+        sys.stdout.flush()
+    elif fmt == "html":
         write_atomically(out, render_html(data), what="the report", hint=WRITE_HINT)
     else:
         extra = write_markdown(data, out)
