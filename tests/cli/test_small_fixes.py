@@ -6,11 +6,13 @@ import json
 import re
 
 import numpy as np
+import pytest
 from clirun import run_gpulens
 
 from gpulens.alerts.baseline import BaselineConfig, Baselines
 from gpulens.alerts.expr import Selector
 from gpulens.alerts.source import StoreSource
+from gpulens.cli.main import main
 from gpulens.store import Store
 from gpulens.vocab import names as wn
 
@@ -209,3 +211,20 @@ def test_control_characters_a_user_typed_are_shown_escaped_in_an_error(tmp_path)
     assert r.returncode == 2
     assert "\x1b" not in r.stderr and "\x01" not in r.stderr, repr(r.stderr)
     assert "\\x01\\x1b[2Jx.db" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["replay", "--store", "{db}", "--job", ""],
+    ["replay", "--store", "{db}", "--service", ""],
+    ["replay", "--store", "{db}", "--host", " "],
+    ["diagnose", "--store", "{db}", "--job", ""],
+    ["energy", "--store", "{db}", "--service", ""],
+    ["agent", "--backend", "fake:1", "--store", "{db}", "--host", ""],
+], ids=lambda a: " ".join(a[:1] + a[-2:]))
+def test_an_empty_label_is_refused_where_it_is_typed(tmp_path, capsys, argv):
+    """`--job ''` stored steps under a name no one can type back; as a filter it selected every job."""
+    db = tmp_path / "s.db"
+    assert main([a.format(db=db) for a in argv]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"Invalid value for '{argv[-2]}': is empty" in said and "Traceback" not in said
+    assert not db.exists()  # refused while parsing, before anything is written

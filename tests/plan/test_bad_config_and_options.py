@@ -31,7 +31,7 @@ def test_a_bad_config_field_is_named_and_refused(tmp_path, field, value):
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    # past what any number option takes (cli.number_bounds, issue 27): refused while parsing, naming the option
+    # past what any number option takes (cli.value_checks, issue 27): refused while parsing, naming the option
     (("--workload", "train", "--batch", "10000000000000000000000000000000000"), "'--batch' / '-b': a 35-digit number is beyond"),
     (("--workload", "infer", "--target-rps", "nan"), "'--target-rps': nan is not a finite number"),
     # the planner's own ranges

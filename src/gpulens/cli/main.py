@@ -19,7 +19,7 @@ from gpulens import __version__
 from gpulens.cli import usage_errors
 from gpulens.cli.common import apply_env_defaults, console_err
 from gpulens.cli.help_text import keep_examples_everywhere
-from gpulens.cli.number_bounds import bound_numbers
+from gpulens.cli.value_checks import check_values
 from gpulens.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_STORAGE_FULL, GpulensError
 
 _HELP = (
@@ -71,7 +71,7 @@ def build_app(modules: list[str] | None = None) -> typer.Typer:
             register(app)
     keep_examples_everywhere(app)
     apply_env_defaults(app)
-    bound_numbers(app)
+    check_values(app)
     return app
 
 

@@ -1,7 +1,11 @@
-"""Every number a user types is one a command can use: a float option refuses nan and inf (click's
-float type takes them), an integer option refuses what a SQLite INTEGER cannot hold (a `--limit`
-of 2**63 reached the store as an OverflowError traceback). Applied to every command of the app at
-start (like `common.apply_env_defaults`), so a new option is bounded without anyone remembering to."""
+"""Checks on what a user types, applied to every command of the app at start (like
+`common.apply_env_defaults`), so a new option is checked without anyone remembering to:
+
+- every number is one a command can use: a float option refuses nan and inf (click's float type
+  takes them), an integer option refuses what a SQLite INTEGER cannot hold (a `--limit` of 2**63
+  reached the store as an OverflowError traceback);
+- every label a user names (`--job`, `--service`, `--host`) is not empty: `--job ''` stored steps
+  under a name no one can type back, and as a filter it quietly selected every job."""
 
 from __future__ import annotations
 
@@ -38,10 +42,20 @@ def _bad(value: Any) -> str | None:
     return None
 
 
-def _checker(previous: Callable[..., Any] | None) -> Callable[..., Any]:
+# Options whose value is a label of stored series (or selects by one).
+LABEL_FLAGS = frozenset({"--job", "--service", "--host"})
+
+
+def _empty_label(value: Any) -> str | None:
+    if isinstance(value, str) and not value.strip():
+        return "is empty: give a name, or leave the option out"
+    return None
+
+
+def _checker(problem_of: Callable[[Any], str | None], previous: Callable[..., Any] | None) -> Callable[..., Any]:
     def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         for v in value if isinstance(value, list | tuple) else (value,):
-            problem = _bad(v)
+            problem = problem_of(v)
             if problem:
                 raise typer.BadParameter(problem, ctx=ctx, param=param)
         return previous(value) if previous is not None else value
@@ -49,9 +63,9 @@ def _checker(previous: Callable[..., Any] | None) -> Callable[..., Any]:
     return check
 
 
-def bound_numbers(app: typer.Typer) -> list[tuple[str, str]]:
-    """Give every int and float option and argument of `app` (sub-apps included) the check above.
-    Returns (command, parameter) for each one bounded."""
+def check_values(app: typer.Typer) -> list[tuple[str, str]]:
+    """Give every int and float option and argument of `app` (sub-apps included) the number check,
+    and every label option the empty-label check. Returns (command, parameter) for each one checked."""
     import inspect
 
     from typer.models import ArgumentInfo, OptionInfo
@@ -67,13 +81,17 @@ def bound_numbers(app: typer.Typer) -> list[tuple[str, str]]:
             hints = {}
         for pname, p in inspect.signature(callback).parameters.items():
             info = p.default
-            if not isinstance(info, OptionInfo | ArgumentInfo) or _number_kind(hints.get(pname, p.annotation)) is None:
+            if not isinstance(info, OptionInfo | ArgumentInfo) or getattr(info, "_gpulens_checked", False):
                 continue
-            if getattr(info, "_gpulens_bounded", False):
+            if _number_kind(hints.get(pname, p.annotation)) is not None:
+                problem_of = _bad
+            elif isinstance(info, OptionInfo) and LABEL_FLAGS.intersection(info.param_decls or ()):
+                problem_of = _empty_label
+            else:
                 continue
             # an existing callback takes only the value (the only form the CLI uses)
-            info.callback = _checker(info.callback)
-            info._gpulens_bounded = True  # type: ignore[attr-defined]
+            info.callback = _checker(problem_of, info.callback)
+            info._gpulens_checked = True  # type: ignore[attr-defined]
             done.append((name, pname))
 
     def visit(t: typer.Typer, path: str) -> None:
