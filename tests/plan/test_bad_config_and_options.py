@@ -38,6 +38,8 @@ def test_a_bad_config_field_is_named_and_refused(tmp_path, field, value):
     (("--workload", "infer", "--target-rps", "-5"), "must be between"),
     (("--workload", "train", "--gpus", "0"), "must be between"),
     (("--workload", "infer", "--new-tokens", "0"), "must be between"),
+    # one range, said once: 0 passed the range ("between 0 and ...") and then failed "at least 1"
+    (("--workload", "infer", "--prompt", "0"), "--prompt must be between 1 and"),
 ])
 def test_absurd_numbers_are_refused(args, says):
     r = _gpulens("plan", "--model", "llama-3-8b", "--gpu", "h100-sxm", *args)

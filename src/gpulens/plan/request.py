@@ -21,7 +21,7 @@ from gpulens.units import parse_duration
 OPTION_RANGES: dict[str, tuple[float, float]] = {
     "gpus": (1, 1 << 20), "batch": (1, 1 << 24), "seq": (1, 1 << 26), "grad_accum": (1, 1 << 20),
     "lora_rank": (1, 1 << 16), "nodes": (1, 1 << 16), "gpus_per_node": (1, 1 << 12), "inter_node_gbps": (1e-3, 1e6),
-    "zero": (0, 3), "prompt": (0, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
+    "zero": (0, 3), "prompt": (1, 1 << 26), "new_tokens": (1, 1 << 26), "tp": (1, 1 << 12), "pp": (1, 1 << 12),
     "max_num_batched_tokens": (1, 1 << 26), "prefill_chunk_tokens": (1, 1 << 26), "nccl_communicators": (0, 64),
     "target_rps": (1e-9, 1e9), "electricity_usd_per_kwh": (0, 100), "power_fraction": (0.01, 1.5), "pue": (1, 5),
     "speculative_tokens": (1, 32), "ep": (1, 1 << 12), "virtual_stages": (1, 1 << 12), "cp": (1, 1 << 12),
