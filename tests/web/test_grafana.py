@@ -116,3 +116,20 @@ def test_the_dcgm_variant_reads_dcgm_names_for_gpus_and_gpulens_names_for_worklo
     host = next(v for v in d["templating"]["list"] if v["name"] == "host")
     assert host["definition"] == "label_values(gpu_up, Hostname)"  # gpu_up carries dcgm's labels in that mode
     assert main(["export", "grafana", "--out", "-", "--metric-names", "nvidia"]) == 2
+
+
+@pytest.mark.parametrize("uid", ["", "a" * 41, "has space", "slash/uid"])
+def test_a_uid_grafana_would_refuse_is_refused_here(tmp_path, capsys, uid):
+    """Grafana takes 1-40 letters, digits, '-' and '_' (an empty uid is a new random one on every
+    import, so re-imports stop overwriting); nothing is written."""
+    out = tmp_path / "g.json"
+    assert main(["export", "grafana", "--out", str(out), "--uid", uid]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "--uid must be 1 to 40 letters" in said and "Traceback" not in said
+    assert not out.exists()
+
+
+def test_a_40_character_uid_is_kept(tmp_path):
+    out = tmp_path / "g.json"
+    assert main(["export", "grafana", "--out", str(out), "--uid", "gpulens_" + "x" * 31 + "-"]) == 0
+    assert len(json.loads(out.read_text())["uid"]) == 40

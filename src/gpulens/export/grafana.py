@@ -12,6 +12,7 @@ the GPU panels read dcgm-exporter's names (converted back to base units) and its
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -177,12 +178,21 @@ def _joules_per_token(panel: PanelSpec, names: MetricNames) -> str | None:
                                         _regex("inference", "gpulens"), "$__range", scale)
 
 
+# Grafana refuses a uid longer than 40 characters or with other characters (util.IsValidShortUID,
+# MaxUIDLength); an empty one gets a new random uid on every import, so re-imports stop overwriting.
+GRAFANA_UID_MAX_CHARS = 40
+_GRAFANA_UID = re.compile(rf"[A-Za-z0-9_-]{{1,{GRAFANA_UID_MAX_CHARS}}}")
+
+
 def grafana_dashboard(title: str = "gpulens: training | inference | GPU health", uid: str = DEFAULT_UID,
                       metric_names: MetricNames = "gpulens") -> dict[str, Any]:
     """The dashboard JSON, for file provisioning or import as it is (a `${datasource}` variable, no
     `__inputs`), over the agents' names: gpulens's, or dcgm-exporter's for the GPU panels."""
     if metric_names not in ("gpulens", "dcgm"):
         raise BadInputError(f"--metric-names must be gpulens or dcgm, not {shown(metric_names)}.")
+    if not _GRAFANA_UID.fullmatch(uid):
+        raise BadInputError(f"--uid must be 1 to {GRAFANA_UID_MAX_CHARS} letters, digits, '-' or '_' (what Grafana accepts), "
+                            f"not {shown(uid)}.", hint=f"Keep the default ({DEFAULT_UID}) or pass a short name such as gpulens-prod.")
     panels: list[dict[str, Any]] = []
     pid, y = 1, 0
     for panel in PANELS.values():
