@@ -96,3 +96,14 @@ def test_describe_suggests_a_command_when_click_does_not():
     err = type("UsageError", (Exception,), {"format_message": lambda self: "No such command 'plna'."})()
     err.ctx = ctx
     assert "Did you mean 'plan'" in usage_errors.describe(err).message
+
+
+def test_plan_without_a_model_is_exit_2(capsys):
+    """Nothing typed: the help, exit 2 as `gpulens` and `gpulens export`; options without --model:
+    the one thing missing, in one sentence (it printed the help and exited 0 either way)."""
+    from gpulens.cli.main import main
+
+    assert main(["plan"]) == 2
+    assert "Usage:" in capsys.readouterr().out
+    assert main(["plan", "--gpu", "h100-sxm"]) == 2
+    assert "plan needs --model" in " ".join(capsys.readouterr().err.split())

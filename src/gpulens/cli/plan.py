@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from gpulens.cli.common import console, console_err
-from gpulens.errors import BadInputError
+from gpulens.errors import EXIT_BAD_INPUT, BadInputError
 from gpulens.plan.request import PlanOptions
 
 HELP = """Plan GPU memory, speed and cost of **training** or **serving** a model, before renting anything.
@@ -129,8 +129,13 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         if opts.model is None:
-            typer.echo(ctx.get_help())
-            raise typer.Exit(0)
+            # by name: typer may hand back its own copy of click's ParameterSource enum
+            typed = [n for n in ctx.params if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
+            if typed:  # options but no model: what is missing, in one sentence
+                raise BadInputError("plan needs --model: a config.json path or folder, a preset name (gpulens plan models) "
+                                    "or a size such as 7b.", hint="For example: gpulens plan --model llama-3-8b --gpu h100-sxm.")
+            typer.echo(ctx.get_help())  # nothing typed: the help, and exit 2 as `gpulens` and `gpulens export` do
+            raise typer.Exit(EXIT_BAD_INPUT)
         from gpulens.cli.plan_render import render_plan
         from gpulens.plan.planner import plan
 
