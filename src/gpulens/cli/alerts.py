@@ -9,8 +9,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
+from gpulens.vocab.time import format_span, format_when
 
 alerts_app = typer.Typer(
     help="Alerts raised by the agent (and `gpulens replay`): history, silences, and rules for Prometheus.",
@@ -47,7 +48,7 @@ def alerts_list_command(
     colour = {"critical": "red", "warning": "yellow", "info": "blue"}
     for a in alerts:
         state = a.state + (" (silenced)" if a.silenced else "")
-        when = local_time(a.fired_at or a.active_since) + (f" → {local_time(a.resolved_at)}" if a.resolved_at else "")
+        when = format_span(a.fired_at or a.active_since, a.resolved_at)
         console.print(f"[bold]{escape(a.rule)}[/] [{colour.get(a.severity, 'white')}]{escape(a.severity)}[/] {escape(f'{state}  {when}')}", highlight=False)
         console.print(f"  {escape(a.summary)}", highlight=False)
         if a.advice:
@@ -132,7 +133,7 @@ def alerts_silence_command(
             console.print("No silences in force.")
         for s in silences:
             m = " ".join(f"{label}{op}{value}" for label, op, value in s.matchers)
-            console.print(escape(f"{s.id}: {m} until {local_time(s.ends_at)}" + (f" - {s.comment}" if s.comment else "")), highlight=False)
+            console.print(escape(f"{s.id}: {m} until {format_when(s.ends_at)}" + (f" - {s.comment}" if s.comment else "")), highlight=False)
         return
     if not matchers:
         raise BadInputError("Say which alerts to silence.", hint="Give label matchers, e.g. `gpulens alerts silence alertname=GpuXid gpu=0`.")
@@ -140,7 +141,7 @@ def alerts_silence_command(
     seconds = parse_duration(duration, what="--for")
     with open_existing_store(store, "alerts to silence") as st:
         s = add_silence(st, parsed, starts_at=now, ends_at=now + seconds, comment=comment)
-    console.print(f"Silence {s.id} in force until {local_time(s.ends_at)}.")
+    console.print(f"Silence {s.id} in force until {format_when(s.ends_at)}.")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.vocab.names import TRAIN_JOB_LABEL, TRAIN_STEP_SECONDS
+from gpulens.vocab.time import format_when
 
 baseline_app = typer.Typer(
     help="Learned baselines of the series that learned alert rules watch (step time, latency, queue depth...).",
@@ -91,9 +92,9 @@ def _learning_text(ready_at: float, span: tuple[float, float] | None, now: float
     store whose data ends before then says so (it is ready only once newer data arrives)."""
     data_end = span[1] if span else now
     if ready_at > data_end and data_end < now - 3600:
-        return (f"learning: ready once the data reaches {local_time(ready_at)} (this store's data ends "
-                f"{local_time(data_end)}; `gpulens baseline freeze` uses what there is)")
-    return f"learning until {local_time(ready_at)}"
+        return (f"learning: ready once the data reaches {format_when(ready_at)} (this store's data ends "
+                f"{format_when(data_end)}; `gpulens baseline freeze` uses what there is)")
+    return f"learning until {format_when(ready_at)}"
 
 
 def _say_which_there_are(every, metric: str | None, label: list[str] | None) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
@@ -67,11 +66,6 @@ def open_existing_store(store: Path, what: str,
 
 def store_option(default: Path = DEFAULT_STORE_PATH) -> Path:
     return typer.Option(default, "--store", help=STORE_HELP)  # type: ignore[no-any-return]
-
-
-def local_time(t: float | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
-    """A unix time as people read it, in the local zone; "–" for none (or 0: never set)."""
-    return time.strftime(fmt, time.localtime(t)) if t else "–"
 
 
 # Options a user sets once for every command, read from the environment when not given on the

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from gpulens.cli.common import STORE_HELP, console
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.store.types import SeriesData
 from gpulens.vocab.gpu import GPU_UTILIZATION_RATIO
+from gpulens.vocab.time import ZONE, format_when
 
 
 def query_command(
@@ -81,13 +81,13 @@ def query_command(
         console.print(escape(f"{d.key.name} {labels} ({_resolution_text(d, max_points)}, "
                              f"{len(d)} point{'' if len(d) == 1 else 's'})"), highlight=False)
         table = Table()
-        table.add_column("time (UTC)")
+        table.add_column(f"time ({ZONE})")
         table.add_column("value", justify="right")
         if d.resolution != "raw" or (max_points is not None):
             table.add_column("min", justify="right")
             table.add_column("max", justify="right")
         for i, t in enumerate(d.t):
-            row = [_utc(t), f"{d.value[i]:.4g}"]
+            row = [format_when(t, precision="millisecond", zone=False), f"{d.value[i]:.4g}"]
             if len(table.columns) == 4:
                 row += [f"{d.value_min[i]:.4g}", f"{d.value_max[i]:.4g}"]
             table.add_row(*row)
@@ -130,14 +130,6 @@ def _resolution_text(d: SeriesData, max_points: int | None) -> str:
 
     source = "raw samples" if d.resolution == "raw" else f"the {d.resolution} roll-up"
     return f"bucket means of {source}, {format_seconds(d.bucket_seconds)} each"
-
-
-def _utc(t: float) -> str:
-    """A stored time as UTC text; one outside what a date can hold (an older store) says so."""
-    try:
-        return datetime.utcfromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    except (OverflowError, OSError, ValueError):
-        return f"t={t!r} (not a date)"
 
 
 def register(app: typer.Typer) -> None:

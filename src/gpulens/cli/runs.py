@@ -9,12 +9,12 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from gpulens.cli.common import STORE_HELP, console, local_time, open_existing_store
+from gpulens.cli.common import STORE_HELP, console, open_existing_store
 from gpulens.errors import shown
 from gpulens.store import DEFAULT_STORE_PATH
 from gpulens.vocab.names import TRAIN_JOB_LABEL
+from gpulens.vocab.time import ZONE, format_span, format_when
 
-_MINUTES = "%Y-%m-%d %H:%M"  # runs are shown to the minute (alerts and baselines to the second)
 _NO_RUNS_HINT = "Record one with `gpulens bench train`, or point --store at your store."
 
 runs_app = typer.Typer(help="Stored runs (training jobs, load tests, benchmarks) and what changed between them.", no_args_is_help=True)
@@ -61,14 +61,14 @@ def runs_list_command(
     from gpulens.render import print_table
 
     t = Table()
-    for col in ("id", "kind", "name", "when", "verdict", "changes", "summary"):
+    for col in ("id", "kind", "name", f"when ({ZONE})", "verdict", "changes", "summary"):
         t.add_column(col)
     for r in runs:
         verdict = {"good": "[green]good[/]", "regression": "[red]regression[/]"}.get(r.verdict or "", "")
         if r.baseline:
             verdict = (verdict + " baseline").strip()
         summ = _headline(r.summary)
-        t.add_row(str(r.id), escape(r.kind), escape(r.name), local_time(r.ended or r.created, _MINUTES), verdict, str(changed[r.id] or ""), escape(summ))
+        t.add_row(str(r.id), escape(r.kind), escape(r.name), format_when(r.ended or r.created, precision="minute", zone=False), verdict, str(changed[r.id] or ""), escape(summ))
     print_table(console, t)
 
 
@@ -109,7 +109,7 @@ def runs_show_command(
         d["changes"] = [{"section": c.section, "key": c.change.key, "old": c.change.old, "new": c.change.new} for c in changes]
         typer.echo(json.dumps(d, indent=2))
         return
-    console.print(f"[bold]{escape(r.label)}[/]  " + escape(f"{local_time(r.started, _MINUTES)} → {local_time(r.ended, _MINUTES)}  verdict: {r.verdict or '–'}"))
+    console.print(f"[bold]{escape(r.label)}[/]  " + escape(f"{format_span(r.started, r.ended, precision='minute')}  verdict: {r.verdict or '–'}"))
     for title, d in (("config", r.config), ("summary", r.summary)):
         console.print(f"[bold]{title}[/]: " + escape(json.dumps(d, default=str)), highlight=False, soft_wrap=True)
     if isinstance(r.summary.get("mfu_ratio"), int | float):
@@ -154,7 +154,7 @@ def note_command(
     labels = {k: v for k, v in ((TRAIN_JOB_LABEL, job), ("service", service)) if v}
     with Store(store) as st:
         t = add_note(st, text, labels=labels)
-    console.print(escape(f"noted at {local_time(t, _MINUTES)}: {text.strip()}"), highlight=False)
+    console.print(escape(f"noted at {format_when(t, precision='minute')}: {text.strip()}"), highlight=False)
 
 
 def _parse_threshold(text: str) -> float:
@@ -274,7 +274,7 @@ def _render(cmp) -> None:  # noqa: ANN001
             for c in changes:
                 console.print(escape(f"  {section}: {c}"), highlight=False)
         for n in cmp.notes:
-            console.print(escape(f"  note ({local_time(n.t, _MINUTES)}): {n.text}"), highlight=False)
+            console.print(escape(f"  note ({format_when(n.t, precision='minute')}): {n.text}"), highlight=False)
     else:
         console.print("[bold]what changed[/]: nothing in configuration or environment, and no `gpulens note` between the runs.")
     v = cmp.verdict

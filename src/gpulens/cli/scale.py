@@ -4,7 +4,6 @@ from a store or from a fleet's Prometheus (--prometheus, the options gpulens.cli
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from rich.markup import escape
 
 from gpulens.cli.common import console, open_existing_store, store_option
 from gpulens.cli.fleet import match_option, prometheus_option
+from gpulens.vocab.time import ZONE, format_when
 
 SPAN_HELP = ("With --prometheus and no --start: how far back from the end to evaluate, e.g. 30m, 6h. Default: 1h. "
              "(--window is the span each signal is averaged over, as without --prometheus.)")
@@ -115,14 +115,14 @@ def scale_command(
     from rich.table import Table
 
     t = Table(title="desired replicas (changes only)", title_justify="left")
-    for col in ("time (UTC)", "service", "desired", "current", "driver", "value", "target"):
+    for col in (f"time ({ZONE})", "service", "desired", "current", "driver", "value", "target"):
         t.add_column(col, justify="right" if col in ("desired", "current", "value", "target") else "left")
     last: dict[str, int] = {}
     for p in points:
         if last.get(p.service) == p.desired_replicas:
             continue
         last[p.service] = p.desired_replicas
-        t.add_row(datetime.fromtimestamp(p.t, UTC).strftime("%H:%M:%S"), p.service, str(p.desired_replicas),
+        t.add_row(format_when(p.t, date=False, zone=False), p.service, str(p.desired_replicas),
                   str(p.current_replicas), p.driver, f"{p.value:.3g}", f"{p.target:.3g}")
     console.print(t)
 

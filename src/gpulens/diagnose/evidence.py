@@ -118,6 +118,19 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
+def missed_text(missed: list[Mapping[str, Any]]) -> str:
+    """The `missed` evidence of an SLO violation as a sentence names it, each objective with what
+    was measured and its bound: `p99 latency 2.84 s (objective ≤ 2 s) and p95 TTFT 1.73 s (≤ 300 ms)`."""
+    from gpulens.vocab.slo import parse_slo
+
+    parts = []
+    for i, m in enumerate(missed):
+        slo = parse_slo(m["slo"])
+        measured, bound = slo.measured_and_bound(float(m["value"]))
+        parts.append(f"{slo.name} {measured} ({'objective ' if i == 0 else ''}{bound})")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def unit_of(v: Any) -> str | None:
     """The unit of a value: its own, or the one all values of a mapping share."""
     if isinstance(v, Quantity):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any
 
 from gpulens.diagnose import evidence as Q
@@ -39,6 +38,7 @@ from gpulens.vocab import gpu as G
 from gpulens.vocab import gpu_fields as F
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_CLOCK_EVENT_ACTIVE, GPU_PROCESS_MEMORY, GPU_UP
+from gpulens.vocab.time import format_when
 from gpulens.vocab.xid import xid_info
 
 XID_EVENT = "xid"  # written by sampling.SampleWriter.write_xid
@@ -114,7 +114,8 @@ class HealthEvent:
 
 
 def _when(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%H:%M:%S")
+    """A time of day in a finding's sentence (its span, printed above it, gives the date)."""
+    return format_when(t, date=False)
 
 
 def _ref(labels: dict[str, str]) -> GpuRef:

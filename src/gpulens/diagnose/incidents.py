@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulens.diagnose.base import Finding, Severity
-from gpulens.diagnose.evidence import format_value
+from gpulens.diagnose.evidence import format_value, missed_text
 from gpulens.diagnose.explain import RULES, Rule, Voice, contradicts, explains, ranks_of, workloads_of
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 
@@ -185,6 +185,8 @@ def _ev(f: Finding, key: str) -> str | None:
 def measure(f: Finding) -> str:
     """What the finding measured, in a few words, without its own guess at the cause."""
     ev = f.evidence
+    if f.kind == "slo_violation" and ev.get("missed"):  # each objective and by how much: a list, which `shown` skips
+        return f"missed {missed_text(ev['missed'])}" + (f" over {_ev(f, 'requests')} requests" if ev.get("requests") else "")
     if f.kind == "comm_bound" and isinstance(ev.get("comm_wait_share"), float) and isinstance(ev.get("median_step_seconds"), float):
         return f"wait {format_value(type(ev['median_step_seconds'])(ev['comm_wait_share'] * ev['median_step_seconds']))} a step ({_ev(f, 'comm_wait_share')} of it)"
     shown = [(k, format_value(v)) for k, v in ev.items() if isinstance(v, int | float | str) and not isinstance(v, bool)

@@ -364,11 +364,9 @@ def slo_violation(reader: AnalysisReader, scope: DiagnoseScope) -> list[Finding]
                 typed = Q.ratio if s.metric.startswith("error_rate") else Q.seconds
                 missed.append({"slo": s.text, "value": typed(v), "bound": typed(s.bound)})
         if missed:
-            first = missed[0]
             out.append(_finding(
                 "slo_violation", w, w.start, w.end, "critical",
-                f"The service missed {len(missed)} of its objectives: {first['slo']} measured "
-                f"{first['value']:.3g}" + ("" if "error_rate" in first["slo"] else " s") + ".",
+                f"The service missed {len(missed)} of its objectives: {Q.missed_text(missed)}.",
                 {"requests": st.n, "missed": missed}, [
                     "Hold the target first: find what drives the latency in the findings beside this one "
                     "(queueing, per-token overhead, memory pressure, cold start) and fix that before tuning throughput.",

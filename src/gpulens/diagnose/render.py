@@ -3,7 +3,6 @@ evidence and advice, the symptoms it explains folded under it. Names and summari
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +13,10 @@ from gpulens.diagnose.base import Finding
 from gpulens.diagnose.evidence import format_value
 from gpulens.diagnose.incidents import Incident
 from gpulens.vocab.names import TRAIN_JOB_LABEL
+from gpulens.vocab.time import format_span, format_when
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 WHO_LABELS = (TRAIN_JOB_LABEL, "rank", "service", "gpu", "host")
-
-
-def _when(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _shown(v: Any) -> bool:
@@ -36,7 +32,7 @@ def _head(console: Console, n: int, f: Finding, severity: str) -> None:
 
 def _span(start: float, end: float) -> str:
     dur = end - start
-    return f"{_when(start)}" + (f" → {datetime.fromtimestamp(end).strftime('%H:%M:%S')} ({dur:.1f} s)" if dur > 0 else "")
+    return f"{format_span(start, end)} ({dur:.1f} s)" if dur > 0 else format_when(start)
 
 
 def _body(console: Console, summary: str, evidence: dict[str, Any], advice: list[str]) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DEFAULT_ORDER, DiagnoseScope, Finding, register_analyzer
@@ -40,6 +39,7 @@ from gpulens.diagnose.health import ADVICE_HARDWARE, FAULT_ORDER, XID_EVENT, Hea
 from gpulens.reader import AnalysisReader, EventRow
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP
+from gpulens.vocab.time import format_when
 from gpulens.vocab.xid import xid_info
 
 # Ten intervals in a row: a sampler under load misses one or two (a slow NVML call, a GC pause), a
@@ -78,7 +78,8 @@ ADVICE_SERVICE_SILENT = [
 
 
 def _when(t: float) -> str:
-    return datetime.fromtimestamp(t).strftime("%H:%M:%S")
+    """A time of day in a finding's sentence (its span, printed above it, gives the date)."""
+    return format_when(t, date=False)
 
 
 @dataclass(frozen=True)

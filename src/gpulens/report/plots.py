@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import warnings
-from datetime import datetime
+from datetime import UTC, datetime
 
 from gpulens.errors import BadInputError
 from gpulens.views.data import ChartOut, Window
 from gpulens.views.format import format_value
+from gpulens.vocab.time import ZONE
 
 PALETTE = ["#2f6fdf", "#e07a1f", "#2e9e5b", "#c23b6e", "#7a52c7", "#8a8f2c", "#1aa3b5", "#b0503a"]
 
@@ -36,7 +37,7 @@ def plain_text(text: str) -> str:
 
 def _moment(t: float) -> datetime | None:
     try:
-        return datetime.fromtimestamp(t)
+        return datetime.fromtimestamp(t, UTC)
     except (OverflowError, OSError, ValueError):
         return None  # a time no date holds (an older store): not drawn
 
@@ -48,6 +49,7 @@ def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_
 
     fig, ax = plt.subplots(figsize=(width_in, height_in), dpi=dpi)
     try:
+        ax.xaxis_date(UTC)  # ticks in UTC, as every time in the report's text, whatever the machine's TZ
         if chart.band:
             whose = chart.band.get("series")
             ax.axhspan(chart.band["low"], chart.band["high"], color="#2e9e5b", alpha=0.12, lw=0,
@@ -65,7 +67,8 @@ def chart_png(chart: ChartOut, window: Window, *, width_in: float = 7.0, height_
         if chart.unit == "flag":  # an off / on axis, not 0 % … 100 %
             ax.set_yticks([0.0, 1.0])
             ax.set_ylim(-0.05, 1.05)
-        ax.set_xlim(datetime.fromtimestamp(window.start), datetime.fromtimestamp(window.end))
+        ax.set_xlim(datetime.fromtimestamp(window.start, UTC), datetime.fromtimestamp(window.end, UTC))
+        ax.set_xlabel(ZONE, fontsize=7, loc="right")
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         if chart.series:

@@ -8,7 +8,6 @@ import errno
 import html
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from gpulens.diagnose import Finding
@@ -16,6 +15,7 @@ from gpulens.diagnose.evidence import format_value
 from gpulens.report.build import ReportData
 from gpulens.report.plots import chart_png
 from gpulens.views.data import ChartOut
+from gpulens.vocab.time import format_when
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1d2330;max-width:1100px;margin:24px auto;padding:0 16px}
@@ -28,7 +28,7 @@ img{max-width:100%}.sev{font-weight:700;text-transform:uppercase;font-size:11px}
 
 
 def _t(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_when(ts)
 
 
 def _e(x: object) -> str:

@@ -50,6 +50,37 @@ class Slo:
             return float(self.stat[1:].replace("_", "."))
         return None
 
+    @property
+    def name(self) -> str:
+        """The objective's statistic as a sentence says it: `p99 latency`, `p99.9 TTFT`, `error rate`."""
+        words = _METRIC_WORDS[self.metric]
+        return f"{self.stat.replace('_', '.')} {words}" if self.stat else words
+
+    def measured_and_bound(self, value: float) -> tuple[str, str]:
+        """A measured `value` and the bound as text in the objective's unit, e.g. ("2.84 s", "≤ 2 s"),
+        with the digits it takes to tell them apart (a value just over its bound never reads as equal)."""
+        show = _percent if self.metric == "error_rate" else _seconds
+        for digits in (3, 4, 6):
+            measured, bound = show(value, digits), show(self.bound, digits)
+            if measured != bound:
+                break
+        return measured, f"{'<' if self.strict else '≤'} {bound}"
+
+
+_METRIC_WORDS = {"latency": "latency", "ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "error_rate": "error rate"}
+
+
+def _seconds(s: float, digits: int) -> str:
+    """Seconds in the units an objective is written in (s, ms, µs), to `digits` significant digits."""
+    if s >= 100:  # fixed decimals: %g would turn 999.6 into 1e+03
+        return f"{s:,.{digits - 3}f} s"
+    scale, unit = (1.0, "s") if s >= 1 else (1e-3, "ms") if s >= 1e-3 else (1e-6, "µs")
+    return f"{s / scale:.{digits}g} {unit}"
+
+
+def _percent(ratio: float, digits: int) -> str:
+    return f"{ratio * 100:.{digits}g}%"
+
 
 def parse_slo(text: str) -> Slo:
     """Parse one SLO expression; a malformed one raises BadInputError naming the grammar."""

@@ -1,13 +1,17 @@
-"""Points and spans of time as a user types them: unix seconds or ISO 8601 times, and START,END windows.
+"""Points and spans of time as a user types them (unix seconds or ISO 8601 times, and START,END
+windows) and as a user reads them.
 
 `report`, `diagnose` and every other command that takes a time read it here, so one spelling works
-everywhere and the same bounds (1970..2200, those the store keeps) apply.
+everywhere and the same bounds (1970..2200, those the store keeps) apply. Every command that prints a
+time writes it here too, in one zone, UTC, and says so: a time typed without a zone is read as UTC, so
+a time copied from any output and typed back means the same instant, whatever the machine's TZ.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import Literal
 
 from gpulens.errors import BadInputError, shown
 from gpulens.units import MAX_TIME_SECONDS, MIN_TIME_SECONDS
@@ -46,9 +50,40 @@ def parse_window(text: str, what: str = "baseline window") -> tuple[float, float
     return start, end
 
 
+ZONE = "UTC"  # the zone of every time shown; a table names it once in its column's header
+Precision = Literal["minute", "second", "millisecond"]
+_CLOCK = {"minute": "%H:%M", "second": "%H:%M:%S", "millisecond": "%H:%M:%S.%f"}
+
+
 def format_time(t: float) -> str:
     """Unix seconds as the ISO time (UTC, to the second) a user can type back."""
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_when(t: float | None, *, date: bool = True, precision: Precision = "second", zone: bool = True) -> str:
+    """Unix seconds as people read them: `2026-11-30 01:28:47 UTC`. `date=False` for a time of day
+    inside text that has given the date; `zone=False` only in a column whose header names ZONE.
+    "–" for none (never set); a time no date holds (an older store) says so."""
+    if t is None:
+        return "–"
+    try:
+        dt = datetime.fromtimestamp(t, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"t={t!r} (not a date)"
+    text = dt.strftime(("%Y-%m-%d " if date else "") + _CLOCK[precision])
+    if precision == "millisecond":
+        text = text[:-3]
+    return f"{text} {ZONE}" if zone else text
+
+
+def format_span(start: float | None, end: float | None, *, precision: Precision = "second") -> str:
+    """From `start` to `end` with one zone label: `2026-11-30 01:28:39 → 01:28:47 UTC`; the end
+    keeps its date when it falls on another day. Only the start when there is no end."""
+    if end is None:
+        return format_when(start, precision=precision)
+    first = format_when(start, precision=precision, zone=False)
+    same_day = first[:10] == format_when(end, precision=precision, zone=False)[:10]
+    return f"{first} → {format_when(end, date=not same_day, precision=precision)}"
 
 
 def require_overlap(start: float | None, end: float | None, data: tuple[float, float] | None, where: str, *,
