@@ -12,7 +12,7 @@ import pytest
 from gpulens.cli.main import main
 from gpulens.errors import BadInputError
 from gpulens.evals import compare_files, compare_paired
-from gpulens.evals.paired import _clopper_pearson
+from gpulens.evals.paired import _tango_interval
 from gpulens.vocab.directions import HIGHER, LOWER
 
 N = 3000
@@ -62,10 +62,56 @@ def test_a_drop_inside_the_interval_but_too_few_examples_is_inconclusive() -> No
     assert not r.passed and r.verdict == "inconclusive"
 
 
-def test_clopper_pearson_matches_the_textbook_interval() -> None:
-    lo, hi = _clopper_pearson(5, 10, 0.95)  # the standard exact interval for 5/10
-    assert (round(lo, 4), round(hi, 4)) == (0.1871, 0.8129)
-    assert _clopper_pearson(0, 10, 0.95)[0] == 0.0 and _clopper_pearson(10, 10, 0.95)[1] == 1.0
+def test_tango_matches_the_textbook_interval() -> None:
+    # Cavo et al. 2012 in Fagerland, Lydersen & Laake, "Statistical Analysis of Contingency Tables",
+    # chapter 8: 6 and 16 discordant pairs among 161, Tango's score interval -0.1240 to -0.0054
+    lo, hi = _tango_interval(6, 16, 161)
+    assert (round(lo, 4), round(hi, 4)) == (-0.1240, -0.0054)
+    assert _tango_interval(0, 5, 5)[0] == -1.0 and _tango_interval(5, 0, 5)[1] == 1.0
+    lo, hi = _tango_interval(0, 0, 100)  # no flips: about ±z²/(n + z²), not the point 0
+    assert lo == pytest.approx(-3.8415 / 103.8415, abs=1e-4) and hi == pytest.approx(-lo)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_few_identical_examples_do_not_pass(tmp_path: Path, capsys, n: int) -> None:
+    """2 or 3 examples scored the same by both models: no flips, but no evidence either."""
+    a = _write(tmp_path / "a.jsonl", "acc", [1, 0, 1][:n])
+    assert main(["eval", "compare", str(a), str(a), "--metric", "acc"]) == 1
+    captured = capsys.readouterr()
+    out, err = " ".join(captured.out.split()), " ".join(captured.err.split())
+    assert "PASS" not in out and "FAIL: cannot show it is no worse" in out and "95 % interval [0, 0]" not in out
+    assert f"{n} examples are too few" in out and "about 381 would narrow the interval inside the margin 0.01" in out
+    assert "inconclusive" in err and "about 381" in err
+    r = compare_paired("acc", HIGHER, [1.0, 0.0, 1.0][:n], [1.0, 0.0, 1.0][:n], margin=0.01)
+    assert r.verdict == "inconclusive" and r.examples_needed == 381 and r.difference_low < -0.5 < 0.5 < r.difference_high
+
+
+def test_no_flips_on_an_adequate_sample_passes_and_the_count_needed_is_where_it_starts_to() -> None:
+    base = _binary(0.7, 15)
+    assert compare_paired("accuracy", HIGHER, base[:381], base[:381], margin=0.01).passed
+    small = compare_paired("accuracy", HIGHER, base[:380], base[:380], margin=0.01)
+    assert not small.passed and small.examples_needed == 381
+    assert compare_paired("accuracy", HIGHER, base, base, margin=0.01).verdict == "pass"  # 3000 examples
+
+
+def test_one_flip_in_a_hundred_is_not_shown_within_five_points() -> None:
+    # the conditional interval (given the 1 flip) said -0.01 and passed; one flip in 100 allows ~5 %
+    base = np.ones(100)
+    cand = base.copy()
+    cand[0] = 0
+    r = compare_paired("accuracy", HIGHER, base, cand, margin=0.05)
+    assert r.verdict == "inconclusive" and r.difference_low < -0.05 and r.examples_needed > 100
+
+
+def test_a_continuous_metric_whose_differences_are_all_equal_is_not_a_point_interval() -> None:
+    base = [3.0, 5.0]
+    r = compare_paired("perplexity", LOWER, base, base, margin=0.2)
+    assert r.verdict == "inconclusive" and r.difference_low < -0.2 and r.difference_high > 0.2
+    assert r.examples_needed is not None and r.examples_needed > 2
+    same = compare_paired("perplexity", LOWER, [4.0, 4.0, 4.0], [4.0, 4.0, 4.0], margin=0.2)
+    assert not same.passed and "cannot decide" in same.reason
+    many = _perplexity(16)
+    assert compare_paired("perplexity", LOWER, many, many, margin=0.2).passed  # 3000 unchanged examples
 
 
 def _perplexity(seed: int) -> np.ndarray:

@@ -41,7 +41,10 @@ def test_a_file_lm_eval_wrote_is_read_and_paired(tmp_path: Path, capsys) -> None
     worse.parent.mkdir()
     worse.write_text("".join(json.dumps(r) + "\n" for r in rows))
     # ... against the folder lm-eval wrote (found by task), and against itself.
-    assert main(["eval", "compare", str(out), str(out), "--metric", "acc", "--task", "parity"]) == 0
+    # 40 examples without a flip bound the drop at about 9 points: inconclusive at the default margin of one
+    assert main(["eval", "compare", str(out), str(out), "--metric", "acc", "--task", "parity"]) == 1
+    assert "40 examples are too few" in " ".join(capsys.readouterr().out.split())
+    assert main(["eval", "compare", str(out), str(out), "--metric", "acc", "--task", "parity", "--margin", "0.1"]) == 0
     assert main(["eval", "compare", str(out), str(worse), "--metric", "acc", "--format", "json"]) == 1
     j = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert j["baseline"]["format"] == "lm-eval" and j["examples"] == 40

@@ -151,3 +151,28 @@ def test_on_a_gpu_bf16_reports_mfu_against_the_datasheet_peak():
     r = run_train_bench(TrainBenchConfig(size="small", seq_len=256, batch_size=8, warmup_steps=2, steps=5, device="cuda"))
     assert r.device.startswith("cuda") and r.peak is not None and 0 < r.mfu_ratio < 1
     assert r.peak_memory_source.startswith("cuda") and r.peak_memory_bytes > 0
+
+
+def test_a_smaller_batch_is_not_called_a_faster_step(store_path, capsys):
+    """Batch 4, then batch 2: the step takes less time because it does half the work. `compare` shows
+    step time as not comparable and judges tokens/s; the automatic baseline of a later batch-4 run is
+    the batch-4 run, even after the comparison (threshold 900 %: surely no change) marked batch 2 good."""
+    store = ["--store", str(store_path)]
+    batch = TINY.index("--batch-size") + 1
+    four, two = [*TINY[:batch], "4", *TINY[batch + 1:]], TINY
+    assert main(["bench", "train", *four, *store]) == 0
+    assert "the next run with the same settings is compared against it" in " ".join(capsys.readouterr().out.split())
+    assert main(["bench", "train", *two, *store]) == 0
+    capsys.readouterr()
+    assert main(["compare", "1", "2", *store, "--threshold", "900%"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not comparable" in out and "batch_size differs: 4 → 2" in out and "config: batch_size: 4 → 2" in out
+    assert "improvement" not in out and "verdict: no change" in out
+    with Store(store_path) as st:
+        assert get_run(st, 2).verdict == "good"
+    assert main(["bench", "train", *four, *store]) == 0
+    capsys.readouterr()
+    main(["compare", "3", *store, "--format", "json", "--no-record"])
+    d = json.loads(capsys.readouterr().out)
+    assert (d["a"]["id"], d["b"]["id"]) == (1, 3) and d["config_changes"] == []
+    assert {m["metric"]: m["verdict"] for m in d["metrics"]}["step_seconds"] != "not comparable"

@@ -17,11 +17,11 @@ from gpulens.store import Store
 
 @pytest.fixture
 def two_runs(store_path, step_times):
-    """Run 1 (reference) and run 2, 10 % slower, with a config change."""
+    """Run 1 (reference) and run 2, 10 % slower, with a config change that leaves a step's work alone."""
     rng = np.random.default_rng(5)
     with Store(store_path) as st:
-        a = save_run(st, "bench-train", "small", {"batch": 8}, {"step_seconds_median": 0.2}, {"step_seconds": step_times(rng, 0.2)}, fingerprint={"driver": "1"})
-        b = save_run(st, "bench-train", "small", {"batch": 16}, {"step_seconds_median": 0.22}, {"step_seconds": step_times(rng, 0.22)}, fingerprint={"driver": "1"})
+        a = save_run(st, "bench-train", "small", {"workers": 4}, {"step_seconds_median": 0.2}, {"step_seconds": step_times(rng, 0.2)}, fingerprint={"driver": "1"})
+        b = save_run(st, "bench-train", "small", {"workers": 8}, {"step_seconds_median": 0.22}, {"step_seconds": step_times(rng, 0.22)}, fingerprint={"driver": "1"})
     return store_path, a, b
 
 
@@ -30,7 +30,7 @@ def test_compare_exits_1_on_regression_and_shows_rollback(two_runs, capsys):
     assert main(["compare", str(a), str(b), "--store", str(db)]) == 1
     captured = capsys.readouterr()
     out = captured.out
-    assert "regression" in out and "batch_size" not in out and "batch: 8 → 16" in out
+    assert "regression" in out and "not comparable" not in out and "workers: 4 → 8" in out
     assert f"last known-good: #{a}" in out
     err = " ".join(captured.err.split())  # the gate error's sentence, on stderr only
     assert err.startswith(f"error: Run #{b} ") and f"regressed against #{a} " in err

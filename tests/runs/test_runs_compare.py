@@ -57,17 +57,17 @@ def test_identical_constant_samples():
 
 def _runs(store, a_samples, b_samples, kind_b="bench-train", cfg_b=None):
     fp = {"driver": "580.1", "host": "x"}
-    a = save_run(store, "bench-train", "s", {"batch": 8}, {}, a_samples, fingerprint=fp)
-    b = save_run(store, kind_b, "s", cfg_b or {"batch": 8}, {}, b_samples, fingerprint={**fp, "driver": "580.2", "host": "y"})
+    a = save_run(store, "bench-train", "s", {"workers": 4}, {}, a_samples, fingerprint=fp)
+    b = save_run(store, kind_b, "s", cfg_b or {"workers": 4}, {}, b_samples, fingerprint={**fp, "driver": "580.2", "host": "y"})
     return get_run(store, a), get_run(store, b)
 
 
 def test_compare_runs_reports_what_changed_and_last_known_good(store, step_times):
     rng = np.random.default_rng(11)
-    a, b = _runs(store, {"step_seconds": step_times(rng, 0.2)}, {"step_seconds": step_times(rng, 0.23)}, cfg_b={"batch": 16})
+    a, b = _runs(store, {"step_seconds": step_times(rng, 0.2)}, {"step_seconds": step_times(rng, 0.23)}, cfg_b={"workers": 8})
     cmp = compare_runs(a, b, store=store, record=True)
     assert cmp.regression and cmp.verdict == "regression"
-    assert [(c.key, c.old, c.new) for c in cmp.config_changes] == [("batch", 8, 16)]
+    assert [(c.key, c.old, c.new) for c in cmp.config_changes] == [("workers", 4, 8)]
     assert [(c.key, c.old, c.new) for c in cmp.fingerprint_changes] == [("driver", "580.1", "580.2")]
     assert cmp.last_known_good.id == a.id  # nothing compared before: the reference itself
     assert get_run(store, b.id).verdict == "regression"
@@ -100,3 +100,37 @@ def test_runs_without_samples_never_get_a_verdict(store):
     cmp = compare_runs(a, b, store=store, record=True)
     assert cmp.metrics == [] and cmp.verdict == "not enough data" and not cmp.regression
     assert get_run(store, b.id).verdict is None  # nothing judged, nothing recorded
+
+
+def test_a_smaller_batch_is_not_a_faster_step(store, step_times):
+    """Half the batch, half the work a step: step time halves without anything getting faster. Per-step
+    figures are not comparable then; tokens/s (the same here) decides, and the run is no improvement."""
+    rng = np.random.default_rng(21)
+    slow, fast = step_times(rng, 0.4), step_times(rng, 0.2)
+    a = save_run(store, "bench-train", "s", {"batch_size": 16, "seq_len": 512}, {},
+                 {"step_seconds": slow, "tokens_per_second": [16 * 512 / s for s in slow]}, fingerprint={})
+    b = save_run(store, "bench-train", "s", {"batch_size": 8, "seq_len": 512}, {},
+                 {"step_seconds": fast, "tokens_per_second": [8 * 512 / s for s in fast]}, fingerprint={})
+    cmp = compare_runs(get_run(store, a), get_run(store, b), store=store, record=True)
+    by = {m.metric: m for m in cmp.metrics}
+    assert by["step_seconds"].verdict == "not comparable" and "batch_size differs: 16 → 8" in by["step_seconds"].reason
+    assert by["step_seconds"].change_ratio < -0.4  # the figures stay shown
+    assert by["tokens_per_second"].verdict == "no change" and cmp.verdict == "no change"
+    assert get_run(store, b).verdict == "good"  # judged on throughput
+
+
+def test_only_per_step_metrics_of_different_work_judge_nothing(store, step_times):
+    rng = np.random.default_rng(22)
+    a, b = _runs(store, {"step_seconds": step_times(rng, 0.2)}, {"step_seconds": step_times(rng, 0.3)},
+                 cfg_b={"workers": 4, "knobs": {"seq_len": 1024}})
+    cmp = compare_runs(a, b, store=store, record=True)
+    assert cmp.verdict == "not comparable" and not cmp.regression
+    assert "knobs.seq_len differs: (none) → 1024" in cmp.metrics[0].reason
+    assert get_run(store, b.id).verdict is None  # nothing judged, nothing recorded
+
+
+def test_a_setting_that_leaves_the_work_alone_still_compares_step_time(store, step_times):
+    rng = np.random.default_rng(23)
+    a, b = _runs(store, {"step_seconds": step_times(rng, 0.2)}, {"step_seconds": step_times(rng, 0.3)},
+                 cfg_b={"workers": 4, "precision": "fp32", "heads": 8})
+    assert compare_runs(a, b).verdict == "regression"

@@ -118,3 +118,17 @@ def test_two_processes_saving_at_once_keep_a_consistent_change_chain(store_path)
         for prev, cur in zip(ids, ids[1:], strict=False):
             chain = {c.previous_run_id for c in run_changes(st, cur)}
             assert chain == {prev}, (cur, chain)
+
+
+def test_the_automatic_baseline_does_the_same_work_in_a_step(store):
+    """A comparison that found the batch-8 run good does not make it the baseline of batch-16 runs."""
+    b16, b8 = (save_run(store, "bench-train", "s", {"batch_size": n, "workers": 2}, {}, fingerprint={}) for n in (16, 8))
+    set_verdict(store, b8, "good")
+    again16 = save_run(store, "bench-train", "s", {"batch_size": 16, "workers": 4}, {}, fingerprint={})
+    assert baseline_for(store, get_run(store, again16)).id == b16  # the same work, not the newest good
+    again8 = save_run(store, "bench-train", "s", {"batch_size": 8}, {}, fingerprint={})
+    assert baseline_for(store, get_run(store, again8)).id == b8
+    other = save_run(store, "bench-train", "s", {"batch_size": 32}, {}, fingerprint={})
+    assert baseline_for(store, get_run(store, other)).id == b8  # none does its work: the known-good of any
+    set_baseline(store, b16)
+    assert baseline_for(store, get_run(store, other)).id == b16  # a baseline the user marked wins

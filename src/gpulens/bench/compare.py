@@ -7,8 +7,10 @@ direction, so noise alone rarely gives a false verdict; with too few samples the
 "not enough data", never a guess. Scores from 0 to 1 (accuracy, exact match, F1) are tested for
 non-inferiority instead: B regressed when the 95 % interval of mean(B) − mean(A) reaches past an
 absolute margin on the bad side. Which side is bad comes from `gpulens.vocab.directions`; a metric it
-does not know gets "direction unknown" rather than a guess. Beside the numbers: what changed in
-configuration and environment, and the last known-good run to roll back to.
+does not know gets "direction unknown" rather than a guess. A per-step metric (step time) of two runs
+whose steps do different work (another batch size or sequence length, `gpulens.runs.work`) is "not
+comparable": the verdict then rests on throughput per token or sample. Beside the numbers: what
+changed in configuration and environment, and the last known-good run to roll back to.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import numpy as np
 from gpulens.errors import BadInputError, shown
 from gpulens.runs import Change, Note, Run, diff, last_known_good, notes_between, set_verdict
 from gpulens.runs.registry import FINGERPRINT_IGNORE
+from gpulens.runs.work import describe, is_per_step, step_work_changes
 from gpulens.stats import median_ratio_ci95
 from gpulens.vocab.directions import HIGHER, UNKNOWN, Direction, MetricInfo, direction_of, lookup
 
-MetricVerdict = Literal["regression", "improvement", "no change", "not enough data", "direction unknown"]
+MetricVerdict = Literal["regression", "improvement", "no change", "not enough data", "direction unknown", "not comparable"]
 # Verdicts that judge nothing: they never fail a gate and never mark a run.
-UNJUDGED: tuple[str, ...] = ("not enough data", "direction unknown")
+UNJUDGED: tuple[str, ...] = ("not enough data", "direction unknown", "not comparable")
 
 DEFAULT_THRESHOLD_RATIO = 0.05
 DEFAULT_ALPHA = 0.05
@@ -100,12 +103,15 @@ class Comparison:
 
     @property
     def verdict(self) -> MetricVerdict:
-        """The run's verdict: regression if any metric regressed; not enough data if no metric
-        could be judged; improvement if one improved and none regressed; else no change."""
+        """The run's verdict: regression if any metric regressed; improvement if one improved and
+        none regressed; no change if the judged metrics did neither; and when no metric could be
+        judged, why (not comparable, direction unknown, not enough data, in that order)."""
         vs = {m.verdict for m in self.metrics}
         if "regression" in vs:
             return "regression"
         if not vs - set(UNJUDGED):
+            if "not comparable" in vs:
+                return "not comparable"
             return "direction unknown" if "direction unknown" in vs else "not enough data"
         return "improvement" if "improvement" in vs else "no change"
 
@@ -274,6 +280,8 @@ def compare_runs(
     stray = [m for m in directions if m not in a.samples and m not in b.samples]
     if stray:
         raise BadInputError(f"--direction names {shown(stray[0])}, which neither run has samples of.", hint=f"Metrics they have: {have}.")
+    # Per-step figures of runs whose steps do different work measure the work, not the speed.
+    work = step_work_changes(a.config, b.config)
     results = []
     for i, m in enumerate(names):
         if m not in a.samples or m not in b.samples:
@@ -284,8 +292,13 @@ def compare_runs(
             )
             results.append(mc)
             continue
-        results.append(compare_samples(m, a.samples[m], b.samples[m], threshold_ratio=threshold_ratio, alpha=alpha,
-                                       direction=directions.get(m), margin=margin, seed=i))
+        mc = compare_samples(m, a.samples[m], b.samples[m], threshold_ratio=threshold_ratio, alpha=alpha,
+                             direction=directions.get(m), margin=margin, seed=i)
+        if work and is_per_step(m):  # the figures stay shown; they count toward no verdict
+            mc.verdict = "not comparable"
+            mc.reason = (f"{describe(work)}: a step does different work in A and B, so a per-step figure does not "
+                         "compare (throughput per token or sample does).")
+        results.append(mc)
     cmp = Comparison(
         a=RunRef.of(a),
         b=RunRef.of(b),

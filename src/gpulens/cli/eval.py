@@ -46,7 +46,7 @@ def compare_command(
         typer.echo(json.dumps(out.to_json()))
     else:
         better = "higher" if r.direction == "higher_is_better" else "lower"
-        method = "exact McNemar" if r.method == "exact_mcnemar" else "paired bootstrap"
+        method = "exact McNemar, Tango score interval" if r.method == "exact_mcnemar" else "paired bootstrap"
         console.print(f"{r.metric} ({better} is better), {r.examples} paired examples, {method}", highlight=False)
         console.print(f"  baseline   {r.baseline_mean:.4g}", highlight=False)
         console.print(f"  candidate  {r.candidate_mean:.4g}", highlight=False)
@@ -56,11 +56,12 @@ def compare_command(
         sentence = {
             "pass": f"PASS: no worse than the baseline by more than {r.margin:g}",
             "regression": f"FAIL: a real drop (the whole interval is worse than the baseline; margin {r.margin:g})",
-            "inconclusive": f"FAIL: cannot show it is no worse than the baseline by more than {r.margin:g} (the interval reaches past −margin)",
+            "inconclusive": f"FAIL: cannot show it is no worse than the baseline by more than {r.margin:g}: {r.reason}",
         }[r.verdict]
         console.print(("[green]" if r.passed else "[red]") + sentence + "[/]", highlight=False)
     if not r.passed:
-        raise GateFailedError(f"The candidate failed the gate on {r.metric}: {r.verdict} (margin {r.margin:g}).")
+        raise GateFailedError(f"The candidate failed the gate on {r.metric}: {r.verdict} (margin {r.margin:g}).",
+                              hint=f"{r.reason[:1].upper()}{r.reason[1:]}." if r.verdict == "inconclusive" else None)
 
 
 def register(app: typer.Typer) -> None:

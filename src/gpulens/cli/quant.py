@@ -76,9 +76,10 @@ def check_command(
                       f"({res.speed_ratio:.2f}×, forward of 8 × 32 tokens on {device})", highlight=False)
         if res.run_ids:
             console.print(f"  recorded runs #{res.run_ids[0]} (baseline) and #{res.run_ids[1]} ({to})", highlight=False)
-        console.print(("[green]PASS" if r.passed else "[red]FAIL") + f": {r.verdict} (margin {r.margin:g})[/]", highlight=False)
+        console.print(("[green]PASS" if r.passed else "[red]FAIL") + f": {r.verdict} (margin {r.margin:g}): {r.reason}[/]", highlight=False)
     if not r.passed:
-        raise GateFailedError(f"The {to} model failed the gate on {metric}: {r.verdict} (margin {r.margin:g}).")
+        raise GateFailedError(f"The {to} model failed the gate on {metric}: {r.verdict} (margin {r.margin:g}).",
+                              hint=f"{r.reason[:1].upper()}{r.reason[1:]}." if r.verdict == "inconclusive" else None)
 
 
 def register(app: typer.Typer) -> None:

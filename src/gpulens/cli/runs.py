@@ -186,7 +186,8 @@ def compare_command(
     """Compare run B with run A, metric by metric, with statistics rather than eyeballing.
 
     Per metric: the median change with a bootstrap 95 % interval, a Mann-Whitney test, and a
-    verdict (regression, improvement, no change, not enough data, direction unknown). Scores from
+    verdict (regression, improvement, no change, not enough data, direction unknown, not comparable:
+    a per-step metric such as step time of runs with another batch size or sequence length). Scores from
     0 to 1 (accuracy, exact_match, f1) are tested for non-inferiority instead: a regression when the
     lower 95 % bound of B − A is below −margin. Beside it: what changed in the configuration and the
     environment, and the last known-good run to roll back to.
@@ -232,7 +233,7 @@ def _render(cmp) -> None:  # noqa: ANN001
     from gpulens.render import print_table
 
     colour = {"regression": "red", "improvement": "green", "no change": "default", "not enough data": "yellow",
-              "direction unknown": "yellow"}
+              "direction unknown": "yellow", "not comparable": "yellow"}
     console.print(f"[bold]{escape(cmp.b.label)}[/] against [bold]{escape(cmp.a.label)}[/] (threshold {cmp.threshold_ratio:.1%}, α {cmp.alpha:g}"
                   + (f", score margin {cmp.margin:g}" if any(m.test == "non-inferiority" for m in cmp.metrics) else "") + ")")
     t = Table()
@@ -266,7 +267,7 @@ def _render(cmp) -> None:  # noqa: ANN001
         )
     print_table(console, t)
     for m in cmp.metrics:
-        if m.verdict in ("not enough data", "direction unknown") or m.test == "non-inferiority":
+        if m.verdict in ("not enough data", "direction unknown", "not comparable") or m.test == "non-inferiority":
             console.print(f"[{colour[m.verdict]}]{escape(m.metric)}[/]: {escape(m.reason)}", highlight=False)
     if cmp.config_changes or cmp.fingerprint_changes or cmp.notes:
         console.print("[bold]what changed[/]:")

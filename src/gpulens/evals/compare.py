@@ -30,7 +30,7 @@ class EvalComparison:
             "candidate": {"path": str(self.candidate.path), "format": self.candidate.format, "mean": r.candidate_mean},
             "difference": r.difference, "difference_ci95": [r.difference_low, r.difference_high],
             "margin": r.margin, "improved": r.improved, "regressed": r.regressed, "p_value": r.p_value,
-            "verdict": r.verdict, "passed": r.passed,
+            "verdict": r.verdict, "passed": r.passed, "reason": r.reason, "examples_needed": r.examples_needed,
         }
 
 

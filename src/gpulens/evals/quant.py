@@ -74,7 +74,7 @@ class QuantCheck:
                 "memory_ratio": self.memory_ratio, "speed_ratio": self.speed_ratio, "metric": r.metric, "examples": r.examples,
                 "difference": r.difference, "difference_ci95": [r.difference_low, r.difference_high], "margin": r.margin,
                 "improved": r.improved, "regressed": r.regressed, "p_value": r.p_value, "verdict": r.verdict,
-                "passed": r.passed, "run_ids": list(self.run_ids) if self.run_ids else None}
+                "passed": r.passed, "reason": r.reason, "examples_needed": r.examples_needed, "run_ids": list(self.run_ids) if self.run_ids else None}
 
 
 def weights_bytes(model: Any) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from gpulens.errors import BadInputError
 from gpulens.runs.diff import Change, diff
 from gpulens.runs.fingerprint import FINGERPRINT_KEYS, fingerprint_dict
+from gpulens.runs.work import step_work_changes
 from gpulens.safe_parse import UnsafeValue, json_value, read_text, sqlite_int
 from gpulens.store import Store
 from gpulens.store import runs as repo
@@ -168,14 +169,20 @@ def last_known_good(store: Store, kind: str, name: str, *, before: int | None = 
 
 
 def baseline_for(store: Store, run: Run) -> Run:
-    """The run to compare `run` against: the marked baseline of its kind and name, else its last
-    known-good predecessor, else its oldest predecessor."""
+    """The run to compare `run` against: the marked baseline of its kind and name (chosen by the
+    user, whatever its settings), else among its predecessors that do the same work in a step
+    (`gpulens.runs.work`) the last known-good one, else the oldest one; only when none does the same
+    work, the last known-good or oldest predecessor of any settings (whose per-step figures
+    `compare` then calls not comparable)."""
     rows = repo.list_runs(store, run.kind, run.name, baseline_only=True, exclude_id=run.id, limit=1)
     if not rows:
-        good = last_known_good(store, run.kind, run.name, before=run.id)
-        if good is not None:
-            return get_run(store, good.id)
-        rows = repo.list_runs(store, run.kind, run.name, before_id=run.id, oldest_first=True, limit=1)
+        earlier = repo.list_runs(store, run.kind, run.name, before_id=run.id, oldest_first=True)
+        same = [r for r in earlier if not step_work_changes(r.config, run.config)]
+        for pool in (same, earlier):
+            if pool:
+                good = [r for r in pool if r.verdict == "good" or r.baseline]
+                rows = [good[-1] if good else pool[0]]  # the newest known-good, else the oldest
+                break
     if not rows:
         raise BadInputError(
             f"Run {run.label} has no baseline: it is the first run of {run.kind}/{run.name}.",
