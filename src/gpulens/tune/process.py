@@ -64,8 +64,8 @@ class ProcessRun:
             last = self.stderr_tail.strip().splitlines()[-1:] or [""]
             return f"the command exited with code {self.exit_code}" + (f": {last[0][:300]}" if last[0] else "")
         if not self.steps:
-            return ("the command recorded no training steps; does it time its loop with gpulens's TrainingMonitor "
-                    "(or a gpulens callback), created without a store argument?")
+            return ("the command recorded no training steps: its loop needs gpulens's TrainingMonitor (or a gpulens "
+                    "callback) created without a store argument, so that it records where tune reads")
         return None
 
 
