@@ -39,3 +39,18 @@ def test_a_missing_value_never_reads_none_or_nan():
 
     assert format_value(None) == "–" and format_value(float("nan")) == "–"
     assert format_value(True) == "yes" and format_value({"a": None}) == "a: –"
+
+
+def test_a_label_does_not_say_the_unit_its_value_shows():
+    """'sm clock before hz: 1,980 MHz' (QA): the key's unit is dropped where the value shows one,
+    kept where the value is a bare number, and a key that is only a unit word stays whole."""
+    from gpulens.diagnose.base import Finding
+    from gpulens.diagnose.evidence import Hertz, evidence_label
+
+    assert evidence_label("sm_clock_before_hz", Hertz(1.98e9)) == "sm clock before"
+    assert evidence_label("cut_seconds", Seconds(91.0)) == "cut" and evidence_label("seconds", Seconds(3.0)) == "seconds"
+    assert evidence_label("data_wait_share", Ratio(0.4)) == "data wait share"  # a word, not a unit suffix
+    assert evidence_label("rows_bytes", 12) == "rows bytes"  # an untyped number: the key says the unit
+    f = Finding(kind="gpu_clock_cut", severity="critical", workload="gpu", summary="s", start=0.0, end=1.0,
+                evidence={"sm_clock_before_hz": Hertz(1.98e9)})
+    assert f.to_dict()["evidence_labels"] == {"sm_clock_before_hz": "sm clock before"}

@@ -28,12 +28,14 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: evidence values as plain numbers, with `evidence_units` (the unit of each value
-        that has one) and `evidence_text` (each value as the terminal, dashboard and report show it)."""
-        from gpulens.diagnose.evidence import format_value, unit_of
+        that has one), `evidence_text` (each value as the terminal, dashboard and report show it) and
+        `evidence_labels` (each key as they label it)."""
+        from gpulens.diagnose.evidence import evidence_label, format_value, unit_of
 
         d = asdict(self)
         d["evidence_units"] = {k: u for k, v in self.evidence.items() if (u := unit_of(v))}
         d["evidence_text"] = {k: format_value(v) for k, v in self.evidence.items()}
+        d["evidence_labels"] = {k: evidence_label(k, v) for k, v in self.evidence.items()}
         return d
 
 

@@ -17,6 +17,8 @@ from gpulens.units import format_bytes, format_seconds
 
 class Quantity(float):
     unit: ClassVar[str] = ""
+    # how a key names this unit (names carry units): its label drops it, since the text shows it
+    key_suffixes: ClassVar[tuple[str, ...]] = ()
 
     def text(self) -> str:
         v = float(self)
@@ -25,6 +27,7 @@ class Quantity(float):
 
 class Seconds(Quantity):
     unit = "seconds"
+    key_suffixes = ("_seconds",)
 
     def text(self) -> str:
         return format_seconds(float(self))
@@ -32,6 +35,7 @@ class Seconds(Quantity):
 
 class Bytes(Quantity):
     unit = "bytes"
+    key_suffixes = ("_bytes",)
 
     def text(self) -> str:
         return format_bytes(float(self))
@@ -41,6 +45,7 @@ class Ratio(Quantity):
     """A share of a whole, 0..1 (shown as a percentage)."""
 
     unit = "ratio"
+    key_suffixes = ("_ratio",)
 
     def text(self) -> str:
         return f"{float(self):.0%}"
@@ -50,6 +55,7 @@ class Factor(Quantity):
     """How many times another figure (e.g. slow rank vs the others)."""
 
     unit = "factor"
+    key_suffixes = ("_factor",)
 
     def text(self) -> str:
         return f"{float(self):.2f}×"
@@ -57,6 +63,7 @@ class Factor(Quantity):
 
 class Hertz(Quantity):
     unit = "hertz"
+    key_suffixes = ("_hz", "_hertz")
 
     def text(self) -> str:
         return f"{float(self) / 1e6:,.0f} MHz"
@@ -64,6 +71,7 @@ class Hertz(Quantity):
 
 class Celsius(Quantity):
     unit = "celsius"
+    key_suffixes = ("_celsius",)
 
     def text(self) -> str:
         return f"{float(self):.0f} °C"
@@ -71,6 +79,7 @@ class Celsius(Quantity):
 
 class Watts(Quantity):
     unit = "watts"
+    key_suffixes = ("_watts",)
 
     def text(self) -> str:
         return f"{float(self):.0f} W"
@@ -78,6 +87,7 @@ class Watts(Quantity):
 
 class PerSecond(Quantity):
     unit = "per_second"
+    key_suffixes = ("_per_second",)
 
     def text(self) -> str:
         return f"{super().text()}/s"
@@ -116,6 +126,14 @@ def format_value(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
+
+
+def evidence_label(key: str, value: Any) -> str:
+    """An evidence key as a label beside its value: `sm clock before` for `sm_clock_before_hz` when
+    the value is shown as `1,980 MHz` (the key's unit said twice read "sm clock before hz: 1,980 MHz")."""
+    if isinstance(value, Quantity):
+        key = next((key[: -len(s)] for s in value.key_suffixes if key.endswith(s) and len(key) > len(s)), key)
+    return key.replace("_", " ")
 
 
 def missed_text(missed: list[Mapping[str, Any]]) -> str:

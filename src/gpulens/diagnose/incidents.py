@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpulens.diagnose.base import Finding, Severity
-from gpulens.diagnose.evidence import format_value, missed_text
+from gpulens.diagnose.evidence import evidence_label, format_value, missed_text
 from gpulens.diagnose.explain import RULES, Rule, Voice, contradicts, explains, ranks_of, workloads_of
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 
@@ -189,10 +189,10 @@ def measure(f: Finding) -> str:
         return f"missed {missed_text(ev['missed'])}" + (f" over {_ev(f, 'requests')} requests" if ev.get("requests") else "")
     if f.kind == "comm_bound" and isinstance(ev.get("comm_wait_share"), float) and isinstance(ev.get("median_step_seconds"), float):
         return f"wait {format_value(type(ev['median_step_seconds'])(ev['comm_wait_share'] * ev['median_step_seconds']))} a step ({_ev(f, 'comm_wait_share')} of it)"
-    shown = [(k, format_value(v)) for k, v in ev.items() if isinstance(v, int | float | str) and not isinstance(v, bool)
-             and k not in ("uuid", "model", "host")][:3]
+    shown = [(evidence_label(k, v), format_value(v)) for k, v in ev.items() if isinstance(v, int | float | str)
+             and not isinstance(v, bool) and k not in ("uuid", "model", "host")][:3]
     words = f.kind.replace("_", " ")
-    return words + (" (" + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown) + ")" if shown else "")
+    return words + (" (" + ", ".join(f"{k} {v}" for k, v in shown) + ")" if shown else "")
 
 
 def describe(f: Finding) -> str:

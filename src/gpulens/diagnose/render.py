@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpulens.diagnose.base import Finding
-from gpulens.diagnose.evidence import format_value
+from gpulens.diagnose.evidence import evidence_label, format_value
 from gpulens.diagnose.incidents import Incident
 from gpulens.vocab.names import TRAIN_JOB_LABEL
 from gpulens.vocab.time import format_span, format_when
@@ -41,7 +41,7 @@ def _body(console: Console, summary: str, evidence: dict[str, Any], advice: list
     if shown:
         console.print("   [bold]Evidence[/]")
         for k, v in shown.items():
-            console.print(f"     {escape(k.replace('_', ' '))}: {escape(format_value(v))}", highlight=False)
+            console.print(f"     {escape(evidence_label(k, v))}: {escape(format_value(v))}", highlight=False)
     if advice:
         console.print("   [bold]What to do, in order[/]")
         for i, a in enumerate(advice, 1):

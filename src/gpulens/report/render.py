@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpulens.diagnose import Finding
-from gpulens.diagnose.evidence import format_value
+from gpulens.diagnose.evidence import evidence_label, format_value
 from gpulens.report.build import ReportData
 from gpulens.report.plots import chart_png
 from gpulens.views.data import ChartOut
@@ -42,7 +42,7 @@ def _selection_text(data: ReportData) -> str:
 
 def _evidence_text(finding: Finding) -> str:
     """The evidence as the terminal shows it (formatted from the values' units)."""
-    return " · ".join(f"{k.replace('_', ' ')}: {format_value(v)}" for k, v in finding.evidence.items())
+    return " · ".join(f"{evidence_label(k, v)}: {format_value(v)}" for k, v in finding.evidence.items())
 
 
 def render_html(data: ReportData) -> str:

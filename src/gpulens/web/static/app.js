@@ -233,7 +233,8 @@ function renderFindings(res) {
     const where = Object.entries(f.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
     li.appendChild(el("div", { class: "evidence" }, `${timeText(f.start)} – ${timeText(f.end)}${where ? " · " + where : ""}`));
     // evidence_text: each value formatted from its unit by the library, as the terminal shows it
-    const ev = Object.entries(f.evidence_text || f.evidence || {}).map(([k, v]) => `${k.replaceAll("_", " ")}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
+    const labels = f.evidence_labels || {};
+    const ev = Object.entries(f.evidence_text || f.evidence || {}).map(([k, v]) => `${labels[k] || k.replaceAll("_", " ")}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
     if (ev.length) li.appendChild(el("div", { class: "evidence" }, ev.join(" · ")));
     if ((f.advice || []).length) {
       const ol = el("ol", { class: "advice" });
