@@ -57,12 +57,16 @@ def test_a_typo_in_an_existing_folder_leaves_no_file_wal_or_shm(tmp_path, capsys
 
 
 @pytest.mark.parametrize("argv", [["query", "gpu_utilization_ratio"], ["diagnose"], ["runs", "list"], ["runs", "show", "1"],
-                                  ["alerts", "list"], ["baseline", "show"], ["energy"], ["scale"]], ids=" ".join)
+                                  ["alerts", "list"], ["baseline", "show"], ["energy"], ["scale"],
+                                  # these open the store to write (compare records its result): the file got a schema
+                                  ["compare", "1", "2"], ["runs", "baseline", "1"], ["alerts", "silence", "gpu=1", "--for", "1h"]],
+                         ids=" ".join)
 def test_an_empty_file_is_said_to_be_empty(tmp_path, capsys, argv):
     """A 0-byte store (touched, or made by a writer that never got to set it up) answered
-    'no such table: series' from the reading commands."""
+    'no such table: series' from the reading commands; the file is left as it was."""
     store = tmp_path / "empty.db"
     store.touch()
     assert main([*argv, "--store", str(store)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "is empty: nothing was ever recorded in it" in err and "no such table" not in err, err
+    assert store.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]

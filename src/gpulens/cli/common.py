@@ -61,6 +61,10 @@ def open_existing_store(store: Path, what: str,
 
     if not store.exists():
         raise StoreError(f"There is no store at {store}, so there are no {what}.", hint=hint)
+    if store.is_file() and store.stat().st_size == 0:  # opened to write, it would get a schema: a read changing the file
+        from gpulens.store.connect import empty_store
+
+        raise empty_store(store)
     return Store(store, readonly=readonly)
 
 

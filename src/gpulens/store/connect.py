@@ -122,6 +122,12 @@ def _open_failed(conn: sqlite3.Connection | None, path: Path, e: Exception) -> S
     return e if isinstance(e, StoreError) else StoreError(f"Cannot open the store {path}: {e}.", hint=OPEN_HINT)
 
 
+
+def empty_store(path: str | os.PathLike[str]) -> StoreError:
+    """The one sentence for a store file that holds nothing (zero bytes, or no schema yet)."""
+    return StoreError(f"The store {path} is empty: nothing was ever recorded in it.",
+                      hint="Run `gpulens agent` or `gpulens replay` into it first, or point --store at a store that holds data.")
+
 def _open_ro(path: Path, busy_timeout_seconds: float, *, immutable: bool = False) -> sqlite3.Connection:
     uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
     conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_seconds, check_same_thread=False, isolation_level=None)
@@ -148,8 +154,7 @@ def _connect_readonly(path: Path, busy_timeout_seconds: float) -> sqlite3.Connec
         if version > SCHEMA_VERSION:
             raise _newer_schema(path, version)
         if version == 0:  # an empty file (or one a writer has not set up yet): no tables to read
-            raise StoreError(f"The store {path} is empty: nothing was ever recorded in it.",
-                             hint="Run `gpulens agent` or `gpulens replay` into it first, or point --store at a store that holds data.")
+            raise empty_store(path)
         if version < SCHEMA_VERSION:
             conn.close()
             conn = None
