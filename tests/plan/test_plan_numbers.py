@@ -97,3 +97,12 @@ def test_plan_may_not_import_the_store(line, banned):
                         str(root / "src/gpulens/plan/_probe.py"), "-"], input=line + "\n", capture_output=True,
                        text=True, cwd=root, timeout=60)
     assert ("TID251" in p.stdout) is banned, p.stdout + p.stderr
+
+
+def test_a_bare_size_heading_says_its_count_once(capsys):
+    """'~7.00B (rough) (7.00B params)' said the count twice (QA); a preset keeps its name."""
+    assert main(["plan", "--model", "7b", "--gpu", "h100-sxm"]) == 0
+    head = " ".join(capsys.readouterr().out.split("\n")[:2])
+    assert head.startswith("7.00B params (rough: LLaMA-like shapes guessed from the size) on") and head.count("7.00B") == 1
+    assert main(["plan", "--model", "llama-3-8b", "--gpu", "h100-sxm"]) == 0
+    assert capsys.readouterr().out.startswith("llama-3-8b (8.03B params) on")

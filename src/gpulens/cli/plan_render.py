@@ -135,7 +135,9 @@ def render_plan(res: Any) -> None:
                 + (f" · TP {r.tensor_parallel} × PP {r.pipeline_parallel}" if r.pipeline_parallel > 1 else "")
                 + (f" · prefix hit {r.prefix_hit_ratio:.0%}" if r.prefix_hit_ratio else ""))
         cards = f"{r.replica_gpus} × {g.name}" if r.replica_gpus > 1 else g.name
-    console.print(f"[bold]{m.name}[/] ({params}) on [bold]{cards}[/] ({_gib(g.memory_bytes)} each)")
+    # a bare size's name already is its count ("~7.00B (rough)"): say what was guessed instead of the count again
+    who = f"[bold]{params}[/] (rough: LLaMA-like shapes guessed from the size)" if m.rough else f"[bold]{m.name}[/] ({params})"
+    console.print(f"{who} on [bold]{cards}[/] ({_gib(g.memory_bytes)} each)")
     console.print(f"  {what}", highlight=False)
     console.print(verdict_line(res), highlight=False)
     console.print()
