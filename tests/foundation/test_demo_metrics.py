@@ -43,3 +43,22 @@ def test_demo_metrics_carry_training_and_inference_series(tmp_path):
         proc.terminate()
         out, err = proc.communicate(timeout=20)
     assert proc.returncode in (0, -15), err[-2000:]
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--dashboard"])
+def test_a_taken_port_is_said_before_the_import(tmp_path, flag):
+    """The demo imported the whole session and printed its summary before failing on a taken port
+    (QA): both addresses are bound first, and the sentence names the flag to change."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = f"127.0.0.1:{held.getsockname()[1]}"
+        other = "127.0.0.1:0"
+        argv = ["--listen", taken, "--dashboard", other] if flag == "--listen" else ["--listen", other, "--dashboard", taken]
+        r = subprocess.run([sys.executable, "-m", "gpulens.cli.main", "demo", *argv, "--backend", "replay", "--duration", "5"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "already in use" in said and f"{flag} " in said and "Traceback" not in said, said
+    assert "replaying the recorded H200 session" not in r.stdout and not (tmp_path / ".gpulens" / "gpulens.db").exists()

@@ -20,6 +20,8 @@ def _start_dashboard(store_path: Path, host: str, port: int) -> str | None:
     """The dashboard in a background thread, when gpulens.web is installed. Returns the address to open.
     Same safety as `gpulens dashboard`: loopback by default, a generated token for any other address,
     and a taken port is reported now (one sentence), not lost in the thread."""
+    from gpulens.errors import PortInUseError
+
     try:
         import uvicorn
 
@@ -29,7 +31,10 @@ def _start_dashboard(store_path: Path, host: str, port: int) -> str | None:
         return None
     plan = plan_listen(host, port)
     app = create_app(store_path=store_path, token=plan.token, allowed_hosts=plan.allowed_hosts)
-    sock = bind(plan.host, plan.port)
+    try:
+        sock = bind(plan.host, plan.port)
+    except PortInUseError as e:  # bind's hint names `gpulens dashboard`'s --listen; here it is --dashboard
+        raise PortInUseError(e.message, hint="Pick another with --dashboard 127.0.0.1:PORT ('off' for none), or stop what holds it.") from None
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
     threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="gpulens-dashboard", daemon=True).start()
     return plan.url(sock.getsockname()[1])
@@ -75,37 +80,42 @@ def demo_command(
     addr = parse_listen(listen)
     if backend is None:
         backend = "nvml" if nvidia_driver_present() else "replay"
-    live_store = store
     replaying = backend.startswith("replay")
     if replaying:
         trace = backend.partition(":")[2] or str(bundled_trace())
         backend = f"replay:{trace}"
-        console.print("[bold]No NVIDIA driver here[/]: " + escape(f"replaying the recorded H200 session ({trace})."))
-        with Store(store) as st, console_err.status("importing the session into the store …"):
-            s = import_trace(trace, st, ctx=ImportContext(), alerts=AlertsConfig(learn_seconds=5.0))
-        from gpulens.render.session import import_text, print_session_summary
-
-        if s.already_imported:
-            console.print(escape(f"(already imported into {store})"))
-        else:
-            console.print(escape(import_text(s.gpu_frames, s.events, store)))
-        print_session_summary(console, store)
-        # The live replay goes to its own store, so the imported session stays as recorded; the
-        # session's training steps and requests replay with it, so /metrics carries them too.
-        live_store = store.with_name("live.db")
+    # The live replay goes to its own store, so the imported session stays as recorded; the
+    # session's training steps and requests replay with it, so /metrics carries them too.
+    live_store = store.with_name("live.db") if replaying else store
+    # Both addresses are taken first: a port in use is said before the import, not after it.
     node = build_node(NodeConfig(
         backend=backend, speed=speed_f, loop=True, store_path=live_store, listen=addr,
         alerts=AlertsConfig(notify=["log"]), import_context=ImportContext(),
     ))
     lines = [f"Prometheus metrics: {node.metrics_url}"]
-    if dashboard != "off":
-        dh, dp = parse_listen(dashboard)
-        # The live store, which the replay writes: the imported copy never changes, so a dashboard
-        # over it never moved while the demo played.
-        url = _start_dashboard(live_store, dh, dp)
-        lines.append(f"dashboard: {url}" if url else "dashboard: not installed (pip install 'gpulens[web]')")
-        if url and live_store != store:
-            lines.append(escape(f"the session as recorded: gpulens dashboard --store {store}"))
+    try:
+        if dashboard != "off":
+            dh, dp = parse_listen(dashboard)
+            # The live store, which the replay writes: the imported copy never changes, so a dashboard
+            # over it never moved while the demo played.
+            url = _start_dashboard(live_store, dh, dp)
+            lines.append(f"dashboard: {url}" if url else "dashboard: not installed (pip install 'gpulens[web]')")
+            if url and live_store != store:
+                lines.append(escape(f"the session as recorded: gpulens dashboard --store {store}"))
+        if replaying:
+            console.print("[bold]No NVIDIA driver here[/]: " + escape(f"replaying the recorded H200 session ({trace})."))
+            with Store(store) as st, console_err.status("importing the session into the store …"):
+                s = import_trace(trace, st, ctx=ImportContext(), alerts=AlertsConfig(learn_seconds=5.0))
+            from gpulens.render.session import import_text, print_session_summary
+
+            if s.already_imported:
+                console.print(escape(f"(already imported into {store})"))
+            else:
+                console.print(escape(import_text(s.gpu_frames, s.events, store)))
+            print_session_summary(console, store)
+    except BaseException:
+        node.close()
+        raise
     console.print("\n".join(lines) + "\nCtrl-C stops.")
     install_stop_handlers(node.loop.stop_event)
     try:
