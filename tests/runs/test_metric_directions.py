@@ -89,6 +89,15 @@ def test_accuracy_gain_beyond_the_margin_is_an_improvement_and_per_seed_scores_u
     assert compare_samples("accuracy", b, a).verdict == "regression"
 
 
+def test_per_seed_scores_that_never_vary_draw_no_interval():
+    """[0.7, 0.7] against [0.7, 0.7] was the interval [0, 0] and 'no change' (non-inferior): no
+    spread between seeds shows nothing about how much a score varies, so there is no verdict."""
+    r = compare_samples("accuracy", [0.7, 0.7], [0.7, 0.7])
+    assert r.verdict == "not enough data" and r.ci95_low is None and "no interval can be drawn" in r.reason
+    r = compare_samples("accuracy", [0.7, 0.7, 0.7], [0.71, 0.69, 0.7])  # one side varies: Welch has a spread
+    assert r.verdict in ("no change", "regression") and r.ci95_low < r.ci95_high
+
+
 def test_lower_is_better_score_uses_the_other_side():
     # perplexity is not a 0-1 score: the ordinary median test, where a rise is a regression
     a, b = [5.0, 5.1, 5.2, 5.0, 5.1, 5.05], [6.0, 6.1, 6.2, 6.0, 6.1, 6.05]

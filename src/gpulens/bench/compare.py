@@ -182,10 +182,11 @@ def compare_samples(
     return result("no change", f"median {pct}: significant but within the {threshold_ratio:.0%} threshold.", **kw)
 
 
-def _diff_interval(xa: np.ndarray, xb: np.ndarray) -> tuple[float, float]:
+def _diff_interval(xa: np.ndarray, xb: np.ndarray) -> tuple[float, float] | None:
     """95 % interval of mean(B) − mean(A). Per-item 0/1 scores: Agresti-Caffo (one success and one
     failure added to each side, then Wald), which keeps its coverage near 0 and 1 where Wald's
-    collapses. Other values (one score per seed, say): Welch's t interval."""
+    collapses. Other values (one score per seed, say): Welch's t interval; None when every value on
+    both sides is the same, since nothing then shows how much they vary (it was the point d, a pass)."""
     from scipy.stats import t as student_t
 
     na, nb = len(xa), len(xb)
@@ -197,7 +198,7 @@ def _diff_interval(xa: np.ndarray, xb: np.ndarray) -> tuple[float, float]:
     d = float(xb.mean() - xa.mean())
     va, vb = float(xa.var(ddof=1)) / na, float(xb.var(ddof=1)) / nb
     if va + vb == 0:
-        return d, d
+        return None
     df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
     half = float(student_t.ppf(0.975, df)) * math.sqrt(va + vb)
     return d - half, d + half
@@ -221,7 +222,12 @@ def _non_inferiority(metric: str, info: MetricInfo, xa: np.ndarray, xb: np.ndarr
         return result("not enough data", f"{which} sample(s); a score needs at least {MIN_SCORE_SAMPLES} per run "
                       "(store one value per item or per seed, not only the mean).")
     d = mean_b - mean_a  # type: ignore[operator]
-    lo, hi = _diff_interval(xa, xb)
+    interval = _diff_interval(xa, xb)
+    if interval is None:
+        return result("not enough data", f"every value is the same within A ({mean_a:.4g}) and within B ({mean_b:.4g}), so "
+                      "nothing shows how much a score varies and no interval can be drawn: store one score per item, "
+                      "or run seeds that differ.", difference=d)
+    lo, hi = interval
     kw = dict(difference=d, ci95_low=lo, ci95_high=hi)
     sign = 1.0 if info.direction == HIGHER else -1.0
     worst = min(sign * lo, sign * hi)  # the interval's bound on the bad side, as a gain
