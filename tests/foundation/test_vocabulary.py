@@ -49,6 +49,7 @@ COINCIDENCES: dict[tuple[str, str], str] = {
     ("views/panels.py", "train_step"): "the id of the step-time chart, not the event",
     ("views/panels.py", "cold_start"): "the id of the cold-start stat, not the event",
     ("workload/training/records.py", "memory_reserved_bytes"): "another recorder's key for torch's reserved memory, not the GPU field",
+    ("runs/work.py", "train_batch_size"): "DeepSpeed's config key for the global batch (a setting a run records), not the series",
 }
 
 # GpuSample / MigInstanceSample fields that are not readings (see the module docstring).
