@@ -113,7 +113,7 @@ class HealthEvent:
     advice: list[str]
 
 
-def _when(t: float) -> str:
+def time_of_day(t: float) -> str:
     """A time of day in a finding's sentence (its span, printed above it, gives the date)."""
     return format_when(t, date=False)
 
@@ -214,7 +214,7 @@ def xid_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent
     out = []
     for (ref, code), evs in sorted(groups.items(), key=lambda kv: kv[1][0].t):
         info = xid_info(code)
-        times = f"at {_when(evs[0].t)}" + (f" ({len(evs)} times, last at {_when(evs[-1].t)})" if len(evs) > 1 else "")
+        times = f"at {time_of_day(evs[0].t)}" + (f" ({len(evs)} times, last at {time_of_day(evs[-1].t)})" if len(evs) > 1 else "")
         advice = [info.action, *(ADVICE_HARDWARE if info.severity == "critical" else ADVICE_APPLICATION)]
         out.append(HealthEvent(
             "gpu_xid", ref, evs[0].labels.get("uuid", ""), evs[0].t, evs[-1].t, info.severity, True,
@@ -236,7 +236,7 @@ def ecc_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEvent
         ref, n = _ref(d.labels), int(sum(x for _, x in rises))
         out.append(HealthEvent(
             "gpu_ecc_uncorrectable", ref, d.labels.get("uuid", ""), rises[0][0], rises[-1][0], "critical", True,
-            f"{n} uncorrectable ECC error{'s' if n != 1 else ''} on {ref} (first at {_when(rises[0][0])}): data in GPU memory was corrupted, "
+            f"{n} uncorrectable ECC error{'s' if n != 1 else ''} on {ref} (first at {time_of_day(rises[0][0])}): data in GPU memory was corrupted, "
             "and what ran on it since may have computed with it.", f"ECC errors hit {ref}",
             {"ecc_uncorrected_increase": n, F.ECC_UNCORRECTED_VOLATILE_TOTAL: int(d.value[-1])},
             ADVICE_HARDWARE,
@@ -260,7 +260,7 @@ def remap_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEve
                 rows = _latest_value(reader, G.GPU_REMAPPED_ROWS_UNCORRECTABLE_TOTAL, ref)
                 out.append(HealthEvent(
                     kind, ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, True,
-                    f"On {ref} {text} (since {_when(d.t[a])}).", f"{ref} reported a row remapping {'failure' if sev == 'critical' else 'pending'}",
+                    f"On {ref} {text} (since {time_of_day(d.t[a])}).", f"{ref} reported a row remapping {'failure' if sev == 'critical' else 'pending'}",
                     {"flag_seconds": Q.seconds(round(secs, 1)), F.REMAPPED_ROWS_UNCORRECTABLE: None if rows is None else int(rows)}, advice,
                 ))
     return out
@@ -274,7 +274,7 @@ def lost_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEven
             still = b == len(d.t) - 1
             out.append(HealthEvent(
                 "gpu_lost", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "critical", True,
-                f"{ref} stopped answering at {_when(d.t[a])} (GPU is lost){' and had not come back at the last sample' if still else f' for {secs:.0f} s'}.",
+                f"{ref} stopped answering at {time_of_day(d.t[a])} (GPU is lost){' and had not come back at the last sample' if still else f' for {secs:.0f} s'}.",
                 f"{ref} was lost", {"lost_seconds": Q.seconds(round(secs, 1)), "lost_at_last_sample": still},
                 ["Drain and reboot the node; look for XID 79 (fallen off the bus) in the kernel log (dmesg).", *ADVICE_HARDWARE[1:],
                  "If it repeats, check the GPU's power cables and PCIe / SXM seating."],
@@ -321,7 +321,7 @@ def clock_cut_events(source: AnalysisReader | Store, scope: DiagnoseScope, min_s
                     advice = [*ADVICE_THERMAL[:1], *ADVICE_POWER_BRAKE[:1], *ADVICE_THERMAL[2:]]
                 out.append(HealthEvent(
                     "gpu_clock_cut", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, sev, False,
-                    f"The clocks of {ref} were cut for {reason} for {secs:.0f} s from {_when(d.t[a])}: {cause}{depth}.",
+                    f"The clocks of {ref} were cut for {reason} for {secs:.0f} s from {time_of_day(d.t[a])}: {cause}{depth}.",
                     f"the clocks of {ref} were cut for {reason}",
                     {"reason": reason, "cut_seconds": Q.seconds(round(secs, 1)), "sm_clock_before_hz": Q.hertz(before_hz), "sm_clock_during_hz": Q.hertz(during_hz),
                      "sm_clock_lowest_hz": Q.hertz(lowest_hz), "sm_clock_drop_ratio": Q.ratio(None if drop is None else round(drop, 3))},
@@ -350,7 +350,7 @@ def temperature_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[Hea
             where = "above" if peak >= slowdown else "within 5 °C of"
             out.append(HealthEvent(
                 "gpu_temperature_high", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
-                f"{ref} reached {peak:.0f} °C for {secs:.0f} s from {_when(d.t[a])}, {where} its slowdown temperature ({slowdown:.0f} °C)"
+                f"{ref} reached {peak:.0f} °C for {secs:.0f} s from {time_of_day(d.t[a])}, {where} its slowdown temperature ({slowdown:.0f} °C)"
                 + (f"; it shuts down at {shutdown:.0f} °C." if shutdown else "."),
                 f"{ref} ran at {peak:.0f} °C",
                 {"temperature_max_celsius": Q.celsius(peak), F.TEMPERATURE_SLOWDOWN_CELSIUS: Q.celsius(slowdown), F.TEMPERATURE_SHUTDOWN_CELSIUS: Q.celsius(shutdown),
@@ -379,7 +379,7 @@ def memory_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[HealthEv
             holders = memory_holders(reader, ref, d.t[a], d.t[a] + secs)
             out.append(HealthEvent(
                 "gpu_memory_full", ref, d.labels.get("uuid", ""), d.t[a], d.t[a] + secs, "warning", False,
-                f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {_when(d.t[a])}: the next allocation on it may fail."
+                f"{ref} had {peak / total:.0%} of its memory in use for {secs:.0f} s from {time_of_day(d.t[a])}: the next allocation on it may fail."
                 + _holders_text(reader, ref, holders, d.t[a], d.t[a] + secs),
                 f"the memory of {ref} was {peak / total:.0%} full",
                 {"memory_used_max_bytes": Q.bytes_(int(peak)), F.MEMORY_TOTAL_BYTES: Q.bytes_(int(total)), "memory_used_max_ratio": Q.ratio(round(peak / total, 3)),
@@ -440,7 +440,7 @@ def other_process_events(reader: AnalysisReader, scope: DiagnoseScope) -> list[H
         out.append(HealthEvent(
             "other_process_memory", ref, d.labels.get("uuid", ""), s0, s1, "warning", False,
             f"pid {pid} ({name}), which is not {names}, held {format_bytes(held)} ({held / total:.0%}) of the memory of {ref} "
-            f"for {s1 - s0:.0f} s from {_when(s0)} while {names} ran on it{own_txt}.",
+            f"for {s1 - s0:.0f} s from {time_of_day(s0)} while {names} ran on it{own_txt}.",
             f"pid {pid} held {format_bytes(held)} of {ref}",
             {"pid": pid, "process": name, "memory_bytes": Q.bytes_(int(held)), "memory_share": Q.ratio(round(held / total, 3)),
              F.MEMORY_TOTAL_BYTES: Q.bytes_(int(total)), "workload_allocator_peak_bytes": Q.bytes_(int(max(own))) if own else None,

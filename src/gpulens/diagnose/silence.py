@@ -35,11 +35,17 @@ from dataclasses import dataclass
 from gpulens.diagnose import evidence as Q
 from gpulens.diagnose.base import DEFAULT_ORDER, DiagnoseScope, Finding, register_analyzer
 from gpulens.diagnose.gpu_workloads import GpuRef, Occupant, occupants
-from gpulens.diagnose.health import ADVICE_HARDWARE, FAULT_ORDER, XID_EVENT, HealthEvent, to_findings
+from gpulens.diagnose.health import (
+    ADVICE_HARDWARE,
+    FAULT_ORDER,
+    XID_EVENT,
+    HealthEvent,
+    time_of_day,
+    to_findings,
+)
 from gpulens.reader import AnalysisReader, EventRow
 from gpulens.vocab import names as N
 from gpulens.vocab.gpu import GPU_PROCESS_MEMORY, GPU_UP
-from gpulens.vocab.time import format_when
 from gpulens.vocab.xid import xid_info
 
 # Ten intervals in a row: a sampler under load misses one or two (a slow NVML call, a GC pause), a
@@ -75,11 +81,6 @@ ADVICE_SERVICE_SILENT = [
     "Check that the service still runs and answers its health check; its last requests (in the evidence) show how it stopped.",
     "If its GPU also went silent or reported an XID, move the service to another GPU and deal with that GPU first.",
 ]
-
-
-def _when(t: float) -> str:
-    """A time of day in a finding's sentence (its span, printed above it, gives the date)."""
-    return format_when(t, date=False)
 
 
 @dataclass(frozen=True)
@@ -175,13 +176,13 @@ def _gpu_event(s: GpuSilence) -> HealthEvent:
             meaning = xid_info(int(code)).meaning
         except (TypeError, ValueError):
             meaning = "an XID outside the catalog"
-        last = f"XID {code} at {_when(s.last_xid.t)} ({meaning})"
+        last = f"XID {code} at {time_of_day(s.last_xid.t)} ({meaning})"
         last_ev = {"last_xid": code, "last_xid_t": s.last_xid.t, "last_xid_meaning": meaning}
     else:
-        last = f"a sample at {_when(s.last_t)} saying it was up"
+        last = f"a sample at {time_of_day(s.last_t)} saying it was up"
         last_ev = {}
     listed = f"; processes {', '.join(map(str, s.pids_listed))} were on it at its last sample" if s.pids_listed else ""
-    summary = (f"{s.ref} has sent no sample since {_when(s.last_t)} ({silent:.0f} s, over its silence threshold of "
+    summary = (f"{s.ref} has sent no sample since {time_of_day(s.last_t)} ({silent:.0f} s, over its silence threshold of "
                f"{s.rhythm.threshold_seconds:.0f} s at a {s.rhythm.median_seconds:.3g} s sampling interval) while {s.went_on}; "
                f"the last thing seen on it was {last}{listed}.")
     evidence = {"last_sample_t": s.last_t, "silent_seconds": Q.seconds(round(silent, 1)),
@@ -268,15 +269,15 @@ def rank_silences(reader: AnalysisReader, scope: DiagnoseScope, placed: dict[Gpu
         on = f" on GPU {gpu}" if gpu else ""
         why = []
         if others_until - last.t > r.threshold_seconds:
-            why.append(f"the job's other ranks stepped on until {_when(others_until)}")
+            why.append(f"the job's other ranks stepped on until {time_of_day(others_until)}")
         if listed_until - last.t > r.threshold_seconds:
-            why.append(f"its process {pid} was still in the process list of GPU {gpu} until {_when(listed_until)}")
+            why.append(f"its process {pid} was still in the process list of GPU {gpu} until {time_of_day(listed_until)}")
         step = last.data.get("step")
         what = f"step {step}" if last.kind == N.EV_TRAIN_STEP and step is not None else last.kind
         step_s = last.data.get("step_s")
         silent = until - last.t
         sev = _severity(refs, silent_gpus)
-        summary = (f"Rank {tr.labels[rank]} of job {tr.labels[job]}{on} made no step after {what} ended at {_when(last.t)}"
+        summary = (f"Rank {tr.labels[rank]} of job {tr.labels[job]}{on} made no step after {what} ended at {time_of_day(last.t)}"
                    + (f" (it took {float(step_s):.3g} s)" if isinstance(step_s, int | float) else "")
                    + f": silent for {silent:.0f} s, over its threshold of {r.threshold_seconds:.0f} s at a {r.median_seconds:.3g} s step rhythm, "
                    f"while {' and '.join(why)}" + ("; its GPU went silent too." if sev == "critical" else "."))
@@ -315,9 +316,9 @@ def service_silences(reader: AnalysisReader, scope: DiagnoseScope, placed: dict[
         failed = sum(1 for e in recent if e.data.get("status", "ok") != "ok")
         silent = until - last.t
         gpu = refs[0].gpu if refs else ""
-        summary = (f"Service {service}" + (f" on GPU {gpu}" if gpu else "") + f" served no request after {_when(last.t)} "
+        summary = (f"Service {service}" + (f" on GPU {gpu}" if gpu else "") + f" served no request after {time_of_day(last.t)} "
                    f"(its last one: {status}; {failed} of its last {len(recent)} failed): silent for {silent:.0f} s, over its threshold of "
-                   f"{r.threshold_seconds:.0f} s at {len(recent) / max(RHYTHM_SECONDS, 1e-9):.2g} req/s before, while other services served until {_when(until)}"
+                   f"{r.threshold_seconds:.0f} s at {len(recent) / max(RHYTHM_SECONDS, 1e-9):.2g} req/s before, while other services served until {time_of_day(until)}"
                    + ("; its GPU went silent too." if sev == "critical" else "."))
         evidence = {"last_request_t": last.t, "last_request_status": status, "requests_before": len(recent), "failed_before": failed,
                     "silent_seconds": Q.seconds(round(silent, 1)), "arrival_interval_seconds": Q.seconds(round(r.median_seconds, 3)),
